@@ -1,0 +1,20 @@
+"""grapec: compile ONNX models into CUDA-graph bundles, and run them.
+
+    bundle = grapec.compile("model.onnx", shapes={"input_ids": (1, 128)})
+    bundle.write("model.grape")
+    session = grapec.load("model.grape", backend="cpu")      # or "cuda"
+    outputs = session.run({"input_ids": ids})                  # name -> numpy array
+"""
+__version__ = "0.1.0"
+
+
+def compile(model, shapes=None, dims=None, **options):
+    """Compile an ONNX model (path or ModelProto) into a Bundle. See grapec.compiler.compile_model."""
+    from .compiler import compile_model
+    return compile_model(model, shapes=shapes, dims=dims, **options)
+
+
+def load(bundle, backend: str = "cpu", device: int = 0):
+    """Load a bundle (path, bytes or Bundle) into a Session that runs it."""
+    from .runtime.session import Session
+    return Session.load(bundle, backend=backend, device=device)

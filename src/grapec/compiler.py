@@ -1,0 +1,115 @@
+"""The compile pipeline: ONNX -> IR -> (per bucket) passes -> plan -> Bundle.
+
+    import_model                  frontend/onnx_import.py
+    for each bucket:
+        specialize                concrete shapes; constants evaluated (Shape chains fold)
+        simplify                  constant folding, BatchNorm into Conv, dead code
+        predicate                 If with a known condition inlined; other regions kept
+        lower                     ONNX ops -> Kernel / Library / View / region nodes
+        fuse, schedule            (one op per kernel, topological order for now)
+        plan_memory + PlanBuilder one arena, offsets, the JSON plan
+    Bundle                        manifest, weights, kernels, plans
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import Callable
+
+from . import __version__
+from .bundle.format import Bundle
+from .errors import GrapecError, UnsupportedError
+from .frontend.onnx_import import import_model, load_model, opset_of
+from .frontend.shapes import resolve_input_shapes
+from .ir.graph import Graph
+from .passes.fuse import fuse
+from .passes.lower import lower_graph
+from .passes.predicate import predicate, regions
+from .passes.schedule import schedule
+from .passes.simplify import simplify
+from .passes.specialize import specialize
+from .plan import KernelStore, PlanBuilder, WeightStore
+
+
+def compile_graph(graph: Graph, input_shapes: dict) -> Graph:
+    """One bucket through the passes, up to the scheduled lowered graph."""
+    g = specialize(graph, input_shapes)
+    g = simplify(g)
+    g = predicate(g)
+    g = lower_graph(g)
+    g = fuse(g)
+    return schedule(g)
+
+
+def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
+                  strict: bool = False, targets: tuple = (), progress: Callable | None = None) -> Bundle:
+    """Compile an ONNX model (path or ModelProto) into a Bundle.
+
+    shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
+    buckets: a list of such `shapes` dicts, one plan each (overrides shapes).
+    strict:  fail when anything runs outside the graph (control flow on the host) instead of reporting.
+    """
+    say = progress or (lambda msg: None)
+    where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
+    t0 = time.perf_counter()
+    proto = load_model(model)
+    graph = import_model(proto, where)
+    say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
+    bucket_shapes = [resolve_input_shapes(graph, b, dims or {}) for b in (buckets or [shapes or {}])]
+
+    weights, kernels = WeightStore(), KernelStore()
+    plans, bucket_meta, notes = [], [], []
+    for bi, ishapes in enumerate(bucket_shapes):
+        t1 = time.perf_counter()
+        low = compile_graph(graph, ishapes)
+        for name, op in regions(low):
+            notes.append(f"{op} node '{name}': control flow runs between graph launches (host-driven)")
+        plan = PlanBuilder(weights, kernels).build(low)
+        plans.append(plan)
+        counts = Counter(s["op"] for s in plan["steps"])
+        bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items()},
+                            "arena_bytes": plan["arena_bytes"], "steps": dict(counts)})
+        mem = plan["memory"]
+        say(f"bucket {bi} {_fmt_shapes(ishapes)}: {len(plan['steps'])} steps ({dict(counts)}), "
+            f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
+            f"{time.perf_counter() - t1:.1f}s")
+    if strict and notes:
+        raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
+
+    outs = low.outputs
+    manifest = {
+        "grapec_version": __version__,
+        "model": os.path.basename(where),
+        "opset": opset_of(proto),
+        "inputs": [_io_meta(graph, n, bucket_shapes) for n in graph.inputs],
+        "outputs": [_io_meta_out(low, n) for n in outs],
+        "buckets": bucket_meta,
+        "targets": list(targets),
+        "notes": notes,
+        "weights_bytes": weights.size,
+        "kernels": len(kernels.kernels),
+    }
+    say(f"{len(kernels.kernels)} distinct kernels, {weights.size / 2**20:.2f} MiB of weights, "
+        f"{time.perf_counter() - t0:.1f}s in all")
+    for n in notes:
+        say(f"note: {n}")
+    return Bundle(manifest, weights.blob(), kernels.kernels, plans)
+
+
+def _fmt_shapes(s):
+    return ",".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in s.items())
+
+
+def _io_meta(graph, name, bucket_shapes):
+    v = graph.values[name]
+    return {"name": name, "dtype": v.dtype, "dims": list(v.shape) if v.shape is not None else None,
+            "shapes": [list(b[name]) for b in bucket_shapes]}
+
+
+def _io_meta_out(low, name):
+    v = low.lookup(name)
+    return {"name": name, "dtype": v.dtype, "dims": list(v.shape)}
+
+
+__all__ = ["compile_model", "compile_graph", "GrapecError"]

@@ -1,0 +1,37 @@
+"""Errors a user can act on. The CLI turns every GrapecError into one message and exit code 2."""
+from __future__ import annotations
+
+
+class GrapecError(Exception):
+    """Bad input or usage: the message names the thing at fault. Exit code 2."""
+
+    exit_code = 2
+
+
+class ModelError(GrapecError):
+    """The ONNX file is missing, unreadable or invalid."""
+
+
+class UnsupportedError(GrapecError):
+    """Ops or features grapec cannot compile; `problems` lists every one found, not just the first."""
+
+    def __init__(self, problems: list[str], header: str = "unsupported"):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{header}:\n{lines}" if len(self.problems) > 1 else f"{header}: {self.problems[0]}")
+
+
+class ShapeError(GrapecError):
+    """A dynamic dim was not given, or given shapes contradict the model."""
+
+
+class BundleError(GrapecError):
+    """A .grape file is truncated, corrupted, foreign, or from a newer grapec."""
+
+
+class InputError(GrapecError):
+    """`run` was fed a wrong input name, shape or dtype."""
+
+
+class BackendError(GrapecError):
+    """The requested backend cannot run here (no GPU, kernels for another architecture, out of memory)."""

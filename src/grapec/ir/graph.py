@@ -1,0 +1,107 @@
+"""The graph IR every pass transforms.
+
+Before lowering, nodes are ONNX ops (op = "Add", "Conv", "If", ...). Lowering replaces them by
+three kinds of node, which is all a plan holds:
+
+    Kernel   attrs["kernel"]: a kernel-IR Kernel; inputs are its slots in order, one output
+    Library  attrs["op"]: "matmul" | "conv" | ...; compute-bound work done by a library (cuBLASLt)
+    View     output aliases input 0 (same bytes, another shape): Reshape, Squeeze, Identity...
+    If/Loop  regions whose bodies (node.subgraphs) are lowered graphs of the same kinds
+
+Values are named as in ONNX. A Value's shape is a tuple of ints once specialized (before, dims may
+be strings, ONNX dim_params). `const` holds the numpy value of weights and folded constants.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import dtypes
+
+
+@dataclass
+class Value:
+    name: str
+    dtype: str | None = None
+    shape: tuple | None = None
+    const: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * dtypes.itemsize(self.dtype)
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+
+@dataclass
+class Node:
+    op: str
+    inputs: list
+    outputs: list
+    name: str = ""
+    attrs: dict = field(default_factory=dict)
+    subgraphs: dict = field(default_factory=dict)
+    domain: str = ""
+    origin: list = field(default_factory=list)  # ONNX node names this node came from
+
+    def __repr__(self):
+        return f"{self.op}({', '.join(self.inputs)}) -> {', '.join(self.outputs)}"
+
+
+@dataclass
+class Graph:
+    nodes: list
+    inputs: list            # names of graph inputs (not weights)
+    outputs: list           # names of graph outputs
+    values: dict            # name -> Value, for every value defined in this graph
+    name: str = "main"
+    parent: "Graph | None" = None
+    opset: int = 0
+
+    _counter = itertools.count()
+
+    def lookup(self, name: str) -> Value | None:
+        g = self
+        while g is not None:
+            v = g.values.get(name)
+            if v is not None:
+                return v
+            g = g.parent
+        return None
+
+    def add_value(self, hint: str, dtype: str, shape, const=None) -> Value:
+        name = f"{hint}__{next(Graph._counter)}"
+        v = Value(name, dtype, tuple(shape), const)
+        self.values[name] = v
+        return v
+
+    def producers(self) -> dict:
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict:
+        users: dict = {}
+        for n in self.nodes:
+            for i in set(n.inputs) | outer_reads(n):
+                if i:
+                    users.setdefault(i, []).append(n)
+        return users
+
+
+def outer_reads(node: Node) -> set:
+    """Names a region node's bodies read from enclosing scopes (they are inputs of the node too)."""
+    names = set()
+    for body in node.subgraphs.values():
+        defined = set(body.inputs) | {v for v in body.values}
+        for n in body.nodes:
+            for i in list(n.inputs) + sorted(outer_reads(n)):
+                if i and i not in defined:
+                    names.add(i)
+        for o in body.outputs:
+            if o not in defined:
+                names.add(o)
+    return names

@@ -1,0 +1,357 @@
+"""The kernel IR: one output tensor, each element a scalar expression of its index.
+
+A `Kernel` computes `out[i0, .., in] = body` for every index of `shape`. The body is an `Expr`
+tree over:
+
+    const(v)            a literal
+    idx(a)              the a-th coordinate of the output element
+    ridx(k, n)          a reduction variable running over range(n), bound by an enclosing `reduce`
+    load(s, (e..), m)   element (e..) of input slot s; where mask m is false, `other` and no read
+    <op>(args)          elementwise scalar ops (ELEMENTWISE below), `where`, `cast`
+    reduce(op, body, (ridx..))   sum/prod/max/min/argmax/argmin of body over the ridx ranges
+
+The same tree is evaluated by the numpy interpreter (runtime/cpu_kernels.py) and rendered to CUDA C
+(one thread per output element, reductions as loops). Integer `div` and `mod` follow C (truncate
+toward zero), so both backends agree bit for bit on integers.
+
+Exprs are immutable and hash-consed: building the same expression twice gives the same object,
+so common subexpressions are shared and dictionary lookups are cheap.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+
+from .. import dtypes
+
+UNARY = {
+    "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round", "sign", "not", "bitnot",
+    "isnan", "isinf", "isposinf", "isneginf", "reciprocal", "sigmoid",
+}
+BINARY = {
+    "add", "sub", "mul", "div", "mod", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge",
+    "and", "or", "xor", "bitand", "bitor", "bitxor", "shl", "shr", "atan2",
+}
+COMPARE = {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "isposinf", "isneginf"}
+REDUCE = {"sum", "prod", "max", "min", "argmax", "argmin", "argmax_last", "argmin_last"}
+ELEMENTWISE = UNARY | BINARY | {"where"}
+
+
+class Expr:
+    """A node of the scalar expression tree. Use the constructor functions below, not Expr(...)."""
+
+    __slots__ = ("op", "args", "dtype", "_hash", "__weakref__")
+    _interned = weakref.WeakValueDictionary()
+
+    def __new__(cls, op: str, args: tuple, dtype: str):
+        key = (op, args, dtype)
+        hit = cls._interned.get(key)
+        if hit is not None:
+            return hit
+        self = object.__new__(cls)
+        self.op, self.args, self.dtype = op, args, dtype
+        self._hash = hash(key)
+        cls._interned[key] = self
+        return self
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return self is other
+
+    def __repr__(self):
+        if self.op == "const":
+            return repr(self.args[0])
+        if self.op == "idx":
+            return f"i{self.args[0]}"
+        if self.op == "ridx":
+            return f"r{self.args[0]}"
+        return f"{self.op}({', '.join(map(repr, self.args))})"
+
+    # Index arithmetic reads better with operators; python numbers become constants of our dtype.
+    def __add__(self, o):
+        return binary("add", self, _lift(o, self.dtype))
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return binary("sub", self, _lift(o, self.dtype))
+
+    def __rsub__(self, o):
+        return binary("sub", _lift(o, self.dtype), self)
+
+    def __mul__(self, o):
+        return binary("mul", self, _lift(o, self.dtype))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, o):  # only for non-negative index math, where C division agrees
+        return binary("div", self, _lift(o, self.dtype))
+
+    def __mod__(self, o):
+        return binary("mod", self, _lift(o, self.dtype))
+
+    def __neg__(self):
+        return unary("neg", self)
+
+    @property
+    def is_const(self) -> bool:
+        return self.op == "const"
+
+    @property
+    def value(self):
+        return self.args[0]
+
+
+def _lift(v, dtype: str) -> Expr:
+    return v if isinstance(v, Expr) else const(v, dtype)
+
+
+# --- constructors ------------------------------------------------------------------------------
+
+def const(value, dtype: str) -> Expr:
+    if dtype == "bool":
+        value = bool(value)
+    elif dtypes.is_int(dtype):
+        value = int(value)
+    else:
+        value = float(value)
+        if math.isnan(value):
+            value = float("nan")  # one canonical NaN so interning works
+    return Expr("const", (value,), dtype)
+
+
+def idx(axis: int) -> Expr:
+    return Expr("idx", (axis,), "int64")
+
+
+_ridx_counter = [0]
+
+
+def ridx(size: int) -> Expr:
+    """A fresh reduction variable over range(size); kernels renumber them canonically."""
+    _ridx_counter[0] += 1
+    return Expr("ridx", (_ridx_counter[0], int(size)), "int64")
+
+
+def load(slot: int, index: tuple, dtype: str, mask: Expr | None = None, other: Expr | None = None) -> Expr:
+    index = tuple(_lift(i, "int64") for i in index)
+    if mask is not None:
+        if mask.is_const:
+            if mask.value:
+                mask = None
+            else:
+                return other if other is not None else const(0, dtype)
+        elif other is None:
+            other = const(0, dtype)
+    return Expr("load", (slot, index, mask, other if mask is not None else None), dtype)
+
+
+def cast(x: Expr, dtype: str) -> Expr:
+    if x.dtype == dtype:
+        return x
+    if x.is_const:
+        import numpy as np
+        with np.errstate(all="ignore"):
+            v = np.array(x.value, dtypes.np_dtype(x.dtype)).astype(dtypes.np_dtype(dtype))
+        return const(v.item(), dtype)
+    return Expr("cast", (x,), dtype)
+
+
+def unary(op: str, x: Expr) -> Expr:
+    assert op in UNARY, op
+    dtype = "bool" if op in COMPARE else x.dtype
+    if x.is_const:
+        return const(_eval_const(op, (x,), dtype), dtype)
+    if op == "neg" and x.op == "neg":
+        return x.args[0]
+    return Expr(op, (x,), dtype)
+
+
+def binary(op: str, a: Expr, b: Expr) -> Expr:
+    assert op in BINARY, op
+    assert a.dtype == b.dtype or op in ("shl", "shr"), f"{op}: {a.dtype} vs {b.dtype}"
+    dtype = "bool" if op in COMPARE else a.dtype
+    if a.is_const and b.is_const:
+        return const(_eval_const(op, (a, b), dtype), dtype)
+    simplified = _simplify_binary(op, a, b)
+    if simplified is not None:
+        return simplified
+    if op in ("add", "mul", "max", "min", "and", "or", "eq", "ne", "bitand", "bitor", "bitxor") and a.is_const:
+        a, b = b, a  # constants on the right: one canonical form for commutative ops
+    return Expr(op, (a, b), dtype)
+
+
+def _simplify_binary(op, a, b):
+    integer = dtypes.is_int(a.dtype)
+    if b.is_const:
+        v = b.value
+        if op in ("add", "sub") and v == 0:
+            return a
+        if op == "mul" and v == 1:
+            return a
+        if op == "mul" and v == 0 and integer:
+            return b
+        if op == "div" and v == 1 and integer:
+            return a
+        if op == "mod" and v == 1 and integer:
+            return const(0, a.dtype)
+    if a.is_const:
+        v = a.value
+        if op == "add" and v == 0:
+            return b
+        if op == "mul" and v == 1:
+            return b
+        if op == "mul" and v == 0 and integer:
+            return a
+    if integer and op == "add" and b.is_const and a.op == "add" and a.args[1].is_const:
+        return binary("add", a.args[0], const(a.args[1].value + b.value, a.dtype))
+    return None
+
+
+def where(c: Expr, a: Expr, b: Expr) -> Expr:
+    assert c.dtype == "bool" and a.dtype == b.dtype, (c.dtype, a.dtype, b.dtype)
+    if c.is_const:
+        return a if c.value else b
+    if a is b:
+        return a
+    return Expr("where", (c, a, b), a.dtype)
+
+
+def reduce(op: str, body: Expr, rvars: tuple) -> Expr:
+    assert op in REDUCE, op
+    if not rvars:
+        return body
+    dtype = "int64" if op.startswith("arg") else body.dtype
+    return Expr("reduce", (op, body, tuple(rvars)), dtype)
+
+
+# --- constant evaluation (shares numpy semantics with the interpreter) ---------------------------
+
+def _eval_const(op, args, dtype):
+    import numpy as np
+    from ..runtime.cpu_kernels import apply_op
+    vals = [np.array(a.value, dtypes.np_dtype(a.dtype)) for a in args]
+    with np.errstate(all="ignore"):
+        return np.asarray(apply_op(op, vals)).astype(dtypes.np_dtype(dtype)).item()
+
+
+# --- kernels -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Kernel:
+    """out[idx] = body for idx in ndindex(shape). inputs[s] = (shape, dtype) of slot s."""
+
+    shape: tuple
+    dtype: str
+    body: Expr
+    inputs: tuple
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def to_json(self) -> dict:
+        return {"shape": list(self.shape), "dtype": self.dtype,
+                "inputs": [[list(s), d] for s, d in self.inputs], "body": expr_to_json(self.body)}
+
+    @staticmethod
+    def from_json(d: dict) -> "Kernel":
+        return Kernel(tuple(d["shape"]), d["dtype"], expr_from_json(d["body"]),
+                      tuple((tuple(s), dt) for s, dt in d["inputs"]))
+
+
+def walk(e: Expr):
+    """Every distinct subexpression of e, children before parents."""
+    seen, order, stack = set(), [], [(e, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        for c in reversed(children(node)):
+            if c not in seen:
+                stack.append((c, False))
+    return order
+
+
+def children(e: Expr) -> list:
+    if e.op in ("const", "idx", "ridx"):
+        return []
+    if e.op == "load":
+        _, index, mask, other = e.args
+        return [*index, *([mask, other] if mask is not None else [])]
+    if e.op == "reduce":
+        return [e.args[1], *e.args[2]]
+    return list(e.args)
+
+
+def expr_to_json(root: Expr) -> list:
+    """A flat list of nodes, children first; references are list positions. Reduction variables
+    are renumbered 0.. in order of appearance, so equal kernels serialize to equal JSON."""
+    table, pos, rnum = [], {}, {}
+    for e in walk(root):
+        ref = lambda x: pos[x]  # noqa: E731
+        if e.op == "const":
+            row = ["const", e.dtype, e.value if not (isinstance(e.value, float) and not math.isfinite(e.value)) else repr(e.value)]
+        elif e.op == "idx":
+            row = ["idx", e.args[0]]
+        elif e.op == "ridx":
+            rnum.setdefault(e.args[0], len(rnum))
+            row = ["ridx", rnum[e.args[0]], e.args[1]]
+        elif e.op == "load":
+            slot, index, mask, other = e.args
+            row = ["load", e.dtype, slot, [ref(i) for i in index],
+                   ref(mask) if mask is not None else None, ref(other) if other is not None else None]
+        elif e.op == "reduce":
+            row = ["reduce", e.args[0], ref(e.args[1]), [ref(r) for r in e.args[2]]]
+        elif e.op == "cast":
+            row = ["cast", e.dtype, ref(e.args[0])]
+        else:
+            row = [e.op, [ref(a) for a in e.args]]
+        pos[e] = len(table)
+        table.append(row)
+    return table
+
+
+def expr_from_json(table: list) -> Expr:
+    built: list[Expr] = []
+    ridxs: dict = {}
+    for row in table:
+        op = row[0]
+        if op == "const":
+            v = row[2]
+            built.append(const(float(v) if isinstance(v, str) else v, row[1]))
+        elif op == "idx":
+            built.append(idx(row[1]))
+        elif op == "ridx":
+            if row[1] not in ridxs:
+                ridxs[row[1]] = ridx(row[2])
+            built.append(ridxs[row[1]])
+        elif op == "load":
+            _, dt, slot, index, m, o = row
+            mask = built[m] if m is not None else None
+            other = built[o] if o is not None else None
+            built.append(Expr("load", (slot, tuple(built[i] for i in index), mask, other), dt))
+        elif op == "reduce":
+            built.append(Expr("reduce", (row[1], built[row[2]], tuple(built[r] for r in row[3])),
+                              "int64" if row[1].startswith("arg") else built[row[2]].dtype))
+        elif op == "cast":
+            built.append(Expr("cast", (built[row[2]],), row[1]))
+        else:
+            args = tuple(built[a] for a in row[1])
+            if op == "where":
+                dt = args[1].dtype
+            elif op in COMPARE:
+                dt = "bool"
+            else:
+                dt = args[0].dtype
+            built.append(Expr(op, args, dt))
+    return built[-1]

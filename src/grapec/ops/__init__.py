@@ -1,0 +1,53 @@
+"""ONNX op lowerings, one small function per op (onnx.reference style), grouped by family:
+
+    elementwise.py   unary/binary/variadic math, comparisons, logic, activations, Cast, Where
+    reduce.py        Reduce*, ArgMax/ArgMin, Softmax family, normalizations, CumSum
+    movement.py      Reshape, Transpose, Slice, Concat, Split, Gather*, Scatter*, Pad, Expand, Tile...
+    shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
+    nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, LRN, Einsum (Library nodes)
+    control.py       If, Loop (regions)
+
+Each is registered with `@op("OpName")` and receives a LowerCtx (ops/context.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+REGISTRY: dict[str, Callable] = {}
+
+
+def op(*names: str):
+    def register(fn):
+        for n in names:
+            REGISTRY[n] = fn
+        return fn
+    return register
+
+
+def lowering(op_type: str, domain: str = "") -> Callable | None:
+    if domain not in ("", "ai.onnx"):
+        return None
+    _load_all()
+    return REGISTRY.get(op_type)
+
+
+_loaded = False
+
+
+def _load_all():
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "control"):
+        try:
+            importlib.import_module(f"{__name__}.{mod}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{mod}":
+                raise
+
+
+def supported_ops() -> list:
+    _load_all()
+    return sorted(REGISTRY)

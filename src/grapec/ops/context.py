@@ -1,0 +1,145 @@
+"""What an op lowering sees: its node's inputs as lazy tensors, attributes, and ways to emit work.
+
+A lowering is a function `f(ctx) -> list` registered with `@op("Name")` in one of the ops modules.
+It returns one entry per ONNX output: a `T` (lazy tensor), a numpy array (a compile-time
+constant, e.g. Shape), or None for an optional output that is absent. The driver turns each T into a
+Kernel node (or a View node when it is still a plain reshape of an existing value).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import ShapeError, UnsupportedError
+from ..ir import kernel as K
+from ..ir.graph import Graph, Node, Value
+from ..ir.tensor import T, from_array, index_vars, substitute_loads
+
+
+class LowerCtx:
+    def __init__(self, node: Node, graph: Graph, emitted: list):
+        self.node = node
+        self.graph = graph          # the graph being built (for new values and scope lookups)
+        self.emitted = emitted      # lowered nodes are appended here
+        self.slot_names: list = []  # global load slot -> value name, renumbered per kernel
+        self._slot_of: dict = {}
+
+    # --- inputs ----------------------------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.inputs) and bool(self.node.inputs[i])
+
+    def value(self, i: int) -> Value:
+        name = self.node.inputs[i]
+        v = self.graph.lookup(name)
+        if v is None or v.shape is None:
+            raise ShapeError(f"node '{self.node.name}' ({self.node.op}): input '{name}' has no known shape")
+        return v
+
+    def shape(self, i: int) -> tuple:
+        return self.value(i).shape
+
+    def dtype(self, i: int) -> str:
+        return self.value(i).dtype
+
+    def input(self, i: int) -> T | None:
+        if not self.has(i):
+            return None
+        return self.tensor(self.value(i))
+
+    def inputs(self) -> list:
+        return [self.input(i) for i in range(self.n_inputs)]
+
+    def tensor(self, v: Value) -> T:
+        """A lazy load of value v (small constants are inlined as literals)."""
+        load_it = lambda: self._load(v)  # noqa: E731
+        if v.const is not None:
+            return from_array(v.const, load_it)
+        return load_it()
+
+    def _load(self, v: Value) -> T:
+        slot = self._slot_of.get(v.name)
+        if slot is None:
+            slot = self._slot_of[v.name] = len(self.slot_names)
+            self.slot_names.append(v.name)
+        dt = v.dtype
+        return T(v.shape, dt, lambda ix: K.load(slot, ix, dt), source=v.name)
+
+    def const(self, i: int, what: str | None = None) -> np.ndarray | None:
+        """The compile-time value of input i (None if absent). Raises if it is not a constant."""
+        if not self.has(i):
+            return None
+        v = self.value(i)
+        if v.const is None:
+            raise UnsupportedError([f"node '{self.node.name}' ({self.node.op}): input {i} "
+                                    f"('{what or v.name}') must be known at compile time, but depends on "
+                                    "runtime data"])
+        return v.const
+
+    def attr(self, name: str, default=None):
+        return self.node.attrs.get(name, default)
+
+    def fail(self, why: str):
+        raise UnsupportedError([f"node '{self.node.name}' ({self.node.op}): {why}"])
+
+    # --- emitting --------------------------------------------------------------------------------
+    def new_value(self, hint: str, shape, dtype: str) -> Value:
+        return self.graph.add_value(hint or "t", dtype, shape)
+
+    def kernel_for(self, t: T) -> tuple:
+        """(Kernel, input value names) computing t."""
+        body = t.at(index_vars(t.shape))
+        local: dict = {}
+        names: list = []
+
+        def renumber(load):
+            g = load.args[0]
+            if g not in local:
+                local[g] = len(names)
+                names.append(self.slot_names[g])
+            slot, index, mask, other = load.args
+            return K.Expr("load", (local[g], index, mask, other), load.dtype)
+        body = substitute_loads(body, renumber)
+        ins = tuple((self.graph.lookup(n).shape, self.graph.lookup(n).dtype) for n in names)
+        return K.Kernel(t.shape, t.dtype, body, ins), names
+
+    def emit_kernel(self, t: T, out: str):
+        kern, names = self.kernel_for(t)
+        self.emitted.append(Node("Kernel", names, [out], name=self.node.name,
+                                 attrs={"kernel": kern}, origin=[self.node.name]))
+
+    def realize(self, t: T, hint: str = "") -> T:
+        """Materialize t into a new value (one kernel) and return a load of it."""
+        v = self.new_value(hint or self.node.op.lower(), t.shape, t.dtype)
+        self.emit_kernel(t, v.name)
+        return self._load(v)
+
+    def buffer(self, t: T, hint: str = "") -> str:
+        """The name of a value holding exactly t, row-major (realizing or viewing as needed)."""
+        if t.source is not None:
+            src = self.graph.lookup(t.source)
+            if src.shape == t.shape:
+                return src.name
+            v = self.new_value(hint or "view", t.shape, t.dtype)
+            self.emitted.append(Node("View", [src.name], [v.name], name=self.node.name, origin=[self.node.name]))
+            return v.name
+        return self.realize(t, hint).source
+
+    def library(self, op: str, ins: list, attrs: dict, shape, dtype: str, hint: str = "") -> T:
+        """Emit a Library node (compute-bound work: matmul, conv) and return a load of its output."""
+        names = [self.buffer(t) if t is not None else "" for t in ins]
+        v = self.new_value(hint or op, shape, dtype)
+        self.emitted.append(Node("Library", names, [v.name], name=self.node.name,
+                                 attrs={"op": op, **attrs}, origin=[self.node.name]))
+        return self._load(v)
+
+    def emit(self, node: Node):
+        node.origin = node.origin or [self.node.name]
+        self.emitted.append(node)
+
+
+def np_dtype_name(arr: np.ndarray) -> str:
+    return dtypes.from_numpy(arr.dtype)

@@ -1,0 +1,83 @@
+"""lower: ONNX nodes -> Kernel / Library / View / region nodes.
+
+The same walk serves `specialize` (which only wants output shapes and constant values): lowering a
+node tells its output shapes, and a node whose inputs are all constants is lowered and then run
+by the CPU interpreter at once, which is how Shape/ConstantOfShape chains fold.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import GrapecError, UnsupportedError
+from ..ir.graph import Graph, Node, Value
+from ..ir.tensor import T
+from ..ops import lowering
+from ..ops.context import LowerCtx
+
+# Ops whose value must never be computed at compile time (a fresh sample each run).
+NONDETERMINISTIC = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "Multinomial"}
+
+
+def lower_node(node: Node, graph: Graph, emitted: list) -> list:
+    """Lower one ONNX node into `emitted`; define its outputs' Values in `graph`. Returns the
+    lowered nodes this call added."""
+    fn = lowering(node.op, node.domain)
+    if fn is None:
+        raise UnsupportedError([f"node '{node.name}': op {node.op} is not supported"])
+    start = len(emitted)
+    ctx = LowerCtx(node, graph, emitted)
+    try:
+        results = fn(ctx)
+    except GrapecError:
+        raise
+    except (ValueError, IndexError, KeyError, TypeError, AssertionError) as e:
+        raise UnsupportedError([f"node '{node.name}' ({node.op}): cannot lower with inputs "
+                                f"{[_describe(graph, i) for i in node.inputs]}: {type(e).__name__}: {e}"]) from e
+    if not isinstance(results, (list, tuple)):
+        results = [results]
+    for i, name in enumerate(node.outputs):
+        if not name:
+            continue
+        r = results[i] if i < len(results) else None
+        if r is None:
+            raise UnsupportedError([f"node '{node.name}' ({node.op}): output {i} ('{name}') is not produced"])
+        bind_output(ctx, name, r)
+    return emitted[start:]
+
+
+def bind_output(ctx: LowerCtx, name: str, r):
+    """Make value `name` hold r: a constant, an alias of an existing value, or a kernel's output."""
+    graph = ctx.graph
+    if isinstance(r, np.ndarray) or np.isscalar(r):
+        arr = np.asarray(r)
+        graph.values[name] = Value(name, dtypes.from_numpy(arr.dtype), tuple(arr.shape), arr)
+        return
+    assert isinstance(r, T), r
+    graph.values[name] = Value(name, r.dtype, r.shape)
+    if r.source is not None and r.source != name:
+        ctx.emitted.append(Node("View", [r.source], [name], name=ctx.node.name, origin=[ctx.node.name]))
+    else:
+        ctx.emit_kernel(r, name)
+
+
+def _describe(graph, name):
+    v = graph.lookup(name) if name else None
+    return f"{name}:{v.dtype}{list(v.shape)}" if v is not None and v.shape is not None else name
+
+
+def lower_graph(graph: Graph, into: Graph | None = None) -> Graph:
+    """Lower every node of a specialized, simplified graph. Returns a new graph of lowered nodes,
+    whose values include the originals (with their shapes) and the intermediates lowering made."""
+    out = into or Graph([], list(graph.inputs), list(graph.outputs), {}, graph.name, graph.parent, graph.opset)
+    for name, v in graph.values.items():
+        out.values[name] = Value(v.name, v.dtype, v.shape, v.const)
+    problems = []
+    for node in graph.nodes:
+        try:
+            lower_node(node, out, out.nodes)
+        except UnsupportedError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise UnsupportedError(problems, header=f"{len(problems)} node(s) cannot be compiled")
+    return out

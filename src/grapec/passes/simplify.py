@@ -1,0 +1,73 @@
+"""simplify: constant folding, BatchNorm folded into Conv, dead code removed.
+
+Runs on a specialized graph (every value has a shape; foldable values carry `const`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, outer_reads
+
+
+def simplify(graph: Graph) -> Graph:
+    g = Graph(list(graph.nodes), list(graph.inputs), list(graph.outputs), dict(graph.values),
+              graph.name, graph.parent, graph.opset)
+    fold_constants(g)
+    fold_batchnorm_into_conv(g)
+    remove_dead_code(g)
+    return g
+
+
+def fold_constants(g: Graph):
+    """Nodes whose outputs are all known become initializers (the values already hold them)."""
+    g.nodes = [n for n in g.nodes if n.subgraphs or not all(
+        g.values[o].const is not None for o in n.outputs if o) or not any(n.outputs)]
+
+
+def fold_batchnorm_into_conv(g: Graph):
+    """Conv(x, W, b) -> BatchNormalization(scale, B, mean, var)  ==>  Conv(x, W', b')
+    with s = scale / sqrt(var + eps), W' = W * s (per output channel), b' = (b - mean) * s + B."""
+    users = g.consumers()
+    producer = g.producers()
+    out_nodes = []
+    removed = set()
+    for n in g.nodes:
+        if n.op != "BatchNormalization" or len([o for o in n.outputs if o]) != 1 or n.attrs.get("training_mode", 0):
+            continue
+        conv = producer.get(n.inputs[0])
+        if conv is None or conv.op != "Conv" or len(users.get(conv.outputs[0], [])) != 1 \
+                or conv.outputs[0] in g.outputs:
+            continue
+        params = [g.lookup(i) for i in n.inputs[1:5]]
+        w = g.lookup(conv.inputs[1])
+        b = g.lookup(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if any(p is None or p.const is None for p in params) or w.const is None or (b is not None and b.const is None):
+            continue
+        if w.dtype not in ("float32", "float64", "float16"):
+            continue
+        scale, bias, mean, var = (p.const.astype(np.float64) for p in params)
+        s = scale / np.sqrt(var + n.attrs.get("epsilon", 1e-5))
+        w_new = (w.const.astype(np.float64) * s.reshape((-1,) + (1,) * (w.const.ndim - 1))).astype(w.const.dtype)
+        b_old = b.const.astype(np.float64) if b is not None else 0.0
+        b_new = ((b_old - mean) * s + bias).astype(w.const.dtype)
+        wv = g.add_value(conv.inputs[1] + "_bnfold", w.dtype, w_new.shape, w_new)
+        bv = g.add_value(n.outputs[0] + "_bnfold_bias", w.dtype, b_new.shape, b_new)
+        folded = Node("Conv", [conv.inputs[0], wv.name, bv.name], [n.outputs[0]], conv.name,
+                      dict(conv.attrs), {}, conv.domain, [conv.name, n.name])
+        removed.add(id(conv))
+        out_nodes.append((n, folded))
+    if not out_nodes:
+        return
+    swap = {id(bn): folded for bn, folded in out_nodes}
+    g.nodes = [swap.get(id(n), n) for n in g.nodes if id(n) not in removed]
+
+
+def remove_dead_code(g: Graph):
+    live = set(g.outputs)
+    keep = []
+    for n in reversed(g.nodes):
+        if any(o in live for o in n.outputs if o):
+            keep.append(n)
+            live.update(i for i in n.inputs if i)
+            live.update(outer_reads(n))
+    g.nodes = keep[::-1]

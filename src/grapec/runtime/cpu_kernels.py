@@ -1,0 +1,202 @@
+"""Evaluate kernel IR with numpy, vectorised over the whole index space.
+
+Every subexpression evaluates to an array of the current *rank*: the output's dims first, then one
+trailing axis per enclosing reduction variable; an axis an expression does not depend on has size 1
+and broadcasts. A `reduce` appends axes for its variables, evaluates its body at the larger rank and
+reduces those trailing axes away. Scalar semantics follow C (integer div/mod truncate toward zero),
+so this interpreter and the CUDA rendering agree.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..ir.kernel import Expr, Kernel, walk
+
+
+def _c_div(a, b):
+    if a.dtype.kind in "iu":
+        b = np.where(b == 0, 1, b)  # C leaves x/0 undefined; ONNX does too. Don't trap.
+        q = a // b
+        fix = (a % b != 0) & ((a < 0) != (b < 0))
+        return q + fix.astype(q.dtype)
+    return np.divide(a, b)
+
+
+def _c_mod(a, b):
+    if a.dtype.kind in "iu":
+        b = np.where(b == 0, 1, b)
+    return np.fmod(a, b)
+
+
+def _erf(x):
+    """numpy has no erf: libm's math.erf per element, in float64 chunks (exact, fast enough)."""
+    x = np.asarray(x)
+    out = np.empty(x.shape, np.float64)
+    flat, src = out.reshape(-1), np.asarray(x, np.float64).reshape(-1)
+    f = np.frompyfunc(math.erf, 1, 1)
+    for s in range(0, src.size, 1 << 16):
+        flat[s:s + (1 << 16)] = f(src[s:s + (1 << 16)])
+    return out.astype(x.dtype)
+
+
+def _round_half_even(x):
+    return np.round(x)
+
+
+def _shift(op):
+    def f(a, b):
+        b = b.astype(a.dtype)
+        return np.left_shift(a, b) if op == "shl" else np.right_shift(a, b)
+    return f
+
+
+_OPS = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "erf": _erf, "floor": np.floor, "ceil": np.ceil,
+    "round": _round_half_even, "sign": np.sign, "not": np.logical_not, "bitnot": np.invert,
+    "isnan": np.isnan, "isinf": np.isinf, "isposinf": np.isposinf, "isneginf": np.isneginf,
+    "reciprocal": lambda x: np.divide(np.ones((), x.dtype), x),
+    "sigmoid": lambda x: np.divide(np.ones((), x.dtype), np.ones((), x.dtype) + np.exp(-x)),
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _c_div, "mod": _c_mod,
+    "pow": np.power, "max": np.maximum, "min": np.minimum,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or,
+    "xor": np.logical_xor, "bitand": np.bitwise_and, "bitor": np.bitwise_or,
+    "bitxor": np.bitwise_xor, "shl": _shift("shl"), "shr": _shift("shr"), "atan2": np.arctan2,
+    "where": np.where,
+}
+
+
+def apply_op(op: str, vals: list):
+    if op == "pow" and vals[0].dtype.kind in "iu":
+        # integer pow with a negative exponent is an error in numpy; C code computes it in double.
+        return np.power(vals[0].astype(np.float64), vals[1].astype(np.float64)).astype(vals[0].dtype)
+    return _OPS[op](*vals)
+
+
+def _init(op, dt: np.dtype):
+    if op == "sum":
+        return 0
+    if op == "prod":
+        return 1
+    if dt.kind == "f":
+        return -np.inf if op == "max" else np.inf
+    if dt.kind == "b":
+        return op == "min"
+    info = np.iinfo(dt)
+    return info.min if op == "max" else info.max
+
+
+class _Evaluator:
+    def __init__(self, kernel: Kernel, inputs: list):
+        self.kernel = kernel
+        self.inputs = inputs
+        self.rank0 = len(kernel.shape)
+        self.cache: dict = {}
+
+    def axis_array(self, n: int, axis: int, rank: int):
+        shape = [1] * rank
+        shape[axis] = n
+        return np.arange(n, dtype=np.int64).reshape(shape)
+
+    def ev(self, e: Expr, rvars: tuple):
+        key = (e, rvars)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        rank = self.rank0 + len(rvars)
+        dt = dtypes.np_dtype(e.dtype)
+        op = e.op
+        if op == "const":
+            r = np.array(e.value, dt)
+        elif op == "idx":
+            r = self.axis_array(self.kernel.shape[e.args[0]], e.args[0], rank)
+        elif op == "ridx":
+            r = self.axis_array(e.args[1], self.rank0 + rvars.index(e), rank)
+        elif op == "load":
+            r = self.load(e, rvars, rank)
+        elif op == "cast":
+            with np.errstate(all="ignore"):
+                x = self.ev(e.args[0], rvars)
+                if dt.kind in "iu" and x.dtype.kind == "f":
+                    x = np.trunc(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
+                r = x.astype(dt)
+        elif op == "reduce":
+            r = self.reduce(e, rvars, rank)
+        else:
+            vals = [self.ev(a, rvars) for a in e.args]
+            with np.errstate(all="ignore"):
+                r = np.asarray(apply_op(op, vals))
+            if r.dtype != dt:
+                r = r.astype(dt)
+        if r.ndim != rank:
+            r = r.reshape(r.shape + (1,) * (rank - r.ndim)) if r.ndim else r.reshape((1,) * rank)
+        self.cache[key] = r
+        return r
+
+    def load(self, e, rvars, rank):
+        slot, index, mask, other = e.args
+        buf = self.inputs[slot]
+        if not index:
+            val = np.asarray(buf).reshape(())
+            return np.broadcast_to(val, (1,) * rank) if mask is None else np.where(
+                self.ev(mask, rvars), val, self.ev(other, rvars))
+        idxs = [self.ev(i, rvars) for i in index]
+        if mask is not None:
+            idxs = [np.clip(i, 0, max(d - 1, 0)) for i, d in zip(idxs, buf.shape)]
+        val = buf[tuple(idxs)]
+        if mask is not None:
+            if buf.size == 0:
+                return np.broadcast_to(self.ev(other, rvars), val.shape)
+            val = np.where(self.ev(mask, rvars), val, self.ev(other, rvars))
+        return val
+
+    def reduce(self, e, rvars, rank):
+        rop, body, new = e.args
+        inner = rvars + tuple(new)
+        b = self.ev(body, inner)
+        sizes = tuple(r.args[1] for r in new)
+        b = np.broadcast_to(b, b.shape[:rank] + sizes)
+        axes = tuple(range(rank, rank + len(new)))
+        dt = b.dtype
+        if b.size == 0 or 0 in sizes:
+            init = 0 if rop.startswith("arg") else _init(rop, dt)
+            return np.full(b.shape[:rank], init, np.int64 if rop.startswith("arg") else dt)
+        if rop == "sum":
+            return np.sum(b, axis=axes, dtype=dt)
+        if rop == "prod":
+            return np.prod(b, axis=axes, dtype=dt)
+        if rop == "max":
+            return np.max(b, axis=axes)
+        if rop == "min":
+            return np.min(b, axis=axes)
+        flat = b.reshape(b.shape[:rank] + (-1,))
+        if rop in ("argmax", "argmin"):
+            f = np.argmax if rop == "argmax" else np.argmin
+            return f(flat, axis=-1).astype(np.int64)
+        f = np.argmax if rop == "argmax_last" else np.argmin
+        n = flat.shape[-1]
+        return (n - 1 - f(flat[..., ::-1], axis=-1)).astype(np.int64)
+
+
+def run_kernel(kernel: Kernel, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
+    """Evaluate `kernel` on numpy `inputs` (one per slot); write into `out` when given."""
+    ev = _Evaluator(kernel, inputs)
+    if kernel.size == 0:
+        r = np.zeros(kernel.shape, dtypes.np_dtype(kernel.dtype))
+    else:
+        r = np.broadcast_to(ev.ev(kernel.body, ()), kernel.shape)
+    if out is None:
+        return np.array(r, dtype=dtypes.np_dtype(kernel.dtype))
+    out[...] = r
+    return out
+
+
+def loads_of(kernel: Kernel) -> set:
+    """Slots the kernel actually reads."""
+    return {e.args[0] for e in walk(kernel.body) if e.op == "load"}

@@ -1,0 +1,160 @@
+"""Library ops on the CPU backend (numpy): the compute-bound work that the GPU hands to cuBLASLt.
+
+Each takes the node's attrs and its input arrays and returns the output array. The attrs are the
+plan's contract with both backends, so they are documented here:
+
+matmul(a, b, [c]):  alpha * op(a) @ op(b) + beta * c, then `act` (none|relu|gelu|gelu_tanh);
+                    op() transposes the last two dims when trans_a / trans_b; batch dims broadcast.
+conv(x, w, [b]):    N-d cross-correlation, NC... layout; strides, dilations, pads (begin.., end..),
+                    group; then + b, then `act`.
+conv_transpose(x, w, [b]): the adjoint of conv; strides, dilations, pads, output_padding, group.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+def _act(y, act: str):
+    if act in ("", "none", None):
+        return y
+    if act == "relu":
+        return np.maximum(y, 0)
+    if act == "gelu":
+        from .cpu_kernels import _erf
+        return (0.5 * y * (1 + _erf(y / np.sqrt(2).astype(y.dtype)))).astype(y.dtype)
+    raise ValueError(f"unknown activation {act}")
+
+
+def _acc_dtype(dt):
+    # fp16 inputs accumulate in fp32, like cuBLASLt's CUBLAS_COMPUTE_32F.
+    return np.float32 if dt == np.float16 else dt
+
+
+def matmul(attrs, a, b, c=None):
+    out_dt = a.dtype
+    acc = _acc_dtype(a.dtype)
+    a = a.astype(acc, copy=False)
+    b = b.astype(acc, copy=False)
+    if attrs.get("trans_a"):
+        a = np.swapaxes(a, -1, -2)
+    if attrs.get("trans_b"):
+        b = np.swapaxes(b, -1, -2)
+    y = np.matmul(a, b)
+    alpha = attrs.get("alpha", 1.0)
+    if alpha != 1.0:
+        y = y * np.asarray(alpha, acc)
+    if c is not None:
+        beta = attrs.get("beta", 1.0)
+        y = y + (c.astype(acc) * np.asarray(beta, acc) if beta != 1.0 else c.astype(acc))
+    return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
+
+
+def conv(attrs, x, w, b=None):
+    out_dt = x.dtype
+    acc = _acc_dtype(x.dtype)
+    x = x.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
+    nd = x.ndim - 2
+    strides = attrs.get("strides") or [1] * nd
+    dil = attrs.get("dilations") or [1] * nd
+    pads = attrs.get("pads") or [0] * (2 * nd)
+    group = attrs.get("group", 1)
+    x = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    k = w.shape[2:]
+    ext = [(k[i] - 1) * dil[i] + 1 for i in range(nd)]
+    win = sliding_window_view(x, ext, axis=tuple(range(2, 2 + nd)))
+    sl = (slice(None), slice(None)) + tuple(slice(None, None, strides[i]) for i in range(nd)) + \
+        tuple(slice(None, None, dil[i]) for i in range(nd))
+    win = win[sl]  # n, c, out..., k...
+    out_sp = win.shape[2:2 + nd]
+    cg, mg = c // group, m // group
+    ys = []
+    letters = "defghijk"[:nd]
+    for g in range(group):
+        wg = w[g * mg:(g + 1) * mg]
+        xg = win[:, g * cg:(g + 1) * cg]
+        # n c o.. k.. , m c k.. -> n m o..
+        spec = f"nc{letters.upper()}{letters},mc{letters}->nm{letters.upper()}"
+        ys.append(np.einsum(spec, xg, wg, optimize=True))
+    y = np.concatenate(ys, axis=1) if group > 1 else ys[0]
+    assert y.shape == (n, m, *out_sp)
+    if b is not None:
+        y = y + b.astype(acc).reshape((1, m) + (1,) * nd)
+    return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
+
+
+def conv_transpose(attrs, x, w, b=None):
+    out_dt = x.dtype
+    acc = _acc_dtype(x.dtype)
+    x = x.astype(acc, copy=False)
+    w = w.astype(acc, copy=False)
+    nd = x.ndim - 2
+    strides = attrs.get("strides") or [1] * nd
+    dil = attrs.get("dilations") or [1] * nd
+    pads = attrs.get("pads") or [0] * (2 * nd)
+    outpad = attrs.get("output_padding") or [0] * nd
+    group = attrs.get("group", 1)
+    n, c = x.shape[:2]
+    cg = c // group
+    mg = w.shape[1]
+    k = w.shape[2:]
+    full = [(x.shape[2 + i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 + outpad[i] for i in range(nd)]
+    y = np.zeros((n, mg * group, *full), acc)
+    for g in range(group):
+        xg = x[:, g * cg:(g + 1) * cg]
+        wg = w[g * cg:(g + 1) * cg]  # c, m, k..
+        for kidx in np.ndindex(*k):
+            contrib = np.tensordot(xg, wg[(slice(None), slice(None)) + kidx], axes=([1], [0]))  # n, i.., m
+            contrib = np.moveaxis(contrib, -1, 1)
+            sl = tuple(slice(kidx[i] * dil[i], kidx[i] * dil[i] + (x.shape[2 + i] - 1) * strides[i] + 1, strides[i])
+                       for i in range(nd))
+            y[(slice(None), slice(g * mg, (g + 1) * mg)) + sl] += contrib
+    sl = tuple(slice(pads[i], full[i] - pads[i + nd]) for i in range(nd))
+    y = y[(slice(None), slice(None)) + sl]
+    if b is not None:
+        y = y + b.astype(acc).reshape((1, -1) + (1,) * nd)
+    return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
+
+
+def topk(attrs, x, want: str):
+    """want = 'values' | 'indices'. attrs: axis, k, largest, sorted."""
+    axis, k = attrs["axis"], attrs["k"]
+    key = -x if attrs.get("largest", 1) else x
+    if x.dtype.kind == "u" and attrs.get("largest", 1):
+        key = np.iinfo(x.dtype).max - x
+    idx = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=axis)
+    return idx.astype(np.int64) if want == "indices" else np.take_along_axis(x, idx, axis=axis)
+
+
+LIBRARY = {
+    "matmul": matmul,
+    "conv": conv,
+    "conv_transpose": conv_transpose,
+    "topk_values": lambda attrs, x: topk(attrs, x, "values"),
+    "topk_indices": lambda attrs, x: topk(attrs, x, "indices"),
+}
+
+
+def run_library(attrs: dict, arrays: list) -> np.ndarray:
+    fn = LIBRARY.get(attrs["op"])
+    if fn is None:
+        raise ValueError(f"unknown library op {attrs['op']}")
+    return fn({k: v for k, v in attrs.items() if k != "op"}, *arrays)
+
+
+def flops(attrs: dict, in_shapes: list, out_shape) -> int:
+    """Multiply-adds x2 of a library node, for reports and the cost model."""
+    op = attrs["op"]
+    if op == "matmul":
+        ka = in_shapes[0][-2] if attrs.get("trans_a") else in_shapes[0][-1]
+        return 2 * math.prod(out_shape) * ka
+    if op in ("conv", "conv_transpose"):
+        w = in_shapes[1]
+        return 2 * math.prod(out_shape) * math.prod(w[1:]) if op == "conv" else 2 * math.prod(in_shapes[0]) * math.prod(w[1:])
+    return 0
