@@ -22,6 +22,7 @@ from .bundle.format import Bundle
 from .errors import GrapecError, UnsupportedError
 from .frontend.onnx_import import import_model, load_model, opset_of
 from .frontend.shapes import resolve_input_shapes
+from .inputs import index_bounds
 from .ir.graph import Graph
 from .passes.fuse import fuse
 from .passes.lower import lower_graph
@@ -32,9 +33,10 @@ from .passes.specialize import specialize
 from .plan import KernelStore, PlanBuilder, WeightStore
 
 
-def compile_graph(graph: Graph, input_shapes: dict) -> Graph:
-    """One bucket through the passes, up to the scheduled lowered graph."""
-    g = specialize(graph, input_shapes)
+def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None) -> Graph:
+    """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
+    graph when compiling an If/Loop body."""
+    g = specialize(graph, input_shapes, parent)
     g = simplify(g)
     g = predicate(g)
     g = lower_graph(g)
@@ -78,15 +80,18 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
 
     outs = low.outputs
+    bounds = index_bounds(proto)
+    op_counts = Counter(n.op_type for n in proto.graph.node)
     manifest = {
         "grapec_version": __version__,
         "model": os.path.basename(where),
         "opset": opset_of(proto),
-        "inputs": [_io_meta(graph, n, bucket_shapes) for n in graph.inputs],
+        "inputs": [dict(_io_meta(graph, n, bucket_shapes), index_bound=bounds.get(n)) for n in graph.inputs],
         "outputs": [_io_meta_out(low, n) for n in outs],
         "buckets": bucket_meta,
         "targets": list(targets),
         "notes": notes,
+        "onnx_ops": dict(sorted(op_counts.items())),
         "weights_bytes": weights.size,
         "kernels": len(kernels.kernels),
     }

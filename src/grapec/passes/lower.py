@@ -54,8 +54,10 @@ def bind_output(ctx: LowerCtx, name: str, r):
         graph.values[name] = Value(name, dtypes.from_numpy(arr.dtype), tuple(arr.shape), arr)
         return
     assert isinstance(r, T), r
+    if r.source == name:
+        return  # the lowering wrote `name` itself (region nodes)
     graph.values[name] = Value(name, r.dtype, r.shape)
-    if r.source is not None and r.source != name:
+    if r.source is not None:
         ctx.emitted.append(Node("View", [r.source], [name], name=ctx.node.name, origin=[ctx.node.name]))
     else:
         ctx.emit_kernel(r, name)

@@ -1,0 +1,252 @@
+"""The grapec command line.
+
+Exit codes: 0 ok, 1 mismatch (check) or internal error, 2 bad usage or bad input.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import click
+import numpy as np
+
+from . import __version__
+from .errors import GrapecError
+
+SHAPES_HELP = ("Input shapes for the bucket, trtexec style: NAME=DxDx..,NAME2=... "
+               "(e.g. input_ids=1x128). Repeatable.")
+DIM_HELP = "Values for named dynamic dims: NAME=N,... (e.g. batch=1,seq=128). Repeatable."
+
+
+def _err(msg: str):
+    click.echo(f"error: {msg}", err=True)
+
+
+class GrapecGroup(click.Group):
+    """Turns every GrapecError into one clear message and exit code 2, and hides tracebacks."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GrapecError as e:
+            _err(str(e))
+            sys.exit(e.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            _err("interrupted")
+            sys.exit(130)
+        except Exception as e:  # noqa: BLE001 - a bug in grapec: say so, no traceback unless asked
+            if os.environ.get("GRAPEC_DEBUG"):
+                traceback.print_exc()
+            _err(f"internal error: {type(e).__name__}: {e}\n"
+                 "This is a bug in grapec; rerun with GRAPEC_DEBUG=1 for the traceback and please report it.")
+            sys.exit(1)
+
+
+@click.group(cls=GrapecGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="grapec")
+def main():
+    """grapec: compile ONNX models ahead of time into CUDA-graph bundles, and run them.
+
+    \b
+    Typical use:
+      grapec compile model.onnx -o model.grape --shapes input_ids=1x128
+      grapec run model.grape --backend cpu
+      grapec check model.onnx --dim batch=1,seq=8     # compare with onnxruntime
+      grapec inspect model.grape
+
+    Compilation needs no GPU. Exit codes: 0 ok, 1 mismatch or internal error, 2 bad usage/input.
+    """
+
+
+def _shape_options(f):
+    f = click.option("--dim", "dims", multiple=True, metavar="NAME=N", help=DIM_HELP)(f)
+    f = click.option("--shapes", multiple=True, metavar="NAME=DxD", help=SHAPES_HELP)(f)
+    return f
+
+
+def _compile(model, shapes, dims, strict=False, quiet=False):
+    from .compiler import compile_model
+    from .frontend.shapes import parse_dims, parse_shapes
+    say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
+    return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict, progress=say)
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write [default: MODEL with .grape].")
+@_shape_options
+@click.option("--strict", is_flag=True, help="Fail if any part of the model would run outside the CUDA graph.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def compile(model, output, shapes, dims, strict, force, quiet):
+    """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
+
+    Every dynamic dim needs a value: from --shapes (whole input shapes) or --dim (named dims).
+    Unsupported ops are all listed at once. The bundle is written atomically.
+    """
+    out = output or os.path.splitext(model)[0] + ".grape"
+    if os.path.abspath(out) == os.path.abspath(model):
+        raise GrapecError(f"output {out} would overwrite the input model; choose another -o")
+    if os.path.exists(out) and not force:
+        with open(out, "rb") as f:
+            if f.read(6) != b"GRAPEC":
+                raise GrapecError(f"{out} exists and is not a grapec bundle; refusing to overwrite it (use --force)")
+    t0 = time.perf_counter()
+    bundle = _compile(model, shapes, dims, strict, quiet)
+    bundle.write(out)
+    if not quiet:
+        click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
+
+
+def _load_session(path, backend, shapes, dims, quiet=True):
+    import grapec
+    from .bundle.format import MAGIC
+    if os.path.exists(path) and not os.path.isdir(path):
+        with open(path, "rb") as f:
+            is_bundle = f.read(8) == MAGIC
+        if not is_bundle and path.endswith(".onnx"):
+            return grapec.load(_compile(path, shapes, dims, quiet=quiet), backend=backend)
+    if shapes or dims:
+        raise GrapecError("--shapes/--dim apply when running an .onnx file; a bundle has its shapes fixed at compile time")
+    return grapec.load(path, backend=backend)
+
+
+def _feeds(sess, inputs, seed, bucket=0):
+    from .inputs import load_npy_inputs, random_inputs
+    given = load_npy_inputs(list(inputs))
+    infos = sess.bundle.manifest["inputs"]
+    shapes = {i["name"]: tuple(sess.buckets[bucket][i["name"]]) for i in infos}
+    rand = random_inputs({k: v for k, v in shapes.items() if k not in given}, {i["name"]: i["dtype"] for i in infos},
+                         {i["name"]: i.get("index_bound") for i in infos if i.get("index_bound")}, seed)
+    return {**rand, **given}
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: the GPU when there is one, else the CPU backend (it says which).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file (others are random).")
+@click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--save", type=click.Path(file_okay=False), help="Write each output as NAME.npy into this folder.")
+@_shape_options
+def run(bundle, backend, inputs, seed, save, shapes, dims):
+    """Run a BUNDLE (or an .onnx file, compiled on the fly) once and summarize its outputs.
+
+    Inputs not given with --input are random: floats ~ N(0,1), token ids within the vocabulary.
+    """
+    from .devices import resolve_backend
+    backend, why = resolve_backend(backend)
+    click.echo(f"running on the {why}")
+    sess = _load_session(bundle, backend, shapes, dims)
+    feeds = _feeds(sess, inputs, seed)
+    t0 = time.perf_counter()
+    outs = sess.run(feeds)
+    dt = time.perf_counter() - t0
+    from .inputs import summarize
+    click.echo(f"ran {os.path.basename(bundle)} on the {backend} backend in {dt * 1e3:.1f} ms")
+    for name, a in feeds.items():
+        click.echo("  input  " + summarize(name, a))
+    for name, a in outs.items():
+        click.echo("  output " + summarize(name, a))
+    if save:
+        os.makedirs(save, exist_ok=True)
+        for name, a in outs.items():
+            np.save(os.path.join(save, name.replace("/", "_") + ".npy"), a)
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest and plan summaries as JSON.")
+def inspect(bundle, as_json):
+    """Show what a BUNDLE holds: inputs, outputs, buckets, kernels, arena, ops."""
+    from .bundle.format import Bundle
+    b = Bundle.read(bundle)
+    m = b.manifest
+    summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes", "kernels")}
+    plans = []
+    for bucket, p in zip(m["buckets"], b.plans):
+        lib = {}
+        for s in p["steps"]:
+            if s["op"] == "library":
+                lib[s["attrs"]["op"]] = lib.get(s["attrs"]["op"], 0) + 1
+        plans.append({"shapes": bucket["shapes"], "steps": bucket["steps"], "library_ops": lib, **p["memory"]})
+    if as_json:
+        click.echo(json.dumps({**summary, "inputs": m["inputs"], "outputs": m["outputs"], "buckets": plans,
+                               "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", [])}, indent=1))
+        return
+    click.echo(f"{bundle}: grapec bundle v{m['format_version']} (grapec {m['grapec_version']}), model {m['model']} (opset {m['opset']})")
+    click.echo(f"  targets: {', '.join(m['targets']) or 'none (CPU backend only)'}")
+    click.echo(f"  weights: {m['weights_bytes'] / 2**20:.2f} MiB; kernels: {m['kernels']} distinct")
+    for i in m["inputs"]:
+        click.echo(f"  input  {i['name']}: {i['dtype']}{i['dims']}")
+    for o in m["outputs"]:
+        click.echo(f"  output {o['name']}: {o['dtype']}{o['dims']}")
+    for i, p in enumerate(plans):
+        shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in p["shapes"].items())
+        click.echo(f"  bucket {i} ({shp}): steps {p['steps']}, library {p['library_ops']}")
+        click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
+                   f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x)")
+    ops = m.get("onnx_ops") or {}
+    click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
+    for n in m.get("notes", []):
+        click.echo(f"  note: {n}")
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@_shape_options
+@click.option("--backend", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--rtol", default=1e-4, show_default=True, help="Largest accepted ||out-ref||/||ref|| per output.")
+@click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def check(model, shapes, dims, backend, rtol, seed, quiet):
+    """Compile MODEL, run it, and compare with onnxruntime (CPU) on random inputs.
+
+    Prints per output the max-abs error and ||out-ref||/||ref||; exits 1 if any exceeds --rtol.
+    """
+    import grapec
+    bundle = _compile(model, shapes, dims, quiet=quiet)
+    from .bundle.format import Bundle
+    sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
+    feeds = _feeds(sess, (), seed)
+    t0 = time.perf_counter()
+    outs = sess.run(feeds)
+    t_run = time.perf_counter() - t0
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise GrapecError("grapec check needs onnxruntime as the reference: pip install onnxruntime") from None
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        ref_sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        refs = dict(zip([o.name for o in ref_sess.get_outputs()], ref_sess.run(None, feeds)))
+    except Exception as e:  # noqa: BLE001
+        raise GrapecError(f"onnxruntime could not run {model} as a reference: {str(e).splitlines()[0]}") from None
+    bad = 0
+    click.echo(f"{'output':32s} {'shape':>18s} {'max-abs err':>12s} {'rel err':>10s}")
+    for name, got in outs.items():
+        ref = refs[name]
+        if got.shape != ref.shape:
+            click.echo(f"{name:32s} shape {list(got.shape)} vs reference {list(ref.shape)}: MISMATCH")
+            bad += 1
+            continue
+        g, r = got.astype(np.float64), ref.astype(np.float64)
+        mae = float(np.max(np.abs(g - r))) if g.size else 0.0
+        den = float(np.linalg.norm(r))
+        rel = float(np.linalg.norm(g - r)) / den if den else (0.0 if mae == 0 else float("inf"))
+        ok = rel <= rtol and np.array_equal(np.isnan(g), np.isnan(r))
+        bad += not ok
+        click.echo(f"{name:32s} {str(list(got.shape)):>18s} {mae:12.3g} {rel:10.3g} {'ok' if ok else 'MISMATCH'}")
+    verdict = "PASS" if not bad else f"FAIL ({bad} output(s) over rtol {rtol:g})"
+    click.echo(f"{verdict}: {os.path.basename(model)} on the {backend} backend ({t_run * 1e3:.0f} ms) vs onnxruntime CPU")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Which backend runs here: `auto` picks the CUDA backend when a usable NVIDIA GPU is present."""
+from __future__ import annotations
+
+
+def gpu_count() -> int:
+    """Number of CUDA devices the driver reports (0 without cuda-python, a driver or a GPU)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return 0
+    try:
+        (err,) = driver.cuInit(0)
+        if int(err) != 0:
+            return 0
+        err, n = driver.cuDeviceGetCount()
+        return int(n) if int(err) == 0 else 0
+    except Exception:  # noqa: BLE001 - no usable driver means no GPU, for `auto`
+        return 0
+
+
+def cuda_backend_available() -> bool:
+    try:
+        from .runtime import cuda_session  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend(name: str) -> tuple:
+    """-> (backend, why): `auto` becomes cuda or cpu, with the reason in words."""
+    if name != "auto":
+        return name, f"{name} backend (as asked)"
+    n = gpu_count()
+    if n and cuda_backend_available():
+        return "cuda", f"CUDA backend on GPU 0 of {n}"
+    if n:
+        return "cpu", f"CPU backend: {n} GPU(s) found, but this build of grapec has no CUDA backend yet"
+    return "cpu", "CPU backend: no NVIDIA GPU found"
