@@ -2,6 +2,7 @@
 
     b"GRAPEC\\0\\n"            8-byte magic
     u64 little-endian         length of the manifest
+    32 bytes                  sha256 of the manifest
     manifest                  UTF-8 JSON: format_version, grapec_version, model, inputs/outputs
                               (dtype, dims with their symbolic names), buckets, targets, sections
     sections                  back to back; the manifest lists each one's offset (from the end of
@@ -31,6 +32,7 @@ from .. import __version__, dtypes
 from ..errors import BundleError
 
 MAGIC = b"GRAPEC\0\n"
+HEADER = 8 + 8 + 32
 FORMAT_VERSION = 1
 
 
@@ -57,7 +59,8 @@ class Bundle:
             off += len(data)
         manifest = dict(self.manifest, format_version=FORMAT_VERSION, sections=table)
         mbytes = json.dumps(manifest, indent=1).encode()
-        return MAGIC + struct.pack("<Q", len(mbytes)) + mbytes + b"".join(d for _, d, _ in sections)
+        return (MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes
+                + b"".join(d for _, d, _ in sections))
 
     def write(self, path: str):
         """Atomic: a reader sees the old file or the complete new one, never a partial write."""
@@ -86,14 +89,17 @@ class Bundle:
 
     @staticmethod
     def from_bytes(data: bytes, where: str = "bundle") -> "Bundle":
-        if len(data) < 16 or data[:8] != MAGIC:
+        if len(data) < HEADER or data[:8] != MAGIC:
             raise BundleError(f"{where}: not a grapec bundle (bad magic; an .onnx file goes to `grapec compile`)"
                               if not data.startswith(b"GRAPEC") else f"{where}: corrupted bundle header")
         (mlen,) = struct.unpack("<Q", data[8:16])
-        if 16 + mlen > len(data):
-            raise BundleError(f"{where}: truncated bundle (manifest needs {mlen} bytes, file has {len(data) - 16})")
+        if HEADER + mlen > len(data):
+            raise BundleError(f"{where}: truncated bundle (manifest needs {mlen} bytes, file has {len(data) - HEADER})")
+        mbytes = data[HEADER:HEADER + mlen]
+        if hashlib.sha256(mbytes).digest() != data[16:HEADER]:
+            raise BundleError(f"{where}: corrupted bundle (the manifest fails its sha256 check)")
         try:
-            manifest = json.loads(data[16:16 + mlen].decode())
+            manifest = json.loads(mbytes.decode())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise BundleError(f"{where}: corrupted manifest ({e})") from None
         if not isinstance(manifest, dict):
@@ -104,14 +110,14 @@ class Bundle:
         if ver > FORMAT_VERSION:
             raise BundleError(f"{where}: bundle format v{ver} was written by grapec {manifest.get('grapec_version', '?')}; "
                               f"this grapec ({__version__}) reads up to v{FORMAT_VERSION}: upgrade grapec or recompile")
-        body = memoryview(data)[16 + mlen:]
+        body = memoryview(data)[HEADER + mlen:]
         sections = {}
         try:
             for s in manifest["sections"]:
                 lo, n = int(s["offset"]), int(s["size"])
                 if lo < 0 or n < 0 or lo + n > len(body):
                     raise BundleError(f"{where}: truncated bundle (section '{s['name']}' ends at byte "
-                                      f"{16 + mlen + lo + n}, file has {len(data)})")
+                                      f"{HEADER + mlen + lo + n}, file has {len(data)})")
                 chunk = bytes(body[lo:lo + n])
                 if hashlib.sha256(chunk).hexdigest() != s["sha256"]:
                     raise BundleError(f"{where}: corrupted bundle (section '{s['name']}' fails its sha256 check)")

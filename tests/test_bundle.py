@@ -1,0 +1,104 @@
+"""Bundle format v1: round trip, atomic writes, and clear errors for damaged or foreign files."""
+import hashlib
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import grapec
+from grapec.bundle.format import FORMAT_VERSION, HEADER, MAGIC, Bundle
+from grapec.errors import BundleError
+from helpers import init, model, tinfo
+
+
+def small_bundle():
+    w = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+              [tinfo("x", shape=["batch", 16])], [tinfo("y")], [init("w", w)])
+    return grapec.compile(m, dims={"batch": 2}), w
+
+
+def test_round_trip_runs_the_same(tmp_path):
+    b, w = small_bundle()
+    p = tmp_path / "m.grape"
+    b.write(str(p))
+    sess = grapec.load(str(p))
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_allclose(sess.run({"x": x})["y"], np.tanh(x @ w), rtol=1e-5, atol=1e-6)
+    m = Bundle.read(str(p)).manifest
+    assert m["format_version"] == FORMAT_VERSION
+    assert [i["name"] for i in m["inputs"]] == ["x"] and m["inputs"][0]["dims"] == ["batch", 16]
+    assert {s["name"] for s in m["sections"]} >= {"weights", "kernels", "plan.0"}
+
+
+def test_truncated_by_one_byte_is_refused():
+    data = small_bundle()[0].to_bytes()
+    with pytest.raises(BundleError, match="truncated|corrupted"):
+        Bundle.from_bytes(data[:-1])
+
+
+@pytest.mark.parametrize("where", ["manifest", "weights", "end"])
+def test_one_flipped_byte_is_refused(where):
+    b = small_bundle()[0]
+    data = bytearray(b.to_bytes())
+    mlen = struct.unpack("<Q", data[8:16])[0]
+    pos = {"manifest": HEADER + mlen // 2, "weights": HEADER + mlen + 10, "end": len(data) - 1}[where]
+    data[pos] ^= 0x01
+    with pytest.raises(BundleError):
+        Bundle.from_bytes(bytes(data))
+
+
+def test_every_single_byte_flip_is_caught():
+    """Not just three places: the whole header and a random sample of every other byte."""
+    data = small_bundle()[0].to_bytes()
+    rng = np.random.default_rng(3)
+    positions = list(range(0, 80)) + sorted(rng.choice(len(data), 300, replace=False).tolist())
+    for pos in positions:
+        bad = bytearray(data)
+        bad[pos] ^= 0x20
+        with pytest.raises(BundleError):
+            Bundle.from_bytes(bytes(bad))
+
+
+def test_foreign_file_and_newer_version(tmp_path):
+    p = tmp_path / "x.grape"
+    p.write_bytes(b"\x08\x01\x12\x04onnx-like protobuf bytes")
+    with pytest.raises(BundleError, match="not a grapec bundle"):
+        Bundle.read(str(p))
+    b = small_bundle()[0]
+    data = b.to_bytes()
+    mlen = struct.unpack("<Q", data[8:16])[0]
+    man = json.loads(data[HEADER:HEADER + mlen])
+    man["format_version"] = FORMAT_VERSION + 1
+    mb = json.dumps(man).encode()
+    newer = MAGIC + struct.pack("<Q", len(mb)) + hashlib.sha256(mb).digest() + mb + data[HEADER + mlen:]
+    with pytest.raises(BundleError, match="upgrade grapec"):
+        Bundle.from_bytes(newer)
+
+
+def test_plan_offsets_are_validated():
+    b = small_bundle()[0]
+    b.plans[0]["buffers"][0][2] = b.plans[0]["arena_bytes"] + 4096   # past the arena
+    with pytest.raises(BundleError, match="outside its arena"):
+        Bundle.from_bytes(b.to_bytes())
+    b = small_bundle()[0]
+    b.plans[0]["steps"][0]["args"][0] = 999
+    with pytest.raises(BundleError, match="out of range"):
+        Bundle.from_bytes(b.to_bytes())
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+    b = small_bundle()[0]
+    p = tmp_path / "m.grape"
+    p.write_bytes(b"previous contents")
+
+    def boom(src, dst):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        b.write(str(p))
+    assert p.read_bytes() == b"previous contents"
+    assert [f.name for f in tmp_path.iterdir()] == ["m.grape"]   # no temp file left behind

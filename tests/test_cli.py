@@ -1,0 +1,127 @@
+"""The CLI as a new user meets it: each bad input gives one clear message, exit code 2, no traceback."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from helpers import init, model, tinfo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def grapec(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    env.pop("GRAPEC_DEBUG", None)
+    p = subprocess.run([sys.executable, "-m", "grapec.cli", *map(str, args)], capture_output=True, text=True,
+                       env=env, cwd=cwd, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def assert_user_error(rc, out, err, *needles):
+    assert rc == 2, (rc, out, err)
+    assert "Traceback" not in out + err
+    for n in needles:
+        assert n in err, (n, err)
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    rng = np.random.default_rng(0)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+              [tinfo("x", shape=["batch", 8])], [tinfo("y")], [init("w", rng.standard_normal((8, 4)).astype(np.float32))])
+    p = tmp_path / "mlp.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def test_good_path_compile_inspect_run_check(mlp, tmp_path):
+    out = tmp_path / "mlp.grape"
+    rc, _, err = grapec("compile", mlp, "-o", out, "--dim", "batch=3")
+    assert rc == 0, err
+    assert "wrote" in err and out.exists()
+    rc, text, _ = grapec("inspect", out)
+    assert rc == 0 and "x: float32['batch', 8]" in text and "arena" in text
+    rc, text, err = grapec("run", out, "--backend", "cpu")
+    assert rc == 0, err
+    assert "cpu backend" in text and "y: float32[3, 4]" in text
+    rc, text, err = grapec("check", mlp, "--dim", "batch=2")
+    assert rc == 0, text + err
+    assert "PASS" in text
+
+
+def test_missing_file(tmp_path):
+    assert_user_error(*grapec("compile", tmp_path / "nope.onnx"), "nope.onnx", "no such file")
+
+
+def test_not_onnx(tmp_path):
+    p = tmp_path / "notes.onnx"
+    p.write_text("these are not the weights you are looking for\n" * 10)
+    assert_user_error(*grapec("compile", p), "notes.onnx", "not an ONNX model")
+
+
+def test_unsupported_ops_all_named_at_once(tmp_path):
+    m = model([helper.make_node("Relu", ["x"], ["a"]),
+               helper.make_node("StringNormalizer", ["a"], ["b"], name="norm1"),
+               helper.make_node("TfIdfVectorizer", ["b"], ["y"], name="tfidf")],
+              [tinfo("x", shape=[2])], [tinfo("y")])
+    p = tmp_path / "u.onnx"
+    onnx.save(m, str(p))
+    assert_user_error(*grapec("compile", p), "StringNormalizer", "norm1", "TfIdfVectorizer", "tfidf", "opset 17")
+
+
+def test_dynamic_dim_not_given(mlp):
+    rc, out, err = grapec("compile", mlp)
+    assert_user_error(rc, out, err, "input 'x' dim 0 ('batch')", "--dim batch=N")
+
+
+def test_bundle_truncated_by_one_byte(mlp, tmp_path):
+    out = tmp_path / "m.grape"
+    assert grapec("compile", mlp, "-o", out, "--dim", "batch=1")[0] == 0
+    data = out.read_bytes()
+    bad = tmp_path / "cut.grape"
+    bad.write_bytes(data[:-1])
+    assert_user_error(*grapec("run", bad, "--backend", "cpu"), "cut.grape", "truncated")
+
+
+def test_bundle_with_one_byte_flipped(mlp, tmp_path):
+    out = tmp_path / "m.grape"
+    assert grapec("compile", mlp, "-o", out, "--dim", "batch=1")[0] == 0
+    data = bytearray(out.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    bad = tmp_path / "flip.grape"
+    bad.write_bytes(bytes(data))
+    assert_user_error(*grapec("inspect", bad), "flip.grape", "corrupted")
+
+
+def test_wrong_input_name_shape_dtype_at_run(mlp, tmp_path):
+    out = tmp_path / "m.grape"
+    assert grapec("compile", mlp, "-o", out, "--dim", "batch=2")[0] == 0
+    good = tmp_path / "good.npy"
+    np.save(good, np.ones((2, 8), np.float32))
+    assert grapec("run", out, "--backend", "cpu", "--input", f"x={good}")[0] == 0
+    assert_user_error(*grapec("run", out, "--backend", "cpu", "--input", f"z={good}"), "unknown input(s) 'z'", "'x'")
+    shp = tmp_path / "shape.npy"
+    np.save(shp, np.ones((5, 8), np.float32))
+    assert_user_error(*grapec("run", out, "--backend", "cpu", "--input", f"x={shp}"), "x=5x8", "x=2x8")
+    dt = tmp_path / "dtype.npy"
+    np.save(dt, np.ones((2, 8), np.int32))
+    assert_user_error(*grapec("run", out, "--backend", "cpu", "--input", f"x={dt}"), "input 'x'", "float32", "int32")
+
+
+def test_compile_never_overwrites_a_foreign_file(mlp, tmp_path):
+    precious = tmp_path / "precious.grape"
+    precious.write_text("my notes")
+    assert_user_error(*grapec("compile", mlp, "-o", precious, "--dim", "batch=1"), "refusing to overwrite")
+    assert precious.read_text() == "my notes"
+    assert_user_error(*grapec("compile", mlp, "-o", mlp, "--dim", "batch=1"), "overwrite the input model")
+
+
+def test_help_teaches():
+    rc, out, _ = grapec("--help")
+    assert rc == 0 and "grapec compile model.onnx" in out
+    rc, out, _ = grapec("compile", "--help")
+    assert rc == 0 and "--shapes" in out and "--dim" in out and "--strict" in out
