@@ -424,3 +424,102 @@ def topk(ctx):
     shape[axis] = k
     return [ctx.library("topk_values", [x], attrs, shape, x.dtype),
             ctx.library("topk_indices", [x], attrs, shape, "int64")]
+
+
+# --- Einsum --------------------------------------------------------------------------------------
+
+_ELLIPSIS_LABELS = "0123456789"
+
+
+def _einsum_terms(ctx, shapes):
+    """Input label strings and the output's, '...' replaced by digit labels (right-aligned, so
+    operands with fewer ellipsis dims broadcast); implicit output = ellipsis dims, then the labels
+    used once, alphabetically."""
+    eq = ctx.attr("equation")
+    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        ctx.fail(f"equation {eq!r} has {len(terms)} operands, the node {len(shapes)}")
+    ell = max([len(s) - (len(t) - 3) for t, s in zip(terms, shapes) if "..." in t], default=0)
+    ell_labels = _ELLIPSIS_LABELS[:ell]
+    out_terms = []
+    for t, s in zip(terms, shapes):
+        if "..." in t:
+            n = len(s) - (len(t) - 3)
+            t = t.replace("...", ell_labels[ell - n:])
+        if len(t) != len(s):
+            ctx.fail(f"einsum term {t!r} does not match operand rank {len(s)}")
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", ell_labels)
+    else:
+        letters = "".join(out_terms)
+        out = ell_labels + "".join(sorted(c for c in set(letters) if c.isalpha() and letters.count(c) == 1))
+    return out_terms, out
+
+
+@op("Einsum")
+def einsum(ctx):
+    """Two operands with a contraction become one batched `matmul` Library node (labels summed in
+    one operand only are reduced first); anything else (one operand, diagonals, 3+ operands, outer
+    products) is a single kernel-IR sum of products."""
+    xs = [ctx.input(i) for i in range(ctx.n_inputs)]
+    terms, out = _einsum_terms(ctx, [x.shape for x in xs])
+    sizes = {}
+    for t, x in zip(terms, xs):
+        for c, d in zip(t, x.shape):
+            if sizes.get(c, 1) != 1 and d not in (1, sizes[c]):
+                ctx.fail(f"label {c!r} has sizes {sizes[c]} and {d}")
+            sizes[c] = max(sizes.get(c, 1), d)
+    unique = all(len(set(t)) == len(t) for t in terms) and len(set(out)) == len(out)
+    if len(xs) == 2 and unique and (set(terms[0]) & set(terms[1])) - set(out):
+        return [_einsum_matmul(ctx, xs, terms, out, sizes)]
+    return [_einsum_reduce(xs, terms, out, sizes)]
+
+
+def _einsum_reduce(xs, terms, out, sizes):
+    summed = sorted(set("".join(terms)) - set(out))
+    shape = tuple(sizes[c] for c in out)
+    dt = xs[0].dtype
+    acc = _acc_dtype(dt)
+
+    def fn(ix):
+        var = {c: ix[i] for i, c in enumerate(out)}
+        rv = {c: K.ridx(sizes[c]) for c in summed}
+        var.update(rv)
+        zero = K.const(0, "int64")
+        prod = None
+        for t, x in zip(terms, xs):
+            e = K.cast(x.at(tuple(zero if d == 1 else var[c] for c, d in zip(t, x.shape))), acc)
+            prod = e if prod is None else K.binary("mul", prod, e)
+        return K.cast(K.reduce("sum", prod, tuple(rv.values())), dt)
+    return T(shape, dt, fn)
+
+
+def _einsum_matmul(ctx, xs, terms, out, sizes):
+    xs, terms = list(xs), list(terms)
+    # labels summed within one operand are reduced away first
+    for which in (0, 1):
+        t, other = terms[which], terms[1 - which]
+        alone = [i for i, c in enumerate(t) if c not in other and c not in out]
+        if alone:
+            xs[which] = tensor_reduce(xs[which], alone, "sum", keepdims=False)
+            terms[which] = "".join(c for i, c in enumerate(t) if i not in alone)
+    (a, b), (ta, tb) = xs, terms
+    batch = [c for c in out if c in ta and c in tb]
+    m = [c for c in out if c in ta and c not in tb]
+    n = [c for c in out if c in tb and c not in ta]
+    k = [c for c in ta if c in tb and c not in out]
+
+    def arrange(x, t, order):
+        x = transpose(x, [t.index(c) for c in order])
+        return expand(x, tuple(sizes[c] for c in order))
+    bsz = math.prod(sizes[c] for c in batch)
+    msz, nsz, ksz = (math.prod(sizes[c] for c in g) for g in (m, n, k))
+    a3 = reshape(arrange(a, ta, batch + m + k), (bsz, msz, ksz))
+    b3 = reshape(arrange(b, tb, batch + k + n), (bsz, ksz, nsz))
+    y = ctx.library("matmul", [a3, b3], {}, (bsz, msz, nsz), a.dtype)
+    labels = batch + m + n
+    y = reshape(y, tuple(sizes[c] for c in labels))
+    return transpose(y, [labels.index(c) for c in out])
