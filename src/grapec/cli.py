@@ -209,40 +209,15 @@ def check(model, shapes, dims, backend, rtol, seed, quiet):
 
     Prints per output the max-abs error and ||out-ref||/||ref||; exits 1 if any exceeds --rtol.
     """
-    import grapec
-    bundle = _compile(model, shapes, dims, quiet=quiet)
-    from .bundle.format import Bundle
-    sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
-    feeds = _feeds(sess, (), seed)
-    t0 = time.perf_counter()
-    outs = sess.run(feeds)
-    t_run = time.perf_counter() - t0
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise GrapecError("grapec check needs onnxruntime as the reference: pip install onnxruntime") from None
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    try:
-        ref_sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-        refs = dict(zip([o.name for o in ref_sess.get_outputs()], ref_sess.run(None, feeds)))
-    except Exception as e:  # noqa: BLE001
-        raise GrapecError(f"onnxruntime could not run {model} as a reference: {str(e).splitlines()[0]}") from None
-    bad = 0
+    from .check import check_model
+    from .frontend.shapes import parse_dims, parse_shapes
+    say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
+    results, t_run = check_model(model, parse_shapes(list(shapes)), parse_dims(list(dims)), backend, rtol, seed, say)
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs err':>12s} {'rel err':>10s}")
-    for name, got in outs.items():
-        ref = refs[name]
-        if got.shape != ref.shape:
-            click.echo(f"{name:32s} shape {list(got.shape)} vs reference {list(ref.shape)}: MISMATCH")
-            bad += 1
-            continue
-        g, r = got.astype(np.float64), ref.astype(np.float64)
-        mae = float(np.max(np.abs(g - r))) if g.size else 0.0
-        den = float(np.linalg.norm(r))
-        rel = float(np.linalg.norm(g - r)) / den if den else (0.0 if mae == 0 else float("inf"))
-        ok = rel <= rtol and np.array_equal(np.isnan(g), np.isnan(r))
-        bad += not ok
-        click.echo(f"{name:32s} {str(list(got.shape)):>18s} {mae:12.3g} {rel:10.3g} {'ok' if ok else 'MISMATCH'}")
+    for r in results:
+        click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:12.3g} {r.rel:10.3g} "
+                   f"{'ok' if r.ok else 'MISMATCH'} {r.note}".rstrip())
+    bad = sum(not r.ok for r in results)
     verdict = "PASS" if not bad else f"FAIL ({bad} output(s) over rtol {rtol:g})"
     click.echo(f"{verdict}: {os.path.basename(model)} on the {backend} backend ({t_run * 1e3:.0f} ms) vs onnxruntime CPU")
     sys.exit(1 if bad else 0)

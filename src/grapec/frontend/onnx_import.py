@@ -59,10 +59,14 @@ def import_model(model: onnx.ModelProto, where: str = "model") -> Graph:
         except Exception as e:
             raise ModelError(f"{where}: opset {opset} is older than {MIN_OPSET} and could not be converted: {e}") from None
     problems: list = []
-    g = _import_graph(model.graph, None, opset, problems)
+    unsupported_ops: dict = {}
+    g = _import_graph(model.graph, None, opset, problems, unsupported_ops)
+    for (op_type, dom), names in unsupported_ops.items():
+        shown = ", ".join(f"'{n}'" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        problems.insert(0, f"op {op_type}{dom} (opset {opset}) is not supported: {len(names)} node(s), {shown}")
     if problems:
-        raise UnsupportedError(sorted(set(problems), key=problems.index),
-                               header=f"{where}: {len(set(problems))} unsupported construct(s)")
+        problems = sorted(set(problems), key=problems.index)
+        raise UnsupportedError(problems, header=f"{where}: {len(problems)} unsupported construct(s)")
     return g
 
 
@@ -94,7 +98,7 @@ def _const_array(tensor, problems, where):
     return np.ascontiguousarray(arr)
 
 
-def _import_graph(gp, parent, opset, problems) -> Graph:
+def _import_graph(gp, parent, opset, problems, unsupported_ops) -> Graph:
     g = Graph([], [], [o.name for o in gp.output], {}, gp.name or "main", parent, opset)
     inits = {t.name for t in gp.initializer}
     for t in gp.initializer:
@@ -116,11 +120,11 @@ def _import_graph(gp, parent, opset, problems) -> Graph:
         name = n.name or f"{n.op_type}_{i}"
         if lowering(n.op_type, n.domain) is None:
             dom = f" (domain {n.domain})" if n.domain not in ("", "ai.onnx") else ""
-            problems.append(f"op {n.op_type}{dom} at node '{name}' (opset {opset}) is not supported")
+            unsupported_ops.setdefault((n.op_type, dom), []).append(name)
         attrs, subgraphs = {}, {}
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                subgraphs[a.name] = _import_graph(a.g, g, opset, problems)
+                subgraphs[a.name] = _import_graph(a.g, g, opset, problems, unsupported_ops)
             elif a.type == onnx.AttributeProto.TENSOR:
                 attrs[a.name] = _const_array(a.t, problems, f"attribute {a.name} of node '{name}'")
             elif a.type in (onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSOR,
