@@ -25,4 +25,6 @@ def schedule(g: Graph) -> Graph:
         if len(rest) == len(pending):
             raise AssertionError("cycle in lowered graph")
         pending = rest
-    return type(g)([g.nodes[i] for i in order], g.inputs, g.outputs, g.values, g.name, g.parent, g.opset)
+    # reorder in place: region bodies keep a reference to this graph as their enclosing scope
+    g.nodes = [g.nodes[i] for i in order]
+    return g

@@ -1,0 +1,22 @@
+"""ONNX's backend node tests through compile + bundle + CPU backend.
+
+The pass count is pinned so it can only go up: raise PINNED_PASSES when more pass. Wrong answers
+are never acceptable, whatever the count (unsupported ops are reported, not failed).
+"""
+import io
+
+from grapec.onnx_backend import run_suite
+
+PINNED_PASSES = 0
+# Known wrong answers, each with its reason; anything else failing is a regression.
+KNOWN_FAILURES: dict = {}
+
+
+def test_onnx_node_tests_cpu_backend():
+    buf = io.StringIO()
+    results = run_suite(backend="cpu", out=buf)
+    print(buf.getvalue())
+    passed = sum(1 for s, _ in results.values() if s == "pass")
+    failed = {k: d for k, (s, d) in results.items() if s == "fail" and k not in KNOWN_FAILURES}
+    assert not failed, "wrong answers:\n" + "\n".join(f"{k}: {d}" for k, d in sorted(failed.items()))
+    assert passed >= PINNED_PASSES, f"{passed} pass, fewer than the pinned {PINNED_PASSES}"

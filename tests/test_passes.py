@@ -1,0 +1,140 @@
+"""Each pass alone: specialize, simplify (folding, BatchNorm into Conv, dead code), predicate, lower."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from grapec.errors import ShapeError
+from grapec.frontend.onnx_import import import_model, load_model
+from grapec.frontend.shapes import parse_dims, parse_shapes, resolve_input_shapes
+from grapec.passes.lower import lower_graph
+from grapec.passes.predicate import predicate
+from grapec.passes.simplify import simplify
+from grapec.passes.specialize import specialize
+from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
+
+
+def shape_chain_model():
+    """y = Reshape(x, Concat(Shape(x)[0], -1)) * ConstantOfShape(Shape(x)) : classic exporter noise."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["s0"], axis=0),
+        helper.make_node("Unsqueeze", ["s0", "axes0"], ["s0u"]),
+        helper.make_node("Concat", ["s0u", "minus1"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["x", "newshape"], ["r"]),
+        helper.make_node("Shape", ["r"], ["rs"]),
+        helper.make_node("ConstantOfShape", ["rs"], ["twos"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])),
+        helper.make_node("Mul", ["r", "twos"], ["y"]),
+        helper.make_node("Exp", ["x"], ["unused"]),
+    ]
+    inits = [init("zero", np.array(0, np.int64)), init("axes0", np.array([0], np.int64)),
+             init("minus1", np.array([-1], np.int64))]
+    return model(nodes, [tinfo("x", shape=["b", 3, 4])], [tinfo("y")], inits)
+
+
+def test_specialize_folds_shape_chains_and_simplify_removes_them():
+    g = import_model(shape_chain_model())
+    spec = specialize(g, {"x": (2, 3, 4)})
+    assert spec.values["newshape"].const.tolist() == [2, -1]
+    assert spec.values["r"].shape == (2, 12)
+    assert spec.values["twos"].const is not None and spec.values["twos"].const.shape == (2, 12)
+    simp = simplify(spec)
+    assert [n.op for n in simp.nodes] == ["Reshape", "Mul"]   # Shape chain folded, Exp dead
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    out, _ = compile_and_run(shape_chain_model(), {"x": x})
+    np.testing.assert_allclose(out["y"], 2 * x.reshape(2, 12), rtol=1e-6)
+
+
+def test_batchnorm_folds_into_conv():
+    rng = np.random.default_rng(1)
+    c, m = 3, 4
+    inits = [init("w", rng.standard_normal((m, c, 3, 3)).astype(np.float32)),
+             init("b", rng.standard_normal(m).astype(np.float32)),
+             init("scale", rng.uniform(0.5, 2, m).astype(np.float32)), init("bias", rng.standard_normal(m).astype(np.float32)),
+             init("mean", rng.standard_normal(m).astype(np.float32)), init("var", rng.uniform(0.5, 2, m).astype(np.float32))]
+    mdl = model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-3)],
+                [tinfo("x", shape=[1, c, 8, 8])], [tinfo("y")], inits)
+    simp = simplify(specialize(import_model(mdl), {"x": (1, c, 8, 8)}))
+    assert [n.op for n in simp.nodes] == ["Conv"]
+    x = rng.standard_normal((1, c, 8, 8)).astype(np.float32)
+    out, _ = compile_and_run(mdl, {"x": x})
+    assert rel_err(out["y"], ort_run(mdl, {"x": x})["y"]) < 1e-5
+
+
+def test_lower_makes_views_for_reshapes_and_one_kernel_per_op():
+    mdl = model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Reshape", ["a", "s"], ["b"]),
+                 helper.make_node("Transpose", ["b"], ["y"], perm=[1, 0])],
+                [tinfo("x", shape=[4, 6])], [tinfo("y")], [init("s", np.array([6, 4], np.int64))])
+    low = lower_graph(simplify(specialize(import_model(mdl), {"x": (4, 6)})))
+    assert [n.op for n in low.nodes] == ["Kernel", "View", "Kernel"]
+
+
+def test_predicate_inlines_if_with_known_condition():
+    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [tinfo("t")])
+    else_g = helper.make_graph([helper.make_node("Exp", ["x"], ["e"])], "else", [], [tinfo("e")])
+    mdl = model([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                [tinfo("x", shape=[3])], [tinfo("y")], [init("c", np.array(True))])
+    pred = predicate(simplify(specialize(import_model(mdl), {"x": (3,)})))
+    assert [n.op for n in pred.nodes] == ["Neg", "Identity"]
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    out, _ = compile_and_run(mdl, {"x": x})
+    np.testing.assert_array_equal(out["y"], -x)
+
+
+def test_if_with_runtime_condition_runs_both_ways():
+    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [tinfo("t")])
+    else_g = helper.make_graph([helper.make_node("Exp", ["x"], ["e"])], "else", [], [tinfo("e")])
+    mdl = model([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+                [tinfo("x", shape=[3]), tinfo("c", TensorProto.BOOL, [])], [tinfo("y")])
+    x = np.random.default_rng(2).standard_normal(3).astype(np.float32)
+    for c in (True, False):
+        out, b = compile_and_run(mdl, {"x": x, "c": np.array(c)})
+        np.testing.assert_allclose(out["y"], -x if c else np.exp(x), rtol=1e-6)
+    assert any("If node" in n for n in b.manifest["notes"])   # reported, not silent
+
+
+def test_loop_with_data_dependent_trip_count():
+    """Sum x into acc until acc exceeds a threshold or 10 trips: a loop whose length depends on data."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "x"], ["acc_out"]),
+         helper.make_node("ReduceSum", ["acc_out"], ["tot"], keepdims=0),
+         helper.make_node("Less", ["tot", "limit"], ["cond_out"])],
+        "body", [tinfo("i", TensorProto.INT64, []), tinfo("cond_in", TensorProto.BOOL, []), tinfo("acc_in", shape=[4])],
+        [tinfo("cond_out", TensorProto.BOOL, []), tinfo("acc_out", shape=[4])])
+    mdl = model([helper.make_node("Loop", ["M", "", "acc0"], ["acc"], body=body)],
+                [tinfo("x", shape=[4]), tinfo("acc0", shape=[4])], [tinfo("acc")],
+                [init("M", np.array(10, np.int64)), init("limit", np.array(6.0, np.float32))])
+    for scale in (0.5, 0.05):
+        x = np.full(4, scale, np.float32) * np.random.default_rng(3).uniform(0.5, 1.5, 4).astype(np.float32)
+        acc0 = np.zeros(4, np.float32) + 0.01
+        out, _ = compile_and_run(mdl, {"x": x, "acc0": acc0})
+        ref = ort_run(mdl, {"x": x, "acc0": acc0})["acc"]
+        np.testing.assert_allclose(out["acc"], ref, rtol=1e-6)
+
+
+def test_unknown_dims_are_all_listed():
+    g = import_model(model([helper.make_node("Add", ["a", "b"], ["y"])],
+                           [tinfo("a", shape=["batch", "seq"]), tinfo("b", shape=["batch", 4])], [tinfo("y")]))
+    with pytest.raises(ShapeError) as e:
+        resolve_input_shapes(g, {}, {})
+    msg = str(e.value)
+    assert "input 'a' dim 0 ('batch')" in msg and "input 'a' dim 1 ('seq')" in msg and "input 'b' dim 0" in msg
+    assert resolve_input_shapes(g, parse_shapes("a=2x5"), parse_dims("batch=2")) == {"a": (2, 5), "b": (2, 4)}
+
+
+def test_external_data_model(tmp_path):
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    mdl = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tinfo("x", shape=[2, 64])], [tinfo("y")], [init("w", w)])
+    p = tmp_path / "ext.onnx"
+    onnx.save(mdl, str(p), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data", size_threshold=0)
+    assert (tmp_path / "ext.data").exists()
+    import grapec
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    out = grapec.load(grapec.compile(str(p))).run({"x": x})
+    np.testing.assert_allclose(out["y"], x @ w, rtol=1e-5, atol=1e-5)
+    (tmp_path / "ext.data").unlink()
+    from grapec.errors import GrapecError
+    with pytest.raises(GrapecError, match="ext"):
+        load_model(str(p))
