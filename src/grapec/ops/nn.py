@@ -523,3 +523,181 @@ def _einsum_matmul(ctx, xs, terms, out, sizes):
     labels = batch + m + n
     y = reshape(y, tuple(sizes[c] for c in labels))
     return transpose(y, [labels.index(c) for c in out])
+
+
+# --- Attention (opset 23+) -----------------------------------------------------------------------
+
+def _split_heads(x, heads):
+    """(B, S, H*D) -> (B, H, S, D)."""
+    b, s, hidden = x.shape
+    if hidden % heads:
+        raise ValueError(f"hidden size {hidden} is not a multiple of {heads} heads")
+    return transpose(reshape(x, (b, s, heads, hidden // heads)), (0, 2, 1, 3))
+
+
+def _concat_masked(ts, axis):
+    """Concatenation along axis whose loads are masked to their own part (ir.tensor.concat
+    selects with `where` but reads every part at every index)."""
+    shape = list(ts[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in ts)
+
+    def fn(ix):
+        e, start = None, 0
+        for t in ts:
+            i = ix[axis] - start
+            inside = K.binary("lt", i, K.const(t.shape[axis], "int64"))
+            if start:
+                inside = K.binary("and", K.binary("ge", i, K.const(0, "int64")), inside)
+            sub = list(ix)
+            sub[axis] = i
+            v = _masked_at(t, sub, inside, K.const(0, t.dtype))
+            e = v if e is None else K.where(inside, v, e)
+            start += t.shape[axis]
+        return e
+    return T(shape, ts[0].dtype, fn)
+
+
+class _AttnMask:
+    """Which scores a query may use, as index math: attn_mask (bool: allowed, float: added),
+    padded with masked columns up to the kv length; causal / sliding window aligned to the query
+    block's offset (past length, or nonpad_kv_seqlen[b] - q_len); kv padding past
+    nonpad_kv_seqlen[b]."""
+
+    def __init__(self, ctx, shape, past_len):
+        self.b, self.h, self.sq, self.skv = shape
+        self.mask = ctx.input(3)
+        self.nonpad = ctx.input(6) if ctx.n_inputs > 6 else None
+        self.causal = bool(ctx.attr("is_causal", 0))
+        self.left = int(ctx.attr("left_window_size", -1))
+        self.right = int(ctx.attr("right_window_size", -1))
+        self.past_len = past_len
+        if self.nonpad is not None and past_len:
+            ctx.fail("nonpad_kv_seqlen together with past_key/past_value is not allowed")
+        if self.mask is not None and self.mask.ndim > 4:
+            ctx.fail(f"attn_mask of rank {self.mask.ndim}")
+
+    @property
+    def present(self) -> bool:
+        return self.mask is not None or self.nonpad is not None or self.causal or self.left >= 0 or self.right >= 0
+
+    def _offset(self, b):
+        if self.nonpad is not None:
+            return K.cast(self.nonpad.at((b,)), "int64") - self.sq
+        return K.const(self.past_len, "int64")
+
+    def bias(self, ix, dtype):
+        """The additive bias at (b, h, i, j): 0 or the float mask where allowed, else -inf."""
+        b, h, i, j = ix
+        allowed = None
+        diff = None
+        if self.causal or self.left >= 0 or self.right >= 0:
+            diff = i + self._offset(b) - j  # query position minus key position
+        if self.causal:
+            allowed = _and(allowed, K.binary("ge", diff, K.const(0, "int64")))
+        if self.left >= 0:
+            allowed = _and(allowed, K.binary("le", diff, K.const(self.left, "int64")))
+        if self.right >= 0:
+            allowed = _and(allowed, K.binary("ge", diff, K.const(-self.right, "int64")))
+        if self.nonpad is not None:
+            allowed = _and(allowed, K.binary("lt", j, K.cast(self.nonpad.at((b,)), "int64")))
+        value = K.const(0, dtype)
+        if self.mask is not None:
+            m = self.mask
+            width = m.shape[-1]
+            in_mask = K.binary("lt", j, K.const(width, "int64")) if width < self.skv else None
+            full = (b, h, i, j)[4 - m.ndim:]
+            zero = K.const(0, "int64")
+            at = tuple(zero if d == 1 else e for d, e in zip(m.shape, full))
+            if m.dtype == "bool":
+                allowed = _and(allowed, _masked_at(m, at, in_mask, K.const(False, "bool")))
+            else:
+                value = K.cast(_masked_at(m, at, in_mask, K.const(-math.inf, m.dtype)), dtype)
+        if allowed is None:
+            return value
+        return K.where(allowed, value, K.const(-math.inf, dtype))
+
+
+@op("Attention")
+def attention(ctx):
+    """softmax(softcap(Q K^T * scale) + mask) V, with GQA (query heads grouped over kv heads),
+    a kv cache (present = concat(past, new)), 3-D inputs split into heads, and the optional
+    qk_matmul_output (mode 0/1: scaled scores after softcap, 2: plus the mask, 3: the softmax).
+    A row with no allowed key gives zeros. Matmuls are Library nodes; the masked softmax is two
+    row reductions (max, sum) and one elementwise kernel."""
+    q, k, v = ctx.input(0), ctx.input(1), ctx.input(2)
+    dt = q.dtype
+    three_d = q.ndim == 3
+    if three_d:
+        hq, hkv = ctx.attr("q_num_heads"), ctx.attr("kv_num_heads")
+        if not hq or not hkv:
+            ctx.fail("3-D inputs need the q_num_heads and kv_num_heads attributes")
+        q, k, v = _split_heads(q, hq), _split_heads(k, hkv), _split_heads(v, hkv)
+    if q.ndim != 4:
+        ctx.fail(f"Q of rank {q.ndim}")
+    past_k, past_v = ctx.input(4), ctx.input(5)
+    if (past_k is None) != (past_v is None):
+        ctx.fail("past_key and past_value must be given together")
+    if past_k is not None:
+        k = ctx.realize(_concat_masked([past_k, k], 2), "present_key")
+        v = ctx.realize(_concat_masked([past_v, v], 2), "present_value")
+    bsz, hq, sq, d = q.shape
+    hkv, skv, dv = k.shape[1], k.shape[2], v.shape[3]
+    if hq % hkv or v.shape[1] != hkv:
+        ctx.fail(f"{hq} query heads cannot be grouped over {hkv} key / {v.shape[1]} value heads")
+    reps = hq // hkv
+    scale = ctx.attr("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    softcap = float(ctx.attr("softcap", 0.0) or 0.0)
+    mode = int(ctx.attr("qk_matmul_output_mode", 0))
+    precision = ctx.attr("softmax_precision")
+    sm_dt = dtypes.from_onnx(precision) if precision is not None else dt
+    alpha, k_scaled = scale, k
+    if dt == "float16":  # like the reference: Q and K each scaled by sqrt(scale), rounded to fp16
+        root = K.const(float(np.float16(math.sqrt(scale))), dt)
+        q = map_(lambda a: K.binary("mul", a, root), q)
+        k_scaled = map_(lambda a: K.binary("mul", a, root), k)
+        alpha = 1.0
+
+    # scores (B, Hq, Sq, Skv): query heads of one group share a kv head, so the group's queries
+    # are stacked as rows of one matmul against that head's keys.
+    scores = ctx.library("matmul", [reshape(q, (bsz, hkv, reps * sq, d)), k_scaled],
+                         {"trans_b": 1, "alpha": alpha}, (bsz, hkv, reps * sq, skv), dt, hint="qk")
+    scores = reshape(scores, (bsz, hq, sq, skv))
+    if softcap > 0:
+        scores = map_(lambda s: K.cast(K.binary("mul", K.unary("tanh", K.binary("div", K.cast(s, sm_dt), K.const(softcap, sm_dt))),
+                                                K.const(softcap, sm_dt)), dt), scores)
+        scores = ctx.realize(scores, "qk_softcap")
+    mask = _AttnMask(ctx, (bsz, hq, sq, skv), past_k.shape[2] if past_k is not None else 0)
+    shape = scores.shape
+
+    def logits(ix):
+        s = K.cast(scores.at(ix), sm_dt)
+        return K.binary("add", s, mask.bias(ix, sm_dt)) if mask.present else s
+    x = T(shape, sm_dt, logits)
+    row = shape[:3] + (1,)
+    rmax = ctx.realize(tensor_reduce(x, [3], "max", keepdims=True), "row_max")
+    safe = map_(lambda m: K.where(K.unary("isneginf", m), K.const(0, sm_dt), m), rmax)
+    expo = map_(lambda a, m: K.unary("exp", K.binary("sub", a, m)), x, safe)
+    rsum = ctx.realize(tensor_reduce(expo, [3], "sum", keepdims=True), "row_sum")
+    probs = map_(lambda e, s: K.binary("div", e, K.where(K.binary("eq", s, K.const(0, sm_dt)), K.const(1, sm_dt), s)),
+                 expo, rsum)
+    if mask.present:  # a row whose bias is all -inf has no key to attend: zeros
+        bias = T(shape, sm_dt, lambda ix: mask.bias(ix, sm_dt))
+        dead = ctx.realize(map_(lambda m: K.unary("isneginf", m), tensor_reduce(bias, [3], "max", keepdims=True)), "row_masked")
+        assert dead.shape == row
+        probs = map_(lambda dd, p: K.where(dd, K.const(0, sm_dt), p), dead, probs)
+    probs = ctx.realize(cast(probs, dt), "probs")
+    y = ctx.library("matmul", [reshape(probs, (bsz, hkv, reps * sq, skv)), v], {},
+                    (bsz, hkv, reps * sq, dv), dt, hint="attn")
+    y = reshape(y, (bsz, hq, sq, dv))
+    if three_d:
+        y = reshape(transpose(y, (0, 2, 1, 3)), (bsz, sq, hq * dv))
+    if mode in (0, 1):
+        qk_out = scores
+    elif mode == 2:
+        qk_out = cast(x, dt)
+    elif mode == 3:
+        qk_out = probs
+    else:
+        ctx.fail(f"qk_matmul_output_mode={mode} is not supported")
+    return [y, k, v, qk_out]
