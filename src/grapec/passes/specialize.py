@@ -45,7 +45,10 @@ def specialize_node(node, spec: Graph):
                 and all(spec.lookup(i) is not None and spec.lookup(i).const is not None for i in reads)
                 and all(scratch.values[o].const is not None or scratch.values[o].nbytes <= FOLD_LIMIT_BYTES
                         for o in node.outputs if o))
-    env = eval_nodes(emitted, scratch, {}) if foldable and emitted else {}
+    try:
+        env = eval_nodes(emitted, scratch, {}) if foldable and emitted else {}
+    except Exception as e:  # a bug in a lowering or the interpreter: name the node that hit it
+        raise RuntimeError(f"constant folding of node '{node.name}' ({node.op}) failed: {type(e).__name__}: {e}") from e
     for o in node.outputs:
         if not o:
             continue
