@@ -1,0 +1,138 @@
+"""Shape-producing ops: Shape, Size, Constant, ConstantOfShape, Range, EyeLike, OneHot, and the
+data-dependent NonZero/Unique when their input is a compile-time constant.
+
+Outputs that depend only on shapes and constant inputs are computed here with numpy (constant
+folding: every value used comes from ctx.const or a shape); everything that reads runtime data is
+a lazy tensor.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..ir import kernel as K
+from ..ir.tensor import T, full, norm_axis
+from . import op
+
+I64 = "int64"
+
+
+@op("Shape")
+def shape_(ctx):
+    """The input's dims [start:end] (Python slice semantics, opset 15+), as int64."""
+    dims = list(ctx.shape(0))
+    start, end = ctx.attr("start", 0), ctx.attr("end")
+    return [np.array(dims[slice(start, end)], np.int64)]
+
+
+@op("Size")
+def size(ctx):
+    return [np.array(math.prod(ctx.shape(0)), np.int64)]
+
+
+@op("Constant")
+def constant(ctx):
+    """The one value_* attribute (value, value_float(s), value_int(s)) as an array."""
+    attrs = ctx.node.attrs
+    if "value" in attrs:
+        return [np.asarray(attrs["value"])]
+    if "value_float" in attrs:
+        return [np.array(attrs["value_float"], np.float32)]
+    if "value_floats" in attrs:
+        return [np.array(attrs["value_floats"], np.float32)]
+    if "value_int" in attrs:
+        return [np.array(attrs["value_int"], np.int64)]
+    if "value_ints" in attrs:
+        return [np.array(attrs["value_ints"], np.int64)]
+    ctx.fail(f"attribute(s) {sorted(attrs)} are not supported (strings, sparse tensors)")
+
+
+@op("ConstantOfShape")
+def constant_of_shape(ctx):
+    """A tensor of the constant shape filled with `value` (a one-element tensor, default float 0)."""
+    shape = [int(d) for d in np.asarray(ctx.const(0, "shape")).reshape(-1)]
+    value = ctx.attr("value")
+    if value is None:
+        value = np.zeros(1, np.float32)
+    value = np.asarray(value)
+    return [full(shape, value.reshape(-1)[0].item(), dtypes.from_numpy(value.dtype))]
+
+
+@op("Range")
+def range_(ctx):
+    """start, start+delta, ... up to (excluding) limit. The length depends on the values, so all
+    three must be constants."""
+    for i, what in enumerate(("start", "limit", "delta")):
+        if ctx.value(i).const is None:
+            ctx.fail(f"input '{what}' depends on runtime data, so the output length is data-dependent")
+    start, limit, delta = (ctx.const(i).reshape(-1)[0] for i in range(3))
+    return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]
+
+
+@op("EyeLike")
+def eye_like(ctx):
+    """Ones on the k-th diagonal of a 2-D tensor shaped like the input, zeros elsewhere."""
+    shape = ctx.shape(0)
+    to = ctx.attr("dtype")
+    dt = dtypes.from_onnx(to) if to is not None else ctx.dtype(0)
+    k = ctx.attr("k", 0)
+
+    def fn(ix):
+        on = K.binary("eq", ix[1] - ix[0], K.const(k, I64))
+        return K.where(on, K.const(1, dt), K.const(0, dt))
+    return [T(shape, dt, fn)]
+
+
+@op("OneHot")
+def one_hot(ctx):
+    """out[.., d, ..] (d inserted at `axis`) = on if indices[..] (negatives + depth) == d else off."""
+    ind, values = ctx.input(0), ctx.input(2)
+    depth = int(np.asarray(ctx.const(1, "depth")).reshape(-1)[0])
+    axis = norm_axis(ctx.attr("axis", -1), ind.ndim + 1)
+    shape = ind.shape[:axis] + (depth,) + ind.shape[axis:]
+    zero = K.const(0, I64)
+    off, on = values.at((zero,)), values.at((K.const(1, I64),))
+
+    def fn(ix):
+        i = ind.at(ix[:axis] + ix[axis + 1:])
+        i = K.where(K.binary("lt", i, K.const(0, i.dtype)), K.binary("add", i, K.const(depth, i.dtype)), i)
+        return K.where(K.binary("eq", i, K.cast(ix[axis], i.dtype)), on, off)
+    return [T(shape, values.dtype, fn)]
+
+
+@op("NonZero")
+def nonzero(ctx):
+    """Coordinates of the non-zero elements, (rank, count): count is data-dependent, so only for
+    a constant input."""
+    if ctx.value(0).const is None:
+        ctx.fail("the input depends on runtime data, so the output length is data-dependent")
+    x = ctx.const(0)
+    return [np.array(np.nonzero(x if x.ndim else x.reshape(1)), np.int64).reshape(max(x.ndim, 1), -1)]
+
+
+@op("Unique")
+def unique(ctx):
+    """Unique values (sorted, or in order of first occurrence), first indices, inverse indices and
+    counts; data-dependent lengths, so only for a constant input."""
+    if ctx.value(0).const is None:
+        ctx.fail("the input depends on runtime data, so the output length is data-dependent")
+    x = ctx.const(0)
+    axis = ctx.attr("axis")
+    if axis is None:
+        y, first, inverse, counts = np.unique(x.reshape(-1), True, True, True)
+        taken = x.reshape(-1)
+    else:
+        axis = norm_axis(axis, x.ndim)
+        y, first, inverse, counts = np.unique(x, True, True, True, axis=axis)
+        taken = x
+    inverse = inverse.reshape(-1)
+    if not ctx.attr("sorted", 1):
+        order = np.argsort(first)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(taken, first, axis=0 if axis is None else axis)
+    as64 = lambda a: np.asarray(a, np.int64)  # noqa: E731
+    return [y, as64(first), as64(inverse), as64(counts)]
