@@ -26,6 +26,10 @@ def _quiet_torch_logs() -> None:
     import logging
 
     warnings.filterwarnings("ignore")
+    try:
+        import torch  # noqa: F401  (importing torch resets its loggers' levels, so import first)
+    except ImportError:
+        return
     for name in ("torch", "torch.onnx", "torch.export", "torch._dynamo", "torch.fx", "onnxscript"):
         logging.getLogger(name).setLevel(logging.ERROR)
 

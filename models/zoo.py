@@ -4,13 +4,13 @@ Every zoo model is built from a config and seeded random weights (``torch.manual
 ``numpy.random.default_rng``); nothing is downloaded.  Each builder takes ``size="tiny"|"full"``
 and returns a :class:`ZooModel`.
 
-    from models import zoo            # or: sys.path.insert(0, "models"); import zoo
-    zm = zoo.get("gpt2", size="tiny")
+    sys.path.insert(0, "models"); import zoo     # models/ is a folder of scripts, not a package
+    zm = zoo.get("gpt2", size="tiny")             # ZooModel: module, inputs, dynamic_dims, export()
     zm.export("gpt2.onnx")
-    feeds = zm.random_inputs(seed=0, batch=2, seq=5)   # numpy only, any dynamic-dim values
+    feeds = zoo.random_inputs("gpt2", "tiny", seed=0, batch=2, seq=5)   # numpy only
 
-torch / transformers are imported lazily, so this module (``MODELS``, ``random_inputs``, the
-control-flow model and its numpy reference) works on a machine with only numpy + onnx.
+torch / transformers are imported lazily: ``spec``, ``random_inputs``, ``op_types`` and the whole
+control_flow model (graph, numpy reference) need only numpy + onnx.
 
 Weights: transformers' own init (normal(0, 0.02)) leaves every bias at 0 and every LayerNorm at
 (1, 0), and fresh BatchNorms are identities.  A compiler bug that drops a bias would then go
@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -41,24 +40,189 @@ MAX_BATCH = 1024
 
 
 # --------------------------------------------------------------------------------------------
+# Specs: configs, input names/shapes/dtypes, random inputs.  numpy only (no torch needed).
+# --------------------------------------------------------------------------------------------
+
+CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
+    "gpt2": {
+        "tiny": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64),
+        "full": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024),  # GPT-2 small
+    },
+    "bert": {
+        "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                     vocab_size=512, max_position_embeddings=64),
+        "full": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                     vocab_size=30522, max_position_embeddings=512),  # bert-base
+    },
+    "wav2vec2": {
+        "tiny": dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                     conv_dim=(32, 32, 32), conv_kernel=(10, 3, 3), conv_stride=(5, 2, 2),
+                     num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4),
+        "full": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                     conv_dim=(512,) * 7, conv_kernel=(10, 3, 3, 3, 3, 2, 2), conv_stride=(5, 2, 2, 2, 2, 2, 2),
+                     num_conv_pos_embeddings=128, num_conv_pos_embedding_groups=16),  # wav2vec2-base
+    },
+    "resnet50": {
+        "tiny": dict(base_width=8, num_classes=10, image_size=64),
+        "full": dict(base_width=64, num_classes=1000, image_size=224),
+    },
+    "googlenet": {
+        "tiny": dict(width_div=8, num_classes=10, image_size=64),
+        "full": dict(width_div=1, num_classes=1000, image_size=224),
+    },
+    "control_flow": {
+        # vocab V, hidden H, max_len M, end token, bias added to the EOS logit (tuned so that about a
+        # third to a half of random inputs stop early; see tests/test_zoo_models.py)
+        "tiny": dict(vocab=32, hidden=16, max_len=16, eos=0, eos_bias=2.0),
+        "full": dict(vocab=4096, hidden=512, max_len=64, eos=0, eos_bias=6.0),
+    },
+}
+
+# dynamic dim -> value in the example inputs
+EXAMPLE_DIMS: dict[str, dict[str, dict[str, int]]] = {
+    "gpt2": {"tiny": {"batch": 1, "seq": 8}, "full": {"batch": 1, "seq": 128}},
+    "bert": {"tiny": {"batch": 1, "seq": 8}, "full": {"batch": 1, "seq": 128}},
+    "wav2vec2": {"tiny": {"batch": 1, "samples": 1600}, "full": {"batch": 1, "samples": 16000}},
+    "resnet50": {"tiny": {"batch": 1}, "full": {"batch": 1}},
+    "googlenet": {"tiny": {"batch": 1}, "full": {"batch": 1}},
+    "control_flow": {"tiny": {}, "full": {}},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What a zoo model looks like from the outside (no torch needed).
+
+    input_dims:   input name -> dims, each an int or a dynamic dim name (in graph input order)
+    input_dtypes: input name -> numpy dtype name
+    dynamic_dims: dynamic dim name -> value in the example inputs
+    dim_ranges:   dynamic dim name -> (min, max) the exported graph is valid for
+    """
+
+    name: str
+    size: str
+    config: dict[str, Any]
+    input_dims: dict[str, tuple]
+    input_dtypes: dict[str, str]
+    output_names: tuple[str, ...]
+    dynamic_dims: dict[str, int]
+    dim_ranges: dict[str, tuple[int, int]]
+
+    def random_inputs(self, seed: int = 0, **dims: int) -> dict[str, np.ndarray]:
+        """Fresh seeded random inputs (never all zeros; token ids within the vocab; BERT's
+        attention_mask is ones with trailing zeros on padded rows).  Dynamic dims default to
+        ``dynamic_dims``."""
+        unknown = set(dims) - set(self.dynamic_dims)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown dynamic dims {sorted(unknown)}")
+        d = {**self.dynamic_dims, **dims}
+        for k, v in d.items():
+            lo, hi = self.dim_ranges[k]
+            if not lo <= v <= hi:
+                raise ValueError(f"{self.name}: {k}={v} outside the exported range [{lo}, {hi}]")
+        return _INPUT_MAKERS[self.name](self.config, np.random.default_rng(seed), d)
+
+    def shapes(self, **dims: int) -> dict[str, tuple[int, ...]]:
+        d = {**self.dynamic_dims, **dims}
+        return {k: tuple(d[x] if isinstance(x, str) else x for x in v) for k, v in self.input_dims.items()}
+
+
+def _gpt2_inputs(cfg, rng, d):
+    return {"input_ids": rng.integers(0, cfg["vocab_size"], size=(d["batch"], d["seq"]), dtype=np.int64)}
+
+
+def _bert_inputs(cfg, rng, d):
+    b, s = d["batch"], d["seq"]
+    mask = np.ones((b, s), dtype=np.int64)
+    for i in range(b):  # padding: every row but the first (or the only row) ends in 1..s/2 zeros
+        if i > 0 or b == 1:
+            mask[i, s - int(rng.integers(1, max(1, s // 2) + 1)):] = 0
+    mask[:, 0] = 1
+    return {"input_ids": rng.integers(0, cfg["vocab_size"], size=(b, s), dtype=np.int64), "attention_mask": mask}
+
+
+def _wav2vec2_inputs(cfg, rng, d):
+    return {"input_values": rng.standard_normal((d["batch"], d["samples"])).astype(np.float32)}
+
+
+def _image_inputs(cfg, rng, d):
+    hw = cfg["image_size"]
+    return {"input": rng.standard_normal((d["batch"], 3, hw, hw)).astype(np.float32)}
+
+
+def _control_flow_inputs(cfg, rng, d):
+    return {
+        "start_token": rng.integers(1, cfg["vocab"], size=(1,), dtype=np.int64),  # never EOS (0)
+        "h0": rng.standard_normal((cfg["hidden"],)).astype(np.float32),
+    }
+
+
+_INPUT_MAKERS = {
+    "gpt2": _gpt2_inputs,
+    "bert": _bert_inputs,
+    "wav2vec2": _wav2vec2_inputs,
+    "resnet50": _image_inputs,
+    "googlenet": _image_inputs,
+    "control_flow": _control_flow_inputs,
+}
+
+
+def spec(name: str, size: str = "tiny") -> Spec:
+    """The torch-free description of a zoo model."""
+    if name not in CONFIGS:
+        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(CONFIGS)}")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    cfg = dict(CONFIGS[name][size])
+    dims = dict(EXAMPLE_DIMS[name][size])
+    batch = (1, MAX_BATCH)
+    if name == "gpt2":
+        return Spec(name, size, cfg, {"input_ids": ("batch", "seq")}, {"input_ids": "int64"}, ("logits",),
+                    dims, {"batch": batch, "seq": (2, cfg["n_positions"])})
+    if name == "bert":
+        return Spec(name, size, cfg, {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "seq")},
+                    {"input_ids": "int64", "attention_mask": "int64"}, ("last_hidden_state", "pooler_output"),
+                    dims, {"batch": batch, "seq": (2, cfg["max_position_embeddings"])})
+    if name == "wav2vec2":
+        # shortest input: the conv feature extractor's receptive field (400 samples for base)
+        rf, stride = 1, 1
+        for k, st in zip(cfg["conv_kernel"], cfg["conv_stride"]):
+            rf += (k - 1) * stride
+            stride *= st
+        return Spec(name, size, cfg, {"input_values": ("batch", "samples")}, {"input_values": "float32"},
+                    ("last_hidden_state",), dims, {"batch": batch, "samples": (max(rf, 2 * stride), 16000 * 30)})
+    if name in ("resnet50", "googlenet"):
+        hw = cfg["image_size"]
+        return Spec(name, size, cfg, {"input": ("batch", 3, hw, hw)}, {"input": "float32"}, ("logits",),
+                    dims, {"batch": batch})
+    assert name == "control_flow"
+    return Spec(name, size, cfg, {"start_token": (1,), "h0": (cfg["hidden"],)},
+                {"start_token": "int64", "h0": "float32"}, ("tokens", "count", "h_final"), dims, {})
+
+
+def random_inputs(name: str, size: str = "tiny", seed: int = 0, **dims: int) -> dict[str, np.ndarray]:
+    """Seeded random numpy inputs for a zoo model (no torch needed)."""
+    return spec(name, size).random_inputs(seed, **dims)
+
+
+# --------------------------------------------------------------------------------------------
 # ZooModel
 # --------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class ZooModel:
-    """One zoo model.
+    """One zoo model, ready to export.
 
     name:          registry name ("gpt2", ...)
     size:          "tiny" or "full"
-    module:        torch.nn.Module in eval mode with seeded weights (None for control_flow)
+    module:        torch.nn.Module in eval mode with seeded weights (None for control_flow); its
+                   forward takes the inputs positionally, in ``inputs`` order, and returns the outputs
     inputs:        example inputs, name -> torch tensor (torch models) or numpy array (control_flow)
     dynamic_dims:  dynamic dim name -> its value in ``inputs``, e.g. {"batch": 1, "seq": 8}
-    input_dims:    input name -> list of dims, each an int or a dynamic dim name
-    output_names:  ONNX output names, in order
-    make_inputs:   (rng, dims) -> dict of numpy inputs; random, never all-zero, correct dtypes
-    reference:     numpy reference implementation (control_flow only): feeds -> list of outputs
-    config:        the hyper-parameters used (for the README / reproducibility)
+    spec:          the torch-free description (input dims / dtypes, output names, dim ranges, config)
+    reference:     numpy reference (control_flow only): feeds -> outputs
+    weights:       the numpy weights (control_flow only)
     """
 
     name: str
@@ -66,12 +230,19 @@ class ZooModel:
     module: Any
     inputs: dict[str, Any]
     dynamic_dims: dict[str, int]
-    input_dims: dict[str, list]
-    output_names: list[str]
-    make_inputs: Callable[[np.random.Generator, dict[str, int]], dict[str, np.ndarray]]
+    spec: Spec
     exporter: Callable[["ZooModel", str], None]
     reference: Callable[[dict[str, np.ndarray]], list[np.ndarray]] | None = None
-    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    weights: dict[str, np.ndarray] | None = None
+    seed: int = SEED
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.spec.output_names)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.spec.config
 
     def export(self, path: str | os.PathLike) -> str:
         """Write the ONNX file to ``path`` (weights inline, or in ``<path>.data`` above 1.5 GB)."""
@@ -82,11 +253,7 @@ class ZooModel:
 
     def random_inputs(self, seed: int = 0, **dims: int) -> dict[str, np.ndarray]:
         """Fresh seeded random numpy inputs; dynamic dims default to ``dynamic_dims``."""
-        unknown = set(dims) - set(self.dynamic_dims)
-        if unknown:
-            raise ValueError(f"{self.name}: unknown dynamic dims {sorted(unknown)}")
-        full = {**self.dynamic_dims, **dims}
-        return self.make_inputs(np.random.default_rng(seed), full)
+        return self.spec.random_inputs(seed, **dims)
 
     def numpy_inputs(self) -> dict[str, np.ndarray]:
         """``inputs`` as numpy arrays."""
@@ -94,7 +261,7 @@ class ZooModel:
                 for k, v in self.inputs.items()}
 
     def run_torch(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Run the torch module on numpy feeds; returns outputs in ``output_names`` order."""
+        """Run the torch module (the numpy reference for control_flow) on numpy feeds; outputs in order."""
         if self.module is None:
             assert self.reference is not None
             return self.reference(feeds)
@@ -107,16 +274,18 @@ class ZooModel:
         return [o.detach().numpy() for o in outs]
 
     def weights_digest(self) -> str:
-        """sha256 over the module's state dict (or the numpy weights): identifies the seeded weights."""
+        """sha256 over the module's state dict (or the numpy weights): identifies the seeded weights.
+
+        Stored in the exported file's metadata (``grapec.zoo.weights_sha256``) so a test can tell
+        whether this torch/transformers version reproduces the committed weights."""
         h = hashlib.sha256()
         if self.module is not None:
-            for k, v in sorted(self.module.state_dict().items()):
-                h.update(k.encode())
-                h.update(v.detach().contiguous().cpu().numpy().tobytes())
+            items = ((k, v.detach().contiguous().cpu().numpy()) for k, v in self.module.state_dict().items())
         else:
-            for k, v in sorted(self.config.get("_weights", {}).items()):
-                h.update(k.encode())
-                h.update(np.ascontiguousarray(v).tobytes())
+            items = (self.weights or {}).items()
+        for k, v in sorted(items, key=lambda kv: kv[0]):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(v).tobytes())
         return h.hexdigest()
 
 
@@ -142,7 +311,7 @@ def _perturb_constant_params(module, seed: int, scale: float = 0.02) -> None:
                 p.add_(torch.randn(p.shape, generator=g) * scale)
 
 
-def _calibrate_batchnorm(module, example, seed: int) -> None:
+def _calibrate_batchnorm(module, batch_shape, seed: int) -> None:
     """Randomise BN affine params, then set running stats from one seeded random batch.
 
     A BN with an ``init_gain`` attribute (the last BN of each ResNet residual branch) has its affine
@@ -160,7 +329,7 @@ def _calibrate_batchnorm(module, example, seed: int) -> None:
             bn.reset_running_stats()
             bn.momentum = None  # cumulative average: after one batch, running stats = batch stats
         module.train()
-        module(torch.randn(example.shape, generator=g))
+        module(torch.randn(batch_shape, generator=g))
         module.eval()
         for bn in bns:
             bn.momentum = 0.1
@@ -178,19 +347,21 @@ def _add_metadata(model: onnx.ModelProto, zm: ZooModel) -> None:
     meta = {
         "grapec.zoo.name": zm.name,
         "grapec.zoo.size": zm.size,
-        "grapec.zoo.seed": str(zm.config.get("seed", SEED)),
+        "grapec.zoo.seed": str(zm.seed),
         "grapec.zoo.weights_sha256": zm.weights_digest(),
-        "grapec.zoo.dynamic_dims": ",".join(f"{k}={v}" for k, v in zm.dynamic_dims.items()),
+        "grapec.zoo.dynamic_dims": ",".join(
+            f"{k}={v}:{lo}..{hi}" for k, v in zm.dynamic_dims.items() for lo, hi in [zm.spec.dim_ranges[k]]),
     }
-    try:
+    if zm.module is not None:
         import torch
 
         meta["grapec.zoo.torch"] = torch.__version__
-        import transformers
+        try:
+            import transformers
 
-        meta["grapec.zoo.transformers"] = transformers.__version__
-    except ImportError:
-        pass
+            meta["grapec.zoo.transformers"] = transformers.__version__
+        except ImportError:
+            pass
     del model.metadata_props[:]
     for k, v in meta.items():
         model.metadata_props.add(key=k, value=v)
@@ -360,43 +531,39 @@ def _to_opset17(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _torch_exporter(dynamic_axes: dict[str, dict[int, str]], trace_dims: dict[str, int]):
-    """Build an ``exporter(zm, path)`` using torch.onnx.export(dynamo=True) at opset 17.
+def _export_torch(zm: ZooModel, path: str) -> None:
+    """torch.onnx.export(dynamo=True) at opset 18, rewritten to opset 17, then cleaned and saved.
 
-    ``trace_dims`` overrides dynamic dims for tracing: torch.export specialises dims whose example
-    value is 0 or 1, so e.g. batch is traced at 2.
+    Dynamic dims come from ``zm.spec`` (named "batch", "seq", "samples").  The trace uses batch=2:
+    torch.export specialises a dim whose example value is 0 or 1.
     """
+    import warnings
 
-    def exporter(zm: ZooModel, path: str) -> None:
-        torch = _torch()
-        dims = {**zm.dynamic_dims, **trace_dims}
-        feeds = zm.make_inputs(np.random.default_rng(1), dims)
-        args = tuple(torch.from_numpy(feeds[k]) for k in zm.inputs)
-        dim_objs = {}
-        for name, d in dims.items():
-            lo, hi = zm.config.get("dim_ranges", {}).get(name, (1, MAX_BATCH))
-            dim_objs[name] = torch.export.Dim(name, min=lo, max=hi)
-        dynamic_shapes = {k: {ax: dim_objs[d] for ax, d in dynamic_axes.get(k, {}).items()} for k in zm.inputs}
-        import warnings
+    torch = _torch()
+    trace_dims = {**zm.dynamic_dims, **({"batch": 2} if "batch" in zm.dynamic_dims else {})}
+    feeds = zm.random_inputs(1, **trace_dims)
+    args = tuple(torch.from_numpy(feeds[k]) for k in zm.inputs)
+    dim_objs = {k: torch.export.Dim(k, min=lo, max=hi) for k, (lo, hi) in zm.spec.dim_ranges.items()}
+    dynamic_shapes = tuple(
+        {ax: dim_objs[d] for ax, d in enumerate(zm.spec.input_dims[k]) if isinstance(d, str)} for k in zm.inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(
+            zm.module, args,
+            input_names=list(zm.inputs), output_names=zm.output_names,
+            opset_version=EXPORT_OPSET, dynamo=True, dynamic_shapes=dynamic_shapes,
+            optimize=True, verbose=False, external_data=False,
+        )
+    _finish_and_save(_to_opset17(prog.model_proto), zm, path)
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            prog = torch.onnx.export(
-                zm.module,
-                args,
-                input_names=list(zm.inputs),
-                output_names=zm.output_names,
-                opset_version=EXPORT_OPSET,
-                dynamo=True,
-                dynamic_shapes=tuple(dynamic_shapes[k] for k in zm.inputs),
-                optimize=True,
-                verbose=False,
-                external_data=False,
-            )
-        model = _to_opset17(prog.model_proto)
-        _finish_and_save(model, zm, path)
 
-    return exporter
+def _torch_zoo_model(name: str, size: str, seed: int, module) -> ZooModel:
+    sp = spec(name, size)
+    torch = _torch()
+    feeds = sp.random_inputs(seed)
+    return ZooModel(name=name, size=size, module=module.eval(),
+                    inputs={k: torch.from_numpy(v) for k, v in feeds.items()},
+                    dynamic_dims=dict(sp.dynamic_dims), spec=sp, exporter=_export_torch, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,42 +603,17 @@ def _wrappers():
     return GPT2Logits, BertEncoder, Wav2Vec2Encoder
 
 
-def _token_ids(rng: np.random.Generator, shape, vocab: int) -> np.ndarray:
-    return rng.integers(0, vocab, size=shape, dtype=np.int64)
-
-
 def gpt2(size: str = "tiny", seed: int = SEED) -> ZooModel:
-    """GPT-2 language model (GPT2LMHeadModel), input_ids -> logits, no KV cache."""
+    """GPT-2 language model (GPT2LMHeadModel): input_ids -> logits, no KV cache."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch = _torch()
-    if size == "full":  # GPT-2 small
-        cfg = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
-        dims = {"batch": 1, "seq": 128}
-    elif size == "tiny":
-        cfg = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64)
-        dims = {"batch": 1, "seq": 8}
-    else:
-        raise ValueError(size)
-    config = GPT2Config(**cfg, use_cache=False, bos_token_id=0, eos_token_id=0,
+    config = GPT2Config(**CONFIGS["gpt2"][size], use_cache=False, bos_token_id=0, eos_token_id=0,
                         attn_implementation="eager")
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(config).eval()
     _perturb_constant_params(model, seed)
-    module = _wrappers()[0](model).eval()
-    vocab = cfg["vocab_size"]
-
-    def make_inputs(rng, d):
-        return {"input_ids": _token_ids(rng, (d["batch"], d["seq"]), vocab)}
-
-    axes = {"input_ids": {0: "batch", 1: "seq"}}
-    return ZooModel(
-        name="gpt2", size=size, module=module,
-        inputs={k: torch.from_numpy(v) for k, v in make_inputs(np.random.default_rng(seed), dims).items()},
-        dynamic_dims=dims, input_dims={"input_ids": ["batch", "seq"]}, output_names=["logits"],
-        make_inputs=make_inputs, exporter=_torch_exporter(axes, {"batch": 2}),
-        config={**cfg, "seed": seed, "dim_ranges": {"batch": (1, MAX_BATCH), "seq": (2, cfg["n_positions"])}},
-    )
+    return _torch_zoo_model("gpt2", size, seed, _wrappers()[0](model))
 
 
 def bert(size: str = "tiny", seed: int = SEED) -> ZooModel:
@@ -479,42 +621,11 @@ def bert(size: str = "tiny", seed: int = SEED) -> ZooModel:
     from transformers import BertConfig, BertModel
 
     torch = _torch()
-    if size == "full":  # bert-base-uncased shape
-        cfg = dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
-                   vocab_size=30522, max_position_embeddings=512)
-        dims = {"batch": 1, "seq": 128}
-    elif size == "tiny":
-        cfg = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-                   vocab_size=512, max_position_embeddings=64)
-        dims = {"batch": 1, "seq": 8}
-    else:
-        raise ValueError(size)
-    config = BertConfig(**cfg, attn_implementation="eager")
+    config = BertConfig(**CONFIGS["bert"][size], attn_implementation="eager")
     torch.manual_seed(seed)
     model = BertModel(config).eval()
     _perturb_constant_params(model, seed)
-    module = _wrappers()[1](model).eval()
-    vocab = cfg["vocab_size"]
-
-    def make_inputs(rng, d):
-        b, s = d["batch"], d["seq"]
-        mask = np.ones((b, s), dtype=np.int64)
-        for i in range(b):  # padding: every row but the first (the only one if b == 1) ends in zeros
-            if i > 0 or b == 1:
-                mask[i, s - int(rng.integers(1, max(1, s // 2) + 1)):] = 0
-        mask[:, 0] = 1
-        return {"input_ids": _token_ids(rng, (b, s), vocab), "attention_mask": mask}
-
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
-    return ZooModel(
-        name="bert", size=size, module=module,
-        inputs={k: torch.from_numpy(v) for k, v in make_inputs(np.random.default_rng(seed), dims).items()},
-        dynamic_dims=dims, input_dims={"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"]},
-        output_names=["last_hidden_state", "pooler_output"],
-        make_inputs=make_inputs, exporter=_torch_exporter(axes, {"batch": 2}),
-        config={**cfg, "seed": seed,
-                "dim_ranges": {"batch": (1, MAX_BATCH), "seq": (2, cfg["max_position_embeddings"])}},
-    )
+    return _torch_zoo_model("bert", size, seed, _wrappers()[1](model))
 
 
 def wav2vec2(size: str = "tiny", seed: int = SEED) -> ZooModel:
@@ -522,40 +633,12 @@ def wav2vec2(size: str = "tiny", seed: int = SEED) -> ZooModel:
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
     torch = _torch()
-    if size == "full":  # facebook/wav2vec2-base shape
-        cfg = dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
-                   conv_dim=(512,) * 7, conv_kernel=(10, 3, 3, 3, 3, 2, 2), conv_stride=(5, 2, 2, 2, 2, 2, 2),
-                   num_conv_pos_embeddings=128, num_conv_pos_embedding_groups=16)
-        dims = {"batch": 1, "samples": 16000}
-        samples_range = (400, 16000 * 30)
-    elif size == "tiny":
-        cfg = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-                   conv_dim=(32, 32, 32), conv_kernel=(10, 3, 3), conv_stride=(5, 2, 2),
-                   num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
-        dims = {"batch": 1, "samples": 1600}
-        samples_range = (400, 16000)
-    else:
-        raise ValueError(size)
-    config = Wav2Vec2Config(**cfg, feat_extract_norm="group", do_stable_layer_norm=False,
+    config = Wav2Vec2Config(**CONFIGS["wav2vec2"][size], feat_extract_norm="group", do_stable_layer_norm=False,
                             apply_spec_augment=False, attn_implementation="eager")
     torch.manual_seed(seed)
     model = Wav2Vec2Model(config).eval()
     _perturb_constant_params(model, seed)
-    module = _wrappers()[2](model).eval()
-
-    def make_inputs(rng, d):
-        return {"input_values": rng.standard_normal((d["batch"], d["samples"])).astype(np.float32)}
-
-    axes = {"input_values": {0: "batch", 1: "samples"}}
-    return ZooModel(
-        name="wav2vec2", size=size, module=module,
-        inputs={k: torch.from_numpy(v) for k, v in make_inputs(np.random.default_rng(seed), dims).items()},
-        dynamic_dims=dims, input_dims={"input_values": ["batch", "samples"]},
-        output_names=["last_hidden_state"],
-        make_inputs=make_inputs, exporter=_torch_exporter(axes, {"batch": 2}),
-        config={**{k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}, "seed": seed,
-                "dim_ranges": {"batch": (1, MAX_BATCH), "samples": samples_range}},
-    )
+    return _torch_zoo_model("wav2vec2", size, seed, _wrappers()[2](model))
 
 
 # --------------------------------------------------------------------------------------------
@@ -650,13 +733,13 @@ def _cnn_classes():
                 nn.MaxPool2d(3, stride=2, ceil_mode=True),
             )
             blocks, cin, pools = [], c(192), 0
-            for spec in GOOGLENET_BLOCKS:
-                if spec == "pool":
+            for blk_spec in GOOGLENET_BLOCKS:
+                if blk_spec == "pool":
                     pools += 1
                     # 3x3/2 after 3b, 2x2/2 after 4e (torchvision's choice; the paper's 3x3/2 also fits)
                     blocks.append(nn.MaxPool2d(3 if pools == 1 else 2, stride=2, ceil_mode=True))
                     continue
-                _, _, *widths = spec
+                _, _, *widths = blk_spec
                 blk = Inception(cin, *[c(w) for w in widths])
                 blocks.append(blk)
                 cin = blk.cout
@@ -672,62 +755,31 @@ def _cnn_classes():
     return ResNet50, GoogLeNet
 
 
-def _cnn_model(name: str, net, size: str, seed: int, hw: int, cfg: dict) -> ZooModel:
-    torch = _torch()
-    dims = {"batch": 1}
-
-    def make_inputs(rng, d):
-        return {"input": rng.standard_normal((d["batch"], 3, hw, hw)).astype(np.float32)}
-
-    _calibrate_batchnorm(net, torch.zeros(8, 3, hw, hw), seed)
-    net.eval()
-    return ZooModel(
-        name=name, size=size, module=net,
-        inputs={k: torch.from_numpy(v) for k, v in make_inputs(np.random.default_rng(seed), dims).items()},
-        dynamic_dims=dims, input_dims={"input": ["batch", 3, hw, hw]}, output_names=["logits"],
-        make_inputs=make_inputs, exporter=_torch_exporter({"input": {0: "batch"}}, {"batch": 2}),
-        config={**cfg, "input_hw": hw, "seed": seed, "dim_ranges": {"batch": (1, MAX_BATCH)}},
-    )
-
-
 def resnet50(size: str = "tiny", seed: int = SEED) -> ZooModel:
-    """ResNet-50 (v1.5, bottleneck blocks [3, 4, 6, 3]); input [batch, 3, H, W] -> logits."""
+    """ResNet-50 (v1.5: bottleneck blocks [3, 4, 6, 3], stride in the 3x3): input -> logits."""
     torch = _torch()
     ResNet50, _ = _cnn_classes()
-    if size == "full":
-        cfg, hw = dict(base_width=64, num_classes=1000), 224
-    elif size == "tiny":
-        cfg, hw = dict(base_width=8, num_classes=10), 64
-    else:
-        raise ValueError(size)
+    cfg = CONFIGS["resnet50"][size]
     torch.manual_seed(seed)
-    return _cnn_model("resnet50", ResNet50(**cfg), size, seed, hw, cfg)
+    net = ResNet50(base_width=cfg["base_width"], num_classes=cfg["num_classes"])
+    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
+    return _torch_zoo_model("resnet50", size, seed, net)
 
 
 def googlenet(size: str = "tiny", seed: int = SEED) -> ZooModel:
-    """GoogLeNet / Inception v1 (9 inception blocks of 4 concatenated branches); input -> logits."""
+    """GoogLeNet / Inception v1 (9 inception blocks of 4 concatenated branches): input -> logits."""
     torch = _torch()
     _, GoogLeNet = _cnn_classes()
-    if size == "full":
-        cfg, hw = dict(div=1, num_classes=1000), 224
-    elif size == "tiny":
-        cfg, hw = dict(div=8, num_classes=10), 64
-    else:
-        raise ValueError(size)
+    cfg = CONFIGS["googlenet"][size]
     torch.manual_seed(seed)
-    return _cnn_model("googlenet", GoogLeNet(**cfg), size, seed, hw, cfg)
+    net = GoogLeNet(div=cfg["width_div"], num_classes=cfg["num_classes"])
+    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
+    return _torch_zoo_model("googlenet", size, seed, net)
 
 
 # --------------------------------------------------------------------------------------------
 # control_flow: greedy decoding with Loop (data-dependent trip count) + If, built with onnx.helper
 # --------------------------------------------------------------------------------------------
-
-_CF_SIZES = {
-    # vocab V, hidden H, max_len M, eos token, logit bias on EOS
-    "tiny": dict(vocab=32, hidden=16, max_len=16, eos=0, eos_bias=2.0),
-    "full": dict(vocab=4096, hidden=512, max_len=64, eos=0, eos_bias=6.0),
-}
-
 
 def _cf_weights(cfg: dict, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -892,30 +944,15 @@ def _cf_graph(w: dict, cfg: dict) -> onnx.ModelProto:
 
 
 def control_flow(size: str = "tiny", seed: int = SEED) -> ZooModel:
-    """Greedy decoding of a tiny RNN decoder: Loop with data-dependent trip count, If inside."""
-    if size not in _CF_SIZES:
-        raise ValueError(size)
-    cfg = dict(_CF_SIZES[size])
-    w = _cf_weights(cfg, seed)
-    V, H, M, eos = cfg["vocab"], cfg["hidden"], cfg["max_len"], cfg["eos"]
-
-    def make_inputs(rng, d):
-        return {
-            "start_token": rng.integers(1, V, size=(1,), dtype=np.int64),  # never starts at EOS
-            "h0": rng.standard_normal((H,)).astype(np.float32),
-        }
+    """Greedy decoding of a tiny RNN decoder: Loop with a data-dependent trip count, If inside."""
+    sp = spec("control_flow", size)
+    w = _cf_weights(sp.config, seed)
 
     def exporter(zm, path):
-        model = _cf_graph(w, cfg)
-        _finish_and_save(model, zm, path)
+        _finish_and_save(_cf_graph(w, sp.config), zm, path)
 
-    return ZooModel(
-        name="control_flow", size=size, module=None,
-        inputs=make_inputs(np.random.default_rng(seed), {}), dynamic_dims={},
-        input_dims={"start_token": [1], "h0": [H]}, output_names=["tokens", "count", "h_final"],
-        make_inputs=make_inputs, exporter=exporter, reference=_cf_reference(w, cfg),
-        config={**cfg, "seed": seed, "_weights": w},
-    )
+    return ZooModel(name="control_flow", size=size, module=None, inputs=sp.random_inputs(seed), dynamic_dims={},
+                    spec=sp, exporter=exporter, reference=_cf_reference(w, sp.config), weights=w, seed=seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -934,10 +971,8 @@ TORCH_MODELS = ("gpt2", "bert", "wav2vec2", "resnet50", "googlenet")
 
 
 def get(name: str, size: str = "tiny", seed: int = SEED) -> ZooModel:
-    if name not in MODELS:
-        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(MODELS)}")
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {SIZES}, got {size!r}")
+    """Build a zoo model (imports torch/transformers for all but control_flow)."""
+    spec(name, size)  # validates name and size
     return MODELS[name](size=size, seed=seed)
 
 
@@ -957,13 +992,3 @@ def op_types(model: onnx.ModelProto) -> dict[str, int]:
 
     walk(model.graph)
     return dict(sorted(counts.items()))
-
-
-def export_all(out_dir: str, size: str = "tiny", names=None) -> list[tuple[str, str, float, float]]:
-    rows = []
-    for name in names or MODELS:
-        t = time.time()
-        zm = get(name, size)
-        path = zm.export(os.path.join(out_dir, f"{name}.onnx"))
-        rows.append((name, path, os.path.getsize(path) / 1e6, time.time() - t))
-    return rows
