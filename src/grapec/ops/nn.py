@@ -701,3 +701,62 @@ def attention(ctx):
     else:
         ctx.fail(f"qk_matmul_output_mode={mode} is not supported")
     return [y, k, v, qk_out]
+
+
+# --- RotaryEmbedding (opset 23) ------------------------------------------------------------------
+
+@op("RotaryEmbedding")
+def rotary_embedding(ctx):
+    """Rotate pairs of the first rotary_embedding_dim features of each head by the cached angle of
+    the token's position: (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2), pairs being (d, d+half)
+    or, interleaved, (2j, 2j+1). Input (B, H, S, D), or (B, S, H*D) with num_heads; the caches
+    are (B, S, half), or (max_pos, half) indexed by position_ids (B, S)."""
+    x, cos_c, sin_c, pos = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
+    interleaved = int(ctx.attr("interleaved", 0))
+    if x.ndim == 4:
+        head = x.shape[3]
+    elif x.ndim == 3:
+        heads = int(ctx.attr("num_heads", 0) or 0)
+        if not heads:
+            ctx.fail("3-D input needs the num_heads attribute")
+        head = x.shape[2] // heads
+    else:
+        ctx.fail(f"input of rank {x.ndim}")
+    rd = int(ctx.attr("rotary_embedding_dim", 0) or 0) or head
+    half = rd // 2
+    if cos_c.shape[-1] != half or sin_c.shape[-1] != half:
+        ctx.fail(f"cos/sin caches {list(cos_c.shape)} do not end in rotary_embedding_dim/2 = {half}")
+    i64 = lambda v: K.const(v, "int64")  # noqa: E731
+
+    def fn(ix):
+        if x.ndim == 4:
+            b, s, d = ix[0], ix[2], ix[3]
+            at = lambda dd, m=None: _masked_at(x, (ix[0], ix[1], ix[2], dd), m, K.const(0, x.dtype))  # noqa: E731
+        else:
+            b, s = ix[0], ix[1]
+            base = ix[2] // head * head
+            d = ix[2] % head
+            at = lambda dd, m=None: _masked_at(x, (b, s, base + dd), m, K.const(0, x.dtype))  # noqa: E731
+        rot = K.binary("lt", d, i64(rd)) if rd < head else None
+        if interleaved:
+            first = K.binary("eq", d % 2, i64(0))
+            j = d // 2
+            partner = K.where(first, d + 1, d - 1)
+        else:
+            first = K.binary("lt", d, i64(half))
+            j = K.where(first, d, d - half)
+            partner = K.where(first, d + half, d - half)
+        if pos is not None:
+            p = pos.at((b, s))
+            ok = _and(rot, K.binary("and", K.binary("ge", p, i64(0)), K.binary("lt", p, i64(cos_c.shape[0]))))
+            cache_ix = (p, j)
+        else:
+            ok = rot
+            cache_ix = tuple(i64(0) if n == 1 else e for n, e in zip(cos_c.shape, (b, s, j)))
+        c = _masked_at(cos_c, cache_ix, ok, K.const(0, cos_c.dtype))
+        sn = _masked_at(sin_c, cache_ix, ok, K.const(0, sin_c.dtype))
+        own, other = at(d), at(partner, rot)
+        rotated = K.where(first, K.binary("sub", K.binary("mul", c, own), K.binary("mul", sn, other)),
+                          K.binary("add", K.binary("mul", sn, other), K.binary("mul", c, own)))
+        return rotated if rot is None else K.where(rot, rotated, own)
+    return [T(x.shape, x.dtype, fn)]
