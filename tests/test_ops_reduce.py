@@ -242,9 +242,21 @@ def test_cumsum(exclusive, reverse, axis, dtype):
 
 
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
-def test_cumprod(exclusive, reverse):
+@pytest.mark.parametrize("shape,axis,dtype", [((2, 1000), 1, np.int64), ((3, 130, 2), 1, np.float32),
+                                              ((65,), 0, np.int32)])
+def test_cumsum_long_axis_blocked(exclusive, reverse, shape, axis, dtype):
+    """Axes longer than 64 are scanned in sqrt(n) blocks; n need not be a square."""
+    x = np.random.default_rng(42).integers(-9, 9, shape).astype(dtype)
+    got, ref = run_both("CumSum", {"x_0": x}, {"exclusive": exclusive, "reverse": reverse},
+                        {"axis_1": np.array(axis, np.int64)}, opset=14)
+    assert_close(got, ref)
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("n", [6, 150])
+def test_cumprod(exclusive, reverse, n):
     """Against numpy: CumProd (opset 26) is newer than onnxruntime's CPU kernels."""
-    x = rand(3, 6, seed=37, lo=0.5, hi=1.5)
+    x = rand(3, n, seed=37, lo=0.9, hi=1.1)
     node = helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
     m = model([node], [tinfo("x", F32, x.shape)], [tinfo("y", F32)], [init("axis", np.array(1, np.int64))], opset=26)
     got, _ = compile_and_run(m, {"x": x})

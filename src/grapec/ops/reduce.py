@@ -14,7 +14,7 @@ import math
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.tensor import T, cast, expand, map_, norm_axis, reduce, reshape
+from ..ir.tensor import T, affine, cast, expand, map_, norm_axis, reduce, reshape
 from . import op
 
 E = K.Expr
@@ -346,23 +346,50 @@ def mean_variance_normalization(ctx):
 
 def _scan(ctx, rop: str, identity):
     """CumSum/CumProd along the constant `axis` input: out[i] = rop of x[j] for j <= i (j < i with
-    exclusive; j >= i / j > i with reverse). Each output element runs its own masked loop over
-    the axis."""
+    exclusive; j >= i / j > i with reverse, done as a forward scan of the reversed axis)."""
     x = ctx.input(0)
     axis = norm_axis(int(ctx.const(1, "axis").reshape(-1)[0]), x.ndim)
-    exclusive, rev = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
-    cmp = {(False, False): "le", (True, False): "lt", (False, True): "ge", (True, True): "gt"}[(exclusive, rev)]
-    xa = cast(x, _acc_dtype(x.dtype))
     n = x.shape[axis]
-    ident = K.const(identity, xa.dtype)
+    flip = (lambda t: affine(t, axis, n - 1, -1, n)) if ctx.attr("reverse", 0) else (lambda t: t)
+    xs = flip(cast(x, _acc_dtype(x.dtype)))
+    ys = _forward_scan(ctx, xs, axis, rop, K.const(identity, xs.dtype), "lt" if ctx.attr("exclusive", 0) else "le")
+    return [cast(flip(ys), x.dtype)]
+
+
+def _forward_scan(ctx, xs: T, axis: int, rop: str, ident: E, cmp: str) -> T:
+    """out[i] = rop of xs[j] over j with `j cmp i` along axis. Short axes loop over the whole axis
+    per element; longer ones go through blocks of B ~ sqrt(n): block totals, an exclusive scan of
+    those, then each element adds its block's prefix to a loop within its block, O(n sqrt n)."""
+    n = xs.shape[axis]
+    last = K.const(n - 1, "int64")
+
+    def window(ix, start, length, keep, src_of=lambda j: j, t=xs):
+        """rop of t[.., src_of(start + k), ..] over k < length where keep(start + k)."""
+        k = K.ridx(length)
+        j = start + k
+        src = list(ix)
+        src[axis] = src_of(j)
+        return K.reduce(rop, K.where(keep(j), t.at(src), ident), (k,))
+
+    if n <= 64:
+        return T(xs.shape, xs.dtype, lambda ix: window(ix, K.const(0, "int64"), n, lambda j: K.binary(cmp, j, ix[axis])))
+    size = math.isqrt(n - 1) + 1
+    nb = -(-n // size)
+    blocks = tuple(nb if a == axis else d for a, d in enumerate(xs.shape))
+    clamp = lambda j: K.binary("min", j, last)  # noqa: E731
+    totals = ctx.realize(T(blocks, xs.dtype, lambda ix: window(
+        ix, ix[axis] * size, size, lambda j: K.binary("le", j, last), clamp)), "block_totals")
+    prefix = ctx.realize(T(blocks, xs.dtype, lambda ix: window(
+        ix, K.const(0, "int64"), nb, lambda b: K.binary("lt", b, ix[axis]), t=totals)), "block_prefix")
+    combine = "add" if rop == "sum" else "mul"
 
     def fn(ix):
-        j = K.ridx(n)
-        src = list(ix)
-        src[axis] = j
-        take = K.binary(cmp, j, ix[axis])
-        return K.reduce(rop, K.where(take, xa.at(src), ident), (j,))
-    return [cast(T(x.shape, xa.dtype, fn), x.dtype)]
+        b = ix[axis] // size
+        at_block = list(ix)
+        at_block[axis] = b
+        within = window(ix, b * size, size, lambda j: K.binary(cmp, j, ix[axis]), clamp)
+        return K.binary(combine, prefix.at(at_block), within)
+    return T(xs.shape, xs.dtype, fn)
 
 
 @op("CumSum")
