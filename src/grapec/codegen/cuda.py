@@ -1,0 +1,305 @@
+"""Render kernel IR as CUDA C: one thread per output element, reductions as loops.
+
+The thread's flat index is unravelled into the output coordinates; the body is printed as SSA
+statements. A subexpression is placed in the innermost reduction loop it depends on, so work that
+does not depend on a loop variable is hoisted out of it. float16 values are computed in float and
+rounded when stored (that is what the fp32-accumulation policy asks for anyway).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from .. import dtypes
+from ..ir.kernel import Expr, Kernel, children
+
+PRELUDE = r"""
+#include <cuda_fp16.h>
+typedef long long i64;
+template <typename T> __device__ __forceinline__ T g_max(T a, T b) { return (a != a || a > b) ? a : b; }
+template <typename T> __device__ __forceinline__ T g_min(T a, T b) { return (a != a || a < b) ? a : b; }
+template <typename T> __device__ __forceinline__ T g_sign(T a) { return (T)((a > (T)0) - (a < (T)0)); }
+"""
+
+# storage type in memory -> type computations use
+_COMPUTE = {"float16": "float"}
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||", "xor": "!=", "bitand": "&",
+          "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+_FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan",
+             "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
+             "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor",
+             "ceil": "ceil", "round": "rint", "abs": "fabs", "pow": "pow", "atan2": "atan2", "mod": "fmod"}
+
+
+def ctype(dt: str) -> str:
+    return dtypes.c_type(dt)
+
+
+def compute_type(dt: str) -> str:
+    return _COMPUTE.get(dt, ctype(dt))
+
+
+def kernel_name(kernel: Kernel) -> str:
+    digest = hashlib.sha1(json.dumps(kernel.to_json(), sort_keys=True).encode()).hexdigest()[:12]
+    return f"k_{digest}"
+
+
+class _Scope:
+    def __init__(self, rvars: tuple, indent: str):
+        self.rvars = set(rvars)
+        self.lines: list = []
+        self.indent = indent
+
+
+class CudaRenderer:
+    def __init__(self, kernel: Kernel):
+        self.k = kernel
+        self.names: dict = {}
+        self.deps: dict = {}
+        self.scopes: list = []
+        self.count = 0
+
+    def fresh(self, prefix="v") -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def dependencies(self, e: Expr) -> frozenset:
+        d = self.deps.get(e)
+        if d is None:
+            if e.op == "ridx":
+                d = frozenset([e])
+            elif e.op == "reduce":
+                inner = self.dependencies(e.args[1])
+                d = inner - frozenset(e.args[2])
+            else:
+                d = frozenset().union(*[self.dependencies(c) for c in children(e)]) if children(e) else frozenset()
+            self.deps[e] = d
+        return d
+
+    def target_scope(self, e: Expr) -> _Scope:
+        d = self.dependencies(e)
+        for s in reversed(self.scopes):
+            if s.rvars & d:
+                return s
+        return self.scopes[0]
+
+    def emit(self, e: Expr) -> str:
+        key = (e, id(self.target_scope(e)))
+        if key in self.names:
+            return self.names[key]
+        if e.op == "const":
+            return self.literal(e)
+        if e.op == "idx":
+            return f"i{e.args[0]}"
+        if e.op == "ridx":
+            return self.rname(e)
+        scope = self.target_scope(e)
+        ct = compute_type(e.dtype)
+        if e.op == "reduce":
+            name = self.emit_reduce(e, scope)
+        else:
+            rhs = self.expression(e)
+            name = self.fresh()
+            scope.lines.append(f"{scope.indent}const {ct} {name} = {rhs};")
+        self.names[key] = name
+        return name
+
+    def rname(self, r: Expr) -> str:
+        return f"r{r.args[0]}"
+
+    def literal(self, e: Expr) -> str:
+        v, dt = e.value, e.dtype
+        if dt == "bool":
+            return "true" if v else "false"
+        if dtypes.is_int(dt):
+            suffix = "ULL" if dt == "uint64" else "LL" if dt in ("int64", "uint32") else ""
+            if dt == "int64" and v == -(2 ** 63):
+                return "(-9223372036854775807LL - 1)"
+            return f"(({ctype(dt)}){v}{suffix})"
+        ct = compute_type(dt)
+        if v != v:
+            return f"(({ct})NAN)"
+        if v in (float("inf"), float("-inf")):
+            return f"(({ct}){'-' if v < 0 else ''}INFINITY)"
+        return f"(({ct}){v!r})"
+
+    def expression(self, e: Expr) -> str:
+        op, dt = e.op, e.dtype
+        if op == "load":
+            return self.load(e)
+        if op == "cast":
+            x = self.emit(e.args[0])
+            src = e.args[0].dtype
+            if dtypes.is_float(src) and dtypes.is_int(dt):
+                return f"(({compute_type(dt)})({x} == {x} && !isinf((double){x}) ? {x} : 0))"
+            return f"(({compute_type(dt)}){x})"
+        if op == "where":
+            c, a, b = (self.emit(x) for x in e.args)
+            return f"({c} ? {a} : {b})"
+        args = [self.emit(a) for a in e.args]
+        in_dt = e.args[0].dtype
+        is_f = dtypes.is_float(in_dt)
+        f_suffix = "f" if compute_type(in_dt) == "float" else ""
+        if op in ("max", "min"):
+            return f"g_{op}<{compute_type(in_dt)}>({args[0]}, {args[1]})"
+        if is_f and op in _FLOAT_FN:
+            return f"{_FLOAT_FN[op]}{f_suffix}({', '.join(args)})"
+        if op in _INFIX:
+            return f"({args[0]} {_INFIX[op]} {args[1]})"
+        if op == "neg":
+            return f"(-{args[0]})"
+        if op == "abs":
+            return f"({args[0]} < 0 ? -{args[0]} : {args[0]})"
+        if op == "not":
+            return f"(!{args[0]})"
+        if op == "bitnot":
+            return f"(({compute_type(dt)})~{args[0]})"
+        if op == "sign":
+            return f"g_sign<{compute_type(in_dt)}>({args[0]})"
+        if op == "reciprocal":
+            return f"(({compute_type(dt)})1 / {args[0]})"
+        if op == "sigmoid":
+            return f"(({compute_type(dt)})1 / (({compute_type(dt)})1 + exp{f_suffix}(-{args[0]})))"
+        if op == "isnan":
+            return f"({args[0]} != {args[0]})" if is_f else "false"
+        if op == "isinf":
+            return f"isinf((double){args[0]})" if is_f else "false"
+        if op == "isposinf":
+            return f"({args[0]} == INFINITY)" if is_f else "false"
+        if op == "isneginf":
+            return f"({args[0]} == -INFINITY)" if is_f else "false"
+        if op == "pow":
+            return f"(({compute_type(dt)})pow((double){args[0]}, (double){args[1]}))"
+        if op in ("floor", "ceil", "round"):
+            return args[0]  # integers
+        raise NotImplementedError(f"CUDA rendering of {op} on {in_dt}")
+
+    def load(self, e: Expr) -> str:
+        slot, index, mask, other = e.args
+        shape, dt = self.k.inputs[slot]
+        offset = self.flat_offset(index, shape)
+        read = f"in{slot}[{offset}]"
+        if dt == "float16":
+            read = f"__half2float({read})"
+        if mask is None:
+            return read
+        return f"({self.emit(mask)} ? {read} : {self.emit(other)})"
+
+    def flat_offset(self, index, shape) -> str:
+        if not shape:
+            return "0"
+        terms, stride = [], 1
+        for i, d in reversed(list(zip(index, shape))):
+            if d != 1:
+                v = self.emit(i)
+                terms.append(v if stride == 1 else f"{v} * {stride}LL")
+            stride *= d
+        return " + ".join(reversed(terms)) or "0"
+
+    def emit_reduce(self, e: Expr, scope: _Scope) -> str:
+        rop, body, rvars = e.args
+        ct = compute_type(e.dtype)
+        acc = self.fresh("acc")
+        body_ct = compute_type(body.dtype)
+        ind = scope.indent
+        if rop.startswith("arg"):
+            best = self.fresh("best")
+            init = "INFINITY" if "min" in rop else "-INFINITY" if dtypes.is_float(body.dtype) else \
+                ("((long long)9223372036854775807LL)" if "min" in rop else "(-9223372036854775807LL - 1)")
+            scope.lines.append(f"{ind}{body_ct} {best} = ({body_ct}){init}; i64 {acc} = -1;")
+        else:
+            init = {"sum": "0", "prod": "1"}.get(rop)
+            if init is None:
+                if dtypes.is_float(e.dtype):
+                    init = "-INFINITY" if rop == "max" else "INFINITY"
+                elif e.dtype == "bool":
+                    init = "false" if rop == "max" else "true"
+                else:
+                    import numpy as np
+                    info = np.iinfo(dtypes.np_dtype(e.dtype))
+                    init = str(info.min if rop == "max" else info.max) + ("ULL" if e.dtype.startswith("uint") else "LL")
+            scope.lines.append(f"{ind}{ct} {acc} = ({ct}){init};")
+        inner_indent = ind
+        opened = []
+        for r in rvars:
+            scope.lines.append(f"{inner_indent}for (i64 {self.rname(r)} = 0; {self.rname(r)} < {r.args[1]}LL; ++{self.rname(r)}) {{")
+            inner_indent += "  "
+            opened.append(r)
+        inner = _Scope(tuple(rvars), inner_indent)
+        self.scopes.append(inner)
+        v = self.emit(body)
+        self.scopes.pop()
+        scope.lines.extend(inner.lines)
+        if rop == "sum":
+            upd = f"{acc} += {v};"
+        elif rop == "prod":
+            upd = f"{acc} *= {v};"
+        elif rop in ("max", "min"):
+            upd = f"{acc} = g_{rop}<{ct}>({acc}, {v});"
+        else:
+            flat = " + ".join(f"{self.rname(r)} * {self._stride(rvars, i)}LL" for i, r in enumerate(rvars))
+            cmp = ">" if rop.startswith("argmax") else "<"
+            if rop.endswith("_last"):
+                cmp += "="
+            upd = f"if ({acc} < 0 || {v} {cmp} {best}) {{ {best} = {v}; {acc} = {flat}; }}"
+        scope.lines.append(f"{inner_indent}{upd}")
+        for _ in opened:
+            inner_indent = inner_indent[:-2]
+            scope.lines.append(f"{inner_indent}}}")
+        if rop.startswith("arg"):
+            scope.lines.append(f"{ind}if ({acc} < 0) {acc} = 0;")
+        return acc
+
+    @staticmethod
+    def _stride(rvars, i):
+        s = 1
+        for r in rvars[i + 1:]:
+            s *= r.args[1]
+        return s
+
+    def render(self, name: str | None = None) -> tuple:
+        """-> (kernel name, CUDA C source without the prelude)."""
+        k = self.k
+        name = name or kernel_name(k)
+        params = [f"{ctype(k.dtype)}* __restrict__ out"]
+        params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+        root = _Scope((), "  ")
+        self.scopes = [root]
+        lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{',
+                 "  const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;",
+                 f"  if (tid >= {k.size}LL) return;"]
+        rest = "tid"
+        for a in range(len(k.shape) - 1, -1, -1):
+            d = k.shape[a]
+            if d == 1:
+                continue
+            if a == 0 or all(x == 1 for x in k.shape[:a]):
+                lines.append(f"  const i64 i{a} = {rest};")
+            else:
+                lines.append(f"  const i64 i{a} = {rest} % {d}LL;")
+                lines.append(f"  const i64 t{a} = {rest} / {d}LL;")
+                rest = f"t{a}"
+        v = self.emit(k.body)
+        lines += root.lines
+        store = f"__float2half({v})" if k.dtype == "float16" else f"({ctype(k.dtype)}){v}"
+        lines.append(f"  out[tid] = {store};")
+        lines.append("}")
+        return name, "\n".join(lines)
+
+
+def render_kernel(kernel: Kernel, name: str | None = None) -> tuple:
+    return CudaRenderer(kernel).render(name)
+
+
+def render_module(kernels: list) -> tuple:
+    """-> (source, [kernel names]) of one translation unit holding all kernels."""
+    names, bodies, seen = [], [], set()
+    for k in kernels:
+        n, src = render_kernel(k)
+        names.append(n)
+        if n not in seen:  # identical kernels share one function
+            seen.add(n)
+            bodies.append(src)
+    return PRELUDE + "\n\n".join(bodies) + "\n", names
