@@ -6,8 +6,8 @@ from onnx import TensorProto, helper
 
 from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
 
-F32, F16, I64, I32 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.INT32
-NP = {F32: np.float32, F16: np.float16, I64: np.int64, I32: np.int32, TensorProto.DOUBLE: np.float64}
+F32, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
+AXIS1 = np.array([1], np.int64)
 
 
 def run_both(op, feeds, attrs=None, consts=None, outs=1, out_types=None, opset=18):
@@ -40,7 +40,8 @@ def assert_close(got, ref, rtol=1e-5, atol=1e-6):
         np.testing.assert_array_equal(np.isfinite(g), finite)
         np.testing.assert_array_equal(g[~finite], r[~finite])
         assert rel_err(g[finite], r[finite]) <= rtol, rel_err(g[finite], r[finite])
-        assert np.abs(g[finite].astype(np.float64) - r[finite]).max(initial=0) <= atol + rtol * np.abs(r[finite]).max(initial=0)
+        max_abs = np.abs(g[finite].astype(np.float64) - r[finite]).max(initial=0)
+        assert max_abs <= atol + rtol * np.abs(r[finite]).max(initial=0), max_abs
 
 
 def rand(*shape, dtype=np.float32, seed=0, lo=-2.0, hi=2.0):
@@ -75,12 +76,20 @@ def test_reduce_axes_attribute_opset11(op):
 
 def test_reduce_sum_opset13_axes_input_and_noop():
     x = rand(3, 4, seed=3)
-    got, ref = run_both("ReduceSum", {"x_0": x}, {"keepdims": 0}, {"axes_1": np.array([1], np.int64)}, opset=13)
+    got, ref = run_both("ReduceSum", {"x_0": x}, {"keepdims": 0}, {"axes_1": AXIS1}, opset=13)
     assert_close(got, ref)
     got, ref = run_both("ReduceSum", {"x_0": x}, {"noop_with_empty_axes": 1},
                         {"axes_1": np.array([], np.int64)}, opset=13)
     assert_close(got, ref)
     np.testing.assert_array_equal(got[0], x)
+
+
+@pytest.mark.parametrize("op", REDUCES)
+def test_reduce_noop_with_empty_axes(op):
+    """Empty axes with noop_with_empty_axes reduce each element alone (ReduceL1 gives |x|...)."""
+    x = rand(2, 3, seed=43, lo=0.1 if positive(op) else -2.0)
+    got, ref = run_both(op, {"x_0": x}, {"noop_with_empty_axes": 1}, {"axes_1": np.array([], np.int64)})
+    assert_close(got, ref)
 
 
 @pytest.mark.parametrize("op,identity", [("ReduceSum", 0), ("ReduceProd", 1), ("ReduceMax", -np.inf),
@@ -91,7 +100,7 @@ def test_reduce_empty_set_gives_identity(op, identity):
     """Reducing over a zero-length axis gives the reduction's identity."""
     x = np.zeros((2, 0, 4), np.float32)
     node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
-    m = model([node], [tinfo("x", F32, [2, 0, 4])], [tinfo("y", F32)], [init("axes", np.array([1], np.int64))], opset=18)
+    m = model([node], [tinfo("x", F32, [2, 0, 4])], [tinfo("y", F32)], [init("axes", AXIS1)], opset=18)
     got, _ = compile_and_run(m, {"x": x})
     np.testing.assert_array_equal(got["y"], np.full((2, 1, 4), identity, np.float32))
 
@@ -99,17 +108,17 @@ def test_reduce_empty_set_gives_identity(op, identity):
 def test_reduce_int_and_bool():
     x = np.random.default_rng(4).integers(-50, 50, (4, 6)).astype(np.int64)
     for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd"):
-        got, ref = run_both(op, {"x_0": x}, {"keepdims": 0}, {"axes_1": np.array([1], np.int64)}, opset=18)
+        got, ref = run_both(op, {"x_0": x}, {"keepdims": 0}, {"axes_1": AXIS1}, opset=18)
         assert_close(got, ref)
     b = np.random.default_rng(5).random((3, 5)) > 0.5
-    got, ref = run_both("ReduceMax", {"x_0": b}, {"keepdims": 0}, {"axes_1": np.array([1], np.int64)}, opset=20)
+    got, ref = run_both("ReduceMax", {"x_0": b}, {"keepdims": 0}, {"axes_1": AXIS1}, opset=20)
     assert_close(got, ref)
 
 
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare"])
 def test_reduce_float16_accumulates_in_float32(op):
     x = rand(4, 4096, seed=6, dtype=np.float16, lo=0.0, hi=1.0)
-    got, _ = run_both(op, {"x_0": x}, {"keepdims": 0}, {"axes_1": np.array([1], np.int64)}, opset=18)
+    got, _ = run_both(op, {"x_0": x}, {"keepdims": 0}, {"axes_1": AXIS1}, opset=18)
     x64 = x.astype(np.float64)
     ref = {"ReduceSum": x64.sum(1), "ReduceMean": x64.mean(1), "ReduceL2": np.sqrt((x64 ** 2).sum(1)),
            "ReduceLogSumExp": np.log(np.exp(x64).sum(1)), "ReduceSumSquare": (x64 ** 2).sum(1)}[op]
@@ -120,7 +129,7 @@ def test_reduce_float16_accumulates_in_float32(op):
 def test_reduce_log_sum_exp_large_values():
     x = rand(3, 7, seed=7) * 1000
     x[1] = -np.inf
-    got, ref = run_both("ReduceLogSumExp", {"x_0": x}, {"keepdims": 0}, {"axes_1": np.array([1], np.int64)})
+    got, ref = run_both("ReduceLogSumExp", {"x_0": x}, {"keepdims": 0}, {"axes_1": AXIS1})
     assert np.isfinite(got[0][[0, 2]]).all() and got[0][1] == -np.inf
     assert_close(got, ref)
 
@@ -164,7 +173,8 @@ def test_layer_normalization(axis):
 
 def test_layer_normalization_float16_no_bias():
     x, s = rand(4, 256, seed=14, dtype=np.float16), rand(256, seed=15, dtype=np.float16)
-    got, ref = run_both("LayerNormalization", {"x_0": x, "s_1": s}, {}, outs=3, out_types=[F16, F32, F32], opset=17)
+    got, ref = run_both("LayerNormalization", {"x_0": x, "s_1": s}, {}, outs=3, out_types=[F16, F32, F32],
+                        opset=17)
     assert_close(got, ref, rtol=2e-3, atol=2e-3)
 
 
@@ -179,7 +189,8 @@ def test_group_normalization(opset, groups):
     x = rand(2, 4, 3, 5, seed=18)
     n_param = 4 if opset >= 21 else groups
     s, b = rand(n_param, seed=19), rand(n_param, seed=20)
-    got, ref = run_both("GroupNormalization", {"x_0": x, "s_1": s, "b_2": b}, {"num_groups": groups}, opset=opset)
+    got, ref = run_both("GroupNormalization", {"x_0": x, "s_1": s, "b_2": b}, {"num_groups": groups},
+                        opset=opset)
     assert_close(got, ref, atol=1e-5)
 
 
@@ -228,7 +239,8 @@ def test_lp_normalization(p, axis):
 @pytest.mark.parametrize("axes", [None, [1, 2]])
 def test_mean_variance_normalization(axes):
     x = rand(2, 3, 4, 5, seed=35)
-    got, ref = run_both("MeanVarianceNormalization", {"x_0": x}, {} if axes is None else {"axes": axes}, opset=13)
+    attrs = {} if axes is None else {"axes": axes}
+    got, ref = run_both("MeanVarianceNormalization", {"x_0": x}, attrs, opset=13)
     assert_close(got, ref, atol=1e-5)
 
 
@@ -258,7 +270,8 @@ def test_cumprod(exclusive, reverse, n):
     """Against numpy: CumProd (opset 26) is newer than onnxruntime's CPU kernels."""
     x = rand(3, n, seed=37, lo=0.9, hi=1.1)
     node = helper.make_node("CumProd", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
-    m = model([node], [tinfo("x", F32, x.shape)], [tinfo("y", F32)], [init("axis", np.array(1, np.int64))], opset=26)
+    m = model([node], [tinfo("x", F32, x.shape)], [tinfo("y", F32)], [init("axis", np.array(1, np.int64))],
+              opset=26)
     got, _ = compile_and_run(m, {"x": x})
     v = x[:, ::-1] if reverse else x
     ref = np.cumprod(v, 1)

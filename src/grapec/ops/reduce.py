@@ -5,7 +5,7 @@ Conventions:
   * float16 inputs accumulate (sums, means, variances, exps) in float32 and cast back at the end.
   * A statistic that every element of a row needs (a row max, sum, mean, 1/std) is realized as its
     own small kernel with `_stat`, and the elementwise output then loads it, so evaluating the
-    output costs O(n), not O(n) per element.
+    output costs O(n) in total, not O(n) per element.
   * Softmax and LogSumExp subtract the row max before exponentiating.
 """
 from __future__ import annotations
@@ -28,6 +28,14 @@ def _c(v, like: E) -> E:
 
 def _div(a: E, b: E) -> E:
     return K.binary("div", a, b)
+
+
+def _sqrt(v: E) -> E:
+    return K.unary("sqrt", v)
+
+
+def _log(v: E) -> E:
+    return K.unary("log", v)
 
 
 def _rsqrt(v: E) -> E:
@@ -120,8 +128,8 @@ _reduction("ReduceMin", "min", accumulate=False)
 _reduction("ReduceMean", "sum", post=lambda s, n: _div(s, _c(n, s)))
 _reduction("ReduceSumSquare", "sum", body=lambda x: x * x)
 _reduction("ReduceL1", "sum", body=lambda x: K.unary("abs", x))
-_reduction("ReduceL2", "sum", body=lambda x: x * x, post=lambda s, n: _in_float(lambda v: K.unary("sqrt", v))(s))
-_reduction("ReduceLogSum", "sum", post=lambda s, n: _in_float(lambda v: K.unary("log", v))(s))
+_reduction("ReduceL2", "sum", body=lambda x: x * x, post=lambda s, n: _in_float(_sqrt)(s))
+_reduction("ReduceLogSum", "sum", post=lambda s, n: _in_float(_log)(s))
 
 
 @op("ReduceLogSumExp")
@@ -136,7 +144,7 @@ def reduce_log_sum_exp(ctx):
     m = _stat(ctx, xf, axes, "max", post=finite_max, hint="rowmax")
     s = reduce(map_(lambda a, b: K.unary("exp", a - b), xf, m), axes, "sum", keep)
     m_row = m if keep else reshape(m, s.shape)
-    return [cast(map_(lambda v, mx: K.unary("log", v) + mx, s, m_row), x.dtype)]
+    return [cast(map_(lambda v, mx: _log(v) + mx, s, m_row), x.dtype)]
 
 
 @op("ArgMax", "ArgMin")
@@ -166,7 +174,7 @@ def _softmax_view(ctx, x: T):
 
 
 def _shifted_and_sum(ctx, xf: T, axis: int):
-    """(x - rowmax, sum(exp(x - rowmax)) broadcast), each statistic its own kernel."""
+    """(x - rowmax, sum(exp(x - rowmax)) keepdims-shaped), each statistic its own kernel."""
     m = _stat(ctx, xf, [axis], "max", hint="rowmax")
     shifted = map_(lambda a, b: a - b, xf, m)
     s = _stat(ctx, shifted, [axis], "sum", body=lambda v: K.unary("exp", v), hint="rowsum")
@@ -187,7 +195,7 @@ def log_softmax(ctx):
     x = ctx.input(0)
     v, axis, restore = _softmax_view(ctx, x)
     shifted, s = _shifted_and_sum(ctx, cast(v, _acc_dtype(x.dtype)), axis)
-    y = map_(lambda d, z: d - K.unary("log", z), shifted, s)
+    y = map_(lambda d, z: d - _log(z), shifted, s)
     return [restore(cast(y, x.dtype))]
 
 
@@ -281,7 +289,8 @@ def group_normalization(ctx):
     def fn(ix):
         ch = ix[1]
         g = (ix[0], ch // per, K.const(0, "int64"))
-        return (xf.at(ix) - mean.at(g)) * rstd.at(g) * scale.at((param_of(ch),)) + bias.at((param_of(ch),))
+        p = (param_of(ch),)
+        return (xf.at(ix) - mean.at(g)) * rstd.at(g) * scale.at(p) + bias.at(p)
     return [cast(T(x.shape, ct, fn), x.dtype)]
 
 
@@ -295,7 +304,7 @@ def batch_normalization(ctx):
     ct = _acc_dtype(x.dtype)
     xf = cast(x, ct)
     params = [cast(_per_channel(t, x.ndim), ct) for t in (scale, bias, mean, var)]
-    training = ctx.attr("training_mode", 0) and ctx.graph.opset >= 14
+    training = ctx.attr("training_mode", 0) and not 0 < ctx.graph.opset < 14
     if not training:
         if any(ctx.node.outputs[1:]):
             ctx.fail("the training outputs of BatchNormalization (opset < 14) are not supported")
@@ -304,7 +313,7 @@ def batch_normalization(ctx):
     axes = [a for a in range(x.ndim) if a != 1]
     bmean = _mean(ctx, xf, axes)
     bvar = _variance(ctx, xf, bmean, axes)
-    y = map_(lambda a, m, v, s, b: (a - m) * _rsqrt(v + eps) * s + b, xf, bmean, bvar, params[0], params[1])
+    y = map_(lambda a, m, v, s, b: (a - m) * _rsqrt(v + eps) * s + b, xf, bmean, bvar, *params[:2])
     mom = ctx.attr("momentum", 0.9)
     row = lambda t: reshape(t, (x.shape[1],))  # noqa: E731
     run_mean = map_(lambda r, b: r * mom + b * (1 - mom), cast(mean, ct), row(bmean))
@@ -325,7 +334,7 @@ def lp_normalization(ctx):
     if p == 1:
         norm = _stat(ctx, xf, [axis], "sum", body=lambda v: K.unary("abs", v), hint="l1norm")
     else:
-        norm = _stat(ctx, xf, [axis], "sum", body=lambda v: v * v, post=lambda s: K.unary("sqrt", s), hint="l2norm")
+        norm = _stat(ctx, xf, [axis], "sum", body=lambda v: v * v, post=_sqrt, hint="l2norm")
     y = map_(lambda a, nm: K.where(K.binary("eq", nm, _c(0, nm)), _c(0, a), _div(a, nm)), xf, norm)
     return [cast(y, x.dtype)]
 
@@ -338,7 +347,7 @@ def mean_variance_normalization(ctx):
     ct = _acc_dtype(x.dtype)
     xf = cast(x, ct)
     mean = _mean(ctx, xf, axes)
-    std = _variance(ctx, xf, mean, axes, post=lambda v: K.unary("sqrt", v) + 1e-9)
+    std = _variance(ctx, xf, mean, axes, post=lambda v: _sqrt(v) + 1e-9)
     return [cast(map_(lambda a, m, sd: _div(a - m, sd), xf, mean, std), x.dtype)]
 
 
@@ -352,7 +361,8 @@ def _scan(ctx, rop: str, identity):
     n = x.shape[axis]
     flip = (lambda t: affine(t, axis, n - 1, -1, n)) if ctx.attr("reverse", 0) else (lambda t: t)
     xs = flip(cast(x, _acc_dtype(x.dtype)))
-    ys = _forward_scan(ctx, xs, axis, rop, K.const(identity, xs.dtype), "lt" if ctx.attr("exclusive", 0) else "le")
+    cmp = "lt" if ctx.attr("exclusive", 0) else "le"
+    ys = _forward_scan(ctx, xs, axis, rop, K.const(identity, xs.dtype), cmp)
     return [cast(flip(ys), x.dtype)]
 
 
@@ -371,8 +381,9 @@ def _forward_scan(ctx, xs: T, axis: int, rop: str, ident: E, cmp: str) -> T:
         src[axis] = src_of(j)
         return K.reduce(rop, K.where(keep(j), t.at(src), ident), (k,))
 
+    zero = K.const(0, "int64")
     if n <= 64:
-        return T(xs.shape, xs.dtype, lambda ix: window(ix, K.const(0, "int64"), n, lambda j: K.binary(cmp, j, ix[axis])))
+        return T(xs.shape, xs.dtype, lambda ix: window(ix, zero, n, lambda j: K.binary(cmp, j, ix[axis])))
     size = math.isqrt(n - 1) + 1
     nb = -(-n // size)
     blocks = tuple(nb if a == axis else d for a, d in enumerate(xs.shape))
@@ -380,7 +391,7 @@ def _forward_scan(ctx, xs: T, axis: int, rop: str, ident: E, cmp: str) -> T:
     totals = ctx.realize(T(blocks, xs.dtype, lambda ix: window(
         ix, ix[axis] * size, size, lambda j: K.binary("le", j, last), clamp)), "block_totals")
     prefix = ctx.realize(T(blocks, xs.dtype, lambda ix: window(
-        ix, K.const(0, "int64"), nb, lambda b: K.binary("lt", b, ix[axis]), t=totals)), "block_prefix")
+        ix, zero, nb, lambda b: K.binary("lt", b, ix[axis]), t=totals)), "block_prefix")
     combine = "add" if rop == "sum" else "mul"
 
     def fn(ix):
@@ -417,9 +428,10 @@ def lrn(ctx):
     def square_sum(ix):
         r = K.ridx(size)
         ch = ix[1] + r - lo
-        valid = K.binary("and", K.binary("ge", ch, K.const(0, "int64")), K.binary("lt", ch, K.const(c, "int64")))
+        zero = K.const(0, "int64")
+        valid = K.binary("and", K.binary("ge", ch, zero), K.binary("lt", ch, K.const(c, "int64")))
         src = list(ix)
-        src[1] = K.binary("min", K.binary("max", ch, K.const(0, "int64")), K.const(c - 1, "int64"))
+        src[1] = K.binary("min", K.binary("max", ch, zero), K.const(c - 1, "int64"))
         v = xf.at(src)
         return K.reduce("sum", K.where(valid, v * v, K.const(0, ct)), (r,))
     ss = T(x.shape, ct, square_sum)
@@ -475,5 +487,5 @@ def softmax_cross_entropy_loss(ctx):
     """NLL of LogSoftmax(scores) over axis 1; the optional second output is that log_prob."""
     x = ctx.input(0)
     shifted, s = _shifted_and_sum(ctx, cast(x, _acc_dtype(x.dtype)), 1)
-    logp = ctx.realize(map_(lambda d, z: d - K.unary("log", z), shifted, s), "log_prob")
+    logp = ctx.realize(map_(lambda d, z: d - _log(z), shifted, s), "log_prob")
     return [_nll(ctx, logp, ctx.input(1), ctx.input(2), x.dtype), cast(logp, x.dtype)]
