@@ -1,0 +1,71 @@
+"""Compile the rendered CUDA C for the host CPU (g++), one "thread" per loop iteration.
+
+This is how the CUDA code generator is tested on machines without a GPU: the same source that
+NVRTC compiles for the GPU is compiled with a few shims (blockIdx, __half as _Float16) and run on
+the very buffers of a plan, next to the numpy interpreter.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import tempfile
+
+from .cuda import PRELUDE, render_kernel
+
+HOST_SHIM = r"""
+#include <cmath>
+#include <cstdint>
+struct grapec_dim3 { unsigned long long x, y, z; };
+static grapec_dim3 blockIdx, threadIdx, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+typedef _Float16 __half;
+static inline float __half2float(__half h) { return (float)h; }
+static inline __half __float2half(float f) { return (__half)f; }
+using std::isinf; using std::isnan;
+"""
+
+
+class HostModule:
+    """Kernels compiled for the CPU; call(kernel_index, out, *inputs) runs every thread."""
+
+    def __init__(self, kernels: list, workdir: str | None = None):
+        bodies, self.names, wrappers = [], [], []
+        for i, k in enumerate(kernels):
+            name, src = render_kernel(k, f"kern{i}")
+            bodies.append(src)
+            self.names.append(name)
+            n_in = len(k.inputs)
+            params = ", ".join(["void* out"] + [f"void* in{j}" for j in range(n_in)])
+            args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)])
+            wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
+                            f"  blockDim.x = 1; threadIdx.x = 0;\n"
+                            f"  for (unsigned long long t = 0; t < {max(k.size, 1)}ULL; ++t) {{ blockIdx.x = t; kern{i}({args}); }}\n}}")
+        src = HOST_SHIM + PRELUDE.replace("#include <cuda_fp16.h>", "") + "\n\n".join(bodies) + "\n" + "\n".join(wrappers)
+        tag = hashlib.sha1(src.encode()).hexdigest()[:16]
+        d = workdir or tempfile.mkdtemp(prefix="grapec-host-")
+        cpp, so = os.path.join(d, f"m{tag}.cpp"), os.path.join(d, f"m{tag}.so")
+        with open(cpp, "w") as f:
+            f.write(src)
+        r = subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", so, cpp],
+                           capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"host compile of generated code failed ({cpp}):\n{r.stderr[:4000]}")
+        self.lib = ctypes.CDLL(so)
+        self.source = src
+
+    def call(self, i: int, out, inputs: list):
+        fn = getattr(self.lib, f"launch{i}")
+        ptrs = [ctypes.c_void_p(a.ctypes.data) for a in [out, *inputs]]
+        for a in [out, *inputs]:
+            assert a.flags["C_CONTIGUOUS"]
+        fn(*ptrs)
+
+
+def _ptr(dt: str, const: bool = False) -> str:
+    from .cuda import ctype
+    return f"{'const ' if const else ''}{ctype(dt)}*"
