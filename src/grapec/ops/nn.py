@@ -674,7 +674,6 @@ def attention(ctx):
         s = K.cast(scores.at(ix), sm_dt)
         return K.binary("add", s, mask.bias(ix, sm_dt)) if mask.present else s
     x = T(shape, sm_dt, logits)
-    row = shape[:3] + (1,)
     rmax = ctx.realize(tensor_reduce(x, [3], "max", keepdims=True), "row_max")
     safe = map_(lambda m: K.where(K.unary("isneginf", m), K.const(0, sm_dt), m), rmax)
     expo = map_(lambda a, m: K.unary("exp", K.binary("sub", a, m)), x, safe)
@@ -684,7 +683,6 @@ def attention(ctx):
     if mask.present:  # a row whose bias is all -inf has no key to attend: zeros
         bias = T(shape, sm_dt, lambda ix: mask.bias(ix, sm_dt))
         dead = ctx.realize(map_(lambda m: K.unary("isneginf", m), tensor_reduce(bias, [3], "max", keepdims=True)), "row_masked")
-        assert dead.shape == row
         probs = map_(lambda dd, p: K.where(dd, K.const(0, sm_dt), p), dead, probs)
     probs = ctx.realize(cast(probs, dt), "probs")
     y = ctx.library("matmul", [reshape(probs, (bsz, hkv, reps * sq, skv)), v], {},

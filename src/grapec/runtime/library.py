@@ -8,6 +8,9 @@ matmul(a, b, [c]):  alpha * op(a) @ op(b) + beta * c, then `act` (none|relu|gelu
 conv(x, w, [b]):    N-d cross-correlation, NC... layout; strides, dilations, pads (begin.., end..),
                     group; then + b, then `act`.
 conv_transpose(x, w, [b]): the adjoint of conv; strides, dilations, pads, output_padding, group.
+topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
+                    sorted, ties to the lower index; indices are int64.
+Integer inputs (MatMulInteger, ConvInteger) arrive as int32 and accumulate in int32.
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ def _act(y, act: str):
     if act == "gelu":
         from .cpu_kernels import _erf
         return (0.5 * y * (1 + _erf(y / np.sqrt(2).astype(y.dtype)))).astype(y.dtype)
+    if act == "gelu_tanh":
+        inner = np.sqrt(2 / np.pi).astype(y.dtype) * (y + np.asarray(0.044715, y.dtype) * y * y * y)
+        return (0.5 * y * (1 + np.tanh(inner))).astype(y.dtype)
     raise ValueError(f"unknown activation {act}")
 
 
