@@ -415,17 +415,22 @@ def _pad_source(mode: str, o: K.Expr, before: int, d: int) -> K.Expr:
 
 
 def _pad(ctx, x: T, before: list, after: list, mode: str, value: K.Expr) -> T:
-    """Pad (or, for negative amounts, crop) every axis by before/after."""
+    """Pad every axis by before/after; negative amounts crop first (as onnxruntime does, so
+    reflect and wrap see the cropped tensor)."""
+    for axis, (d, b, a) in enumerate(zip(x.shape, before, after)):
+        if b < 0 or a < 0:
+            if d + min(b, 0) + min(a, 0) < 0:
+                ctx.fail(f"pads {before + after} crop more than the input shape {list(x.shape)}")
+            x = affine(x, axis, max(-b, 0), 1, d + min(b, 0) + min(a, 0))
+    before, after = [max(b, 0) for b in before], [max(a, 0) for a in after]
     shape = tuple(d + b + a for d, b, a in zip(x.shape, before, after))
-    if min(shape, default=0) < 0:
-        ctx.fail(f"pads {before + after} crop more than the input shape {list(x.shape)}")
     if mode != "constant" and any(d == 0 and (b or a) for d, b, a in zip(x.shape, before, after)):
         ctx.fail(f"{mode} padding of an empty axis")
 
     def fn(ix):
         src, valid = [], K.const(True, "bool")
         for o, b, a, d in zip(ix, before, after, x.shape):
-            if b == 0 and a <= 0:
+            if b == 0 and a == 0:
                 src.append(o)
             elif mode == "constant":
                 s = o - b
@@ -569,26 +574,26 @@ def reverse_sequence(ctx):
 # Nearest needs one tap per axis and no weights.
 
 def _source_coords(ctm: str, out_len: int, in_len: int, scale: float, roi) -> tuple:
-    """Input coordinate of every output position (float64) and, for tf_crop_and_resize, which
-    positions fall outside the input (they get extrapolation_value)."""
+    """Input coordinate of every output position (float64, the spec's formulas, with
+    length_resized the integer output length as onnxruntime and PyTorch use it) and, for
+    tf_crop_and_resize, which positions fall outside the input (they get extrapolation_value)."""
     y = np.arange(out_len, dtype=np.float64)
-    out_w = scale * in_len
     outside = None
     if ctm == "align_corners":
-        x = np.zeros(out_len) if out_w == 1 else y * (in_len - 1) / (out_w - 1)
+        x = np.zeros(out_len) if out_len == 1 else y * (in_len - 1) / (out_len - 1)
     elif ctm == "asymmetric":
         x = y / scale
     elif ctm == "tf_crop_and_resize":
         lo, hi = roi
-        x = np.full(out_len, (hi - lo) * (in_len - 1) / 2) if out_w == 1 else y * (hi - lo) * (in_len - 1) / (out_w - 1)
+        x = np.full(out_len, (hi - lo) * (in_len - 1) / 2) if out_len == 1 else y * (hi - lo) * (in_len - 1) / (out_len - 1)
         x = x + lo * (in_len - 1)
         outside = (x < 0) | (x > in_len - 1)
     elif ctm == "pytorch_half_pixel":
-        x = np.full(out_len, -0.5) if out_w == 1 else (y + 0.5) / scale - 0.5
+        x = np.zeros(out_len) if out_len == 1 else (y + 0.5) / scale - 0.5
     elif ctm == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     elif ctm == "half_pixel_symmetric":
-        offset = in_len / 2 * (1 - out_len / out_w)
+        offset = in_len / 2 * (1 - out_len / (scale * in_len))
         x = offset + (y + 0.5) / scale - 0.5
     else:
         raise ValueError(f"unknown coordinate_transformation_mode {ctm!r}")
