@@ -80,6 +80,7 @@ def run_case(case, backend: str = "cpu") -> tuple:
     try:
         rep = GrapecRep(case.model, backend)
         for inputs, outputs in case.data_sets:
+            inputs = [np.asarray(i) if isinstance(i, np.generic) else i for i in inputs]
             if any(not isinstance(i, np.ndarray) for i in inputs):
                 return "unsupported", "sequence/optional inputs are not supported"
             got = rep.run(list(inputs))

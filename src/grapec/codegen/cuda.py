@@ -221,16 +221,17 @@ class CudaRenderer:
                     info = np.iinfo(dtypes.np_dtype(e.dtype))
                     init = str(info.min if rop == "max" else info.max) + ("ULL" if e.dtype.startswith("uint") else "LL")
             scope.lines.append(f"{ind}{ct} {acc} = ({ct}){init};")
-        inner_indent = ind
-        opened = []
+        # Headers go in only after the body is emitted: statements hoisted out of the loop into
+        # this scope while emitting the body must come before the loop, not inside it.
+        headers, inner_indent = [], ind
         for r in rvars:
-            scope.lines.append(f"{inner_indent}for (i64 {self.rname(r)} = 0; {self.rname(r)} < {r.args[1]}LL; ++{self.rname(r)}) {{")
+            headers.append(f"{inner_indent}for (i64 {self.rname(r)} = 0; {self.rname(r)} < {r.args[1]}LL; ++{self.rname(r)}) {{")
             inner_indent += "  "
-            opened.append(r)
         inner = _Scope(tuple(rvars), inner_indent)
         self.scopes.append(inner)
         v = self.emit(body)
         self.scopes.pop()
+        scope.lines.extend(headers)
         scope.lines.extend(inner.lines)
         if rop == "sum":
             upd = f"{acc} += {v};"
@@ -245,7 +246,7 @@ class CudaRenderer:
                 cmp += "="
             upd = f"if ({acc} < 0 || {v} {cmp} {best}) {{ {best} = {v}; {acc} = {flat}; }}"
         scope.lines.append(f"{inner_indent}{upd}")
-        for _ in opened:
+        for _ in rvars:
             inner_indent = inner_indent[:-2]
             scope.lines.append(f"{inner_indent}}}")
         if rop.startswith("arg"):

@@ -1,10 +1,10 @@
 """ONNX op lowerings, one small function per op (onnx.reference style), grouped by family:
 
     elementwise.py   unary/binary/variadic math, comparisons, logic, activations, Cast, Where
-    reduce.py        Reduce*, ArgMax/ArgMin, Softmax family, normalizations, CumSum
+    reduce.py        Reduce*, ArgMax/ArgMin, Softmax family, normalizations, CumSum, LRN, losses
     movement.py      Reshape, Transpose, Slice, Concat, Split, Gather*, Scatter*, Pad, Expand, Tile...
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
-    nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, LRN, Einsum (Library nodes)
+    nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, Einsum, Attention (Library nodes)
     control.py       If, Loop (regions)
 
 Each is registered with `@op("OpName")` and receives a LowerCtx (ops/context.py).
@@ -19,6 +19,7 @@ REGISTRY: dict[str, Callable] = {}
 def op(*names: str):
     def register(fn):
         for n in names:
+            assert n not in REGISTRY, f"op {n} registered twice"
             REGISTRY[n] = fn
         return fn
     return register
