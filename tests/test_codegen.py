@@ -71,3 +71,18 @@ def test_generated_cuda_c_compiles_for_sm90(tmp_path):
     r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-diag-suppress", "177", "-o", str(tmp_path / "zoo.cubin"), str(cu)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[:3000]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_value_hoisted_out_of_a_reduction_is_declared_before_the_loop(tmp_path):
+    """log(sum(exp(x - m))) + m: `m` is first reached inside the loop but used after it."""
+    from onnx import helper
+    from helpers import model, tinfo
+    from grapec.bundle.format import Bundle
+    m = model([helper.make_node("ReduceLogSumExp", ["x"], ["y"], keepdims=0, axes=[1])],
+              [tinfo("x", shape=[4, 16])], [tinfo("y")], opset=13)
+    b = grapec.compile(m)
+    runner = HostCodegenRunner(Bundle.from_bytes(b.to_bytes()), tmp_path)
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    out = runner.run(0, {"x": x})["y"]
+    np.testing.assert_allclose(out, np.log(np.exp(x).sum(1)), rtol=1e-5)
