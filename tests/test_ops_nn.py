@@ -228,3 +228,16 @@ def test_rotary_embedding(interleaved, rank3, rot_dim, pos):
         cos, sin, ids = rand(b, s, half, seed=31), rand(b, s, half, seed=32), None
     got, ref = run_both("RotaryEmbedding", [("x", x), ("cos", cos), ("sin", sin), ("ids", ids)], attrs)
     assert_close(got, ref)
+
+
+def test_qlinear_matmul():
+    rng = np.random.default_rng(40)
+    a = rng.integers(0, 255, (2, 3, 8), dtype=np.uint8)
+    b = rng.integers(0, 255, (8, 5), dtype=np.uint8)
+    ins = [("a", a), ("as", np.array(0.02, np.float32)), ("az", np.array(100, np.uint8)),
+           ("b", b), ("bs", np.array(0.01, np.float32)), ("bz", np.array(130, np.uint8)),
+           ("ys", np.array(0.05, np.float32)), ("yz", np.array(120, np.uint8))]
+    got, ref = run_both("QLinearMatMul", ins, consts={"as", "az", "bs", "bz", "ys", "yz"},
+                        out_types=(TensorProto.UINT8,), opset=21)
+    diff = np.abs(got[0].astype(np.int32) - ref[0].astype(np.int32))
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01  # rounding of exact .5 ties may differ

@@ -209,6 +209,32 @@ def matmul_integer(ctx):
     return [reshape(y, final)]
 
 
+@op("QLinearMatMul")
+def qlinear_matmul(ctx):
+    """saturate(rint((A - a_zp) @ (B - b_zp) * (a_scale * b_scale / y_scale)) + y_zp), the integer
+    matmul a Library node, the requantization one kernel (in float64, like the reference)."""
+    a, a_s, a_z, b, b_s, b_z, y_s, y_z = (ctx.input(i) for i in range(8))
+    row = lambda t: (t.size, 1) if t is not None and t.size > 1 else ()  # noqa: E731
+    col = lambda t: (t.size,) if t is not None and t.size > 1 else ()  # noqa: E731
+    a32, b32 = _zero_point_shift(a, a_z, row(a_z)), _zero_point_shift(b, b_z, col(b_z))
+    a2, b2, out = matmul_shape(a.shape, b.shape)
+    if len(a.shape) == 1 or len(b.shape) == 1:
+        ctx.fail("1-D operands are not supported")
+    acc = ctx.library("matmul", [reshape(a32, a2), reshape(b32, b2)], {}, out, "int32")
+    factor = map_(lambda x, y, z: K.cast(K.binary("div", K.binary("mul", x, y), z), "float64"),
+                  reshape(a_s, row(a_s)), reshape(b_s, col(b_s)), reshape(y_s, ()))
+    out_dt = y_z.dtype if y_z is not None else a.dtype
+    info = np.iinfo(dtypes.np_dtype(out_dt))
+
+    def requantize(c, f, *zp):
+        v = K.binary("mul", K.cast(c, "float64"), f)
+        if zp:
+            v = K.binary("add", v, K.cast(zp[0], "float64"))
+        v = K.binary("min", K.binary("max", K.unary("round", v), K.const(info.min, "float64")), K.const(info.max, "float64"))
+        return K.cast(v, out_dt)
+    return [map_(requantize, acc, factor, *([reshape(y_z, ())] if y_z is not None else []))]
+
+
 @op("ConvInteger")
 def conv_integer(ctx):
     """Conv of (x - x_zero_point) and (w - w_zero_point) in int32; w_zero_point may be per output
