@@ -220,8 +220,18 @@ def reduce(t: T, axes, op: str, keepdims: bool, body: Callable | None = None) ->
     return T(shape, probe_dt, fn)
 
 
+def guard_loads(e: K.Expr, cond: K.Expr) -> K.Expr:
+    """e with every load masked by cond: where cond is false nothing is read (so a select between
+    parts, as in concat, never reads out of bounds)."""
+    def f(load):
+        slot, index, mask, other = load.args
+        return K.load(slot, index, load.dtype, cond if mask is None else K.binary("and", mask, cond), other)
+    return substitute_loads(e, f)
+
+
 def concat(ts: list, axis: int) -> T:
-    """Concatenate along axis: a chain of selects on the axis coordinate."""
+    """Concatenate along axis: a chain of selects on the axis coordinate, each part's loads masked
+    to its own range."""
     ts = [t for t in ts if t.shape[axis] != 0] or ts[:1]
     if len(ts) == 1:
         return ts[0]
@@ -235,7 +245,8 @@ def concat(ts: list, axis: int) -> T:
         for t, s in reversed(list(zip(ts, starts))):
             sub = list(ix)
             sub[axis] = i - s
-            v = t.at(sub)
+            inside = K.binary("and", K.binary("ge", i, K.const(s, "int64")), K.binary("lt", i, K.const(s + t.shape[axis], "int64")))
+            v = guard_loads(t.at(sub), inside)
             e = v if e is None else K.where(K.binary("lt", i, K.const(s + t.shape[axis], "int64")), v, e)
         return e
     return T(shape, ts[0].dtype, fn)
