@@ -246,6 +246,11 @@ def test_trilu(upper, k):
     assert_close(got, ref)
 
 
+def test_trilu_runtime_k():
+    got, ref = run_both("Trilu", {"x_0": rand(3, 4), "k_1": np.array(-1, np.int64)}, attrs={"upper": 0})
+    assert_close(got, ref)
+
+
 def test_reverse_sequence():
     got, ref = run_both("ReverseSequence", {"x_0": rand(5, 3, 2), "l_1": i64(5, 1, 3)},
                         attrs={"batch_axis": 1, "time_axis": 0})
@@ -382,7 +387,7 @@ def test_range_runtime_is_refused():
 FREEZE = {"Slice": {1, 2, 3, 4}, "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "Pad": {1, 2, 3},
           "Expand": {1}, "Tile": {1, 2}, "Reshape": {1}, "Resize": {1, 2, 3}, "Upsample": {1},
           "CenterCropPad": {1}, "Compress": {1}, "ConstantOfShape": {0}, "Range": {0, 1, 2},
-          "NonZero": {0}, "Unique": {0}, "Trilu": {1}, "OneHot": {1}}
+          "NonZero": {0}, "Unique": {0}, "OneHot": {1}}
 
 
 def _node_cases():

@@ -538,14 +538,15 @@ def space_to_depth(ctx):
 
 @op("Trilu")
 def trilu(ctx):
-    """Keep the upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims; zero elsewhere."""
+    """Keep the upper (j - i >= k) or lower (j - i <= k) triangle of the last two dims; zero
+    elsewhere. k (input 1, default 0) may be runtime data."""
     x = ctx.input(0)
-    k = int(ctx.const(1, "k").reshape(-1)[0]) if ctx.has(1) else 0
+    k = K.cast(_scalar_of(ctx.input(1)), I64) if ctx.has(1) else _i(0)
     upper = ctx.attr("upper", 1)
 
     def fn(ix):
         diag = ix[-1] - ix[-2]
-        keep = K.binary("ge", diag, _i(k)) if upper else K.binary("le", diag, _i(k))
+        keep = K.binary("ge", diag, k) if upper else K.binary("le", diag, k)
         return K.where(keep, x.at(ix), K.const(0, x.dtype))
     return [T(x.shape, x.dtype, fn)]
 
