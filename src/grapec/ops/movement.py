@@ -1,5 +1,6 @@
-"""Data movement: every op here is an index remap (no arithmetic), so it folds into its consumer's
-loads or, when it is still a plain reshape of a value, becomes a free View.
+"""Data movement: almost every op here is an index remap (no arithmetic), so it folds into its
+consumer's loads or, when it is still a plain reshape of a value, becomes a free View. Scatter*
+reduce over the updates that target each element; Resize weighs a few taps from constant tables.
 
 Compile-time parameters (axes, starts, pads, repeats, scales...) come from attributes in older
 opsets and from constant inputs in newer ones; `_ints_of` and `_axes_of` read either form.
