@@ -34,6 +34,37 @@ def _quiet_torch_logs() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def markdown_tables(folder: str, names: list[str]) -> str:
+    """Markdown: one row per model (inputs, outputs, size), then op type x model (node counts)."""
+    import onnx
+
+    type_names = {v: k for k, v in onnx.TensorProto.DataType.items()}
+
+    def sig(values):
+        parts = []
+        for v in values:
+            t = v.type.tensor_type
+            dims = ", ".join(d.dim_param or str(d.dim_value) for d in t.shape.dim) or "scalar"
+            parts.append(f"`{v.name}` {type_names[t.elem_type].lower()} [{dims}]")
+        return "<br>".join(parts)
+
+    models, ops = {}, {}
+    lines = ["| model | inputs | outputs | file | nodes |", "|---|---|---|---|---|"]
+    for name in names:
+        path = os.path.join(folder, f"{name}.onnx")
+        m = onnx.load(path, load_external_data=False)
+        models[name] = zoo.op_types(m)
+        for op in models[name]:
+            ops.setdefault(op, None)
+        size = os.path.getsize(path) + (os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0)
+        lines.append(f"| {name} | {sig(m.graph.input)} | {sig(m.graph.output)} | {size / 1e6:.2f} MB "
+                     f"| {sum(models[name].values())} |")
+    lines += ["", "| op | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for op in sorted(ops):
+        lines.append(f"| {op} | " + " | ".join(str(models[n].get(op, "")) for n in names) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help=f"models to build (default: all of {', '.join(zoo.MODELS)})")
@@ -42,11 +73,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=zoo.SEED)
     ap.add_argument("--ops", action="store_true", help="also print the op types of each model")
     ap.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    ap.add_argument("--table", metavar="DIR", help="print markdown tables (inputs, sizes, op types) of the "
+                    "built models in DIR and exit (used for models/README.md)")
     args = ap.parse_args(argv)
 
     if args.list:
         for name, fn in zoo.MODELS.items():
             print(f"{name:14s} {(fn.__doc__ or '').strip().splitlines()[0]}")
+        return 0
+    if args.table:
+        print(markdown_tables(args.table, args.names or list(zoo.MODELS)))
         return 0
     names = args.names or list(zoo.MODELS)
     unknown = [n for n in names if n not in zoo.MODELS]

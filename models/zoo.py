@@ -638,6 +638,15 @@ def wav2vec2(size: str = "tiny", seed: int = SEED) -> ZooModel:
     torch.manual_seed(seed)
     model = Wav2Vec2Model(config).eval()
     _perturb_constant_params(model, seed)
+    # The positional conv is weight-normed (a parametrization): bake w = g * v / ||v|| into a plain
+    # weight.  Otherwise the exporter folds it for small weights only and the full model computes the
+    # norm at run time (ReduceL2 / Div / Mul on weights), so tiny and full would differ.
+    from torch.nn.utils import parametrize
+
+    for mod in model.modules():
+        if parametrize.is_parametrized(mod):
+            for pname in list(mod.parametrizations):
+                parametrize.remove_parametrizations(mod, pname, leave_parametrized=True)
     return _torch_zoo_model("wav2vec2", size, seed, _wrappers()[2](model))
 
 
