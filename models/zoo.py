@@ -190,7 +190,7 @@ def spec(name: str, size: str = "tiny") -> Spec:
             rf += (k - 1) * stride
             stride *= st
         return Spec(name, size, cfg, {"input_values": ("batch", "samples")}, {"input_values": "float32"},
-                    ("last_hidden_state",), dims, {"batch": batch, "samples": (max(rf, 2 * stride), 16000 * 30)})
+                    ("last_hidden_state",), dims, {"batch": batch, "samples": (rf, 16000 * 30)})
     if name in ("resnet50", "googlenet"):
         hw = cfg["image_size"]
         return Spec(name, size, cfg, {"input": ("batch", 3, hw, hw)}, {"input": "float32"}, ("logits",),
