@@ -75,7 +75,7 @@ def _read(t: T, ix, valid: K.Expr, other: K.Expr) -> K.Expr:
 
 def _const_tensor(ctx, arr: np.ndarray, hint: str) -> T:
     """A lazy load of a compile-time table (becomes a weight of the plan)."""
-    v = ctx.graph.add_value(hint, dtypes.from_numpy(arr.dtype), arr.shape, const=np.ascontiguousarray(arr))
+    v = ctx.graph.add_value(hint, dtypes.from_numpy(arr.dtype), arr.shape, const=np.array(arr, order="C"))
     return ctx.tensor(v)
 
 
