@@ -109,6 +109,9 @@ class PlanBuilder:
         elif name in mem.weights:
             w = scope.lookup(mem.weights[name])
             row = [name, "weight", self.weights.add(w.const), v.nbytes, v.dtype, list(v.shape)]
+        elif name in mem.outer:  # a View, inside a region body, of a value of an enclosing scope
+            src = self.buffers[self.buffer(scope.parent, mem.outer[name])]
+            row = [name, src[1], src[2], v.nbytes, v.dtype, list(v.shape)]
         else:  # pragma: no cover - a planner bug, not a user error
             raise AssertionError(f"value {name} has no storage")
         self._ids[key] = len(self.buffers)

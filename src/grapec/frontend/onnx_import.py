@@ -95,7 +95,7 @@ def _const_array(tensor, problems, where):
         problems.append(f"{where} '{tensor.name}': element type {dtypes.onnx_name(tensor.data_type)} is not supported")
         return None
     arr = numpy_helper.to_array(tensor)
-    return np.ascontiguousarray(arr)
+    return np.array(arr, order="C")  # (ascontiguousarray would turn a 0-d scalar into shape (1,))
 
 
 def _import_graph(gp, parent, opset, problems, unsupported_ops) -> Graph:

@@ -136,6 +136,12 @@ class LowerCtx:
                                  attrs={"op": op, **attrs}, origin=[self.node.name]))
         return self._load(v)
 
+    def constant(self, arr: np.ndarray, hint: str = "const") -> T:
+        """A compile-time table (e.g. Resize weights) as a weight the kernel loads."""
+        arr = np.asarray(arr)
+        v = self.graph.add_value(hint, np_dtype_name(arr), arr.shape, arr)
+        return self.tensor(v)
+
     def emit(self, node: Node):
         node.origin = node.origin or [self.node.name]
         self.emitted.append(node)

@@ -32,6 +32,7 @@ def _align(n: int) -> int:
 class MemoryPlan:
     offsets: dict                   # value name -> arena byte offset (aliases included)
     weights: dict                   # value name -> weight value name it aliases
+    outer: dict                     # value name -> enclosing-scope value it is a View of
     arena_bytes: int
     sum_bytes: int                  # all intermediates laid end to end
     lower_bound: int                # live-set lower bound in schedule order
@@ -167,6 +168,7 @@ def plan_memory(g: Graph) -> MemoryPlan:
 
     all_offsets: dict = {}
     weights: dict = {}
+    outer: dict = {}
     names = set(g.values) | set(root)
     for name in names:
         r = find(name)
@@ -174,5 +176,7 @@ def plan_memory(g: Graph) -> MemoryPlan:
             all_offsets[name] = offsets[r]
         elif is_weight(r):
             weights[name] = r
+        elif not local(r) and r != name:
+            outer[name] = r
     workspaces = {i: (offsets[workspace_of[i]], body_plans[i]) for i in body_plans}
-    return MemoryPlan(all_offsets, weights, arena, sum(size[s] for s in storages), peak, workspaces)
+    return MemoryPlan(all_offsets, weights, outer, arena, sum(size[s] for s in storages), peak, workspaces)
