@@ -7,9 +7,13 @@ import io
 
 from grapec.onnx_backend import run_suite
 
-PINNED_PASSES = 0
+PINNED_PASSES = 1116
 # Known wrong answers, each with its reason; anything else failing is a regression.
-KNOWN_FAILURES: dict = {}
+KNOWN_FAILURES = {
+    "test_attention_4d_causal_fp16_expanded":
+        "the expanded fp16 graph: our MatMul accumulates in fp32 and rounds once, the reference rounds "
+        "every op in fp16; 2 of 192 elements differ by 2 fp16 ulp (closer to a float64 reference)",
+}
 
 
 def test_onnx_node_tests_cpu_backend():
