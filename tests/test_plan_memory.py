@@ -125,3 +125,16 @@ def test_report_has_the_three_numbers():
     g = lowered(diamond(), {"x": (64, 64)})
     r = plan_memory(g).report()
     assert r["live_lower_bound_bytes"] <= r["arena_bytes"] <= r["sum_intermediate_bytes"] + 10 * ALIGN
+
+
+@pytest.mark.parametrize("name,shapes", [("gpt2", {"input_ids": (1, 8)}), ("googlenet", {"input": (1, 3, 64, 64)})])
+def test_zoo_arena_within_1_2x_of_the_live_set_lower_bound(name, shapes):
+    import os
+    from grapec.frontend.onnx_import import load_model
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    g = lowered(load_model(os.path.join(root, "models", "tiny", f"{name}.onnx")), shapes)
+    mem = plan_memory(g)
+    assert_safe(g, mem)
+    assert mem.schedule_peak <= mem.lower_bound <= mem.arena_bytes
+    assert mem.arena_bytes <= 1.2 * mem.lower_bound, mem.report()
+    assert mem.arena_bytes < 0.5 * mem.sum_bytes, mem.report()

@@ -190,7 +190,8 @@ def inspect(bundle, as_json):
         shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in p["shapes"].items())
         click.echo(f"  bucket {i} ({shp}): steps {p['steps']}, library {p['library_ops']}")
         click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
-                   f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x)")
+                   f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x; "
+                   f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
     ops = m.get("onnx_ops") or {}
     click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
     for n in m.get("notes", []):

@@ -11,9 +11,11 @@ Terms:
   region    an If/Loop node: its bodies get their own plan inside a workspace storage of the node
 
 Placement is greedy by decreasing size, at the lowest offset free of every conflicting storage.
-The report compares the arena with the sum of all intermediates and with the live-set lower bound
-(the most bytes simultaneously live in the schedule's order, each tensor rounded up to the
-256-byte alignment every plan gives it), which no valid plan can beat.
+The report compares the arena with the sum of all intermediates and with the live-set lower bound:
+the most bytes simultaneously live (each tensor rounded up to the 256-byte alignment every plan
+gives it) in any of several orders the DAG allows — the schedule's own, breadth-first and
+depth-first. A plan that is valid under every allowed order can beat none of these peaks, so the
+bound is honest; it is not always tight (the exact worst order is a hard search).
 """
 from __future__ import annotations
 
@@ -35,13 +37,84 @@ class MemoryPlan:
     outer: dict                     # value name -> enclosing-scope value it is a View of
     arena_bytes: int
     sum_bytes: int                  # all intermediates laid end to end
-    lower_bound: int                # live-set lower bound in schedule order
+    lower_bound: int                # live-set lower bound over the orders the DAG allows
+    schedule_peak: int              # live-set peak in the schedule's own order
     workspaces: dict = field(default_factory=dict)   # region node index -> (offset, [body MemoryPlans])
 
     def report(self) -> dict:
         return {"arena_bytes": self.arena_bytes, "sum_intermediate_bytes": self.sum_bytes,
-                "live_lower_bound_bytes": self.lower_bound,
+                "live_lower_bound_bytes": self.lower_bound, "schedule_order_peak_bytes": self.schedule_peak,
                 "ratio_to_lower_bound": round(self.arena_bytes / self.lower_bound, 3) if self.lower_bound else 1.0}
+
+
+def _place(order, conflicts, size, best_fit: bool):
+    offsets: dict = {}
+    for s in order:
+        sz = _align(max(size[s], 1))
+        busy = sorted((offsets[c], offsets[c] + _align(max(size[c], 1))) for c in conflicts[s] if c in offsets)
+        off, best, best_gap = 0, None, None
+        for o, e in busy:
+            if off + sz <= o:
+                if not best_fit:
+                    break
+                if best_gap is None or o - off < best_gap:
+                    best, best_gap = off, o - off
+            off = max(off, e)
+        offsets[s] = best if best_fit and best is not None else off
+    arena = max((offsets[s] + _align(max(size[s], 1)) for s in order), default=0)
+    return offsets, arena
+
+
+def _best_placement(storages, conflicts, size, writer, readers):
+    """Greedy placement under several orders (first and best fit); keep the smallest arena.
+    Greedy by decreasing size alone fragments badly when tensors are few and small."""
+    def last_use(s):
+        return max((r for r in readers.get(s, ()) if r >= 0), default=writer[s])
+    orders = [
+        sorted(storages, key=lambda s: (-size[s], writer[s])),
+        sorted(storages, key=lambda s: (writer[s], -size[s])),
+        sorted(storages, key=lambda s: (-(last_use(s) - writer[s]), -size[s])),
+        sorted(storages, key=lambda s: (-size[s] * (last_use(s) - writer[s] + 1), writer[s])),
+    ]
+    best = None
+    for order in orders:
+        for best_fit in (False, True):
+            offsets, arena = _place(order, conflicts, size, best_fit)
+            if best is None or arena < best[1]:
+                best = (offsets, arena)
+    return best
+
+
+def _kahn(preds, succ, breadth_first: bool) -> list:
+    """A topological order: FIFO (breadth-first, many branches in flight) or LIFO (depth-first)."""
+    indeg = [len(p) for p in preds]
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    order = []
+    while ready:
+        i = ready.pop(0) if breadth_first else ready.pop()
+        order.append(i)
+        for j in sorted(succ[i]):
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    return order
+
+
+def _peak_live(order, storages, writer, readers, size, sink) -> int:
+    pos = {node: t for t, node in enumerate(order)}
+    pos[sink] = len(order)
+    events: dict = {}
+    for s in storages:
+        start = pos[writer[s]] if writer[s] >= 0 else 0
+        end = max((pos[r] for r in readers.get(s, ()) if r >= 0), default=start)
+        sz = _align(max(size[s], 1))
+        events[start] = events.get(start, 0) + sz
+        events[end + 1] = events.get(end + 1, 0) - sz
+    live = peak = 0
+    for t in sorted(events):
+        live += events[t]
+        peak = max(peak, live)
+    return peak
 
 
 def plan_memory(g: Graph) -> MemoryPlan:
@@ -139,32 +212,23 @@ def plan_memory(g: Graph) -> MemoryPlan:
         wb = writer[b]
         return wb >= 0 and (after[a] >> wb) & 1
 
-    placed: list = []   # (offset, end, storage)
-    offsets: dict = {}
-    order = sorted(storages, key=lambda s: (-size[s], writer[s]))
-    for s in order:
-        sz = _align(max(size[s], 1))
-        busy = sorted((o, e) for o, e, p in placed if not (before(p, s) or before(s, p)))
-        off = 0
-        for o, e in busy:
-            if off + sz <= o:
-                break
-            off = max(off, e)
-        offsets[s] = off
-        placed.append((off, off + sz, s))
-    arena = max((e for _, e, _ in placed), default=0)
+    conflicts = {x: [] for x in storages}
+    for i, a in enumerate(storages):
+        for b in storages[i + 1:]:
+            if not (before(a, b) or before(b, a)):
+                conflicts[a].append(b)
+                conflicts[b].append(a)
+    offsets, arena = _best_placement(storages, conflicts, size, writer, readers)
 
-    # lower bound: peak of bytes live at once in the schedule's order
-    events: dict = {}
-    for s in storages:
-        start = max(writer[s], 0)
-        end = max((r for r in readers.get(s, {writer[s]}) if r >= 0), default=start)
-        events.setdefault(start, []).append(_align(max(size[s], 1)))
-        events.setdefault(end + 1, []).append(-_align(max(size[s], 1)))
-    live = peak = 0
-    for t in sorted(events):
-        live += sum(events[t])
-        peak = max(peak, live)
+    # lower bounds: the peak of bytes live at once in the schedule's order, and in other orders the
+    # DAG allows. A plan valid under every order can beat none of them, so the bound is their max.
+    preds = [set() for _ in range(n)]
+    for i in range(n):
+        for j in succ[i]:
+            preds[j].add(i)
+    orders = [list(range(n)), _kahn(preds, succ, breadth_first=True), _kahn(preds, succ, breadth_first=False)]
+    peaks = [_peak_live(o, storages, writer, readers, size, SINK) for o in orders]
+    schedule_peak, peak = peaks[0], max(peaks)
 
     all_offsets: dict = {}
     weights: dict = {}
@@ -179,4 +243,4 @@ def plan_memory(g: Graph) -> MemoryPlan:
         elif not local(r) and r != name:
             outer[name] = r
     workspaces = {i: (offsets[workspace_of[i]], body_plans[i]) for i in body_plans}
-    return MemoryPlan(all_offsets, weights, outer, arena, sum(size[s] for s in storages), peak, workspaces)
+    return MemoryPlan(all_offsets, weights, outer, arena, sum(size[s] for s in storages), peak, schedule_peak, workspaces)
