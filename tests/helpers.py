@@ -41,3 +41,20 @@ def rel_err(got, ref):
     got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     den = np.linalg.norm(ref)
     return float(np.linalg.norm(got - ref) / den) if den else float(np.abs(got - ref).max(initial=0))
+
+
+def run_both(op, feeds, consts=None, attrs=None, outs=1, out_types=None, opset=18):
+    """One-node model: `feeds` are graph inputs, `consts` initializers, named <x>_<position>;
+    a None const is an absent optional input. Returns (grapec outputs, onnxruntime outputs)."""
+    args = {**feeds, **(consts or {})}
+    order = sorted(args, key=lambda n: int(n.split("_")[-1]))
+    node = helper.make_node(op, [n if args[n] is not None else "" for n in order],
+                            [f"y{i}" for i in range(outs)], **(attrs or {}))
+    first = next(iter(feeds.values()))
+    out_types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * outs
+    m = model([node], [tinfo(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()],
+              [tinfo(f"y{i}", t) for i, t in enumerate(out_types)],
+              [init(n, v) for n, v in (consts or {}).items() if v is not None], opset=opset)
+    got, _ = compile_and_run(m, feeds)
+    ref = ort_run(m, feeds)
+    return [got[f"y{i}"] for i in range(outs)], [ref[f"y{i}"] for i in range(outs)]

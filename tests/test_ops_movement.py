@@ -8,26 +8,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
+from helpers import compile_and_run, init, model, ort_run, rel_err, run_both, tinfo
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
-
-
-def run_both(op, feeds, consts=None, attrs=None, outs=1, out_types=None, opset=18):
-    """One-node model: `feeds` are graph inputs, `consts` initializers, named in_<position>;
-    a None const is an absent optional input. Returns (grapec outputs, onnxruntime outputs)."""
-    args = {**feeds, **(consts or {})}
-    order = sorted(args, key=lambda n: int(n.split("_")[-1]))
-    node = helper.make_node(op, [n if args[n] is not None else "" for n in order],
-                            [f"y{i}" for i in range(outs)], **(attrs or {}))
-    first = next(iter(feeds.values()))
-    out_types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * outs
-    m = model([node], [tinfo(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()],
-              [tinfo(f"y{i}", t) for i, t in enumerate(out_types)],
-              [init(n, v) for n, v in (consts or {}).items() if v is not None], opset=opset)
-    got, _ = compile_and_run(m, feeds)
-    ref = ort_run(m, feeds)
-    return [got[f"y{i}"] for i in range(outs)], [ref[f"y{i}"] for i in range(outs)]
 
 
 def assert_close(got, ref, rtol=1e-5):

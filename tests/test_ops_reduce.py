@@ -4,28 +4,16 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+import helpers
 from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
 
 F32, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
 AXIS1 = np.array([1], np.int64)
 
 
-def run_both(op, feeds, attrs=None, consts=None, outs=1, out_types=None, opset=18):
-    """Build a one-node model (feeds are graph inputs, consts initializers; None = absent input)
-    and return (grapec outputs, onnxruntime outputs) in output order."""
-    names = list(feeds) + list(consts or {})
-    args = {**feeds, **(consts or {})}
-    order = sorted(names, key=lambda n: int(n.split("_")[-1]))
-    node = helper.make_node(op, [n if args[n] is not None else "" for n in order],
-                            [f"y{i}" for i in range(outs)], **(attrs or {}))
-    first = next(v for v in feeds.values())
-    out_types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * outs
-    m = model([node], [tinfo(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in feeds.items()],
-              [tinfo(f"y{i}", t) for i, t in enumerate(out_types)],
-              [init(n, v) for n, v in (consts or {}).items() if v is not None], opset=opset)
-    got, _ = compile_and_run(m, feeds)
-    ref = ort_run(m, feeds)
-    return [got[f"y{i}"] for i in range(outs)], [ref[f"y{i}"] for i in range(outs)]
+def run_both(op, feeds, attrs=None, consts=None, **kw):
+    """helpers.run_both with attrs before consts, as these tests read best."""
+    return helpers.run_both(op, feeds, consts, attrs, **kw)
 
 
 def assert_close(got, ref, rtol=1e-5, atol=1e-6):

@@ -26,17 +26,24 @@ def matmul_shape(a_shape, b_shape):
     return a2, b2, batch + (a2[-2], b2[-1])
 
 
+def numpy_matmul(ctx, a, b, dtype: str, a_shape=None, b_shape=None):
+    """A `matmul` Library node with numpy.matmul semantics (1-D operands promoted and demoted).
+    a_shape/b_shape: the operands' original shapes when a, b are already cast views of them."""
+    a_shape, b_shape = a_shape or a.shape, b_shape or b.shape
+    a2, b2, out = matmul_shape(a_shape, b_shape)
+    y = ctx.library("matmul", [reshape(a, a2), reshape(b, b2)], {}, out, dtype)
+    final = list(out)
+    if len(b_shape) == 1:
+        final.pop(-1)
+    if len(a_shape) == 1:
+        final.pop(-2 if len(b_shape) != 1 else -1)
+    return reshape(y, final)
+
+
 @op("MatMul")
 def matmul(ctx):
     a, b = ctx.input(0), ctx.input(1)
-    a2, b2, out = matmul_shape(a.shape, b.shape)
-    y = ctx.library("matmul", [reshape(a, a2), reshape(b, b2)], {}, out, a.dtype)
-    final = list(out)
-    if len(b.shape) == 1:
-        final.pop(-1)
-    if len(a.shape) == 1:
-        final.pop(-2 if len(b.shape) != 1 else -1)
-    return [reshape(y, final)]
+    return [numpy_matmul(ctx, a, b, a.dtype)]
 
 
 @op("Gemm")
@@ -199,14 +206,7 @@ def matmul_integer(ctx):
     az, bz = ctx.input(2), ctx.input(3)
     a32 = _zero_point_shift(a, az, (az.size, 1) if az is not None and az.size > 1 else ())
     b32 = _zero_point_shift(b, bz, (bz.size,) if bz is not None and bz.size > 1 else ())
-    a2, b2, out = matmul_shape(a.shape, b.shape)
-    y = ctx.library("matmul", [reshape(a32, a2), reshape(b32, b2)], {}, out, "int32")
-    final = list(out)
-    if len(b.shape) == 1:
-        final.pop(-1)
-    if len(a.shape) == 1:
-        final.pop(-2 if len(b.shape) != 1 else -1)
-    return [reshape(y, final)]
+    return [numpy_matmul(ctx, a32, b32, "int32", a.shape, b.shape)]
 
 
 @op("QLinearMatMul")

@@ -58,16 +58,18 @@ def matmul(attrs, a, b, c=None):
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 
+def _conv_setup(attrs, x, w):
+    """Shared by conv and conv_transpose: accumulation dtype casts and the geometry attrs."""
+    acc = _acc_dtype(x.dtype)
+    nd = x.ndim - 2
+    return (x.astype(acc, copy=False), w.astype(acc, copy=False), acc, nd,
+            attrs.get("strides") or [1] * nd, attrs.get("dilations") or [1] * nd,
+            attrs.get("pads") or [0] * (2 * nd), attrs.get("group", 1))
+
+
 def conv(attrs, x, w, b=None):
     out_dt = x.dtype
-    acc = _acc_dtype(x.dtype)
-    x = x.astype(acc, copy=False)
-    w = w.astype(acc, copy=False)
-    nd = x.ndim - 2
-    strides = attrs.get("strides") or [1] * nd
-    dil = attrs.get("dilations") or [1] * nd
-    pads = attrs.get("pads") or [0] * (2 * nd)
-    group = attrs.get("group", 1)
+    x, w, acc, nd, strides, dil, pads, group = _conv_setup(attrs, x, w)
     x = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
     n, c = x.shape[:2]
     m = w.shape[0]
@@ -96,13 +98,7 @@ def conv(attrs, x, w, b=None):
 
 def conv_transpose(attrs, x, w, b=None):
     out_dt = x.dtype
-    acc = _acc_dtype(x.dtype)
-    x = x.astype(acc, copy=False)
-    w = w.astype(acc, copy=False)
-    nd = x.ndim - 2
-    strides = attrs.get("strides") or [1] * nd
-    dil = attrs.get("dilations") or [1] * nd
-    pads = attrs.get("pads") or [0] * (2 * nd)
+    x, w, acc, nd, strides, dil, pads, group = _conv_setup(attrs, x, w)
     outpad = attrs.get("output_padding") or [0] * nd
     group = attrs.get("group", 1)
     n, c = x.shape[:2]
