@@ -13,13 +13,22 @@ import json
 from .. import dtypes
 from ..ir.kernel import Expr, Kernel, children
 
-PRELUDE = r"""
-#include <cuda_fp16.h>
-typedef long long i64;
+# Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
+# and the special float values are bit patterns.
+HALF_CONVERSIONS = r"""
+__device__ __forceinline__ float h2f(f16 h) { float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ f16 f2h(float f) { f16 h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
+"""
+COMMON = r"""
+#define G_INF __int_as_float(0x7f800000)
+#define G_NAN __int_as_float(0x7fffffff)
+template <typename T> __device__ __forceinline__ bool g_isinf(T a) { return a == (T)G_INF || a == -(T)G_INF; }
 template <typename T> __device__ __forceinline__ T g_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> __device__ __forceinline__ T g_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <typename T> __device__ __forceinline__ T g_sign(T a) { return (T)((a > (T)0) - (a < (T)0)); }
 """
+TYPES = "typedef long long i64;\ntypedef unsigned short f16;\n"
+PRELUDE = TYPES + HALF_CONVERSIONS + COMMON
 
 # storage type in memory -> type computations use
 _COMPUTE = {"float16": "float"}
@@ -34,7 +43,7 @@ _FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "c
 
 
 def ctype(dt: str) -> str:
-    return dtypes.c_type(dt)
+    return "f16" if dt == "float16" else dtypes.c_type(dt)
 
 
 def compute_type(dt: str) -> str:
@@ -120,9 +129,9 @@ class CudaRenderer:
             return f"(({ctype(dt)}){v}{suffix})"
         ct = compute_type(dt)
         if v != v:
-            return f"(({ct})NAN)"
+            return f"(({ct})G_NAN)"
         if v in (float("inf"), float("-inf")):
-            return f"(({ct}){'-' if v < 0 else ''}INFINITY)"
+            return f"({'-' if v < 0 else ''}({ct})G_INF)"
         return f"(({ct}){v!r})"
 
     def expression(self, e: Expr) -> str:
@@ -133,7 +142,7 @@ class CudaRenderer:
             x = self.emit(e.args[0])
             src = e.args[0].dtype
             if dtypes.is_float(src) and dtypes.is_int(dt):
-                return f"(({compute_type(dt)})({x} == {x} && !isinf((double){x}) ? {x} : 0))"
+                return f"(({compute_type(dt)})({x} == {x} && !g_isinf({x}) ? {x} : 0))"
             return f"(({compute_type(dt)}){x})"
         if op == "where":
             c, a, b = (self.emit(x) for x in e.args)
@@ -165,11 +174,11 @@ class CudaRenderer:
         if op == "isnan":
             return f"({args[0]} != {args[0]})" if is_f else "false"
         if op == "isinf":
-            return f"isinf((double){args[0]})" if is_f else "false"
+            return f"g_isinf({args[0]})" if is_f else "false"
         if op == "isposinf":
-            return f"({args[0]} == INFINITY)" if is_f else "false"
+            return f"({args[0]} == G_INF)" if is_f else "false"
         if op == "isneginf":
-            return f"({args[0]} == -INFINITY)" if is_f else "false"
+            return f"({args[0]} == -G_INF)" if is_f else "false"
         if op == "pow":
             return f"(({compute_type(dt)})pow((double){args[0]}, (double){args[1]}))"
         if op in ("floor", "ceil", "round"):
@@ -182,7 +191,7 @@ class CudaRenderer:
         offset = self.flat_offset(index, shape)
         read = f"in{slot}[{offset}]"
         if dt == "float16":
-            read = f"__half2float({read})"
+            read = f"h2f({read})"
         if mask is None:
             return read
         return f"({self.emit(mask)} ? {read} : {self.emit(other)})"
@@ -206,14 +215,14 @@ class CudaRenderer:
         ind = scope.indent
         if rop.startswith("arg"):
             best = self.fresh("best")
-            init = "INFINITY" if "min" in rop else "-INFINITY" if dtypes.is_float(body.dtype) else \
+            init = "G_INF" if "min" in rop else "-G_INF" if dtypes.is_float(body.dtype) else \
                 ("((long long)9223372036854775807LL)" if "min" in rop else "(-9223372036854775807LL - 1)")
             scope.lines.append(f"{ind}{body_ct} {best} = ({body_ct}){init}; i64 {acc} = -1;")
         else:
             init = {"sum": "0", "prod": "1"}.get(rop)
             if init is None:
                 if dtypes.is_float(e.dtype):
-                    init = "-INFINITY" if rop == "max" else "INFINITY"
+                    init = "-G_INF" if rop == "max" else "G_INF"
                 elif e.dtype == "bool":
                     init = "false" if rop == "max" else "true"
                 else:
@@ -284,7 +293,7 @@ class CudaRenderer:
                 rest = f"t{a}"
         v = self.emit(k.body)
         lines += root.lines
-        store = f"__float2half({v})" if k.dtype == "float16" else f"({ctype(k.dtype)}){v}"
+        store = f"f2h({v})" if k.dtype == "float16" else f"({ctype(k.dtype)}){v}"
         lines.append(f"  out[tid] = {store};")
         lines.append("}")
         return name, "\n".join(lines)

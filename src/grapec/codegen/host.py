@@ -1,7 +1,7 @@
 """Compile the rendered CUDA C for the host CPU (g++), one "thread" per loop iteration.
 
 This is how the CUDA code generator is tested on machines without a GPU: the same source that
-NVRTC compiles for the GPU is compiled with a few shims (blockIdx, __half as _Float16) and run on
+NVRTC compiles for the GPU is compiled with a few shims (blockIdx, half conversions through _Float16) and run on
 the very buffers of a plan, next to the numpy interpreter.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import subprocess
 import tempfile
 
-from .cuda import PRELUDE, render_kernel
+from .cuda import COMMON, TYPES, render_kernel
 
 HOST_SHIM = r"""
 #include <cmath>
@@ -23,10 +23,12 @@ static grapec_dim3 blockIdx, threadIdx, blockDim;
 #define __device__
 #define __forceinline__ inline
 #define __restrict__ __restrict
-typedef _Float16 __half;
-static inline float __half2float(__half h) { return (float)h; }
-static inline __half __float2half(float f) { return (__half)f; }
-using std::isinf; using std::isnan;
+#include <cstring>
+static inline float grapec_h2f(unsigned short h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline unsigned short grapec_f2h(float f) { _Float16 v = (_Float16)f; unsigned short h; std::memcpy(&h, &v, 2); return h; }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline float h2f(unsigned short h) { return grapec_h2f(h); }
+static inline unsigned short f2h(float f) { return grapec_f2h(f); }
 """
 
 
@@ -45,7 +47,7 @@ class HostModule:
             wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
                             f"  for (unsigned long long t = 0; t < {max(k.size, 1)}ULL; ++t) {{ blockIdx.x = t; kern{i}({args}); }}\n}}")
-        src = HOST_SHIM + PRELUDE.replace("#include <cuda_fp16.h>", "") + "\n\n".join(bodies) + "\n" + "\n".join(wrappers)
+        src = HOST_SHIM + TYPES + COMMON + "\n\n".join(bodies) + "\n" + "\n".join(wrappers)
         tag = hashlib.sha1(src.encode()).hexdigest()[:16]
         d = workdir or tempfile.mkdtemp(prefix="grapec-host-")
         cpp, so = os.path.join(d, f"m{tag}.cpp"), os.path.join(d, f"m{tag}.so")
