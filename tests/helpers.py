@@ -24,6 +24,7 @@ def init(name, arr):
 
 def compile_and_run(m, feeds, **kw):
     shapes = {k: v.shape for k, v in feeds.items()}
+    kw.setdefault("targets", [])   # CPU backend: no GPU code needed
     b = grapec.compile(m, shapes=shapes, **kw)
     sess = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu")
     return sess.run(feeds), b

@@ -86,3 +86,16 @@ def test_value_hoisted_out_of_a_reduction_is_declared_before_the_loop(tmp_path):
     x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
     out = runner.run(0, {"x": x})["y"]
     np.testing.assert_allclose(out, np.log(np.exp(x).sum(1)), rtol=1e-5)
+
+
+def test_compile_builds_cubin_and_ptx_without_a_gpu():
+    pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc)")
+    from grapec.bundle.format import Bundle
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims=ZOO["gpt2"], targets=["sm_90"])
+    b = Bundle.from_bytes(b.to_bytes())
+    assert b.extra_sections["cubin.sm_90"][:4] == b"\x7fELF"
+    assert b"compute_90" in b.extra_sections["ptx.compute_90"][:2000]
+    cuda = b.manifest["cuda"]
+    assert len(cuda["kernels"]) == len(b.kernels) and cuda["targets"] == ["sm_90"]
+    src = b.extra_sections["cuda.source"].decode()
+    assert all(f"void {n}(" in src for n in cuda["kernels"])

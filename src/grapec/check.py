@@ -53,7 +53,8 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=1e-4, se
     import grapec
     from .bundle.format import Bundle
     from .inputs import random_inputs
-    bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress)
+    bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress,
+                            targets=[] if backend == "cpu" else "auto")
     sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
     infos = bundle.manifest["inputs"]
     feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},

@@ -69,11 +69,12 @@ def _shape_options(f):
     return f
 
 
-def _compile(model, shapes, dims, strict=False, quiet=False):
+def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto"):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_shapes
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
-    return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict, progress=say)
+    return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict,
+                         targets=targets, progress=say)
 
 
 @main.command()
@@ -81,9 +82,12 @@ def _compile(model, shapes, dims, strict=False, quiet=False):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write [default: MODEL with .grape].")
 @_shape_options
 @click.option("--strict", is_flag=True, help="Fail if any part of the model would run outside the CUDA graph.")
+@click.option("--target", "targets", multiple=True, metavar="SM_XX",
+              help="GPU architecture to build cubins for, e.g. sm_90 (repeatable) [default: sm_90 when NVRTC is installed].")
+@click.option("--no-gpu", is_flag=True, help="Build no GPU code (a bundle for the CPU backend only).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, strict, force, quiet):
+def compile(model, output, shapes, dims, strict, targets, no_gpu, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes) or --dim (named dims).
@@ -97,7 +101,10 @@ def compile(model, output, shapes, dims, strict, force, quiet):
             if f.read(6) != b"GRAPEC":
                 raise GrapecError(f"{out} exists and is not a grapec bundle; refusing to overwrite it (use --force)")
     t0 = time.perf_counter()
-    bundle = _compile(model, shapes, dims, strict, quiet)
+    for t in targets:
+        if not t.startswith("sm_") or not t[3:].isdigit():
+            raise GrapecError(f"--target {t}: expected an architecture like sm_90")
+    bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"))
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -110,7 +117,8 @@ def _load_session(path, backend, shapes, dims, quiet=True):
         with open(path, "rb") as f:
             is_bundle = f.read(8) == MAGIC
         if not is_bundle and path.endswith(".onnx"):
-            return grapec.load(_compile(path, shapes, dims, quiet=quiet), backend=backend)
+            return grapec.load(_compile(path, shapes, dims, quiet=quiet, targets=[] if backend == "cpu" else "auto"),
+                               backend=backend)
     if shapes or dims:
         raise GrapecError("--shapes/--dim apply when running an .onnx file; a bundle has its shapes fixed at compile time")
     return grapec.load(path, backend=backend)

@@ -45,12 +45,14 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None)
 
 
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
-                  strict: bool = False, targets: tuple = (), progress: Callable | None = None) -> Bundle:
+                  strict: bool = False, targets="auto", progress: Callable | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
     buckets: a list of such `shapes` dicts, one plan each (overrides shapes).
     strict:  fail when anything runs outside the graph (control flow on the host) instead of reporting.
+    targets: GPU architectures to compile cubins for (e.g. ["sm_90"]); "auto" = sm_90 when NVRTC is
+             installed, none otherwise (the bundle then runs on the CPU backend only, and says so).
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -79,6 +81,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     if strict and notes:
         raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
 
+    targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say)
+
     outs = low.outputs
     bounds = index_bounds(proto)
     op_counts = Counter(n.op_type for n in proto.graph.node)
@@ -90,6 +94,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "outputs": [_io_meta_out(low, n) for n in outs],
         "buckets": bucket_meta,
         "targets": list(targets),
+        "cuda": gpu_entry,
         "notes": notes,
         "onnx_ops": dict(sorted(op_counts.items())),
         "weights_bytes": weights.size,
@@ -99,7 +104,27 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         f"{time.perf_counter() - t0:.1f}s in all")
     for n in notes:
         say(f"note: {n}")
-    return Bundle(manifest, weights.blob(), kernels.kernels, plans)
+    return Bundle(manifest, weights.blob(), kernels.kernels, plans, gpu_sections)
+
+
+def _gpu_code(kernels, plans, targets, notes, say):
+    from .codegen.nvrtc import NvrtcUnavailable, nvrtc_version
+    if targets == "auto":
+        try:
+            nvrtc_version()
+            targets = ["sm_90"]
+        except NvrtcUnavailable:
+            notes.append("no NVRTC here (pip install cuda-bindings nvidia-cuda-nvrtc): no GPU code, CPU backend only")
+            return [], {}, None
+    targets = list(targets or [])
+    if not targets:
+        return [], {}, None
+    from .codegen.build import build_gpu_code, kernel_origins
+    t0 = time.perf_counter()
+    sections, entry = build_gpu_code(kernels, kernel_origins(plans), targets)
+    say(f"CUDA code: {len(set(entry['kernels']))} kernels for {', '.join(targets)} (+ PTX {entry['ptx']}), "
+        f"NVRTC {entry['nvrtc']}, {time.perf_counter() - t0:.1f}s")
+    return targets, sections, entry
 
 
 def _fmt_shapes(s):

@@ -35,7 +35,7 @@ class GrapecRep(BackendRep):
             from . import compile as grapec_compile
             from .bundle.format import Bundle
             from .runtime.session import Session
-            bundle = grapec_compile(self.model, shapes=shapes)
+            bundle = grapec_compile(self.model, shapes=shapes, targets=[] if self.backend == "cpu" else "auto")
             self._sessions[key] = Session(Bundle.from_bytes(bundle.to_bytes()), backend=self.backend)
         return self._sessions[key]
 
