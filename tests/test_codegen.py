@@ -94,7 +94,7 @@ def test_compile_builds_cubin_and_ptx_without_a_gpu():
     b = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims=ZOO["gpt2"], targets=["sm_90"])
     b = Bundle.from_bytes(b.to_bytes())
     assert b.extra_sections["cubin.sm_90"][:4] == b"\x7fELF"
-    assert b"compute_90" in b.extra_sections["ptx.compute_90"][:2000]
+    assert b".target sm_90" in b.extra_sections["ptx.compute_90"][:2000]
     cuda = b.manifest["cuda"]
     assert len(cuda["kernels"]) == len(b.kernels) and cuda["targets"] == ["sm_90"]
     src = b.extra_sections["cuda.source"].decode()
