@@ -11,7 +11,7 @@ def pytest_collection_modifyitems(config, items):
     from grapec.devices import cuda_backend_available, gpu_count
     if gpu_count() and cuda_backend_available():
         return
-    why = "no NVIDIA GPU here" if not gpu_count() else "this build has no CUDA backend yet"
+    why = "no NVIDIA GPU here" if not gpu_count() else "cuda-bindings or nvmath-python not installed"
     skip = pytest.mark.skip(reason=f"gpu test: {why}")
     for item in items:
         if "gpu" in item.keywords:

@@ -19,8 +19,10 @@ def gpu_count() -> int:
 
 
 def cuda_backend_available() -> bool:
+    """cuda-python's driver bindings and nvmath-python (cuBLASLt) are installed."""
     try:
-        from .runtime import cuda_session  # noqa: F401
+        import cuda.bindings.driver  # noqa: F401
+        import nvmath.bindings.cublasLt  # noqa: F401
     except ImportError:
         return False
     return True
@@ -34,5 +36,5 @@ def resolve_backend(name: str) -> tuple:
     if n and cuda_backend_available():
         return "cuda", f"CUDA backend on GPU 0 of {n}"
     if n:
-        return "cpu", f"CPU backend: {n} GPU(s) found, but this build of grapec has no CUDA backend yet"
+        return "cpu", f"CPU backend: {n} GPU(s) found, but nvmath-python (cuBLASLt) is not installed"
     return "cpu", "CPU backend: no NVIDIA GPU found"

@@ -16,6 +16,20 @@ from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
 
 
+def _shape(a):
+    cai = getattr(a, "__cuda_array_interface__", None)
+    return cai["shape"] if cai is not None else a.shape
+
+
+def _contiguous_strides(cai):
+    item = np.dtype(cai["typestr"]).itemsize
+    strides, acc = [], item
+    for d in reversed(cai["shape"]):
+        strides.append(acc)
+        acc *= d
+    return tuple(reversed(strides))
+
+
 @dataclass
 class IOInfo:
     name: str
@@ -34,7 +48,8 @@ class Session:
             from .cpu_plan import CpuPlanRunner
             self._runner = CpuPlanRunner(bundle)
         elif backend == "cuda":
-            raise BackendError("backend 'cuda' is not available in this build of grapec yet; use --backend cpu")
+            from .cuda_session import CudaPlanRunner
+            self._runner = CudaPlanRunner(bundle, device)
         else:
             raise BackendError(f"unknown backend '{backend}' (choose cpu or cuda)")
 
@@ -79,20 +94,40 @@ class Session:
             raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(repr(n) for n in names)})")
         arrays = {}
         for info in self._inputs:
-            a = np.asarray(feeds[info.name])
+            a = feeds[info.name]
+            cai = getattr(a, "__cuda_array_interface__", None)
+            if cai is None:
+                a = np.asarray(a)
+                got = a.dtype
+            else:
+                if self.backend != "cuda":
+                    raise InputError(f"input '{info.name}' is a GPU array; the {self.backend} backend takes host arrays")
+                if cai.get("strides") not in (None, ()) and cai.get("strides") != _contiguous_strides(cai):
+                    raise InputError(f"input '{info.name}': GPU arrays must be contiguous")
+                got = np.dtype(cai["typestr"])
             want = dtypes.np_dtype(info.dtype)
-            if a.dtype != want:
-                raise InputError(f"input '{info.name}': expected dtype {info.dtype}, got {a.dtype}")
+            if got != want:
+                raise InputError(f"input '{info.name}': expected dtype {info.dtype}, got {got}")
             arrays[info.name] = a
         return arrays
 
-    def run(self, feeds: dict, output_names: list | None = None) -> dict:
+    def run(self, feeds: dict, output_names: list | None = None, on_device: bool = False) -> dict:
+        """Outputs as numpy arrays, or (on_device=True, CUDA backend) as device arrays in the
+        arena that stay valid until the next run."""
         arrays = self.check_feeds(feeds)
-        bucket = self.select_bucket({n: a.shape for n, a in arrays.items()})
-        outs = self._runner.run(bucket, arrays)
+        bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
+        outs = self._runner.run(bucket, arrays, on_device=True) if on_device else self._runner.run(bucket, arrays)
         if output_names:
             bad = [n for n in output_names if n not in outs]
             if bad:
                 raise InputError(f"unknown output(s) {bad}; outputs are {list(outs)}")
             return {n: outs[n] for n in output_names}
         return outs
+
+    def input_buffer(self, name: str, shapes: dict | None = None):
+        """The graph-owned device buffer of input `name` (CUDA backend): write into it through
+        __cuda_array_interface__ and run with it as the feed, and no copy is made."""
+        if self.backend != "cuda":
+            raise InputError("input_buffer() needs the cuda backend")
+        bucket = self.select_bucket(shapes) if shapes else 0
+        return self._runner.input_buffer(bucket, name)

@@ -1,0 +1,108 @@
+"""Library `matmul` nodes on the GPU: cuBLASLt through nvmath-python's bindings, recorded into the
+CUDA graph at load time (captured on a side stream into a child graph).
+
+Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T, so B is cuBLASLt's first
+operand and A its second; batches are strided (stride 0 for an operand without batch dims).
+fp32 computes in fp32 (no TF32 unless asked), fp16 accumulates in fp32.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import BackendError
+from .cuda_driver import call
+
+CUDA_R = {"float32": 0, "float16": 2, "float64": 1}
+COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+OP_N, OP_T = 0, 1
+
+
+class Blas:
+    def __init__(self, device, workspace_bytes: int = 32 << 20, tf32: bool = False):
+        try:
+            from nvmath.bindings import cublasLt
+        except ImportError:
+            raise BackendError("the CUDA backend needs cuBLASLt through nvmath-python: pip install nvmath-python") from None
+        self.lt = cublasLt
+        self.device = device
+        self.handle = cublasLt.create()
+        self.workspace_bytes = workspace_bytes
+        self.workspace = device.alloc(workspace_bytes, "the cuBLASLt workspace")
+        self.tf32 = tf32
+        self.capture_stream = call("cuStreamCreate", 0)
+        self._keep: list = []     # descriptors and scalars referenced by captured work
+
+    def _layout(self, dtype, rows, cols, ld, batch, stride):
+        lt = self.lt
+        lay = lt.matrix_layout_create(CUDA_R[dtype], rows, cols, ld)
+        if batch > 1:
+            cnt = np.array([batch], np.int32)
+            st = np.array([stride], np.int64)
+            lt.matrix_layout_set_attribute(lay, lt.MatrixLayoutAttribute.BATCH_COUNT, cnt.ctypes.data, 4)
+            lt.matrix_layout_set_attribute(lay, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, st.ctypes.data, 8)
+        self._keep.append(lay)
+        return lay
+
+    def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int):
+        """A child graph computing one `matmul` step. shapes/ptrs: A, B and optional C."""
+        if dtype not in CUDA_R:
+            raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16)")
+        lt = self.lt
+        a_shape, b_shape = shapes[0], shapes[1]
+        ta, tb = int(attrs.get("trans_a", 0)), int(attrs.get("trans_b", 0))
+        m, n = out_shape[-2], out_shape[-1]
+        k = a_shape[-2] if ta else a_shape[-1]
+        batch = math.prod(out_shape[:-2])
+        a_batch, b_batch = math.prod(a_shape[:-2]), math.prod(b_shape[:-2])
+        for name, nb, sh in (("A", a_batch, a_shape), ("B", b_batch, b_shape)):
+            if nb not in (1, batch) or (nb == batch and tuple(sh[:-2]) != tuple(out_shape[:-2]) and batch > 1):
+                raise BackendError(f"matmul: operand {name} batch dims {list(sh[:-2])} broadcast against "
+                                   f"{list(out_shape[:-2])} in a way strided cuBLASLt batches cannot express")
+        compute = COMPUTE_64F if dtype == "float64" else COMPUTE_32F_FAST_TF32 if self.tf32 else COMPUTE_32F
+        scale_t = CUDA_R["float64"] if dtype == "float64" else CUDA_R["float32"]
+        desc = lt.matmul_desc_create(compute, scale_t)
+        self._keep.append(desc)
+        op_first, op_second = np.array([OP_T if tb else OP_N], np.int32), np.array([OP_T if ta else OP_N], np.int32)
+        lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.TRANSA, op_first.ctypes.data, 4)
+        lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.TRANSB, op_second.ctypes.data, 4)
+        # first operand: B. Stored row-major [K,N] (col-major N x K, ld N) or, transposed, [N,K] (col-major K x N, ld K)
+        b_lay = self._layout(dtype, k if tb else n, n if tb else k, k if tb else n, batch, k * n if b_batch > 1 else 0)
+        a_lay = self._layout(dtype, m if ta else k, k if ta else m, m if ta else k, batch, m * k if a_batch > 1 else 0)
+        d_lay = self._layout(dtype, n, m, n, batch, m * n)
+        sdt = np.float64 if dtype == "float64" else np.float32
+        alpha = np.array([attrs.get("alpha", 1.0)], sdt)
+        has_c = len(ptrs) > 2 and ptrs[2]
+        beta = np.array([attrs.get("beta", 1.0) if has_c else 0.0], sdt)
+        c_ptr = ptrs[2] if has_c else out_ptr
+        if has_c and tuple(shapes[2]) != tuple(out_shape):
+            raise BackendError(f"matmul: C of shape {list(shapes[2])} must match the output {list(out_shape)}")
+        self._keep += [alpha, beta, op_first, op_second]
+        algo = self._heuristic(desc, b_lay, a_lay, d_lay)
+        call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
+        try:
+            lt.matmul(self.handle, desc, alpha.ctypes.data, ptrs[1], b_lay, ptrs[0], a_lay, beta.ctypes.data,
+                      c_ptr, d_lay, out_ptr, d_lay, algo, self.workspace, self.workspace_bytes, int(self.capture_stream))
+        finally:
+            graph = call("cuStreamEndCapture", self.capture_stream)
+        return graph
+
+    def _heuristic(self, desc, a_lay, b_lay, d_lay) -> int:
+        lt = self.lt
+        pref = lt.matmul_preference_create()
+        self._keep.append(pref)
+        ws = np.array([self.workspace_bytes], np.uint64)
+        lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, 8)
+        res = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
+        count = np.zeros(1, np.int32)
+        lt.matmul_algo_get_heuristic(self.handle, desc, a_lay, b_lay, d_lay, d_lay, pref, 1, res.ctypes.data, count.ctypes.data)
+        if count[0] < 1:
+            raise BackendError("cuBLASLt found no algorithm for a matmul of this shape")
+        self._keep.append(res)
+        return res.ctypes.data + res.dtype.fields["algo"][1]
+
+
+def _capture_mode():
+    from cuda.bindings import driver
+    return driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED

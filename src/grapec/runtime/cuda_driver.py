@@ -1,0 +1,105 @@
+"""A thin layer over the CUDA driver API (cuda.bindings.driver): every call checked, errors named.
+
+Only what the runtime needs: a context, device memory, modules, explicit graphs, streams.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..errors import BackendError
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise BackendError("the CUDA backend needs cuda-python: pip install cuda-bindings") from None
+    return driver
+
+
+class CudaError(BackendError):
+    pass
+
+
+def call(name: str, *args):
+    """driver.<name>(*args), raising CudaError('cuXxx failed: CUDA_ERROR_... (text)') on failure."""
+    d = _driver()
+    res = getattr(d, name)(*args)
+    err, vals = (res[0], res[1:]) if isinstance(res, tuple) else (res, ())
+    if int(err) != 0:
+        _, text = d.cuGetErrorString(err)
+        try:
+            label = d.CUresult(int(err)).name
+        except ValueError:
+            label = str(int(err))
+        raise CudaError(f"{name} failed: {label} ({text.decode() if text else 'no description'})")
+    if not vals:
+        return None
+    return vals[0] if len(vals) == 1 else vals
+
+
+class Device:
+    """One GPU with its primary context made current."""
+
+    def __init__(self, ordinal: int = 0):
+        d = _driver()
+        call("cuInit", 0)
+        n = call("cuDeviceGetCount")
+        if ordinal >= n:
+            raise BackendError(f"device {ordinal} requested, but {n} CUDA device(s) are present")
+        self.ordinal = ordinal
+        self.dev = call("cuDeviceGet", ordinal)
+        self.ctx = call("cuDevicePrimaryCtxRetain", self.dev)
+        call("cuCtxSetCurrent", self.ctx)
+        A = d.CUdevice_attribute
+        self.cc = (call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev),
+                   call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev))
+        self.name = call("cuDeviceGetName", 256, self.dev).split(b"\0")[0].decode()
+        self.stream = call("cuStreamCreate", 0)
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    def mem_info(self) -> tuple:
+        free, total = call("cuMemGetInfo")
+        return int(free), int(total)
+
+    def alloc(self, nbytes: int, what: str) -> int:
+        if nbytes == 0:
+            return 0
+        try:
+            return int(call("cuMemAlloc", nbytes))
+        except CudaError as e:
+            if "OUT_OF_MEMORY" in str(e):
+                free, total = self.mem_info()
+                raise BackendError(f"out of GPU memory allocating {what}: {nbytes / 2**20:.1f} MiB requested, "
+                                   f"{free / 2**20:.1f} MiB free of {total / 2**20:.0f} MiB on {self.name}") from None
+            raise
+
+    def free(self, ptr: int):
+        if ptr:
+            call("cuMemFree", ptr)
+
+    def upload(self, dst: int, data, nbytes: int):
+        if nbytes:
+            call("cuMemcpyHtoD", dst, data, nbytes)
+
+    def download(self, host, src: int, nbytes: int):
+        if nbytes:
+            call("cuMemcpyDtoH", host, src, nbytes)
+
+    def synchronize(self):
+        call("cuStreamSynchronize", self.stream)
+
+
+class KernelArgs:
+    """The void*[] array a kernel node takes, holding device pointers (kept alive with the node)."""
+
+    def __init__(self, pointers: list):
+        self.values = [ctypes.c_uint64(p) for p in pointers]
+        self.array = (ctypes.c_void_p * max(len(self.values), 1))(*[ctypes.addressof(v) for v in self.values])
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.array)

@@ -1,0 +1,86 @@
+"""GPU tests: every committed zoo model and light model on the CUDA backend against onnxruntime,
+bundles compiled on a CPU-only machine, bad code and out-of-memory errors, and the ONNX node tests
+through the CUDA backend. Run on the GPU machine with `make gpu-test`."""
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import grapec
+from grapec.check import check_model
+from grapec.errors import BackendError
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from test_models import LIGHT, LIGHT_MODELS, ZOO_DIMS  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_DIMS))
+def test_zoo_model_on_gpu_matches_onnxruntime(name):
+    results, _ = check_model(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO_DIMS[name],
+                             backend="cuda", rtol=1e-4, seed=11)
+    for r in results:
+        assert r.ok, f"{name}/{r.name}: rel {r.rel:.3g} max-abs {r.max_abs:.3g} {r.note}"
+
+
+@pytest.mark.parametrize("name", LIGHT_MODELS)
+def test_light_model_on_gpu_matches_onnxruntime(name):
+    results, _ = check_model(os.path.join(LIGHT, f"light_{name}.onnx"), backend="cuda", rtol=1e-4, seed=5)
+    for r in results:
+        assert r.ok, f"{name}/{r.name}: rel {r.rel:.3g} max-abs {r.max_abs:.3g} {r.note}"
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "gpu_bundles", "*.grape"))))
+def test_bundles_compiled_without_a_gpu_run_here(path):
+    """Bundles made by `grapec compile` on the CPU-only machine (carried in gpu_bundles/)."""
+    cpu = grapec.load(path, backend="cpu")
+    gpu = grapec.load(path, backend="cuda")
+    from grapec.inputs import random_inputs
+    infos = cpu.bundle.manifest["inputs"]
+    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
+                          {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 1)
+    a, b = cpu.run(feeds), gpu.run(feeds)
+    for k in a:
+        den = np.linalg.norm(a[k].astype(np.float64)) or 1.0
+        assert np.linalg.norm(a[k].astype(np.float64) - b[k]) / den < 1e-4, k
+
+
+def test_sm80_only_bundle_is_refused_clearly():
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "resnet50.onnx"), dims={"batch": 1}, targets=["sm_80"])
+    b.manifest["cuda"]["ptx"] = None
+    b.extra_sections = {k: v for k, v in b.extra_sections.items() if not k.startswith("ptx.")}
+    with pytest.raises(BackendError, match=r"sm_80.*no PTX.*recompile with `grapec compile --target sm_"):
+        grapec.load(b, backend="cuda")
+
+
+def test_out_of_memory_at_load_is_a_clear_error():
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "resnet50.onnx"), dims={"batch": 1})
+    b.plans[0]["arena_bytes"] = 1 << 50    # a petabyte of activations
+    with pytest.raises(BackendError, match="out of GPU memory allocating the activation arena"):
+        grapec.load(b, backend="cuda")
+
+
+def test_device_arrays_in_and_out_and_input_buffer():
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims={"batch": 1, "seq": 8})
+    sess = grapec.load(b, backend="cuda")
+    ids = np.random.default_rng(0).integers(0, 256, (1, 8)).astype(np.int64)
+    ref = sess.run({"input_ids": ids})["logits"]
+    buf = sess.input_buffer("input_ids")
+    from cuda.bindings import driver
+    driver.cuMemcpyHtoD(buf.__cuda_array_interface__["data"][0], ids.ctypes.data, ids.nbytes)
+    out = sess.run({"input_ids": buf}, on_device=True)["logits"]
+    host = np.empty(out.shape, np.float32)
+    driver.cuMemcpyDtoH(host.ctypes.data, out.__cuda_array_interface__["data"][0], host.nbytes)
+    np.testing.assert_array_equal(host, ref)
+
+
+def test_onnx_node_tests_cuda_backend():
+    import io
+    from grapec.onnx_backend import run_suite
+    buf = io.StringIO()
+    results = run_suite(backend="cuda", out=buf)
+    print(buf.getvalue())
+    cpu_pinned = 1116
+    passed = sum(1 for s, _ in results.values() if s == "pass")
+    assert passed >= 0.9 * cpu_pinned, buf.getvalue()
