@@ -67,6 +67,9 @@ class Bundle:
         data = self.to_bytes()
         d = os.path.dirname(os.path.abspath(path)) or "."
         fd, tmp = tempfile.mkstemp(prefix=".grape-", suffix=".tmp", dir=d)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a bundle is an ordinary file
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.tensor import T, broadcast_shapes, cast, expand, map_, norm_axis, reshape, substitute_loads, transpose
+from ..ir.tensor import T, broadcast_shapes, cast, expand, guard_loads, map_, norm_axis, reshape, substitute_loads, transpose
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
 
@@ -71,12 +71,7 @@ def _masked_at(t, index, valid, fill):
     out of bounds."""
     if valid is None:
         return t.at(index)
-
-    def mask_load(ld):
-        slot, ix, m, other = ld.args
-        return K.load(slot, ix, ld.dtype, _and(m, valid) if m is not None else valid, other)
-    e = substitute_loads(t.at(index), mask_load)
-    return K.where(valid, e, fill)
+    return K.where(valid, guard_loads(t.at(index), valid), fill)
 
 
 def _lowest(dtype):
@@ -143,8 +138,57 @@ def conv(ctx):
     if x.shape[1] != w.shape[1] * group:
         ctx.fail(f"{x.shape[1]} input channels do not match weight {list(w.shape)} with group={group}")
     out_sp = [(x.shape[2 + i] + pads[i] + pads[i + nd] - ext[i]) // strides[i] + 1 for i in range(nd)]
-    attrs = {"strides": strides, "dilations": dil, "pads": pads, "group": group}
-    return [ctx.library("conv", [x, w, b], attrs, (x.shape[0], w.shape[0], *out_sp), x.dtype)]
+    return [conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp)]
+
+
+def conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
+    """Conv as one batched GEMM over groups: W[g, M/g, C/g*K] @ col[g, C/g*K, N*OHW], where col
+    is the im2col gather (a kernel with masked loads for the padding; skipped for a 1x1, stride-1,
+    unpadded conv of one image, where col is x itself). The output layout [g, M/g, N*OHW] is
+    NCHW for one image; otherwise a kernel reorders it, fused with the bias add."""
+    n, c = x.shape[:2]
+    m, kernel = w.shape[0], list(w.shape[2:])
+    nd = len(kernel)
+    kk, ohw = math.prod(kernel), math.prod(out_sp)
+    cg, mg = c // group, m // group
+    direct = n == 1 and all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads)
+    if direct:
+        col = reshape(x, (group, cg, ohw))
+    else:
+        in_sp = x.shape[2:]
+
+        def col_at(ix):
+            g, r, q = ix
+            ci, kidx = r // kk, r % kk
+            img, p = q // ohw, q % ohw
+            koff = _unravel(kidx, kernel)
+            ooff = _unravel(p, out_sp)
+            pos = [ooff[i] * strides[i] + koff[i] * dil[i] - pads[i] for i in range(nd)]
+            valid = None
+            for i in range(nd):
+                if pads[i] or pads[i + nd] or (out_sp[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] >= in_sp[i]:
+                    inside = _and(K.binary("ge", pos[i], K.const(0, "int64")), K.binary("lt", pos[i], K.const(in_sp[i], "int64")))
+                    valid = inside if valid is None else _and(valid, inside)
+            return _masked_at(x, (img, g * cg + ci, *pos), valid, K.const(0, x.dtype))
+        col = T((group, cg * kk, n * ohw), x.dtype, col_at)
+    y = ctx.library("matmul", [reshape(w, (group, mg, cg * kk)), col], {}, (group, mg, n * ohw), x.dtype)
+    if n == 1:
+        out = reshape(y, (1, m, *out_sp))
+    else:
+        out = transpose(reshape(y, (group, mg, n, *out_sp)), (2, 0, 1, *range(3, 3 + nd)))
+        out = reshape(out, (n, m, *out_sp))
+    if b is not None:
+        out = map_(lambda v, bias: K.binary("add", v, bias), out, reshape(b, (1, m) + (1,) * nd))
+    return out
+
+
+def _unravel(flat, dims):
+    """Row-major coordinates of a flat index over dims (index Exprs)."""
+    out = []
+    for d in reversed(dims):
+        out.append(flat % d if len(out) < len(dims) - 1 else flat)
+        flat = flat // d
+    return out[::-1]
 
 
 @op("ConvTranspose")
