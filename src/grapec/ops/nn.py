@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.tensor import T, broadcast_shapes, cast, expand, guard_loads, map_, norm_axis, reshape, substitute_loads, transpose
+from ..ir.tensor import T, broadcast_shapes, cast, expand, guard_loads, map_, norm_axis, reshape, transpose
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
 
