@@ -106,3 +106,15 @@ class Blas:
 def _capture_mode():
     from cuda.bindings import driver
     return driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+_SHARED: dict = {}
+
+
+def shared_blas(device, tf32: bool = False) -> Blas:
+    """One cuBLASLt handle and workspace per device and precision mode, shared by all sessions
+    (their graphs run one at a time on the device's stream)."""
+    key = (device.ordinal, tf32)
+    if key not in _SHARED:
+        _SHARED[key] = Blas(device, tf32=tf32)
+    return _SHARED[key]

@@ -76,6 +76,30 @@ class CudaPlanRunner:
         self._keep: list = []
         self._pending: list = []
 
+    def close(self):
+        """Give the device memory and graphs back (also done when the session is collected)."""
+        if getattr(self, "dev", None) is None:
+            return
+        for items in self._graphs.values():
+            for it in items:
+                if isinstance(it, _Segment):
+                    call("cuGraphExecDestroy", it.exec)
+        self._graphs.clear()
+        for p in (getattr(self, "arena", 0), getattr(self, "weights", 0)):
+            self.dev.free(p)
+        self.arena = self.weights = 0
+        if getattr(self, "module", None) is not None:
+            call("cuModuleUnload", self.module)
+            self.module = None
+        call("cuStreamDestroy", self.dev.stream)
+        self.dev = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the driver may be gone already
+            pass
+
     # --- addresses -------------------------------------------------------------------------------
     def ptr(self, bucket: int, b: int) -> int:
         name, space, off, nbytes, dt, shape = self.bundle.plans[bucket]["buffers"][b]
@@ -131,8 +155,8 @@ class CudaPlanRunner:
             raise BackendError(f"library op '{attrs['op']}' (from ONNX node(s) {', '.join(st['origin'])}) has no GPU "
                                "implementation in this grapec yet")
         if self.blas is None:
-            from .blas import Blas
-            self.blas = Blas(self.dev, tf32=self.tf32)
+            from .blas import shared_blas
+            self.blas = shared_blas(self.dev, tf32=self.tf32)
         args = [a for a in st["args"]]
         shapes = [bufs[a][5] if a >= 0 else None for a in args]
         ptrs = [self.ptr(bucket, a) if a >= 0 else 0 for a in args]
