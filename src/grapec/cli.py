@@ -232,5 +232,60 @@ def check(model, shapes, dims, backend, rtol, seed, quiet):
     sys.exit(1 if bad else 0)
 
 
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@_shape_options
+@click.option("--iterations", default=200, show_default=True, help="Timed replays.")
+@click.option("--warmup", default=20, show_default=True, help="Untimed replays first.")
+@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch"]),
+              help="Also measure PyTorch eager, CUDA graph and torch.compile on the same weights (zoo models).")
+@click.option("--zoo", "zoo_name", metavar="NAME:SIZE", help="The zoo builder for --vs torch, e.g. gpt2:full "
+              "[default: from the file name and its folder, models/<size>/<name>.onnx].")
+@click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, seed, as_json):
+    """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
+    replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
+    in the same process on the same GPU, with ratios."""
+    from .bench import bench_grapec, bench_torch, zoo_module
+    from .devices import gpu_count
+    if not gpu_count():
+        raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
+    import grapec
+    from .bundle.format import Bundle
+    bundle = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1]) \
+        if model.endswith(".onnx") else Bundle.read(model)
+    feeds = _feeds(grapec.load(bundle, backend="cpu"), (), seed)
+    res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup)}
+    if "torch" in peers:
+        name, _, size = (zoo_name or "").partition(":")
+        if not zoo_name:
+            name = os.path.splitext(os.path.basename(model))[0]
+            size = os.path.basename(os.path.dirname(os.path.abspath(model)))
+        try:
+            module = zoo_module(name, size or "full")
+        except Exception as e:  # noqa: BLE001
+            raise GrapecError(f"--vs torch needs the zoo builder of the model (--zoo NAME:SIZE): {e}") from None
+        say = None if as_json else (lambda m: click.echo(f"[grapec] {m}", err=True))
+        res.update(bench_torch(module, feeds, iterations, warmup, say=say))
+    if as_json:
+        click.echo(json.dumps(res, indent=1))
+        return
+    g = res["grapec"]
+    click.echo(f"{os.path.basename(model)} on {g['device']} ({g['code']}), {g['replay']['n']} replays after {warmup} warm-up")
+    click.echo(f"  H2D {g['h2d']['median_ms'] * 1e3:.1f} us, D2H {g['d2h']['median_ms'] * 1e3:.1f} us (median); "
+               f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")
+    click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
+    base = g["replay"]["median_ms"]
+    rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items() if k.startswith("torch")]
+    for label, st in rows:
+        click.echo(f"{label:28s} {st['median_ms']:10.4f} {st['p90_ms']:8.4f} {st['p99_ms']:8.4f} {st['median_ms'] / base:9.2f}x")
+
+
+def _parse(shapes, dims):
+    from .frontend.shapes import parse_dims, parse_shapes
+    return parse_shapes(list(shapes)), parse_dims(list(dims))
+
+
 if __name__ == "__main__":
     main()

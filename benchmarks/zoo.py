@@ -1,0 +1,112 @@
+"""grapec vs its peers on the full-size zoo, batch 1, one process, one GPU.
+
+    python benchmarks/zoo.py [--out DIR] [--only gpt2-s8,bert-s128] [--iterations 200] [--no-compile]
+
+Builds missing full-size models into models/full (models/build.py), compiles each with grapec,
+measures grapec's CUDA-graph replay and PyTorch eager / CUDA graph / torch.compile on the same
+weights and inputs, and writes DIR/results.json, DIR/table.md and DIR/plot.png (when matplotlib is
+there). Each configuration's results are written as soon as they exist.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+CONFIGS = [  # (label, zoo name, dims)
+    ("gpt2-s8", "gpt2", {"batch": 1, "seq": 8}),
+    ("gpt2-s128", "gpt2", {"batch": 1, "seq": 128}),
+    ("bert-s128", "bert", {"batch": 1, "seq": 128}),
+    ("wav2vec2-1s", "wav2vec2", {"batch": 1, "samples": 16000}),
+    ("resnet50", "resnet50", {"batch": 1}),
+    ("googlenet", "googlenet", {"batch": 1}),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
+    ap.add_argument("--only", default="")
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it takes a minute a model)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    import grapec
+    from grapec.bench import bench_grapec, bench_torch, zoo_module
+    from grapec.inputs import random_inputs
+    only = set(filter(None, a.only.split(",")))
+    results = {}
+    for label, name, dims in CONFIGS:
+        if only and label not in only:
+            continue
+        path = os.path.join(ROOT, "models", "full", f"{name}.onnx")
+        if not os.path.exists(path):
+            subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full",
+                            "--out", os.path.dirname(path), name], check=True)
+        t0 = time.perf_counter()
+        bundle = grapec.compile(path, dims=dims)
+        t_compile = time.perf_counter() - t0
+        infos = bundle.manifest["inputs"]
+        feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
+                              {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 0)
+        r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile}
+        modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")
+        r.update(bench_torch(zoo_module(name, "full"), feeds, a.iterations, modes=modes, say=print))
+        results[label] = r
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        print(row(label, r), flush=True)
+    table = render(results)
+    with open(os.path.join(a.out, "table.md"), "w") as f:
+        f.write(table)
+    print(table)
+    plot(results, os.path.join(a.out, "plot.png"))
+
+
+PEERS = ["torch eager", "torch CUDA graph", "torch.compile + CUDA graph"]
+
+
+def row(label, r):
+    g = r["grapec"]["replay"]["median_ms"]
+    cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in PEERS]
+    return f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} |"
+
+
+def render(results):
+    head = "| model (fp32, batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB |\n"
+    head += "|" + "---|" * (3 + len(PEERS)) + "\n"
+    dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
+    return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster).\n\n" + \
+        head + "\n".join(row(k, v) for k, v in results.items()) + "\n"
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    labels = list(results)
+    series = [("grapec", [results[k]["grapec"]["replay"]["median_ms"] for k in labels])] + \
+        [(p, [results[k].get(p, {}).get("median_ms", 0) for k in labels]) for p in PEERS]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    w = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar([x + i * w for x in range(len(labels))], vals, w, label=name)
+    ax.set_xticks([x + 0.4 - w / 2 for x in range(len(labels))], labels)
+    ax.set_ylabel("median ms (lower is better)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

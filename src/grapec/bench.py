@@ -1,0 +1,136 @@
+"""`grapec bench`: GPU time of one replay (median / p90 / p99 over many, after warm-up), host-to-
+device and device-to-host apart, device memory; and, with --vs torch, PyTorch eager, PyTorch CUDA
+graph and torch.compile (mode="reduce-overhead", i.e. with CUDA graphs) on the same weights and
+inputs, measured in the same process on the same GPU.
+
+All GPU times come from CUDA events recorded around each replay on the stream that runs it.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from .runtime.cuda_driver import call
+
+
+def _stats(ms: list) -> dict:
+    a = np.sort(np.asarray(ms))
+    return {"median_ms": float(np.median(a)), "p90_ms": float(np.percentile(a, 90)),
+            "p99_ms": float(np.percentile(a, 99)), "min_ms": float(a[0]), "n": len(a)}
+
+
+def _event_times(stream, fn, iters: int) -> list:
+    starts = [call("cuEventCreate", 0) for _ in range(iters)]
+    ends = [call("cuEventCreate", 0) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        call("cuEventRecord", s, stream)
+        fn()
+        call("cuEventRecord", e, stream)
+    call("cuEventSynchronize", ends[-1])
+    out = [float(call("cuEventElapsedTime", s, e)) for s, e in zip(starts, ends)]
+    for ev in starts + ends:
+        call("cuEventDestroy", ev)
+    return out
+
+
+def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0) -> dict:
+    import grapec
+    from .runtime.cuda_driver import Device
+    probe = Device(device)
+    free0, _ = probe.mem_info()
+    t0 = time.perf_counter()
+    sess = grapec.load(bundle, backend="cuda", device=device)
+    r = sess._runner
+    bucket = sess.select_bucket({k: np.asarray(v).shape for k, v in feeds.items()})
+    plan = bundle.plans[bucket]
+    sess.run(feeds)                       # builds and instantiates the graph
+    load_s = time.perf_counter() - t0
+    r.dev.synchronize()
+    free1, _ = probe.mem_info()
+    stream = r.dev.stream
+    host = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
+
+    def h2d():
+        for name, b in plan["inputs"]:
+            call("cuMemcpyHtoDAsync", r.ptr(bucket, b), host[name].ctypes.data, host[name].nbytes, stream)
+    outs = {name: np.empty(plan["buffers"][b][5], np.dtype(plan["buffers"][b][4])) for name, b in plan["outputs"]}
+
+    def d2h():
+        for name, b in plan["outputs"]:
+            call("cuMemcpyDtoHAsync", outs[name].ctypes.data, r.ptr(bucket, b), outs[name].nbytes, stream)
+
+    def replay():
+        r.execute(bucket, plan["steps"])
+    _event_times(stream, replay, warmup)
+    res = {"replay": _stats(_event_times(stream, replay, iters)),
+           "h2d": _stats(_event_times(stream, h2d, max(iters // 4, 10))),
+           "d2h": _stats(_event_times(stream, d2h, max(iters // 4, 10))),
+           "device_memory_mib": (free0 - free1) / 2**20,
+           "arena_mib": r.arena_bytes / 2**20, "weights_mib": len(bundle.weights) / 2**20,
+           "load_and_first_run_s": load_s, "device": r.dev.name, "code": r.code}
+    sess._runner.close()
+    return res
+
+
+def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=("eager", "cuda_graph", "compile"),
+                say=None) -> dict:
+    import torch
+    say = say or (lambda m: None)
+    dev = torch.device("cuda")
+    module = module.to(dev).eval()
+    args = [torch.from_numpy(np.ascontiguousarray(v)).to(dev) for v in feeds.values()]
+
+    def timed(fn):
+        with torch.no_grad():
+            for _ in range(warmup):
+                fn()
+            torch.cuda.synchronize()
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            for s, e in zip(starts, ends):
+                s.record()
+                fn()
+                e.record()
+            torch.cuda.synchronize()
+        return _stats([s.elapsed_time(e) for s, e in zip(starts, ends)])
+
+    out = {}
+    torch.cuda.synchronize()
+    m0 = torch.cuda.memory_allocated()
+    if "eager" in modes:
+        out["torch eager"] = timed(lambda: module(*args))
+    if "cuda_graph" in modes:
+        with torch.no_grad():
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    module(*args)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                module(*args)
+        out["torch CUDA graph"] = timed(g.replay)
+        del g
+    if "compile" in modes:
+        say("torch.compile(mode='reduce-overhead') compiling...")
+        t0 = time.perf_counter()
+        cm = torch.compile(module, mode="reduce-overhead")
+        with torch.no_grad():
+            for _ in range(3):
+                cm(*args)
+        say(f"torch.compile ready in {time.perf_counter() - t0:.0f}s")
+        out["torch.compile + CUDA graph"] = timed(lambda: cm(*args))
+    out["_weights_mib"] = (torch.cuda.memory_allocated() - m0) / 2**20
+    return out
+
+
+def zoo_module(name: str, size: str):
+    """The torch module of a zoo model, from its builder (same seeded weights as its ONNX file)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(root, "models"))
+    import zoo
+    return zoo.get(name, size=size).module
