@@ -138,3 +138,17 @@ def test_external_data_model(tmp_path):
     from grapec.errors import GrapecError
     with pytest.raises(GrapecError, match="ext"):
         load_model(str(p))
+
+
+def test_transpose_of_a_matmul_operand_folds_into_the_library_call():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((32, 16)).astype(np.float32)     # stored [N, K], used transposed
+    mdl = model([helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+                 helper.make_node("MatMul", ["x", "wt"], ["y"])],
+                [tinfo("x", shape=[2, 5, 16])], [tinfo("y")], [init("w", w)])
+    low = lower_graph(simplify(specialize(import_model(mdl), {"x": (2, 5, 16)})))
+    assert [n.op for n in low.nodes if n.op != "View"] == ["Library"]
+    assert low.nodes[-1].attrs.get("trans_b") == 1 or any(n.attrs.get("trans_b") == 1 for n in low.nodes)
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    out, _ = compile_and_run(mdl, {"x": x})
+    np.testing.assert_allclose(out["y"], x @ w.T, rtol=1e-5, atol=1e-5)

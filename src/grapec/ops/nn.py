@@ -42,8 +42,24 @@ def numpy_matmul(ctx, a, b, dtype: str, a_shape=None, b_shape=None):
 
 @op("MatMul")
 def matmul(ctx):
+    """`simplify` may have folded a Transpose of the last two dims of an operand into the node
+    (internal attrs grapec_trans_a / grapec_trans_b): the library reads the stored operand
+    transposed, so e.g. GPT-2's tied lm_head weight is never copied."""
     a, b = ctx.input(0), ctx.input(1)
-    return [numpy_matmul(ctx, a, b, a.dtype)]
+    ta, tb = int(ctx.attr("grapec_trans_a", 0)), int(ctx.attr("grapec_trans_b", 0))
+    if not (ta or tb):
+        return [numpy_matmul(ctx, a, b, a.dtype)]
+    swap = lambda s: tuple(s[:-2]) + (s[-1], s[-2])  # noqa: E731
+    a_eff, b_eff = swap(a.shape) if ta else a.shape, swap(b.shape) if tb else b.shape
+    a2, b2, out = matmul_shape(a_eff, b_eff)
+    a_st, b_st = swap(a2) if ta else a2, swap(b2) if tb else b2
+    y = ctx.library("matmul", [reshape(a, a_st), reshape(b, b_st)], {"trans_a": ta, "trans_b": tb}, out, a.dtype)
+    final = list(out)
+    if len(b_eff) == 1:
+        final.pop(-1)
+    if len(a_eff) == 1:
+        final.pop(-2 if len(b_eff) != 1 else -1)
+    return [reshape(y, final)]
 
 
 @op("Gemm")

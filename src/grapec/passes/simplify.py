@@ -14,6 +14,7 @@ def simplify(graph: Graph) -> Graph:
               graph.name, graph.parent, graph.opset)
     fold_constants(g)
     fold_batchnorm_into_conv(g)
+    fold_transpose_into_matmul(g)
     remove_dead_code(g)
     return g
 
@@ -60,6 +61,27 @@ def fold_batchnorm_into_conv(g: Graph):
         return
     swap = {id(bn): folded for bn, folded in out_nodes}
     g.nodes = [swap.get(id(n), n) for n in g.nodes if id(n) not in removed]
+
+
+def fold_transpose_into_matmul(g: Graph):
+    """MatMul(x, Transpose(w, perm=swap of the last two dims))  ==>  MatMul(x, w) with the operand
+    marked transposed (grapec_trans_b), which the library reads in place: no copy of w, and the
+    Transpose is dead code if nothing else reads it."""
+    producer = g.producers()
+    for n in g.nodes:
+        if n.op != "MatMul":
+            continue
+        for i, flag in ((0, "grapec_trans_a"), (1, "grapec_trans_b")):
+            p = producer.get(n.inputs[i])
+            if p is None or p.op != "Transpose":
+                continue
+            src = g.lookup(p.inputs[0])
+            rank = len(src.shape) if src is not None and src.shape is not None else 0
+            perm = list(p.attrs.get("perm", range(rank)[::-1]))
+            if rank >= 2 and perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
+                n.inputs = list(n.inputs)
+                n.inputs[i] = p.inputs[0]
+                n.attrs = {**n.attrs, flag: 1 - int(n.attrs.get(flag, 0))}
 
 
 def remove_dead_code(g: Graph):
