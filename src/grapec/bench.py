@@ -146,11 +146,12 @@ def zoo_module(name: str, size: str):
     # The peers get PyTorch's default fast attention (SDPA), as its users would run it; the zoo's
     # export uses the eager path, which also cannot be captured into a CUDA graph (it copies a
     # host scalar to the GPU while building the mask).
-    if hasattr(module, "set_attn_implementation"):
-        try:
-            module.set_attn_implementation("sdpa")
-        except Exception:  # noqa: BLE001 - keep eager where a model has no SDPA path
-            pass
-    elif hasattr(getattr(module, "config", None), "_attn_implementation"):
-        module.config._attn_implementation = "sdpa"
+    for m in module.modules():   # the zoo wraps the transformers model; find it
+        if hasattr(m, "set_attn_implementation"):
+            try:
+                m.set_attn_implementation("sdpa")
+            except Exception:  # noqa: BLE001 - keep eager where a model has no SDPA path
+                if hasattr(getattr(m, "config", None), "_attn_implementation"):
+                    m.config._attn_implementation = "sdpa"
+            break
     return module
