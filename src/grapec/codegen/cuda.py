@@ -11,6 +11,7 @@ import hashlib
 import json
 
 from .. import dtypes
+from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, children
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
@@ -183,7 +184,7 @@ class CudaRenderer:
             return f"(({compute_type(dt)})pow((double){args[0]}, (double){args[1]}))"
         if op in ("floor", "ceil", "round"):
             return args[0]  # integers
-        raise NotImplementedError(f"CUDA rendering of {op} on {in_dt}")
+        raise UnsupportedError([f"CUDA code generation of '{op}' on {in_dt} is not implemented"])
 
     def load(self, e: Expr) -> str:
         slot, index, mask, other = e.args
