@@ -23,13 +23,7 @@ def run_node(node, read: Callable, write: Callable, out_shape: Callable):
         write(node.outputs[0], run_library(node.attrs, [read(n) if n else None for n in node.inputs]))
     elif node.op == "View":
         write(node.outputs[0], read(node.inputs[0]).reshape(out_shape(node.outputs[0])))
-    elif node.op == "If":
-        from .control import run_if
-        run_if(node, read, write, out_shape)
-    elif node.op == "Loop":
-        from .control import run_loop
-        run_loop(node, read, write, out_shape)
-    else:
+    else:  # If/Loop regions are never folded; plans run them (runtime/control.py)
         raise ValueError(f"cannot execute node kind {node.op}")
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from .. import dtypes
 from ..ir.kernel import Kernel
 from .cpu_kernels import run_kernel
+from .control import run_if, run_loop
 from .library import run_library
 
 
@@ -48,36 +49,30 @@ class CpuPlanRunner:
                 r = run_library(st["attrs"], [v[a] if a >= 0 else None for a in st["args"]])
                 v[st["out"]][...] = r
             elif op == "if":
-                body = st["then"] if bool(v[st["cond"]].reshape(-1)[0]) else st["else"]
-                self.exec_steps(body["steps"], v)
-                for src, dst in zip(body["outputs"], st["outputs"]):
-                    v[dst][...] = v[src]
+                run_if(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
             elif op == "loop":
-                self.exec_loop(st, v)
+                run_loop(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
             else:  # pragma: no cover - validated at load
                 raise ValueError(op)
 
-    def exec_loop(self, st, v):
-        body = st["body"]
-        it, cond_in, *carried_in = body["inputs"]
-        cond_out, *rest = body["outputs"]
-        n = len(st["init"])
-        carried_out, scans = rest[:n], rest[n:]
-        trip = int(v[st["trip"]].reshape(-1)[0]) if st["trip"] >= 0 else None
-        cond = bool(v[st["cond"]].reshape(-1)[0]) if st["cond"] >= 0 else True
-        for src, dst in zip(st["init"], carried_in):
-            v[dst][...] = v[src]
-        i = 0
-        while (trip is None or i < trip) and cond:
-            v[it][...] = i
-            v[cond_in][...] = cond
-            self.exec_steps(body["steps"], v)
-            cond = bool(v[cond_out].reshape(-1)[0])
-            new = [v[o].copy() for o in carried_out]  # outputs may alias other inputs: copy first
-            for dst, val in zip(carried_in, new):
-                v[dst][...] = val
-            for src, dst in zip(scans, st["scan_outputs"]):
-                v[dst][i] = v[src]
-            i += 1
-        for src, dst in zip(carried_in, st["outputs"]):
-            v[dst][...] = v[src]
+
+class _ArenaViews:
+    """The host-control interface (runtime/control.py) over the arena's numpy views."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def scalar(self, b):
+        return self.v[b].reshape(-1)[0]
+
+    def set(self, b, arr):
+        self.v[b][...] = arr
+
+    def snapshot(self, b):
+        return self.v[b].copy()
+
+    def copy(self, src, dst):
+        self.v[dst][...] = self.v[src]
+
+    def copy_row(self, src, dst, i):
+        self.v[dst][i] = self.v[src]

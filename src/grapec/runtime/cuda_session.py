@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BackendError
+from .control import run_if, run_loop
 from .cuda_driver import Device, KernelArgs, call
 
 BLOCK = 256
@@ -171,39 +172,9 @@ class CudaPlanRunner:
             if isinstance(item, _Segment):
                 call("cuGraphLaunch", item.exec, self.dev.stream)
             elif item["op"] == "if":
-                body = item["then"] if self._read_scalar(bucket, item["cond"]) else item["else"]
-                self.execute(bucket, body["steps"])
-                for src, dst in zip(body["outputs"], item["outputs"]):
-                    self._copy(bucket, src, dst)
+                run_if(item, _BucketMemory(self, bucket), lambda steps: self.execute(bucket, steps))
             else:
-                self._loop(bucket, item)
-
-    def _loop(self, bucket, st):
-        body = st["body"]
-        it, cond_in, *carried_in = body["inputs"]
-        cond_out, *rest = body["outputs"]
-        n = len(st["init"])
-        carried_out, scans = rest[:n], rest[n:]
-        trip = int(self._read_scalar(bucket, st["trip"])) if st["trip"] >= 0 else None
-        cond = bool(self._read_scalar(bucket, st["cond"])) if st["cond"] >= 0 else True
-        for src, dst in zip(st["init"], carried_in):
-            self._copy(bucket, src, dst)
-        i = 0
-        bufs = self.bundle.plans[bucket]["buffers"]
-        while (trip is None or i < trip) and cond:
-            self._write(bucket, it, np.array(i, dtypes.np_dtype(bufs[it][4])))
-            self._write(bucket, cond_in, np.array(cond, np.bool_))
-            self.execute(bucket, body["steps"])
-            cond = bool(self._read_scalar(bucket, cond_out))
-            tmp = [self._read(bucket, o) for o in carried_out]   # outputs may alias other inputs
-            for dst, val in zip(carried_in, tmp):
-                self._write(bucket, dst, val)
-            for src, dst in zip(scans, st["scan_outputs"]):
-                nb = bufs[src][3]
-                call("cuMemcpyDtoDAsync", self.ptr(bucket, dst) + i * nb, self.ptr(bucket, src), nb, self.dev.stream)
-            i += 1
-        for src, dst in zip(carried_in, st["outputs"]):
-            self._copy(bucket, src, dst)
+                run_loop(item, _BucketMemory(self, bucket), lambda steps: self.execute(bucket, steps))
 
     def _copy(self, bucket, src, dst):
         nb = self.bundle.plans[bucket]["buffers"][dst][3]
@@ -216,9 +187,6 @@ class CudaPlanRunner:
         self.dev.synchronize()
         self.dev.download(out.ctypes.data, self.ptr(bucket, b), nbytes)
         return out
-
-    def _read_scalar(self, bucket, b):
-        return self._read(bucket, b).reshape(-1)[0]
 
     def _write(self, bucket, b, arr: np.ndarray):
         arr = np.ascontiguousarray(arr)
@@ -251,6 +219,31 @@ class CudaPlanRunner:
         plan = self.bundle.plans[bucket]
         b = dict(plan["inputs"])[name]
         return DeviceArray(self.ptr(bucket, b), plan["buffers"][b][5], plan["buffers"][b][4])
+
+
+class _BucketMemory:
+    """The host-control interface (runtime/control.py) over one bucket's device buffers."""
+
+    def __init__(self, runner: CudaPlanRunner, bucket: int):
+        self.r, self.bucket = runner, bucket
+
+    def scalar(self, b):
+        return self.r._read(self.bucket, b).reshape(-1)[0]
+
+    def set(self, b, arr):
+        dt = dtypes.np_dtype(self.r.bundle.plans[self.bucket]["buffers"][b][4])
+        self.r._write(self.bucket, b, np.asarray(arr, dt))
+
+    def snapshot(self, b):
+        return self.r._read(self.bucket, b)
+
+    def copy(self, src, dst):
+        self.r._copy(self.bucket, src, dst)
+
+    def copy_row(self, src, dst, i):
+        nb = self.r.bundle.plans[self.bucket]["buffers"][src][3]
+        call("cuMemcpyDtoDAsync", self.r.ptr(self.bucket, dst) + i * nb, self.r.ptr(self.bucket, src), nb,
+             self.r.dev.stream)
 
 
 class DeviceArray:
