@@ -11,7 +11,8 @@ from helpers import compile_and_run, model, tinfo
 
 
 def lowered(m, shapes):
-    return compile_graph(import_model(m), shapes)
+    # unfused, so that every ONNX value is a buffer the tests can name
+    return compile_graph(import_model(m), shapes, fusion=False)
 
 
 def happens_before_sets(g):

@@ -6,7 +6,10 @@
         simplify                  constant folding, BatchNorm into Conv, dead code
         predicate                 If with a known condition inlined; other regions kept
         lower                     ONNX ops -> Kernel / Library / View / region nodes
-        fuse, schedule            (one op per kernel, topological order for now)
+        fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
+        fuse                      producer kernels inlined into consumers (reductions stitched)
+        fold_epilogues            again: activations, now one kernel each
+        schedule                  topological order
         plan_memory + PlanBuilder one arena, offsets, the JSON plan
     Bundle                        manifest, weights, kernels, plans
 """
@@ -24,6 +27,7 @@ from .frontend.onnx_import import import_model, load_model, opset_of
 from .frontend.shapes import resolve_input_shapes
 from .inputs import index_bounds
 from .ir.graph import Graph
+from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
 from .passes.lower import lower_graph
 from .passes.predicate import predicate, regions
@@ -33,14 +37,17 @@ from .passes.specialize import specialize
 from .plan import KernelStore, PlanBuilder, WeightStore
 
 
-def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None) -> Graph:
+def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool = True) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
-    graph when compiling an If/Loop body."""
+    graph when compiling an If/Loop body; fusion=False keeps one kernel per lowered op."""
     g = specialize(graph, input_shapes, parent)
     g = simplify(g)
     g = predicate(g)
     g = lower_graph(g)
-    g = fuse(g)
+    if fusion:
+        g = fold_epilogues(g)
+        g = fuse(g)
+        g = fold_epilogues(g)   # activations, now that fusion made them one kernel
     return schedule(g)
 
 

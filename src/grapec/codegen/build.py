@@ -4,25 +4,29 @@ Bundle sections written here:
     cuda.source        the CUDA C (what NVRTC compiled; kept for error reports and `inspect`)
     cubin.<sm_XX>      machine code per target
     ptx.<compute_XX>   PTX for the lowest target, for GPUs without a matching cubin
-Manifest entry "cuda": {"kernels": [function name per bundle kernel], "targets": [...],
-"ptx": arch or null, "nvrtc": version}.
+Manifest entry "cuda": {"kernels": [function name per bundle kernel], "launch": [[mode, grid, block,
+split] per bundle kernel] (codegen/launch.py), "targets": [...], "ptx": arch or null, "nvrtc": version}.
 """
 from __future__ import annotations
 
 import re
 
 from ..ir.kernel import Kernel
-from .cuda import PRELUDE, render_kernel
+from .cuda import PRELUDE, CudaRenderer
+from .launch import plan_launch
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
 
 
 def build_gpu_code(kernels_json: list, origins: dict, targets: list, with_ptx: bool = True) -> tuple:
     """-> (sections {name: bytes}, manifest entry). origins: kernel index -> ONNX node names."""
-    names, bodies, line_of, seen = [], [], [], {}
+    names, launches, bodies, line_of, seen = [], [], [], [], {}
     line = PRELUDE.count("\n") + 1
     for i, kj in enumerate(kernels_json):
-        name, src = render_kernel(Kernel.from_json(kj))
+        kernel = Kernel.from_json(kj)
+        launch = plan_launch(kernel)
+        name, src = CudaRenderer(kernel, launch).render()
         names.append(name)
+        launches.append(launch.to_json())
         if name in seen:
             continue
         seen[name] = i
@@ -37,7 +41,7 @@ def build_gpu_code(kernels_json: list, origins: dict, targets: list, with_ptx: b
     if with_ptx and targets:
         ptx_arch = min(targets, key=lambda a: int(a.split("_")[1])).replace("sm_", "compute_")
         sections[f"ptx.{ptx_arch}"] = _compile(source, min(targets), True, kernels_json, origins, line_of, names)
-    entry = {"kernels": names, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version()}
+    entry = {"kernels": names, "launch": launches, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version()}
     return sections, entry
 
 

@@ -1,9 +1,11 @@
-"""Render kernel IR as CUDA C: one thread per output element, reductions as loops.
+"""Render kernel IR as CUDA C, in the launch mode codegen/launch.py picks.
 
-The thread's flat index is unravelled into the output coordinates; the body is printed as SSA
-statements. A subexpression is placed in the innermost reduction loop it depends on, so work that
-does not depend on a loop variable is hoisted out of it. float16 values are computed in float and
-rounded when stored (that is what the fp32-accumulation policy asks for anyway).
+Element mode: the thread's flat index is unravelled into the output coordinates. Row mode: the
+block index is unravelled into the row's coordinates and the threads stride over the columns;
+row-level reductions are computed by the whole block before the column loop. The body is printed as
+SSA statements. A subexpression is placed in the innermost loop (column loop or reduction loop) it
+depends on, so work that does not depend on a loop variable is hoisted out of it. float16 values are
+computed in float and rounded when stored (that is what the fp32-accumulation policy asks for).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import json
 
 from .. import dtypes
 from ..errors import UnsupportedError
-from ..ir.kernel import Expr, Kernel, children
+from ..ir.kernel import Expr, Kernel, free_vars
+from .launch import Launch, plan_launch
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
 # and the special float values are bit patterns.
@@ -27,9 +30,28 @@ template <typename T> __device__ __forceinline__ bool g_isinf(T a) { return a ==
 template <typename T> __device__ __forceinline__ T g_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> __device__ __forceinline__ T g_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <typename T> __device__ __forceinline__ T g_sign(T a) { return (T)((a > (T)0) - (a < (T)0)); }
+struct g_op_sum { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
+struct g_op_prod { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; } };
+struct g_op_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return g_max<T>(a, b); } };
+struct g_op_min { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return g_min<T>(a, b); } };
+"""
+# Row mode: combine each thread's partial over the block; every thread gets the result.
+BLOCK_REDUCE = r"""
+template <typename T, typename Op> __device__ __forceinline__ T g_block_reduce(T v, Op op) {
+  __shared__ T g_partial[32];
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (blockDim.x <= 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();   /* the previous reduction's readers are done with g_partial */
+  if (lane == 0) g_partial[warp] = v;
+  __syncthreads();
+  v = g_partial[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w) v = op(v, g_partial[w]);
+  return v;
+}
 """
 TYPES = "typedef long long i64;\ntypedef unsigned short f16;\n"
-PRELUDE = TYPES + HALF_CONVERSIONS + COMMON
+PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + BLOCK_REDUCE
 
 # storage type in memory -> type computations use
 _COMPUTE = {"float16": "float"}
@@ -57,41 +79,39 @@ def kernel_name(kernel: Kernel) -> str:
 
 
 class _Scope:
-    def __init__(self, rvars: tuple, indent: str):
-        self.rvars = set(rvars)
+    """A block of statements: the kernel's root, the column loop or a reduction loop; `loop_vars`
+    are the idx/ridx nodes that vary inside it."""
+
+    def __init__(self, loop_vars, indent: str):
+        self.loop_vars = frozenset(loop_vars)
         self.lines: list = []
         self.indent = indent
 
 
 class CudaRenderer:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, launch: Launch | None = None):
         self.k = kernel
+        self.launch = launch or plan_launch(kernel)
         self.names: dict = {}
         self.deps: dict = {}
         self.scopes: list = []
+        self.all_scopes: list = []   # keeps every scope alive, so id(scope) stays unique
         self.count = 0
 
     def fresh(self, prefix="v") -> str:
         self.count += 1
         return f"{prefix}{self.count}"
 
-    def dependencies(self, e: Expr) -> frozenset:
-        d = self.deps.get(e)
-        if d is None:
-            if e.op == "ridx":
-                d = frozenset([e])
-            elif e.op == "reduce":
-                inner = self.dependencies(e.args[1])
-                d = inner - frozenset(e.args[2])
-            else:
-                d = frozenset().union(*[self.dependencies(c) for c in children(e)]) if children(e) else frozenset()
-            self.deps[e] = d
-        return d
+    def push(self, loop_vars, indent: str) -> _Scope:
+        scope = _Scope(loop_vars, indent)
+        self.scopes.append(scope)
+        self.all_scopes.append(scope)
+        return scope
 
     def target_scope(self, e: Expr) -> _Scope:
-        d = self.dependencies(e)
+        d = free_vars(e, self.deps)
         for s in reversed(self.scopes):
-            if s.rvars & d:
+            if s.loop_vars & d:
                 return s
         return self.scopes[0]
 
@@ -233,12 +253,25 @@ class CudaRenderer:
             scope.lines.append(f"{ind}{ct} {acc} = ({ct}){init};")
         # Headers go in only after the body is emitted: statements hoisted out of the loop into
         # this scope while emitting the body must come before the loop, not inside it.
+        cooperative = (self.launch.mode == "row" and scope is self.scopes[0] and not rop.startswith("arg")
+                       and e.dtype != "bool")
         headers, inner_indent = [], ind
-        for r in rvars:
-            headers.append(f"{inner_indent}for (i64 {self.rname(r)} = 0; {self.rname(r)} < {r.args[1]}LL; ++{self.rname(r)}) {{")
+        if cooperative:   # the block's threads stride over the flattened reduction range
+            f = self.fresh("f")
+            headers.append(f"{ind}for (i64 {f} = threadIdx.x; {f} < {_extent(rvars)}LL; {f} += blockDim.x) {{")
             inner_indent += "  "
-        inner = _Scope(tuple(rvars), inner_indent)
-        self.scopes.append(inner)
+            for i, r in enumerate(rvars):
+                stride = self._stride(rvars, i)
+                q = f if stride == 1 else f"{f} / {stride}LL"
+                val = q if i == 0 else f"{q} % {r.args[1]}LL" if r.args[1] != 1 else "0"
+                headers.append(f"{inner_indent}const i64 {self.rname(r)} = {val};")
+            n_loops = 1
+        else:
+            for r in rvars:
+                headers.append(f"{inner_indent}for (i64 {self.rname(r)} = 0; {self.rname(r)} < {r.args[1]}LL; ++{self.rname(r)}) {{")
+                inner_indent += "  "
+            n_loops = len(rvars)
+        inner = self.push(rvars, inner_indent)
         v = self.emit(body)
         self.scopes.pop()
         scope.lines.extend(headers)
@@ -256,9 +289,11 @@ class CudaRenderer:
                 cmp += "="
             upd = f"if ({acc} < 0 || {v} {cmp} {best}) {{ {best} = {v}; {acc} = {flat}; }}"
         scope.lines.append(f"{inner_indent}{upd}")
-        for _ in rvars:
+        for _ in range(n_loops):
             inner_indent = inner_indent[:-2]
             scope.lines.append(f"{inner_indent}}}")
+        if cooperative:
+            scope.lines.append(f"{ind}{acc} = g_block_reduce<{ct}>({acc}, g_op_{rop}());")
         if rop.startswith("arg"):
             scope.lines.append(f"{ind}if ({acc} < 0) {acc} = 0;")
         return acc
@@ -276,28 +311,57 @@ class CudaRenderer:
         name = name or kernel_name(k)
         params = [f"{ctype(k.dtype)}* __restrict__ out"]
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-        root = _Scope((), "  ")
-        self.scopes = [root]
-        lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{',
-                 "  const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;",
-                 f"  if (tid >= {k.size}LL) return;"]
-        rest = "tid"
-        for a in range(len(k.shape) - 1, -1, -1):
-            d = k.shape[a]
-            if d == 1:
-                continue
-            if a == 0 or all(x == 1 for x in k.shape[:a]):
-                lines.append(f"  const i64 i{a} = {rest};")
-            else:
-                lines.append(f"  const i64 i{a} = {rest} % {d}LL;")
-                lines.append(f"  const i64 t{a} = {rest} / {d}LL;")
-                rest = f"t{a}"
-        v = self.emit(k.body)
-        lines += root.lines
-        store = f"f2h({v})" if k.dtype == "float16" else f"({ctype(k.dtype)}){v}"
-        lines.append(f"  out[tid] = {store};")
+        lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{']
+        root = self.push((), "  ")
+        if self.launch.mode == "row":
+            split = self.launch.split
+            lines += self._unravel("(i64)blockIdx.x", range(split))
+            col = self.push([_idx(a) for a in range(split, len(k.shape))], "    ")
+            col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
+            v = self.emit(k.body)
+            lines += root.lines
+            lines.append(f"  for (i64 c = threadIdx.x; c < {self.launch.cols}LL; c += blockDim.x) {{")
+            lines += col.lines
+            lines.append(f"    out[(i64)blockIdx.x * {self.launch.cols}LL + c] = {self._store(v)};")
+            lines.append("  }")
+        else:
+            lines += ["  const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;",
+                      f"  if (tid >= {k.size}LL) return;"]
+            lines += self._unravel("tid", range(len(k.shape)))
+            v = self.emit(k.body)
+            lines += root.lines
+            lines.append(f"  out[tid] = {self._store(v)};")
         lines.append("}")
         return name, "\n".join(lines)
+
+    def _store(self, v: str) -> str:
+        return f"f2h({v})" if self.k.dtype == "float16" else f"({ctype(self.k.dtype)}){v}"
+
+    def _unravel(self, flat: str, axes, indent: str = "  ") -> list:
+        """Statements defining i<a> for the given output axes from their flat index `flat`."""
+        axes = [a for a in axes if self.k.shape[a] != 1]
+        lines, rest = [], flat
+        for j in range(len(axes) - 1, -1, -1):
+            a, d = axes[j], self.k.shape[axes[j]]
+            if j == 0:
+                lines.append(f"{indent}const i64 i{a} = {rest};")
+            else:
+                lines.append(f"{indent}const i64 i{a} = {rest} % {d}LL;")
+                lines.append(f"{indent}const i64 t{a} = {rest} / {d}LL;")
+                rest = f"t{a}"
+        return lines
+
+
+def _idx(a: int) -> Expr:
+    from ..ir.kernel import idx
+    return idx(a)
+
+
+def _extent(rvars) -> int:
+    n = 1
+    for r in rvars:
+        n *= r.args[1]
+    return n
 
 
 def render_kernel(kernel: Kernel, name: str | None = None) -> tuple:

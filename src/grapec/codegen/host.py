@@ -1,4 +1,4 @@
-"""Compile the rendered CUDA C for the host CPU (g++), one "thread" per loop iteration.
+"""Compile the rendered CUDA C for the host CPU (g++), one single-thread "block" per loop iteration.
 
 This is how the CUDA code generator is tested on machines without a GPU: the same source that
 NVRTC compiles for the GPU is compiled with a few shims (blockIdx, half conversions through _Float16) and run on
@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 
 from .cuda import COMMON, TYPES, render_kernel
+from .launch import plan_launch
 
 HOST_SHIM = r"""
 #include <cmath>
@@ -29,6 +30,7 @@ static inline unsigned short grapec_f2h(float f) { _Float16 v = (_Float16)f; uns
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float h2f(unsigned short h) { return grapec_h2f(h); }
 static inline unsigned short f2h(float f) { return grapec_f2h(f); }
+template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { return v; }  // one thread per block
 """
 
 
@@ -46,7 +48,7 @@ class HostModule:
             args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)])
             wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
-                            f"  for (unsigned long long t = 0; t < {max(k.size, 1)}ULL; ++t) {{ blockIdx.x = t; kern{i}({args}); }}\n}}")
+                            f"  for (unsigned long long t = 0; t < {self.blocks(k)}ULL; ++t) {{ blockIdx.x = t; kern{i}({args}); }}\n}}")
         src = HOST_SHIM + TYPES + COMMON + "\n\n".join(bodies) + "\n" + "\n".join(wrappers)
         tag = hashlib.sha1(src.encode()).hexdigest()[:16]
         d = workdir or tempfile.mkdtemp(prefix="grapec-host-")
@@ -59,6 +61,12 @@ class HostModule:
             raise RuntimeError(f"host compile of generated code failed ({cpp}):\n{r.stderr[:4000]}")
         self.lib = ctypes.CDLL(so)
         self.source = src
+
+    @staticmethod
+    def blocks(k) -> int:
+        """With blockDim 1: an element-mode kernel needs one block per element, a row-mode one per row."""
+        launch = plan_launch(k)
+        return launch.rows if launch.mode == "row" else max(k.size, 1)
 
     def call(self, i: int, out, inputs: list):
         fn = getattr(self.lib, f"launch{i}")

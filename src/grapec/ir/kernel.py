@@ -355,3 +355,49 @@ def expr_from_json(table: list) -> Expr:
                 dt = args[0].dtype
             built.append(Expr(op, args, dt))
     return built[-1]
+
+
+def free_vars(e: Expr, memo: dict | None = None) -> frozenset:
+    """The idx and ridx nodes e depends on; a reduce binds its own ridx."""
+    memo = {} if memo is None else memo
+    for node in walk(e):
+        if node in memo:
+            continue
+        if node.op in ("idx", "ridx"):
+            d = frozenset([node])
+        elif node.op == "reduce":
+            d = memo[node.args[1]] - frozenset(node.args[2])
+        else:
+            d = frozenset().union(*(memo[c] for c in children(node)))
+        memo[node] = d
+    return memo[e]
+
+
+def rebuild(e: Expr, index: tuple | None = None, load_fn=None) -> Expr:
+    """e with idx(a) replaced by index[a] and every load by load_fn(load) (children first), built
+    through the constructors, so constant index math simplifies again."""
+    memo: dict = {}
+    for node in walk(e):
+        op = node.op
+        if op == "idx":
+            new = index[node.args[0]] if index is not None else node
+        elif op in ("const", "ridx"):
+            new = node
+        elif op == "load":
+            slot, ix, mask, other = node.args
+            new = load(slot, tuple(memo[i] for i in ix), node.dtype,
+                       memo[mask] if mask is not None else None, memo[other] if other is not None else None)
+            if new.op == "load" and load_fn is not None:
+                new = load_fn(new)
+        elif op == "reduce":
+            new = reduce(node.args[0], memo[node.args[1]], node.args[2])
+        elif op == "cast":
+            new = cast(memo[node.args[0]], node.dtype)
+        elif op == "where":
+            new = where(*(memo[a] for a in node.args))
+        elif op in UNARY:
+            new = unary(op, memo[node.args[0]])
+        else:
+            new = binary(op, *(memo[a] for a in node.args))
+        memo[node] = new
+    return memo[e]

@@ -72,7 +72,10 @@ def gemm(ctx):
              "beta": float(ctx.attr("beta", 1.0))}
     ins = [a, b]
     if c is not None and attrs["beta"] != 0.0:
-        ins.append(expand(c, (m, n)) if c.shape != (m, n) else c)
+        if c.shape in ((n,), (1, n)) and attrs["beta"] == 1.0:
+            ins += [None, reshape(c, (n,))]     # a bias vector: cuBLASLt's BIAS epilogue
+        else:
+            ins.append(expand(c, (m, n)) if c.shape != (m, n) else c)
     return [ctx.library("matmul", ins, attrs, (m, n), a.dtype)]
 
 

@@ -1,12 +1,163 @@
-"""fuse: group lowered nodes into kernels.
+"""fuse: inline producer kernels into the kernels that consume them.
 
-For now one ONNX op becomes one kernel (lowering already folds index remaps such as Transpose,
-Slice and broadcasting into their consumer's loads). The FusionStitching planner replaces this.
+Lowering already folds index remaps (Transpose, Slice, broadcasting) into loads; this pass goes on
+from there, kernel by kernel in schedule order. A load of a value that another kernel computes (also
+through View/reshape nodes) is replaced by that kernel's expression at the load's index:
+
+  * an elementwise producer is inlined when that reads no element more often than the buffer would
+    be read anyway, or when it is cheap enough to recompute (a bias add feeding an im2col);
+  * a producer with a reduction (a LayerNorm mean, a softmax max or sum) is inlined when the
+    consumer then runs in row mode (codegen/launch.py) and computes the reduction once per row with
+    the whole block -- FusionStitching's "stitching" of reductions into their consumers, which makes
+    LayerNorm and softmax one kernel each.
+
+A producer whose every consumer inlined it is dropped. Library inputs (GEMM operands), graph outputs
+and values read by If/Loop bodies stay materialized. Identical subexpressions are shared (the IR is
+hash-consed), so a mean read by both the variance and the normalisation is computed once.
 """
 from __future__ import annotations
 
-from ..ir.graph import Graph
+import math
+
+from ..codegen.launch import plan_launch
+from ..ir import kernel as K
+from ..ir.graph import Graph, outer_reads
+from ..ir.tensor import T, guard_loads, reshape
+
+MAX_BODY_NODES = 3000     # keeps generated functions (and compile times) reasonable
+CHEAP_OPS = 24            # an elementwise producer this small may be inlined into several consumers
+RECOMPUTE_OPS = 4         # ... and one this small even where consumers read its elements repeatedly
+MAX_RECOMPUTE = 64
 
 
 def fuse(g: Graph) -> Graph:
+    producers = {n.outputs[0]: n for n in g.nodes if n.op == "Kernel"}
+    view_source = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
+    consumers = g.consumers()
+    pinned = set(g.outputs)
+    for n in g.nodes:
+        if n.op not in ("Kernel", "View"):
+            pinned.update(n.inputs)
+            pinned.update(outer_reads(n))
+
+    def root(name):
+        while name in view_source:
+            name = view_source[name]
+        return name
+
+    def n_readers(name) -> int:
+        """Nodes that read `name`, directly or through Views (counted before any inlining)."""
+        names = {name} | {v for v in view_source if root(v) == name}
+        return sum(1 for v in names for c in consumers.get(v, []) if c.op != "View")
+
+    for node in g.nodes:
+        if node.op != "Kernel":
+            continue
+        progress = True
+        while progress:
+            progress = False
+            for slot, name in enumerate(node.inputs):
+                src = root(name)
+                p = producers.get(src)
+                if p is None or p is node or _is_pinned(src, name, view_source, pinned):
+                    continue
+                fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
+                                    list(p.inputs), n_readers(src))
+                if fused is not None:
+                    node.attrs["kernel"], node.inputs = fused
+                    node.origin = list(dict.fromkeys(node.origin + p.origin))
+                    progress = True
+                    break
+    return _drop_unused(g)
+
+
+def _is_pinned(src, name, view_source, pinned) -> bool:
+    """A value that must exist in memory anyway is read, not recomputed."""
+    n = name
+    while True:
+        if n in pinned:
+            return True
+        if n == src:
+            return False
+        n = view_source[n]
+
+
+def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs: list, readers: int):
+    """-> (fused kernel, its input names), or None when inlining would not pay."""
+    view_shape = kc.inputs[slot][0]
+    memo: dict = {}
+    loads = [e for e in K.walk(kc.body) if e.op == "load" and e.args[0] == slot]
+    in_loops = [math.prod(v.args[1] for v in _loop_vars(e, memo)) for e in loads]
+    reads = kc.size * sum(in_loops)
+    has_reduce = any(e.op == "reduce" for e in K.walk(kp.body))
+    if has_reduce:
+        if any(n > 1 for n in in_loops):
+            return None   # the reduction would be redone in every iteration of the consumer's loop
+    else:
+        dup = reads / max(kp.size, 1)
+        cost = sum(1 for e in K.walk(kp.body) if e.op not in ("const", "idx", "ridx", "load"))
+        if not ((dup <= 1.01 and (readers == 1 or cost <= CHEAP_OPS)) or
+                (cost <= RECOMPUTE_OPS and dup <= MAX_RECOMPUTE)):
+            return None
+
+    names = [n for i, n in enumerate(c_inputs) if i != slot]
+    c_map = {i: (i if i < slot else i - 1) for i in range(len(c_inputs)) if i != slot}
+    p_map = {}
+    for j, n in enumerate(p_inputs):
+        if n not in names:
+            names.append(n)
+        p_map[j] = names.index(n)
+    shapes = {}
+    for i, n in enumerate(c_inputs):
+        if i != slot:
+            shapes[c_map[i]] = kc.inputs[i]
+    for j in range(len(p_inputs)):
+        shapes[p_map[j]] = kp.inputs[j]
+
+    def producer_load(ld):
+        s, index, mask, other = ld.args
+        return K.load(p_map[s], index, ld.dtype, mask, other)
+
+    produced = T(kp.shape, kp.dtype, lambda ix: K.rebuild(kp.body, tuple(ix), producer_load))
+    viewed = reshape(produced, view_shape)
+
+    def consumer_load(ld):
+        s, index, mask, other = ld.args
+        if s != slot:
+            return K.load(c_map[s], index, ld.dtype, mask, other)
+        value = viewed.at(index)
+        if mask is not None:
+            value = K.where(mask, guard_loads(value, mask), other)
+        return value
+
+    body = K.rebuild(kc.body, None, consumer_load)
+    fused = K.Kernel(kc.shape, kc.dtype, body, tuple(shapes[i] for i in range(len(names))))
+    if len(K.walk(body)) > MAX_BODY_NODES:
+        return None
+    if has_reduce:
+        launch = plan_launch(fused)
+        if launch.mode != "row" or launch.rows > kp.size:
+            return None   # the reduction would be recomputed per output element, not once per row
+    return fused, names
+
+
+def _loop_vars(e, memo):
+    return [v for v in K.free_vars(e, memo) if v.op == "ridx"]
+
+
+def _drop_unused(g: Graph) -> Graph:
+    """Remove Kernel/View nodes nothing needs (reachability from the outputs and the nodes that
+    always stay, so it does not depend on the node order)."""
+    producer = {o: n for n in g.nodes for o in n.outputs if o}
+    needed, stack = set(), [n for n in g.nodes if n.op not in ("Kernel", "View")]
+    stack += [producer[o] for o in g.outputs if o in producer]
+    while stack:
+        n = stack.pop()
+        if id(n) in needed:
+            continue
+        needed.add(id(n))
+        for i in list(n.inputs) + sorted(outer_reads(n)):
+            if i in producer:
+                stack.append(producer[i])
+    g.nodes = [n for n in g.nodes if id(n) in needed]
     return g

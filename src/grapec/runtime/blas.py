@@ -17,6 +17,9 @@ from .cuda_driver import call
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 OP_N, OP_T = 0, 1
+# cublasLtEpilogue_t; cuBLASLt's GELU is the tanh approximation, so erf-GELU stays a kernel.
+EPILOGUE = {"none": 1, "relu": 2, "gelu_tanh": 32}
+EPILOGUE_BIAS = 4
 
 
 class Blas:
@@ -46,7 +49,8 @@ class Blas:
         return lay
 
     def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int):
-        """A child graph computing one `matmul` step. shapes/ptrs: A, B and optional C."""
+        """A child graph computing one `matmul` step. shapes/ptrs: A, B, optional C and bias (0 when
+        absent); attrs["act"] picks the epilogue."""
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16)")
         lt = self.lt
@@ -79,6 +83,7 @@ class Blas:
         if has_c and tuple(shapes[2]) != tuple(out_shape):
             raise BackendError(f"matmul: C of shape {list(shapes[2])} must match the output {list(out_shape)}")
         self._keep += [alpha, beta, op_first, op_second]
+        self._epilogue(desc, attrs.get("act", ""), ptrs[3] if len(ptrs) > 3 else 0, dtype)
         algo = self._heuristic(desc, b_lay, a_lay, d_lay)
         call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
         try:
@@ -87,6 +92,23 @@ class Blas:
         finally:
             graph = call("cuStreamEndCapture", self.capture_stream)
         return graph
+
+    def _epilogue(self, desc, act: str, bias_ptr: int, dtype: str):
+        """Bias (a vector over the output's columns, which are cuBLASLt's rows) and activation."""
+        act = act or "none"
+        if act not in EPILOGUE or (act != "none" and dtype == "float64"):
+            raise BackendError(f"matmul: no cuBLASLt epilogue for activation '{act}' on {dtype}")
+        code = EPILOGUE[act] | (EPILOGUE_BIAS if bias_ptr else 0)
+        if code == EPILOGUE["none"]:
+            return
+        lt = self.lt
+        epi = np.array([code], np.int32)
+        lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.EPILOGUE, epi.ctypes.data, 4)
+        self._keep.append(epi)
+        if bias_ptr:
+            bp = np.array([bias_ptr], np.uint64)
+            lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.BIAS_POINTER, bp.ctypes.data, 8)
+            self._keep.append(bp)
 
     def _heuristic(self, desc, a_lay, b_lay, d_lay) -> int:
         lt = self.lt

@@ -9,17 +9,12 @@ plan: the control runs on the host between graph launches (reported by the compi
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import dtypes
 from ..errors import BackendError
 from .control import run_if, run_loop
 from .cuda_driver import Device, KernelArgs, call
-
-BLOCK = 256
-
 
 def select_code(bundle, device) -> tuple:
     """-> (image bytes, 'cubin sm_90' | 'ptx compute_90'); a clear error when nothing fits."""
@@ -67,6 +62,7 @@ class CudaPlanRunner:
             if n not in by_name:
                 by_name[n] = call("cuModuleGetFunction", self.module, n.encode())
         self.functions = [by_name[n] for n in names]
+        self.launches = bundle.manifest["cuda"]["launch"]   # [mode, grid, block, split] per kernel
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
         self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
         self.arena_bytes = max((p["arena_bytes"] for p in bundle.plans), default=0)
@@ -132,14 +128,13 @@ class CudaPlanRunner:
         bufs = self.bundle.plans[bucket]["buffers"]
         for st in steps:
             if st["op"] == "kernel":
-                k = self.bundle.kernels[st["kernel"]]
-                size = max(math.prod(k["shape"]), 1)
+                _, grid, block, _ = self.launches[st["kernel"]]
                 args = KernelArgs([self.ptr(bucket, st["out"])] + [self.ptr(bucket, a) for a in st["args"]])
                 self._keep.append(args)
                 p = driver.CUDA_KERNEL_NODE_PARAMS()
                 p.func = self.functions[st["kernel"]]
-                p.gridDimX, p.gridDimY, p.gridDimZ = (size + BLOCK - 1) // BLOCK, 1, 1
-                p.blockDimX, p.blockDimY, p.blockDimZ = BLOCK, 1, 1
+                p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
+                p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
                 p.sharedMemBytes = 0
                 p.kernelParams = args.address
                 node = call("cuGraphAddKernelNode", graph, prev, len(prev), p)

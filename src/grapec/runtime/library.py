@@ -3,8 +3,10 @@
 Each takes the node's attrs and its input arrays and returns the output array. The attrs are the
 plan's contract with both backends, so they are documented here:
 
-matmul(a, b, [c]):  alpha * op(a) @ op(b) + beta * c, then `act` (none|relu|gelu|gelu_tanh);
-                    op() transposes the last two dims when trans_a / trans_b; batch dims broadcast.
+matmul(a, b, [c], [bias]):  act(alpha * op(a) @ op(b) + beta * c + bias), act none|relu|gelu|gelu_tanh;
+                    op() transposes the last two dims when trans_a / trans_b; batch dims broadcast;
+                    c has the output's shape (a residual), bias is a vector over the last dim (these
+                    are cuBLASLt's C operand and BIAS epilogue; passes/epilogue.py fuses them in).
 conv(x, w, [b]):    N-d cross-correlation, NC... layout; strides, dilations, pads (begin.., end..),
                     group; then + b, then `act`.
 conv_transpose(x, w, [b]): the adjoint of conv; strides, dilations, pads, output_padding, group.
@@ -39,7 +41,7 @@ def _acc_dtype(dt):
     return np.float32 if dt == np.float16 else dt
 
 
-def matmul(attrs, a, b, c=None):
+def matmul(attrs, a, b, c=None, bias=None):
     out_dt = a.dtype
     acc = _acc_dtype(a.dtype)
     a = a.astype(acc, copy=False)
@@ -55,6 +57,8 @@ def matmul(attrs, a, b, c=None):
     if c is not None:
         beta = attrs.get("beta", 1.0)
         y = y + (c.astype(acc) * np.asarray(beta, acc) if beta != 1.0 else c.astype(acc))
+    if bias is not None:
+        y = y + bias.astype(acc)
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 

@@ -1,0 +1,136 @@
+"""epilogue: fold the elementwise kernel after a matmul into the GEMM itself.
+
+cuBLASLt computes act(alpha * A @ B + beta * C + bias) in one call. A kernel that only
+    * adds a tensor of the matmul's own shape (a residual)  -> C with beta = 1, or
+    * adds a vector over the last axis                       -> the BIAS epilogue, or
+    * applies ReLU or tanh-GELU                              -> the activation epilogue
+to the output of a matmul nobody else reads is removed: the matmul writes the kernel's value (a View
+replaces the kernel). Activations are recognised by value, not by the shape of the expression (the
+ONNX exporters spell GELU a dozen ways): the kernel is evaluated on sample points and compared with
+the reference function.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import kernel as K
+from ..ir.graph import Graph, Node
+from ..ir.tensor import index_vars
+from ..runtime.cpu_kernels import run_kernel
+
+SAMPLES = np.linspace(-8.0, 8.0, 1601)
+
+
+def _reference(act: str, x: np.ndarray) -> np.ndarray:
+    if act == "relu":
+        return np.maximum(x, 0)
+    inner = np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)
+    return 0.5 * x * (1 + np.tanh(inner))
+
+
+def fold_epilogues(g: Graph) -> Graph:
+    producers = {n.outputs[0]: n for n in g.nodes}
+    readers: dict = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    outputs = set(g.outputs)
+    new_nodes: list = []
+    for node in g.nodes:
+        new_nodes.append(node)
+        if node.op != "Kernel":
+            continue
+        k = node.attrs["kernel"]
+        for slot, name in enumerate(node.inputs):
+            mm_name, mm = _matmul_behind(name, producers)
+            if mm is None or readers.get(name) != 1 or (name != mm_name and readers.get(mm_name) != 1) \
+                    or mm_name in outputs or not _is_identity_load_of(k, slot):
+                continue
+            change = _match(k, slot, mm, node)
+            if change is None:
+                continue
+            attrs, extra = change
+            if 2 in extra:   # C must be a buffer of the matmul's own shape
+                extra[2] = _view_as(g, extra[2], g.lookup(mm.outputs[0]).shape, node, new_nodes)
+            mm.attrs.update(attrs)
+            ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
+            for pos, value in extra.items():
+                ins[pos] = value
+            mm.inputs = ins
+            mm.origin = list(dict.fromkeys(mm.origin + node.origin))
+            new_nodes[-1] = Node("View", [name], list(node.outputs), name=node.name, origin=list(mm.origin))
+            break
+    g.nodes = new_nodes
+    return g
+
+
+def _matmul_behind(name, producers):
+    """The matmul Library node whose output `name` is (directly or through Views)."""
+    n = producers.get(name)
+    while n is not None and n.op == "View":
+        name = n.inputs[0]
+        n = producers.get(name)
+    if n is not None and n.op == "Library" and n.attrs.get("op") == "matmul":
+        return name, n
+    return None, None
+
+
+def _is_identity_load_of(k: K.Kernel, slot: int) -> bool:
+    """Every load of `slot` reads element i of the kernel at output element i (same flat order)."""
+    if k.inputs[slot][0] != k.shape or k.dtype != k.inputs[slot][1]:
+        return False
+    ident = index_vars(k.shape)
+    loads = [e for e in K.walk(k.body) if e.op == "load" and e.args[0] == slot]
+    return bool(loads) and all(e.args[1] == ident and e.args[2] is None for e in loads)
+
+
+def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
+    """-> ({attrs}, {matmul input position: value name}) or None."""
+    body = k.body
+    has_c = len(mm.inputs) > 2 and bool(mm.inputs[2])
+    has_bias = len(mm.inputs) > 3 and bool(mm.inputs[3])
+    act = mm.attrs.get("act", "")
+    if body.op == "add" and not act:
+        a, b = body.args
+        mine = K.load(slot, index_vars(k.shape), k.dtype)
+        other = b if a is mine else a if b is mine else None
+        if other is None or other.op != "load" or other.args[2] is not None:
+            return None
+        o_slot, o_index = other.args[0], other.args[1]
+        o_name = node.inputs[o_slot]
+        o_shape = k.inputs[o_slot][0]
+        n_cols = k.shape[-1] if k.shape else 1
+        if not has_c and o_shape == k.shape and o_index == index_vars(k.shape) and o_name not in mm.inputs:
+            return {"beta": 1.0}, {2: o_name}
+        if not has_bias and k.shape and o_index == (K.idx(len(k.shape) - 1),) and o_shape == (n_cols,) and n_cols > 1:
+            return {}, {3: o_name}
+        return None
+    if act or has_c:
+        return None
+    loads = [e for e in K.walk(body) if e.op == "load"]
+    if any(e.args[0] != slot for e in loads) or not dtype_is_float(k.dtype):
+        return None
+    probe = K.Kernel((len(SAMPLES),), k.dtype, K.rebuild(body, (K.idx(0),) * len(k.shape),
+                                                         lambda ld: K.load(0, (K.idx(0),), ld.dtype)),
+                     (((len(SAMPLES),), k.dtype),))
+    got = run_kernel(probe, [SAMPLES.astype(k.dtype)]).astype(np.float64)
+    tol = 3e-3 if k.dtype == "float16" else 1e-5   # fp16 kernels round their constants to fp16
+    for name in ("relu", "gelu_tanh"):
+        want = _reference(name, SAMPLES)
+        if np.max(np.abs(got - want)) <= tol * max(1.0, np.max(np.abs(want))):
+            return {"act": name}, {}
+    return None
+
+
+def dtype_is_float(dt: str) -> bool:
+    return dt in ("float32", "float16")
+
+
+def _view_as(g: Graph, name: str, shape, node: Node, new_nodes: list) -> str:
+    """A value holding `name`'s bytes in `shape` (a View node, placed before `node`)."""
+    v = g.lookup(name)
+    if tuple(v.shape) == tuple(shape):
+        return name
+    out = g.add_value(f"{name}_as_c", v.dtype, shape)
+    new_nodes.insert(len(new_nodes) - 1, Node("View", [name], [out.name], name=node.name, origin=list(node.origin)))
+    return out.name
