@@ -1,6 +1,7 @@
 """grapec vs its peers on the full-size zoo, batch 1, one process, one GPU.
 
-    python benchmarks/zoo.py [--out DIR] [--only gpt2-s8,bert-s128] [--iterations 200] [--no-compile]
+    python benchmarks/zoo.py [--out DIR] [--only gpt2-s8,bert-s128] [--precision fp16,fp32]
+                             [--iterations 200] [--no-compile]
 
 Builds missing full-size models into models/full (models/build.py), compiles each with grapec,
 measures grapec's CUDA-graph replay and PyTorch eager / CUDA graph / torch.compile on the same
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     ap.add_argument("--only", default="")
     ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--precision", default="fp16,fp32", help="comma-separated: fp32, tf32, fp16")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it takes a minute a model)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -42,22 +44,24 @@ def main():
     from grapec.inputs import random_inputs
     only = set(filter(None, a.only.split(",")))
     results = {}
-    for label, name, dims in CONFIGS:
-        if only and label not in only:
+    for (label0, name, dims), precision in [(c, p) for p in a.precision.split(",") for c in CONFIGS]:
+        label = f"{label0}/{precision}"
+        if only and label0 not in only and label not in only:
             continue
         path = os.path.join(ROOT, "models", "full", f"{name}.onnx")
         if not os.path.exists(path):
             subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full",
                             "--out", os.path.dirname(path), name], check=True)
         t0 = time.perf_counter()
-        bundle = grapec.compile(path, dims=dims)
+        bundle = grapec.compile(path, dims=dims, precision=precision)
         t_compile = time.perf_counter() - t0
         infos = bundle.manifest["inputs"]
         feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
                               {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 0)
-        r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile}
+        r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile,
+             "steps": bundle.manifest["buckets"][0]["steps"]}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")
-        r.update(bench_torch(zoo_module(name, "full"), feeds, a.iterations, modes=modes, say=print))
+        r.update(bench_torch(zoo_module(name, "full"), feeds, a.iterations, modes=modes, say=print, precision=precision))
         results[label] = r
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
@@ -75,12 +79,14 @@ PEERS = ["torch eager", "torch CUDA graph", "torch.compile + CUDA graph"]
 def row(label, r):
     g = r["grapec"]["replay"]["median_ms"]
     cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in PEERS]
-    return f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} |"
+    steps = r.get("steps", {})
+    return (f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} | "
+            f"{steps.get('kernel', 0)} + {steps.get('library', 0)} |")
 
 
 def render(results):
-    head = "| model (fp32, batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB |\n"
-    head += "|" + "---|" * (3 + len(PEERS)) + "\n"
+    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB | grapec kernels + GEMMs |\n"
+    head += "|" + "---|" * (4 + len(PEERS)) + "\n"
     dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
     return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster).\n\n" + \
         head + "\n".join(row(k, v) for k, v in results.items()) + "\n"

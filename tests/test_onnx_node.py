@@ -7,12 +7,16 @@ import io
 
 from grapec.onnx_backend import run_suite
 
-PINNED_PASSES = 1116
+PINNED_PASSES = 1115   # 1116 until fused kernels kept fp16 softmax statistics in fp32 (see below)
 # Known wrong answers, each with its reason; anything else failing is a regression.
 KNOWN_FAILURES = {
     "test_attention_4d_causal_fp16_expanded":
         "the expanded fp16 graph: our MatMul accumulates in fp32 and rounds once, the reference rounds "
         "every op in fp16; 2 of 192 elements differ by 2 fp16 ulp (closer to a float64 reference)",
+    "test_attention_4d_causal_fp16":
+        "fused softmax keeps its max and sum in fp32 and rounds once (our fp16 policy); the reference "
+        "rounds each step to fp16. 2 of 192 elements differ by 1 ulp; against a float64 evaluation of "
+        "the same graph our max error is 3.96e-4, the reference output's 4.91e-4",
 }
 
 

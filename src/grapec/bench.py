@@ -76,12 +76,19 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
 
 
 def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=("eager", "cuda_graph", "compile"),
-                say=None) -> dict:
+                say=None, precision: str = "fp32") -> dict:
+    """The peers at the bundle's precision: fp16 runs module.half() on float16 inputs; tf32 allows
+    TF32 matmuls; fp32 forbids them (PyTorch's default for matmul, made explicit)."""
     import torch
     say = say or (lambda m: None)
     dev = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
     module = module.to(dev).eval()
     args = [torch.from_numpy(np.ascontiguousarray(v)).to(dev) for v in feeds.values()]
+    if precision == "fp16":
+        module = module.half()
+        args = [a.half() if a.is_floating_point() else a for a in args]
 
     def timed(fn):
         with torch.no_grad():

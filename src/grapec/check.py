@@ -48,12 +48,12 @@ def reference_outputs(model_path, feeds: dict) -> dict:
         raise GrapecError(f"onnxruntime could not run {model_path} as a reference: {str(e).splitlines()[0]}") from None
 
 
-def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=1e-4, seed=0, progress=None):
-    """-> (list of OutputCheck, seconds grapec's run took)."""
+def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=1e-4, seed=0, progress=None, precision="fp32"):
+    """-> (list of OutputCheck, seconds grapec's run took). The reference is always fp32."""
     import grapec
     from .bundle.format import Bundle
     from .inputs import random_inputs
-    bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress,
+    bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress, precision=precision,
                             targets=[] if backend == "cpu" else "auto")
     sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
     infos = bundle.manifest["inputs"]

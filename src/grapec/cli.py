@@ -69,12 +69,22 @@ def _shape_options(f):
     return f
 
 
-def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto"):
+def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32"):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_shapes
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict,
-                         targets=targets, progress=say)
+                         targets=targets, progress=say, precision=precision)
+
+
+PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
+                  "fp16: weights and activations float16, accumulation (GEMMs, reductions, softmax and "
+                  "normalisation statistics) float32; inputs and outputs keep their types.")
+
+
+def _precision_option(f):
+    return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16"]), default="fp32",
+                        show_default=True, help=PRECISION_HELP)(f)
 
 
 @main.command()
@@ -85,9 +95,10 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto"):
 @click.option("--target", "targets", multiple=True, metavar="SM_XX",
               help="GPU architecture to build cubins for, e.g. sm_90 (repeatable) [default: sm_90 when NVRTC is installed].")
 @click.option("--no-gpu", is_flag=True, help="Build no GPU code (a bundle for the CPU backend only).")
+@_precision_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, strict, targets, no_gpu, force, quiet):
+def compile(model, output, shapes, dims, strict, targets, no_gpu, precision, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes) or --dim (named dims).
@@ -104,7 +115,7 @@ def compile(model, output, shapes, dims, strict, targets, no_gpu, force, quiet):
     for t in targets:
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
-    bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"))
+    bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -210,10 +221,12 @@ def inspect(bundle, as_json):
 @click.argument("model", type=click.Path(dir_okay=False))
 @_shape_options
 @click.option("--backend", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--rtol", default=1e-4, show_default=True, help="Largest accepted ||out-ref||/||ref|| per output.")
+@_precision_option
+@click.option("--rtol", type=float, default=None,
+              help="Largest accepted ||out-ref||/||ref|| per output [default: 1e-4 for fp32, 5e-3 tf32, 1e-2 fp16].")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def check(model, shapes, dims, backend, rtol, seed, quiet):
+def check(model, shapes, dims, backend, precision, rtol, seed, quiet):
     """Compile MODEL, run it, and compare with onnxruntime (CPU) on random inputs.
 
     Prints per output the max-abs error and ||out-ref||/||ref||; exits 1 if any exceeds --rtol.
@@ -221,14 +234,18 @@ def check(model, shapes, dims, backend, rtol, seed, quiet):
     from .check import check_model
     from .frontend.shapes import parse_dims, parse_shapes
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
-    results, t_run = check_model(model, parse_shapes(list(shapes)), parse_dims(list(dims)), backend, rtol, seed, say)
+    if rtol is None:
+        rtol = {"fp32": 1e-4, "tf32": 5e-3, "fp16": 1e-2}[precision]
+    results, t_run = check_model(model, parse_shapes(list(shapes)), parse_dims(list(dims)), backend, rtol, seed, say,
+                                 precision=precision)
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs err':>12s} {'rel err':>10s}")
     for r in results:
         click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:12.3g} {r.rel:10.3g} "
                    f"{'ok' if r.ok else 'MISMATCH'} {r.note}".rstrip())
     bad = sum(not r.ok for r in results)
     verdict = "PASS" if not bad else f"FAIL ({bad} output(s) over rtol {rtol:g})"
-    click.echo(f"{verdict}: {os.path.basename(model)} on the {backend} backend ({t_run * 1e3:.0f} ms) vs onnxruntime CPU")
+    click.echo(f"{verdict}: {os.path.basename(model)} in {precision} on the {backend} backend ({t_run * 1e3:.0f} ms) "
+               "vs onnxruntime CPU (fp32)")
     sys.exit(1 if bad else 0)
 
 
@@ -241,9 +258,10 @@ def check(model, shapes, dims, backend, rtol, seed, quiet):
               help="Also measure PyTorch eager, CUDA graph and torch.compile on the same weights (zoo models).")
 @click.option("--zoo", "zoo_name", metavar="NAME:SIZE", help="The zoo builder for --vs torch, e.g. gpt2:full "
               "[default: from the file name and its folder, models/<size>/<name>.onnx].")
+@_precision_option
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, seed, as_json):
+def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, seed, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -253,8 +271,9 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, seed, as_jso
         raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
     import grapec
     from .bundle.format import Bundle
-    bundle = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1]) \
+    bundle = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1], precision=precision) \
         if model.endswith(".onnx") else Bundle.read(model)
+    precision = bundle.manifest.get("precision", "fp32")
     feeds = _feeds(grapec.load(bundle, backend="cpu"), (), seed)
     res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup)}
     if "torch" in peers:
@@ -267,12 +286,13 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, seed, as_jso
         except Exception as e:  # noqa: BLE001
             raise GrapecError(f"--vs torch needs the zoo builder of the model (--zoo NAME:SIZE): {e}") from None
         say = None if as_json else (lambda m: click.echo(f"[grapec] {m}", err=True))
-        res.update(bench_torch(module, feeds, iterations, warmup, say=say))
+        res.update(bench_torch(module, feeds, iterations, warmup, say=say, precision=precision))
     if as_json:
         click.echo(json.dumps(res, indent=1))
         return
     g = res["grapec"]
-    click.echo(f"{os.path.basename(model)} on {g['device']} ({g['code']}), {g['replay']['n']} replays after {warmup} warm-up")
+    click.echo(f"{os.path.basename(model)} in {precision} on {g['device']} ({g['code']}), {g['replay']['n']} replays "
+               f"after {warmup} warm-up")
     click.echo(f"  H2D {g['h2d']['median_ms'] * 1e3:.1f} us, D2H {g['d2h']['median_ms'] * 1e3:.1f} us (median); "
                f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")
     click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")

@@ -51,8 +51,12 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     return schedule(g)
 
 
+PRECISIONS = ("fp32", "tf32", "fp16")
+
+
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
-                  strict: bool = False, targets="auto", progress: Callable | None = None) -> Bundle:
+                  strict: bool = False, targets="auto", progress: Callable | None = None,
+                  precision: str = "fp32") -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -60,11 +64,19 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     strict:  fail when anything runs outside the graph (control flow on the host) instead of reporting.
     targets: GPU architectures to compile cubins for (e.g. ["sm_90"]); "auto" = sm_90 when NVRTC is
              installed, none otherwise (the bundle then runs on the CPU backend only, and says so).
+    precision: "fp32" (default, exact float32 GEMMs), "tf32" (float32 GEMMs on TF32 tensor cores) or
+             "fp16" (weights and activations in float16, float32 accumulation; the model's inputs
+             and outputs keep their types).
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
     t0 = time.perf_counter()
+    if precision not in PRECISIONS:
+        raise GrapecError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     proto = load_model(model)
+    if precision == "fp16":
+        from .frontend.precision import to_fp16
+        proto = to_fp16(proto)
     graph = import_model(proto, where)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
     bucket_shapes = [resolve_input_shapes(graph, b, dims or {}) for b in (buckets or [shapes or {}])]
@@ -97,6 +109,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "grapec_version": __version__,
         "model": os.path.basename(where),
         "opset": opset_of(proto),
+        "precision": precision,
         "inputs": [dict(_io_meta(graph, n, bucket_shapes), index_bound=bounds.get(n)) for n in graph.inputs],
         "outputs": [_io_meta_out(low, n) for n in outs],
         "buckets": bucket_meta,

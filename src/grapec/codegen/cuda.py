@@ -164,6 +164,8 @@ class CudaRenderer:
             src = e.args[0].dtype
             if dtypes.is_float(src) and dtypes.is_int(dt):
                 return f"(({compute_type(dt)})({x} == {x} && !g_isinf({x}) ? {x} : 0))"
+            if dt == "float16":   # held in a float register, but a cast to half rounds
+                return f"h2f(f2h((float){x}))"
             return f"(({compute_type(dt)}){x})"
         if op == "where":
             c, a, b = (self.emit(x) for x in e.args)

@@ -1,4 +1,4 @@
-"""Evaluate kernel IR with numpy, vectorised over the whole index space.
+"""Evaluate kernel IR with numpy, vectorised over the whole index space (float16 in float32 registers).
 
 Every subexpression evaluates to an array of the current *rank*: the output's dims first, then one
 trailing axis per enclosing reduction variable; an axis an expression does not depend on has size 1
@@ -79,6 +79,11 @@ def apply_op(op: str, vals: list):
     return _OPS[op](*vals)
 
 
+def _compute_dtype(dt: str) -> np.dtype:
+    """float16 values are computed in float32 and rounded when stored, as the CUDA code does."""
+    return np.dtype(np.float32) if dt == "float16" else dtypes.np_dtype(dt)
+
+
 def _init(op, dt: np.dtype):
     if op == "sum":
         return 0
@@ -110,7 +115,7 @@ class _Evaluator:
         if hit is not None:
             return hit
         rank = self.rank0 + len(rvars)
-        dt = dtypes.np_dtype(e.dtype)
+        dt = _compute_dtype(e.dtype)
         op = e.op
         if op == "const":
             r = np.array(e.value, dt)
@@ -125,7 +130,7 @@ class _Evaluator:
                 x = self.ev(e.args[0], rvars)
                 if dt.kind in "iu" and x.dtype.kind == "f":
                     x = np.trunc(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
-                r = x.astype(dt)
+                r = x.astype(dt) if e.dtype != "float16" else x.astype(np.float16).astype(dt)  # a cast rounds
         elif op == "reduce":
             r = self.reduce(e, rvars, rank)
         else:
@@ -144,12 +149,16 @@ class _Evaluator:
         buf = self.inputs[slot]
         if not index:
             val = np.asarray(buf).reshape(())
+            if val.dtype == np.float16:
+                val = val.astype(np.float32)
             return np.broadcast_to(val, (1,) * rank) if mask is None else np.where(
                 self.ev(mask, rvars), val, self.ev(other, rvars))
         idxs = [self.ev(i, rvars) for i in index]
         if mask is not None:
             idxs = [np.clip(i, 0, max(d - 1, 0)) for i, d in zip(idxs, buf.shape)]
         val = buf[tuple(idxs)]
+        if val.dtype == np.float16:
+            val = val.astype(np.float32)
         if mask is not None:
             if buf.size == 0:
                 return np.broadcast_to(self.ev(other, rvars), val.shape)

@@ -49,7 +49,7 @@ class Session:
             self._runner = CpuPlanRunner(bundle)
         elif backend == "cuda":
             from .cuda_session import CudaPlanRunner
-            self._runner = CudaPlanRunner(bundle, device)
+            self._runner = CudaPlanRunner(bundle, device, tf32=bundle.manifest.get("precision") == "tf32")
         else:
             raise BackendError(f"unknown backend '{backend}' (choose cpu or cuda)")
 

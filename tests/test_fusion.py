@@ -1,0 +1,117 @@
+"""Fusion and GEMM epilogues: what becomes one kernel, what folds into cuBLASLt, and that the fused
+plans still compute what onnxruntime computes (on fresh random inputs)."""
+import numpy as np
+import pytest
+from onnx import helper
+
+from grapec.codegen.host import HostModule
+from grapec.codegen.launch import plan_launch
+from grapec.compiler import compile_graph
+from grapec.frontend.onnx_import import import_model
+from grapec.runtime.cpu_kernels import run_kernel
+from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
+
+RNG = np.random.default_rng(7)
+
+
+def kinds(g):
+    return [n.op for n in g.nodes if n.op in ("Kernel", "Library")]
+
+
+def check(m, feeds, tol=1e-5):
+    got, bundle = compile_and_run(m, feeds)
+    ref = ort_run(m, feeds)
+    for name in ref:
+        assert rel_err(got[name], ref[name]) <= tol, name
+    return bundle
+
+
+def residual_layernorm():
+    nodes = [helper.make_node("Add", ["x", "r"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    return model(nodes, [tinfo("x", shape=[2, 5, 96]), tinfo("r", shape=[2, 5, 96])], [tinfo("y")],
+                 [init("gamma", RNG.standard_normal(96).astype(np.float32)),
+                  init("beta", RNG.standard_normal(96).astype(np.float32))])
+
+
+def test_residual_add_and_layernorm_are_one_row_mode_kernel():
+    m = residual_layernorm()
+    g = compile_graph(import_model(m), {"x": (2, 5, 96), "r": (2, 5, 96)})
+    assert kinds(g) == ["Kernel"]
+    launch = plan_launch(g.nodes[0].attrs["kernel"])
+    assert (launch.mode, launch.rows, launch.cols) == ("row", 10, 96)
+    unfused = compile_graph(import_model(m), {"x": (2, 5, 96), "r": (2, 5, 96)}, fusion=False)
+    assert len(kinds(unfused)) >= 3
+    feeds = {"x": RNG.standard_normal((2, 5, 96)).astype(np.float32),
+             "r": RNG.standard_normal((2, 5, 96)).astype(np.float32)}
+    check(m, feeds)
+
+
+def test_scaled_masked_softmax_is_one_kernel_and_host_code_agrees(tmp_path):
+    nodes = [helper.make_node("Mul", ["x", "scale"], ["xs"]), helper.make_node("Add", ["xs", "mask"], ["xm"]),
+             helper.make_node("Softmax", ["xm"], ["y"], axis=-1)]
+    mask = np.triu(np.full((40, 40), -1e9, np.float32), 1)
+    m = model(nodes, [tinfo("x", shape=[3, 40, 40])], [tinfo("y")],
+              [init("scale", np.array(0.125, np.float32)), init("mask", mask)])
+    g = compile_graph(import_model(m), {"x": (3, 40, 40)})
+    assert kinds(g) == ["Kernel"]
+    k = g.nodes[0].attrs["kernel"]
+    assert plan_launch(k).mode == "row"
+    x = RNG.standard_normal((3, 40, 40)).astype(np.float32) * 4
+    check(m, {"x": x})
+    # the generated CUDA C, built for the host (one thread per block), agrees with the interpreter
+    consts = {n: g.lookup(n).const for n in g.nodes[0].inputs}
+    ins = [x if n == "x" else consts[n] for n in g.nodes[0].inputs]
+    host = HostModule([k], str(tmp_path))
+    out = np.empty(k.shape, np.float32)
+    host.call(0, out, [np.ascontiguousarray(a, np.float32) for a in ins])
+    np.testing.assert_allclose(out, run_kernel(k, ins), rtol=1e-5, atol=1e-7)
+
+
+def gemm_act(act_nodes, act_in="h", act_out="y"):
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"])] + act_nodes
+    return model(nodes, [tinfo("x", shape=[4, 32])], [tinfo(act_out)],
+                 [init("w", RNG.standard_normal((32, 48)).astype(np.float32) * 0.3),
+                  init("b", RNG.standard_normal(48).astype(np.float32)),
+                  init("half", np.array(0.5, np.float32)), init("one", np.array(1.0, np.float32)),
+                  init("c0", np.array(np.sqrt(2 / np.pi), np.float32)), init("c1", np.array(0.044715, np.float32)),
+                  init("three", np.array(3.0, np.float32)), init("rsqrt2", np.array(1 / np.sqrt(2), np.float32))])
+
+
+TANH_GELU = [helper.make_node("Pow", ["h", "three"], ["h3"]), helper.make_node("Mul", ["h3", "c1"], ["t1"]),
+             helper.make_node("Add", ["h", "t1"], ["t2"]), helper.make_node("Mul", ["t2", "c0"], ["t3"]),
+             helper.make_node("Tanh", ["t3"], ["t4"]), helper.make_node("Add", ["t4", "one"], ["t5"]),
+             helper.make_node("Mul", ["h", "half"], ["t6"]), helper.make_node("Mul", ["t6", "t5"], ["y"])]
+ERF_GELU = [helper.make_node("Mul", ["h", "rsqrt2"], ["e1"]), helper.make_node("Erf", ["e1"], ["e2"]),
+            helper.make_node("Add", ["e2", "one"], ["e3"]), helper.make_node("Mul", ["h", "e3"], ["e4"]),
+            helper.make_node("Mul", ["e4", "half"], ["y"])]
+
+
+@pytest.mark.parametrize("act_nodes,act", [(TANH_GELU, "gelu_tanh"), ([helper.make_node("Relu", ["h"], ["y"])], "relu")])
+def test_bias_and_activation_fold_into_the_gemm(act_nodes, act):
+    m = gemm_act(act_nodes)
+    g = compile_graph(import_model(m), {"x": (4, 32)})
+    assert kinds(g) == ["Library"]
+    mm = next(n for n in g.nodes if n.op == "Library")
+    assert mm.attrs["act"] == act and mm.inputs[3] == "b" and not mm.inputs[2]
+    check(m, {"x": RNG.standard_normal((4, 32)).astype(np.float32)})
+
+
+def test_erf_gelu_is_not_taken_for_the_tanh_epilogue():
+    m = gemm_act(ERF_GELU)
+    g = compile_graph(import_model(m), {"x": (4, 32)})
+    assert kinds(g) == ["Library", "Kernel"]
+    assert "act" not in next(n for n in g.nodes if n.op == "Library").attrs
+    check(m, {"x": RNG.standard_normal((4, 32)).astype(np.float32)})
+
+
+def test_residual_add_after_matmul_becomes_its_c_operand():
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "res"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[1, 6, 32]), tinfo("res", shape=[1, 6, 48])], [tinfo("y")],
+              [init("w", RNG.standard_normal((32, 48)).astype(np.float32))])
+    g = compile_graph(import_model(m), {"x": (1, 6, 32), "res": (1, 6, 48)})
+    assert kinds(g) == ["Library"]
+    mm = next(n for n in g.nodes if n.op == "Library")
+    assert mm.inputs[2] and mm.attrs["beta"] == 1.0
+    check(m, {"x": RNG.standard_normal((1, 6, 32)).astype(np.float32),
+              "res": RNG.standard_normal((1, 6, 48)).astype(np.float32)})
