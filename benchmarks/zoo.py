@@ -59,7 +59,7 @@ def main():
         feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
                               {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 0)
         r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile,
-             "steps": bundle.manifest["buckets"][0]["steps"]}
+             "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")
         r.update(bench_torch(zoo_module(name, "full"), feeds, a.iterations, modes=modes, say=print, precision=precision))
         results[label] = r
@@ -76,17 +76,28 @@ def main():
 PEERS = ["torch eager", "torch CUDA graph", "torch.compile + CUDA graph"]
 
 
+def accuracy(bundle, path, feeds) -> float:
+    """Worst ||grapec - onnxruntime|| / ||onnxruntime|| over the outputs (onnxruntime CPU, fp32)."""
+    import grapec
+    from grapec.check import compare, reference_outputs
+    sess = grapec.load(bundle, backend="cuda")
+    got = sess.run(feeds)
+    sess._runner.close()
+    ref = reference_outputs(path, feeds)
+    return max(compare(k, got[k], ref[k], 1.0).rel for k in ref)
+
+
 def row(label, r):
     g = r["grapec"]["replay"]["median_ms"]
     cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in PEERS]
     steps = r.get("steps", {})
     return (f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} | "
-            f"{steps.get('kernel', 0)} + {steps.get('library', 0)} |")
+            f"{steps.get('kernel', 0)} + {steps.get('library', 0)} | {r.get('rel_err_vs_ort', float('nan')):.1e} |")
 
 
 def render(results):
-    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB | grapec kernels + GEMMs |\n"
-    head += "|" + "---|" * (4 + len(PEERS)) + "\n"
+    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB | grapec kernels + GEMMs | rel err vs ORT |\n"
+    head += "|" + "---|" * (5 + len(PEERS)) + "\n"
     dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
     return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster).\n\n" + \
         head + "\n".join(row(k, v) for k, v in results.items()) + "\n"

@@ -1,0 +1,73 @@
+"""GPU tests at full size: GPT-2, BERT-base and ResNet-50 (models/full, built by models/build.py
+when missing -- a minute) on the CUDA backend against onnxruntime (CPU, fp32), in fp32 and fp16;
+and the tiny zoo in fp16. Run on the GPU machine with `make gpu-test`."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from grapec.check import check_model, compare, reference_outputs
+from grapec.inputs import random_inputs
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from test_models import ZOO_DIMS  # noqa: E402
+
+FULL = {"gpt2": {"batch": 1, "seq": 128}, "bert": {"batch": 1, "seq": 128}, "resnet50": {"batch": 1}}
+TOL = {"fp32": 1e-4, "fp16": 1e-2}
+
+
+def full_model(name):
+    path = os.path.join(ROOT, "models", "full", f"{name}.onnx")
+    if not os.path.exists(path):
+        subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full",
+                        "--out", os.path.dirname(path), name], check=True, capture_output=True)
+    return path
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("name", sorted(FULL))
+def test_full_size_model_on_gpu_matches_onnxruntime(name, precision):
+    results, _ = check_model(full_model(name), dims=FULL[name], backend="cuda", rtol=TOL[precision], seed=2,
+                             precision=precision)
+    for r in results:
+        print(f"{name} {precision} {r.name}: rel {r.rel:.3g} max-abs {r.max_abs:.3g}")
+        assert r.ok, f"{name}/{r.name} ({precision}): rel {r.rel:.3g} max-abs {r.max_abs:.3g} {r.note}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ZOO_DIMS if n not in ("resnet50", "googlenet")))
+def test_tiny_zoo_in_fp16_on_gpu(name):
+    results, _ = check_model(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO_DIMS[name],
+                             backend="cuda", rtol=1e-2, seed=11, precision="fp16")
+    for r in results:
+        assert r.ok, f"{name}/{r.name}: rel {r.rel:.3g} {r.note}"
+
+
+@pytest.mark.parametrize("name", ["resnet50", "googlenet"])
+def test_tiny_cnns_in_fp16_on_gpu_against_the_fp16_rounded_model(name):
+    """The tiny random CNNs are ill-conditioned: rounding only their weights and input to fp16
+    and computing in fp32 already moves the logits 1.9% (ResNet) and 2.4% (GoogLeNet) from the
+    fp32 answer, so no fp16 engine meets 1e-2 against it. The reference here is onnxruntime fp32
+    on the fp16-rounded weights and input: what grapec's fp16 arithmetic adds must stay <= 1e-2."""
+    import grapec
+    path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
+    m = onnx.load(path)
+    for t in m.graph.initializer:
+        if t.data_type == onnx.TensorProto.FLOAT:
+            a = onnx.numpy_helper.to_array(t).astype(np.float16).astype(np.float32)
+            t.CopyFrom(onnx.numpy_helper.from_array(a, t.name))
+    b = grapec.compile(path, dims=ZOO_DIMS[name], precision="fp16")
+    infos = b.manifest["inputs"]
+    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
+                          {}, 11)
+    feeds = {k: v.astype(np.float16).astype(np.float32) for k, v in feeds.items()}
+    rounded = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{name}_fp16_rounded.onnx")
+    onnx.save(m, rounded)
+    ref = reference_outputs(rounded, feeds)
+    got = grapec.load(b, backend="cuda").run(feeds)
+    for k in ref:
+        r = compare(k, got[k], ref[k], 1e-2)
+        assert r.ok, f"{name}/{k}: rel {r.rel:.3g}"
