@@ -41,9 +41,11 @@ def test_bundles_compiled_without_a_gpu_run_here(path):
     feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
                           {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 1)
     a, b = cpu.run(feeds), gpu.run(feeds)
+    # fp16 bundles: the two backends round different partial sums to half
+    tol = 1e-2 if cpu.bundle.manifest.get("precision") == "fp16" else 1e-4
     for k in a:
         den = np.linalg.norm(a[k].astype(np.float64)) or 1.0
-        assert np.linalg.norm(a[k].astype(np.float64) - b[k]) / den < 1e-4, k
+        assert np.linalg.norm(a[k].astype(np.float64) - b[k]) / den < tol, k
 
 
 def test_sm80_only_bundle_is_refused_clearly():

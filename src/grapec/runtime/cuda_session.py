@@ -62,7 +62,9 @@ class CudaPlanRunner:
             if n not in by_name:
                 by_name[n] = call("cuModuleGetFunction", self.module, n.encode())
         self.functions = [by_name[n] for n in names]
-        self.launches = bundle.manifest["cuda"]["launch"]   # [mode, grid, block, split] per kernel
+        self.launches = bundle.manifest["cuda"].get("launch")   # [mode, grid, block, split] per kernel
+        if self.launches is None:
+            raise BackendError("this bundle was made by an older grapec (no kernel launch shapes); recompile it")
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
         self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
         self.arena_bytes = max((p["arena_bytes"] for p in bundle.plans), default=0)
