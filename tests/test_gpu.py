@@ -86,3 +86,101 @@ def test_onnx_node_tests_cuda_backend():
     from test_onnx_node import PINNED_PASSES as cpu_pinned
     passed = sum(1 for s, _ in results.values() if s == "pass")
     assert passed >= 0.9 * cpu_pinned, buf.getvalue()
+
+
+class GpuStepChecker:
+    """Runs a plan on the CPU backend and, at every kernel and matmul step, the same step alone on the
+    GPU on the same input bytes; records the worst relative difference per step. Finds the first
+    step where the two backends part."""
+
+    def __init__(self, bundle):
+        from grapec.runtime.cpu_plan import CpuPlanRunner
+        from grapec.runtime.cuda_session import CudaPlanRunner
+        self.gpu = CudaPlanRunner(bundle)
+        self.errors = []
+        checker = self
+
+        class Runner(CpuPlanRunner):
+            def exec_steps(self, steps, v):
+                for st in steps:
+                    super().exec_steps([st], v)
+                    if st["op"] in ("kernel", "library"):
+                        checker.compare(st, v)
+        self.cpu = Runner(bundle)
+
+    def compare(self, st, v):
+        from grapec.runtime.cuda_driver import KernelArgs, call
+        dev = self.gpu.dev
+        ins = [v[a] if a >= 0 else None for a in st["args"]]
+        want = v[st["out"]]
+        ptrs = []
+        for a in ins:
+            if a is None:
+                ptrs.append(0)
+                continue
+            p = dev.alloc(max(a.nbytes, 1), "test input")
+            dev.upload(p, np.ascontiguousarray(a).ctypes.data, a.nbytes)
+            ptrs.append(p)
+        out = dev.alloc(max(want.nbytes, 1), "test output")
+        if st["op"] == "kernel":
+            _, grid, block, _ = self.gpu.launches[st["kernel"]]
+            args = KernelArgs([out] + [p for p in ptrs])
+            call("cuLaunchKernel", self.gpu.functions[st["kernel"]], grid, 1, 1, block, 1, 1, 0, dev.stream,
+                 args.address, 0)
+        else:
+            from grapec.runtime.blas import shared_blas
+            blas = shared_blas(dev)
+            g = blas.matmul_graph(st["attrs"], [a.shape if a is not None else None for a in ins], str(want.dtype),
+                                  ptrs, want.shape, out)
+            ex = call("cuGraphInstantiate", g, 0)
+            call("cuGraphLaunch", ex, dev.stream)
+        dev.synchronize()
+        got = np.empty_like(want)
+        dev.download(got.ctypes.data, out, want.nbytes)
+        for p in ptrs + [out]:
+            if p:
+                dev.free(p)
+        w, g = want.astype(np.float64), got.astype(np.float64)
+        err = float(np.abs(w - g).max(initial=0) / (np.abs(w).max(initial=0) + 1e-6))
+        self.errors.append((err, st.get("kernel", st.get("attrs", {}).get("op")), st["origin"]))
+
+
+@pytest.mark.parametrize("name", sorted(ZOO_DIMS))
+def test_every_step_on_gpu_matches_the_cpu_backend(name):
+    from grapec.inputs import random_inputs
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO_DIMS[name])
+    chk = GpuStepChecker(b)
+    infos = b.manifest["inputs"]
+    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
+                          {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 4)
+    chk.cpu.run(0, feeds)
+    bad = [e for e in chk.errors if not e[0] <= 1e-4]
+    for e in bad[:10]:
+        print(name, "step differs:", e, b.kernels[e[1]] if isinstance(e[1], int) else "")
+    assert not bad, f"{len(bad)} of {len(chk.errors)} steps differ; first: {bad[0]}"
+
+
+def _fusion_cases():
+    from onnx import helper
+    from test_fusion import TANH_GELU, gemm_act, residual_layernorm
+    from helpers import init, model, tinfo
+    rng = np.random.default_rng(3)
+    res = model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "r"], ["y"])],
+                [tinfo("x", shape=[1, 6, 32]), tinfo("r", shape=[1, 6, 48])], [tinfo("y")],
+                [init("w", rng.standard_normal((32, 48)).astype(np.float32))])
+    relu = [helper.make_node("Relu", ["h"], ["y"])]
+    return {"layernorm": (residual_layernorm(), {"x": (2, 5, 96), "r": (2, 5, 96)}),
+            "gemm_bias_gelu": (gemm_act(TANH_GELU), {"x": (4, 32)}),
+            "gemm_bias_relu": (gemm_act(relu), {"x": (4, 32)}),
+            "matmul_residual": (res, {"x": (1, 6, 32), "r": (1, 6, 48)})}
+
+
+@pytest.mark.parametrize("case", ["layernorm", "gemm_bias_gelu", "gemm_bias_relu", "matmul_residual"])
+def test_fused_kernels_and_gemm_epilogues_on_gpu(case, tmp_path):
+    import onnx
+    m, shapes = _fusion_cases()[case]
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    results, _ = check_model(str(path), shapes=shapes, backend="cuda", rtol=1e-5, seed=8)
+    for r in results:
+        assert r.ok, f"{case}/{r.name}: rel {r.rel:.3g}"

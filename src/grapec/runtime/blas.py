@@ -98,9 +98,10 @@ class Blas:
         act = act or "none"
         if act not in EPILOGUE or (act != "none" and dtype == "float64"):
             raise BackendError(f"matmul: no cuBLASLt epilogue for activation '{act}' on {dtype}")
-        code = EPILOGUE[act] | (EPILOGUE_BIAS if bias_ptr else 0)
-        if code == EPILOGUE["none"]:
+        if not bias_ptr and act == "none":
             return
+        # DEFAULT is 1, the others are bit flags: RELU 2, BIAS 4, GELU 32 (RELU_BIAS 6, GELU_BIAS 36)
+        code = (EPILOGUE[act] if act != "none" else 0) | (EPILOGUE_BIAS if bias_ptr else 0)
         lt = self.lt
         epi = np.array([code], np.int32)
         lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.EPILOGUE, epi.ctypes.data, 4)
