@@ -61,7 +61,9 @@ def main():
         r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile,
              "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")
-        r.update(bench_torch(zoo_module(name, "full"), feeds, a.iterations, modes=modes, say=print, precision=precision))
+        module = zoo_module(name, "full")
+        r["torch_rel_err_vs_ort"] = torch_accuracy(module, path, feeds, precision)
+        r.update(bench_torch(module, feeds, a.iterations, modes=modes, say=print, precision=precision))
         results[label] = r
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
@@ -74,6 +76,25 @@ def main():
 
 
 PEERS = ["torch eager", "torch CUDA graph", "torch.compile + CUDA graph"]
+
+
+def torch_accuracy(module, path, feeds, precision) -> float:
+    """The same measure for PyTorch eager at the same precision: what the precision itself costs."""
+    import numpy as np
+    import torch
+    from grapec.check import compare, reference_outputs
+    m = module.cuda().eval()
+    args = [torch.from_numpy(np.ascontiguousarray(v)).cuda() for v in feeds.values()]
+    if precision == "fp16":
+        m = m.half()
+        args = [t.half() if t.is_floating_point() else t for t in args]
+    with torch.no_grad():
+        outs = m(*args)
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    ref = reference_outputs(path, feeds)
+    err = max(compare(k, o.float().cpu().numpy(), ref[k], 1.0).rel for k, o in zip(ref, outs))
+    module.float()
+    return err
 
 
 def accuracy(bundle, path, feeds) -> float:
@@ -92,14 +113,16 @@ def row(label, r):
     cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in PEERS]
     steps = r.get("steps", {})
     return (f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} | "
-            f"{steps.get('kernel', 0)} + {steps.get('library', 0)} | {r.get('rel_err_vs_ort', float('nan')):.1e} |")
+            f"{steps.get('kernel', 0)} + {steps.get('library', 0)} | {r.get('rel_err_vs_ort', float('nan')):.1e} | "
+            f"{r.get('torch_rel_err_vs_ort', float('nan')):.1e} |")
 
 
 def render(results):
-    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB | grapec kernels + GEMMs | rel err vs ORT |\n"
-    head += "|" + "---|" * (5 + len(PEERS)) + "\n"
+    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
+    head += "|" + "---|" * (6 + len(PEERS)) + "\n"
     dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
-    return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster).\n\n" + \
+    return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster). " \
+        "Errors: worst ||out - ref|| / ||ref|| over the outputs, ref = onnxruntime CPU fp32.\n\n" + \
         head + "\n".join(row(k, v) for k, v in results.items()) + "\n"
 
 
