@@ -15,7 +15,7 @@ import json
 from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, free_vars
-from .launch import Launch, plan_launch
+from .launch import COOPERATIVE_DTYPES, COOPERATIVE_OPS, Launch, plan_launch
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
 # and the special float values are bit patterns.
@@ -255,8 +255,9 @@ class CudaRenderer:
             scope.lines.append(f"{ind}{ct} {acc} = ({ct}){init};")
         # Headers go in only after the body is emitted: statements hoisted out of the loop into
         # this scope while emitting the body must come before the loop, not inside it.
-        cooperative = (self.launch.mode == "row" and scope is self.scopes[0] and not rop.startswith("arg")
-                       and e.dtype != "bool")
+        # the same test launch.row_reductions applies when it picks row mode
+        cooperative = (self.launch.mode == "row" and scope is self.scopes[0] and rop in COOPERATIVE_OPS
+                       and e.dtype in COOPERATIVE_DTYPES)
         headers, inner_indent = [], ind
         if cooperative:   # the block's threads stride over the flattened reduction range
             f = self.fresh("f")
