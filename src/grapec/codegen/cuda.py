@@ -14,8 +14,8 @@ import json
 
 from .. import dtypes
 from ..errors import UnsupportedError
-from ..ir.kernel import Expr, Kernel, free_vars
-from .launch import COOPERATIVE_DTYPES, COOPERATIVE_OPS, Launch, plan_launch
+from ..ir.kernel import Expr, Kernel, free_vars, idx
+from .launch import COOPERATIVE_DTYPES, COOPERATIVE_OPS, Launch, extent, plan_launch
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
 # and the special float values are bit patterns.
@@ -261,7 +261,7 @@ class CudaRenderer:
         headers, inner_indent = [], ind
         if cooperative:   # the block's threads stride over the flattened reduction range
             f = self.fresh("f")
-            headers.append(f"{ind}for (i64 {f} = threadIdx.x; {f} < {_extent(rvars)}LL; {f} += blockDim.x) {{")
+            headers.append(f"{ind}for (i64 {f} = threadIdx.x; {f} < {extent(rvars)}LL; {f} += blockDim.x) {{")
             inner_indent += "  "
             for i, r in enumerate(rvars):
                 stride = self._stride(rvars, i)
@@ -319,7 +319,7 @@ class CudaRenderer:
         if self.launch.mode == "row":
             split = self.launch.split
             lines += self._unravel("(i64)blockIdx.x", range(split))
-            col = self.push([_idx(a) for a in range(split, len(k.shape))], "    ")
+            col = self.push([idx(a) for a in range(split, len(k.shape))], "    ")
             col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
             v = self.emit(k.body)
             lines += root.lines
@@ -353,18 +353,6 @@ class CudaRenderer:
                 lines.append(f"{indent}const i64 t{a} = {rest} / {d}LL;")
                 rest = f"t{a}"
         return lines
-
-
-def _idx(a: int) -> Expr:
-    from ..ir.kernel import idx
-    return idx(a)
-
-
-def _extent(rvars) -> int:
-    n = 1
-    for r in rvars:
-        n *= r.args[1]
-    return n
 
 
 def render_kernel(kernel: Kernel, name: str | None = None) -> tuple:

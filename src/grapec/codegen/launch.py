@@ -48,8 +48,9 @@ def row_reductions(body: Expr, memo: dict | None = None) -> list:
     return out
 
 
-def extent(reduce_expr: Expr) -> int:
-    return math.prod(r.args[1] for r in reduce_expr.args[2])
+def extent(rvars) -> int:
+    """How many iterations a reduction over these ridx nodes has."""
+    return math.prod(r.args[1] for r in rvars)
 
 
 def plan_launch(kernel: Kernel) -> Launch:
@@ -63,7 +64,7 @@ def plan_launch(kernel: Kernel) -> Launch:
     split = 1 + max(deps, default=-1)
     rows = math.prod(kernel.shape[:split])
     cols = math.prod(kernel.shape[split:])
-    longest = max(extent(r) for r in reds)
+    longest = max(extent(r.args[2]) for r in reds)
     if longest < 32 and rows > MAX_ROWS_FOR_SHORT_REDUCTIONS:
         return element
     work = max(cols, longest)

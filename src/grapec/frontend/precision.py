@@ -75,12 +75,8 @@ def _convert_graph(g: onnx.GraphProto, keep: set):
             for a in n.attribute:
                 if a.name == "dtype" and a.i == TensorProto.FLOAT:
                     a.i = TensorProto.FLOAT16
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                _convert_body(a.g, keep)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    _convert_body(sub, keep)
+        for body in _bodies(n):
+            _convert_body(body, keep)
 
 
 def _convert_body(g: onnx.GraphProto, keep: set):
@@ -99,22 +95,21 @@ def _half(t: onnx.TensorProto) -> onnx.TensorProto:
 
 
 def _rename_uses(g: onnx.GraphProto, old: str, new: str):
-    for n in g.node:
+    for n in _all_nodes(g):   # bodies read outer values by name too
         n.input[:] = [new if i == old else i for i in n.input]
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                _rename_uses(a.g, old, new)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    _rename_uses(sub, old, new)
+
+
+def _bodies(n: onnx.NodeProto):
+    """The subgraphs of an If/Loop/Scan node."""
+    for a in n.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
 
 
 def _all_nodes(g: onnx.GraphProto):
     for n in g.node:
         yield n
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    yield from _all_nodes(sub)
+        for body in _bodies(n):
+            yield from _all_nodes(body)

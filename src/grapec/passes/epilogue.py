@@ -108,7 +108,7 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
     if act or has_c:
         return None
     loads = [e for e in K.walk(body) if e.op == "load"]
-    if any(e.args[0] != slot for e in loads) or not dtype_is_float(k.dtype):
+    if any(e.args[0] != slot for e in loads) or k.dtype not in ("float32", "float16"):
         return None
     probe = K.Kernel((len(SAMPLES),), k.dtype, K.rebuild(body, (K.idx(0),) * len(k.shape),
                                                          lambda ld: K.load(0, (K.idx(0),), ld.dtype)),
@@ -120,10 +120,6 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
         if np.max(np.abs(got - want)) <= tol * max(1.0, np.max(np.abs(want))):
             return {"act": name}, {}
     return None
-
-
-def dtype_is_float(dt: str) -> bool:
-    return dt in ("float32", "float16")
 
 
 def _view_as(g: Graph, name: str, shape, node: Node, new_nodes: list) -> str:

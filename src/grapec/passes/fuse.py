@@ -18,6 +18,7 @@ hash-consed), so a mean read by both the variance and the normalisation is compu
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from ..codegen.launch import plan_launch
 from ..ir import kernel as K
@@ -33,7 +34,6 @@ MAX_RECOMPUTE = 64
 def fuse(g: Graph) -> Graph:
     producers = {n.outputs[0]: n for n in g.nodes if n.op == "Kernel"}
     view_source = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
-    consumers = g.consumers()
     pinned = set(g.outputs)
     for n in g.nodes:
         if n.op not in ("Kernel", "View"):
@@ -45,10 +45,8 @@ def fuse(g: Graph) -> Graph:
             name = view_source[name]
         return name
 
-    def n_readers(name) -> int:
-        """Nodes that read `name`, directly or through Views (counted before any inlining)."""
-        names = {name} | {v for v in view_source if root(v) == name}
-        return sum(1 for v in names for c in consumers.get(v, []) if c.op != "View")
+    # nodes reading each value, directly or through Views (counted before any inlining)
+    readers = Counter(root(i) for n in g.nodes if n.op != "View" for i in set(n.inputs) | outer_reads(n) if i)
 
     for node in g.nodes:
         if node.op != "Kernel":
@@ -62,7 +60,7 @@ def fuse(g: Graph) -> Graph:
                 if p is None or p is node or _is_pinned(src, name, view_source, pinned):
                     continue
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
-                                    list(p.inputs), n_readers(src))
+                                    list(p.inputs), readers[src])
                 if fused is not None:
                     node.attrs["kernel"], node.inputs = fused
                     node.origin = list(dict.fromkeys(node.origin + p.origin))
