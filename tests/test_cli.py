@@ -112,6 +112,22 @@ def test_wrong_input_name_shape_dtype_at_run(mlp, tmp_path):
     assert_user_error(*grapec("run", out, "--backend", "cpu", "--input", f"x={dt}"), "input 'x'", "float32", "int32")
 
 
+def test_buckets_one_plan_each_picked_by_input_shape(mlp, tmp_path):
+    out = tmp_path / "b.grape"
+    rc, _, err = grapec("compile", mlp, "-o", out, "--bucket", "batch=2", "--bucket", "batch=5")
+    assert rc == 0, err
+    assert "bucket 0 x=2x8" in err and "bucket 1 x=5x8" in err
+    rc, text, _ = grapec("inspect", out)
+    assert "bucket 0 (x=2x8)" in text and "bucket 1 (x=5x8)" in text, text
+    five = tmp_path / "five.npy"
+    np.save(five, np.ones((5, 8), np.float32))
+    rc, text, err = grapec("run", out, "--backend", "cpu", "--input", f"x={five}")
+    assert rc == 0 and "y: float32[5, 4]" in text, text + err
+    assert_user_error(*grapec("compile", mlp, "-o", out, "--bucket", "batch=2", "--bucket", "batch=2"),
+                      "bucket 1 (x=2x8) repeats bucket 0")
+    assert_user_error(*grapec("compile", mlp, "-o", out, "--bucket", "batch"), "--bucket: expected NAME=N")
+
+
 def test_compile_never_overwrites_a_foreign_file(mlp, tmp_path):
     precious = tmp_path / "precious.grape"
     precious.write_text("my notes")

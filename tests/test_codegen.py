@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import grapec
-from grapec.codegen.cuda import render_module
+from grapec.codegen.module import build_module, kernel_users
 from grapec.ir.kernel import Kernel
 from grapec.inputs import random_inputs
 from grapec.runtime.cpu_kernels import run_kernel
@@ -27,7 +27,9 @@ class HostCodegenRunner(CpuPlanRunner):
     def __init__(self, bundle, tmpdir):
         super().__init__(bundle)
         from grapec.codegen.host import HostModule
-        self.host = HostModule(self.kernels, str(tmpdir))
+        # the bundle's own module: kernels of different buckets share functions with size arguments
+        self.module = build_module(self.kernels, kernel_users(bundle.plans, len(self.kernels)))
+        self.host = HostModule(self.kernels, str(tmpdir), self.module)
         self.worst = 0.0
 
     def exec_steps(self, steps, v):
@@ -53,10 +55,34 @@ class HostCodegenRunner(CpuPlanRunner):
 def test_generated_cuda_c_matches_interpreter_on_host(name, tmp_path):
     b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO[name])
     runner = HostCodegenRunner(b, tmp_path)
+    runner.run(0, bucket_feeds(b, 0, 3))
+
+
+def bucket_feeds(b, bucket, seed):
     infos = b.manifest["inputs"]
-    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
-                          {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 3)
-    runner.run(0, feeds)
+    return random_inputs({i["name"]: tuple(i["shapes"][bucket]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
+                         {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, seed)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+@pytest.mark.parametrize("name,buckets", [("gpt2", [{"seq": 8}, {"seq": 13}, {"seq": 32}]),
+                                          ("wav2vec2", [{"samples": 1600}, {"samples": 2400}])])
+def test_buckets_share_functions_with_sizes_as_arguments(name, buckets, tmp_path):
+    """Kernels that differ only in sizes become one function per kernel, whatever the bucket count;
+    the shared code, given each bucket's sizes, computes what the interpreter does."""
+    path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
+    one = grapec.compile(path, dims={"batch": 1, **buckets[0]}, targets=[])
+    many = grapec.compile(path, dims={"batch": 1}, bucket_dims=buckets, targets=[])
+    single = build_module(one.kernels, kernel_users(one.plans, len(one.kernels)))
+    assert not any(single.scalars), "one bucket: sizes stay literals"
+    runner = HostCodegenRunner(many, tmp_path)
+    assert len(runner.module.bodies) <= len(single.bodies)   # more buckets, no more functions
+    assert sum(1 for s in runner.module.scalars if s) >= len(buckets) * len(single.bodies) // 2
+    for bucket in range(len(buckets)):
+        outs = runner.run(bucket, bucket_feeds(many, bucket, 5 + bucket))
+        ref = CpuPlanRunner(many).run(bucket, bucket_feeds(many, bucket, 5 + bucket))
+        for k in ref:   # norm-wise: the C loops and numpy sum in different orders
+            assert np.linalg.norm(outs[k] - ref[k]) <= 1e-5 * np.linalg.norm(ref[k]), (bucket, k)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to check the CUDA source compiles for sm_90")
@@ -65,7 +91,7 @@ def test_generated_cuda_c_compiles_for_sm90(tmp_path):
     for name, dims in ZOO.items():
         b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=dims)
         kernels += [Kernel.from_json(k) for k in b.kernels]
-    src, names = render_module(kernels)
+    src = build_module(kernels).source
     cu = tmp_path / "zoo.cu"
     cu.write_text(src)
     r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-diag-suppress", "177", "-o", str(tmp_path / "zoo.cubin"), str(cu)],

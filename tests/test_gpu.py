@@ -124,7 +124,7 @@ class GpuStepChecker:
         out = dev.alloc(max(want.nbytes, 1), "test output")
         if st["op"] == "kernel":
             _, grid, block, _ = self.gpu.launches[st["kernel"]]
-            args = KernelArgs([out] + [p for p in ptrs])
+            args = KernelArgs([out] + [p for p in ptrs], self.gpu.scalars[st["kernel"]])
             call("cuLaunchKernel", self.gpu.functions[st["kernel"]], grid, 1, 1, block, 1, 1, 0, dev.stream,
                  args.address, 0)
         else:

@@ -69,12 +69,13 @@ def _shape_options(f):
     return f
 
 
-def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32"):
+def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=()):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_shapes
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict,
-                         targets=targets, progress=say, precision=precision)
+                         targets=targets, progress=say, precision=precision,
+                         bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
 
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
@@ -95,13 +96,18 @@ def _precision_option(f):
 @click.option("--target", "targets", multiple=True, metavar="SM_XX",
               help="GPU architecture to build cubins for, e.g. sm_90 (repeatable) [default: sm_90 when NVRTC is installed].")
 @click.option("--no-gpu", is_flag=True, help="Build no GPU code (a bundle for the CPU backend only).")
+@click.option("--bucket", "buckets", multiple=True, metavar="NAME=N,..",
+              help="One shape bucket per use, as named dim values merged over --dim (e.g. --bucket seq=8 "
+                   "--bucket seq=128). Each bucket gets its own plan; kernels that differ only in sizes "
+                   "share one GPU function.")
 @_precision_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, strict, targets, no_gpu, precision, force, quiet):
+def compile(model, output, shapes, dims, buckets, strict, targets, no_gpu, precision, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
-    Every dynamic dim needs a value: from --shapes (whole input shapes) or --dim (named dims).
+    Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
+    --bucket (one plan per bucket; a run picks the bucket that matches its inputs' shapes).
     Unsupported ops are all listed at once. The bundle is written atomically.
     """
     out = output or os.path.splitext(model)[0] + ".grape"
@@ -115,7 +121,8 @@ def compile(model, output, shapes, dims, strict, targets, no_gpu, precision, for
     for t in targets:
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
-    bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision)
+    bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
+                      buckets)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)

@@ -55,12 +55,15 @@ PRECISIONS = ("fp32", "tf32", "fp16")
 
 
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
-                  strict: bool = False, targets="auto", progress: Callable | None = None,
+                  bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
                   precision: str = "fp32") -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
     buckets: a list of such `shapes` dicts, one plan each (overrides shapes).
+    bucket_dims: a list of `dims` dicts, one plan each, each merged over `dims` (e.g. [{"seq": 8},
+             {"seq": 128}]). Kernels of different buckets that differ only in sizes share one GPU
+             function that takes the sizes as arguments (codegen/module.py).
     strict:  fail when anything runs outside the graph (control flow on the host) instead of reporting.
     targets: GPU architectures to compile cubins for (e.g. ["sm_90"]); "auto" = sm_90 when NVRTC is
              installed, none otherwise (the bundle then runs on the CPU backend only, and says so).
@@ -79,7 +82,14 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         proto = to_fp16(proto)
     graph = import_model(proto, where)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
-    bucket_shapes = [resolve_input_shapes(graph, b, dims or {}) for b in (buckets or [shapes or {}])]
+    if bucket_dims:
+        specs = [(shapes or {}, {**(dims or {}), **bd}) for bd in bucket_dims]
+    else:
+        specs = [(b, dims or {}) for b in (buckets or [shapes or {}])]
+    bucket_shapes = [resolve_input_shapes(graph, s, d) for s, d in specs]
+    for i, b in enumerate(bucket_shapes):
+        if b in bucket_shapes[:i]:
+            raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {bucket_shapes.index(b)}")
 
     weights, kernels = WeightStore(), KernelStore()
     plans, bucket_meta, notes = [], [], []
@@ -139,9 +149,9 @@ def _gpu_code(kernels, plans, targets, notes, say):
     targets = list(targets or [])
     if not targets:
         return [], {}, None
-    from .codegen.build import build_gpu_code, kernel_origins
+    from .codegen.build import build_gpu_code
     t0 = time.perf_counter()
-    sections, entry = build_gpu_code(kernels, kernel_origins(plans), targets)
+    sections, entry = build_gpu_code(kernels, plans, targets)
     say(f"CUDA code: {len(set(entry['kernels']))} kernels for {', '.join(targets)} (+ PTX {entry['ptx']}), "
         f"NVRTC {entry['nvrtc']}, {time.perf_counter() - t0:.1f}s")
     return targets, sections, entry

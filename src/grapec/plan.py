@@ -155,5 +155,18 @@ class PlanBuilder:
         return {"steps": steps}
 
 
+def kernel_steps(plans: list):
+    """(bucket, step) for every kernel step of the plans, If/Loop bodies included."""
+    def walk(steps, bucket):
+        for st in steps:
+            if st["op"] == "kernel":
+                yield bucket, st
+            for key in ("then", "else", "body"):
+                if key in st:
+                    yield from walk(st[key]["steps"], bucket)
+    for b, p in enumerate(plans):
+        yield from walk(p["steps"], b)
+
+
 def buffer_dtype(row) -> np.dtype:
     return dtypes.np_dtype(row[4])

@@ -1,51 +1,46 @@
-"""GPU code for a bundle: render every kernel once, compile a cubin per target and one PTX.
+"""GPU code for a bundle: render every kernel once (codegen/module.py: kernels of different buckets
+that differ only in sizes share a function), compile a cubin per target and one PTX.
 
 Bundle sections written here:
     cuda.source        the CUDA C (what NVRTC compiled; kept for error reports and `inspect`)
     cubin.<sm_XX>      machine code per target
     ptx.<compute_XX>   PTX for the lowest target, for GPUs without a matching cubin
 Manifest entry "cuda": {"kernels": [function name per bundle kernel], "launch": [[mode, grid, block,
-split] per bundle kernel] (codegen/launch.py), "targets": [...], "ptx": arch or null, "nvrtc": version}.
+split] per bundle kernel] (codegen/launch.py), "scalars": [[[type, value]..] per bundle kernel: the
+size arguments passed after its pointers], "targets": [...], "ptx": arch or null, "nvrtc": version}.
 """
 from __future__ import annotations
 
 import re
 
-from ..ir.kernel import Kernel
-from .cuda import PRELUDE, CudaRenderer
-from .launch import plan_launch
+from ..plan import kernel_steps
+from .cuda import PRELUDE
+from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
 
 
-def build_gpu_code(kernels_json: list, origins: dict, targets: list, with_ptx: bool = True) -> tuple:
-    """-> (sections {name: bytes}, manifest entry). origins: kernel index -> ONNX node names."""
-    names, launches, bodies, line_of, seen = [], [], [], [], {}
-    line = PRELUDE.count("\n") + 1
-    for i, kj in enumerate(kernels_json):
-        kernel = Kernel.from_json(kj)
-        launch = plan_launch(kernel)
-        name, src = CudaRenderer(kernel, launch).render()
-        names.append(name)
-        launches.append(launch.to_json())
-        if name in seen:
-            continue
-        seen[name] = i
-        line_of.append((line, i))
-        bodies.append(src)
-        line += src.count("\n") + 2
-    source = PRELUDE + "\n\n".join(bodies) + "\n"
+def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: bool = True) -> tuple:
+    """-> (sections {name: bytes}, manifest entry)."""
+    module = build_module(kernels_json, kernel_users(plans, len(kernels_json)))
+    source = module.source
+    line_of, line = [], PRELUDE.count("\n") + 1
+    for body, first in zip(module.bodies, module.first_user):
+        line_of.append((line, first))
+        line += body.count("\n") + 2
+    origins = kernel_origins(plans)
     sections = {"cuda.source": source.encode()}
     for arch in targets:
-        sections[f"cubin.{arch}"] = _compile(source, arch, False, kernels_json, origins, line_of, names)
+        sections[f"cubin.{arch}"] = _compile(source, arch, False, origins, line_of)
     ptx_arch = None
     if with_ptx and targets:
         ptx_arch = min(targets, key=lambda a: int(a.split("_")[1])).replace("sm_", "compute_")
-        sections[f"ptx.{ptx_arch}"] = _compile(source, min(targets), True, kernels_json, origins, line_of, names)
-    entry = {"kernels": names, "launch": launches, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version()}
+        sections[f"ptx.{ptx_arch}"] = _compile(source, min(targets), True, origins, line_of)
+    entry = {"kernels": module.names, "launch": [la.to_json() for la in module.launches],
+             "scalars": module.scalars, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version()}
     return sections, entry
 
 
-def _compile(source, arch, ptx, kernels_json, origins, line_of, names):
+def _compile(source, arch, ptx, origins, line_of):
     try:
         return compile_cuda(source, arch, ptx)
     except CudaCompileError as e:
@@ -70,15 +65,8 @@ def _explain(log: str, source: str, line_of: list, origins: dict) -> str:
 
 
 def kernel_origins(plans: list) -> dict:
+    """Per bundle kernel index, the ONNX nodes it was made from (in any bucket)."""
     out: dict = {}
-
-    def walk(steps):
-        for st in steps:
-            if st["op"] == "kernel":
-                out.setdefault(st["kernel"], set()).update(st.get("origin", []))
-            for key in ("then", "else", "body"):
-                if key in st:
-                    walk(st[key]["steps"])
-    for p in plans:
-        walk(p["steps"])
+    for _, st in kernel_steps(plans):
+        out.setdefault(st["kernel"], set()).update(st.get("origin", []))
     return out

@@ -9,9 +9,6 @@ computed in float and rounded when stored (that is what the fp32-accumulation po
 """
 from __future__ import annotations
 
-import hashlib
-import json
-
 from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, free_vars, idx
@@ -73,11 +70,6 @@ def compute_type(dt: str) -> str:
     return _COMPUTE.get(dt, ctype(dt))
 
 
-def kernel_name(kernel: Kernel) -> str:
-    digest = hashlib.sha1(json.dumps(kernel.to_json(), sort_keys=True).encode()).hexdigest()[:12]
-    return f"k_{digest}"
-
-
 class _Scope:
     """A block of statements: the kernel's root, the column loop or a reduction loop; `loop_vars`
     are the idx/ridx nodes that vary inside it."""
@@ -93,6 +85,7 @@ class CudaRenderer:
         self.k = kernel
         self.launch = launch or plan_launch(kernel)
         self.names: dict = {}
+        self.rnames: dict = {}
         self.deps: dict = {}
         self.scopes: list = []
         self.all_scopes: list = []   # keeps every scope alive, so id(scope) stays unique
@@ -137,7 +130,8 @@ class CudaRenderer:
         return name
 
     def rname(self, r: Expr) -> str:
-        return f"r{r.args[0]}"
+        """Numbered in order of use, so kernels that differ only in sizes render alike."""
+        return self.rnames.setdefault(r, f"r{len(self.rnames)}")
 
     def literal(self, e: Expr) -> str:
         v, dt = e.value, e.dtype
@@ -308,10 +302,9 @@ class CudaRenderer:
             s *= r.args[1]
         return s
 
-    def render(self, name: str | None = None) -> tuple:
+    def render(self, name: str) -> tuple:
         """-> (kernel name, CUDA C source without the prelude)."""
         k = self.k
-        name = name or kernel_name(k)
         params = [f"{ctype(k.dtype)}* __restrict__ out"]
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
         lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{']
@@ -353,19 +346,3 @@ class CudaRenderer:
                 lines.append(f"{indent}const i64 t{a} = {rest} / {d}LL;")
                 rest = f"t{a}"
         return lines
-
-
-def render_kernel(kernel: Kernel, name: str | None = None) -> tuple:
-    return CudaRenderer(kernel).render(name)
-
-
-def render_module(kernels: list) -> tuple:
-    """-> (source, [kernel names]) of one translation unit holding all kernels."""
-    names, bodies, seen = [], [], set()
-    for k in kernels:
-        n, src = render_kernel(k)
-        names.append(n)
-        if n not in seen:  # identical kernels share one function
-            seen.add(n)
-            bodies.append(src)
-    return PRELUDE + "\n\n".join(bodies) + "\n", names

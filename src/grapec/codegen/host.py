@@ -12,8 +12,8 @@ import os
 import subprocess
 import tempfile
 
-from .cuda import COMMON, TYPES, render_kernel
-from .launch import plan_launch
+from .cuda import COMMON, TYPES
+from .module import CudaModule, build_module, scalar_literal
 
 HOST_SHIM = r"""
 #include <cmath>
@@ -35,21 +35,25 @@ template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { ret
 
 
 class HostModule:
-    """Kernels compiled for the CPU; call(kernel_index, out, *inputs) runs every thread."""
+    """Kernels compiled for the CPU; call(kernel_index, out, *inputs) runs every thread.
 
-    def __init__(self, kernels: list, workdir: str | None = None):
-        bodies, self.names, wrappers = [], [], []
+    module: the CudaModule to run (codegen/module.py), e.g. one whose kernels share functions with
+    size arguments; by default the kernels' own, one function each."""
+
+    def __init__(self, kernels: list, workdir: str | None = None, module: CudaModule | None = None):
+        module = module or build_module(kernels)
+        wrappers = []
         for i, k in enumerate(kernels):
-            name, src = render_kernel(k, f"kern{i}")
-            bodies.append(src)
-            self.names.append(name)
             n_in = len(k.inputs)
             params = ", ".join(["void* out"] + [f"void* in{j}" for j in range(n_in)])
-            args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)])
+            args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)]
+                             + [scalar_literal(t, v) for t, v in module.scalars[i]])
+            launch = module.launches[i]
+            blocks = launch.rows if launch.mode == "row" else max(k.size, 1)   # blockDim is 1
             wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
-                            f"  for (unsigned long long t = 0; t < {self.blocks(k)}ULL; ++t) {{ blockIdx.x = t; kern{i}({args}); }}\n}}")
-        src = HOST_SHIM + TYPES + COMMON + "\n\n".join(bodies) + "\n" + "\n".join(wrappers)
+                            f"  for (unsigned long long t = 0; t < {blocks}ULL; ++t) {{ blockIdx.x = t; {module.names[i]}({args}); }}\n}}")
+        src = HOST_SHIM + TYPES + COMMON + "\n\n".join(module.bodies) + "\n" + "\n".join(wrappers)
         tag = hashlib.sha1(src.encode()).hexdigest()[:16]
         d = workdir or tempfile.mkdtemp(prefix="grapec-host-")
         cpp, so = os.path.join(d, f"m{tag}.cpp"), os.path.join(d, f"m{tag}.so")
@@ -61,12 +65,6 @@ class HostModule:
             raise RuntimeError(f"host compile of generated code failed ({cpp}):\n{r.stderr[:4000]}")
         self.lib = ctypes.CDLL(so)
         self.source = src
-
-    @staticmethod
-    def blocks(k) -> int:
-        """With blockDim 1: an element-mode kernel needs one block per element, a row-mode one per row."""
-        launch = plan_launch(k)
-        return launch.rows if launch.mode == "row" else max(k.size, 1)
 
     def call(self, i: int, out, inputs: list):
         fn = getattr(self.lib, f"launch{i}")

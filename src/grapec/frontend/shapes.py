@@ -24,7 +24,7 @@ def parse_shapes(text: str | None) -> dict:
     return out
 
 
-def parse_dims(text: str | None) -> dict:
+def parse_dims(text: str | None, flag: str = "--dim") -> dict:
     """'batch=1,seq=128' -> {'batch': 1, 'seq': 128}."""
     out: dict = {}
     if not text:
@@ -36,7 +36,7 @@ def parse_dims(text: str | None) -> dict:
             if not sep or not name.strip() or out[name.strip()] < 0:
                 raise ValueError
         except ValueError:
-            raise GrapecError(f"--dim: expected NAME=N with N >= 0, got '{item}'") from None
+            raise GrapecError(f"{flag}: expected NAME=N with N >= 0, got '{item}'") from None
     return out
 
 

@@ -93,11 +93,15 @@ class Device:
         call("cuStreamSynchronize", self.stream)
 
 
-class KernelArgs:
-    """The void*[] array a kernel node takes, holding device pointers (kept alive with the node)."""
+_SCALAR_TYPES = {"i64": ctypes.c_int64, "f64": ctypes.c_double}
 
-    def __init__(self, pointers: list):
-        self.values = [ctypes.c_uint64(p) for p in pointers]
+
+class KernelArgs:
+    """The void*[] array a kernel node takes: device pointers, then scalar [type, value] arguments
+    (sizes of a function shared by buckets, codegen/module.py); kept alive with the node."""
+
+    def __init__(self, pointers: list, scalars: list = ()):
+        self.values = [ctypes.c_uint64(p) for p in pointers] + [_SCALAR_TYPES[t](v) for t, v in scalars]
         self.array = (ctypes.c_void_p * max(len(self.values), 1))(*[ctypes.addressof(v) for v in self.values])
 
     @property

@@ -65,6 +65,7 @@ class CudaPlanRunner:
         self.launches = bundle.manifest["cuda"].get("launch")   # [mode, grid, block, split] per kernel
         if self.launches is None:
             raise BackendError("this bundle was made by an older grapec (no kernel launch shapes); recompile it")
+        self.scalars = bundle.manifest["cuda"].get("scalars") or [[] for _ in names]   # size arguments
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
         self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
         self.arena_bytes = max((p["arena_bytes"] for p in bundle.plans), default=0)
@@ -131,7 +132,8 @@ class CudaPlanRunner:
         for st in steps:
             if st["op"] == "kernel":
                 _, grid, block, _ = self.launches[st["kernel"]]
-                args = KernelArgs([self.ptr(bucket, st["out"])] + [self.ptr(bucket, a) for a in st["args"]])
+                args = KernelArgs([self.ptr(bucket, st["out"])] + [self.ptr(bucket, a) for a in st["args"]],
+                                  self.scalars[st["kernel"]])
                 self._keep.append(args)
                 p = driver.CUDA_KERNEL_NODE_PARAMS()
                 p.func = self.functions[st["kernel"]]

@@ -1,0 +1,136 @@
+"""A bundle's CUDA module: every kernel rendered once, and kernels of different buckets that differ
+only in sizes merged into one function that takes the sizes as arguments.
+
+The same ONNX node compiled for two buckets (seq 8 and seq 128, say) renders to CUDA C that differs
+only in numeric literals: the element count, strides, loop bounds, a 1/seq scale. Such kernels share
+one function: each literal that differs between them becomes a scalar parameter (`i64` for
+integers, `f64` for floating point), and each kernel step passes its own values after the buffer
+pointers. Literals that agree stay literals, so NVRTC still folds them (a division by a constant is
+a multiply and a shift; by an argument it is a real division). For the same reason kernels used by
+one bucket only keep all their literals: merging pays where it saves a function across buckets.
+
+Working on the rendered text rather than on the kernel IR keeps the rule simple and safe: two
+kernels merge only if their code is the same token for token apart from numbers, and substituting
+each kernel's own numbers back gives exactly its own code.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+from ..ir.kernel import Kernel
+from ..plan import kernel_steps
+from .cuda import PRELUDE, CudaRenderer
+from .launch import Launch, plan_launch
+
+_NAME = "__grapec_kernel__"
+# A numeric literal that is not part of a name (in0, r3, f16) nor of another number.
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)(ULL|LL)?(?![\w.])")
+
+
+@dataclass
+class CudaModule:
+    bodies: list = field(default_factory=list)     # function definitions, each once
+    names: list = field(default_factory=list)      # per bundle kernel: the function it runs
+    scalars: list = field(default_factory=list)    # per bundle kernel: [[type, value]..] after the pointers
+    launches: list = field(default_factory=list)   # per bundle kernel: its Launch
+    first_user: list = field(default_factory=list)  # per body: the first bundle kernel that runs it
+
+    @property
+    def source(self) -> str:
+        return PRELUDE + "\n\n".join(self.bodies) + "\n"
+
+
+def build_module(kernels: list, users: list | None = None) -> CudaModule:
+    """kernels: Kernel objects (or their JSON), in bundle order. users: per kernel, the set of buckets
+    whose plans run it; kernels that look alike are merged only when they span two buckets or more."""
+    kernels = [k if isinstance(k, Kernel) else Kernel.from_json(k) for k in kernels]
+    users = users or [{0}] * len(kernels)
+    launches, texts = [], []
+    for k in kernels:
+        launch = plan_launch(k)
+        launches.append(launch)
+        texts.append(CudaRenderer(k, launch).render(_NAME)[1])
+
+    groups: dict = {}   # template (numbers blanked) -> kernel indices
+    for i, text in enumerate(texts):
+        groups.setdefault(_NUMBER.sub("#", text), []).append(i)
+
+    m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=launches)
+    body_index: dict = {}   # function name -> index into m.bodies
+
+    def add(name, body, first):
+        if name not in body_index:
+            body_index[name] = len(m.bodies)
+            m.bodies.append(body.replace(_NAME, name))
+            m.first_user.append(first)
+
+    for members in groups.values():
+        distinct = list(dict.fromkeys(texts[i] for i in members))
+        spans = set().union(*(users[i] for i in members))
+        if len(distinct) > 1 and len(spans) > 1:
+            body, params, values = _merge(distinct)
+            name = _function_name(body)
+            add(name, body, members[0])
+            for i in members:
+                m.names[i] = name
+                m.scalars[i] = [[t, v] for t, v in zip(params, values[distinct.index(texts[i])])]
+        else:
+            for i in members:
+                name = _function_name(texts[i])
+                add(name, texts[i], i)
+                m.names[i] = name
+    return m
+
+
+def _merge(texts: list) -> tuple:
+    """Texts equal but for numbers -> (one body with parameters s0.., [param type..], [values per text])."""
+    tokens = [[mt for mt in _NUMBER.finditer(t)] for t in texts]
+    columns: dict = {}   # the numbers a position holds across texts -> parameter index
+    params, subs = [], []
+    for p in range(len(tokens[0])):
+        col = tuple(tok[p].group(0) for tok in tokens)
+        if len(set(col)) == 1:
+            continue
+        if col not in columns:
+            columns[col] = len(params)
+            params.append("f64" if any(_is_float(c) for c in col) else "i64")
+        subs.append((tokens[0][p].span(), f"s{columns[col]}"))
+    body = texts[0]
+    for (a, b), name in reversed(subs):
+        body = body[:a] + name + body[b:]
+    decl = "".join(f", const {'double' if t == 'f64' else 'i64'} s{j}" for j, t in enumerate(params))
+    head, rest = body.split(") {\n", 1)
+    body = f"{head}{decl}) {{\n{rest}"
+    ordered = sorted(columns, key=columns.get)
+    values = [[_value(col[j]) for col in ordered] for j in range(len(texts))]
+    return body, params, values
+
+
+def _is_float(tok: str) -> bool:
+    return any(c in tok for c in ".eE")
+
+
+def _value(tok: str):
+    return float(tok) if _is_float(tok) else int(tok.rstrip("UL"))
+
+
+def _function_name(body: str) -> str:
+    return "k_" + hashlib.sha1(body.encode()).hexdigest()[:12]
+
+
+def kernel_users(plans: list, n_kernels: int) -> list:
+    """Per bundle kernel, the set of buckets whose plans (bodies of If/Loop included) run it."""
+    users = [set() for _ in range(n_kernels)]
+    for bucket, st in kernel_steps(plans):
+        users[st["kernel"]].add(bucket)
+    return users
+
+
+def scalar_literal(kind: str, value) -> str:
+    """A scalar argument as a C literal (the host emulation passes them this way)."""
+    return f"{int(value)}LL" if kind == "i64" else repr(float(value))
+
+
+__all__ = ["CudaModule", "Launch", "build_module", "kernel_users", "scalar_literal"]
