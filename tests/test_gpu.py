@@ -184,3 +184,26 @@ def test_fused_kernels_and_gemm_epilogues_on_gpu(case, tmp_path):
     results, _ = check_model(str(path), shapes=shapes, backend="cuda", rtol=1e-5, seed=8)
     for r in results:
         assert r.ok, f"{case}/{r.name}: rel {r.rel:.3g}"
+
+
+@pytest.mark.parametrize("name,buckets", [("gpt2", [{"seq": 8}, {"seq": 13}, {"seq": 32}]),
+                                          ("wav2vec2", [{"samples": 1600}, {"samples": 2400}])])
+def test_buckets_sharing_functions_match_onnxruntime_on_gpu(name, buckets):
+    """One bundle, several buckets; kernels shared across buckets take their sizes as arguments."""
+    import onnxruntime as ort
+    from grapec.inputs import random_inputs
+    path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
+    b = grapec.compile(path, dims={"batch": 1}, bucket_dims=buckets)
+    assert any(b.manifest["cuda"]["scalars"]), "no function took sizes as arguments"
+    sess = grapec.load(b, backend="cuda")
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    infos = b.manifest["inputs"]
+    for bucket in range(len(buckets)):
+        feeds = random_inputs({i["name"]: tuple(i["shapes"][bucket]) for i in infos},
+                              {i["name"]: i["dtype"] for i in infos},
+                              {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 20 + bucket)
+        got = sess.run(feeds)
+        want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
+        for k, w in want.items():
+            rel = np.linalg.norm(got[k] - w) / np.linalg.norm(w)
+            assert rel <= 1e-4, (bucket, k, rel)
