@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+import onnx
 from onnx import helper
 
 import grapec
@@ -102,3 +103,25 @@ def test_write_is_atomic(tmp_path, monkeypatch):
         b.write(str(p))
     assert p.read_bytes() == b"previous contents"
     assert [f.name for f in tmp_path.iterdir()] == ["m.grape"]   # no temp file left behind
+
+
+def test_bundle_travels_without_weights_and_is_restored_byte_for_byte(tmp_path):
+    """tools/bundle_weights.py: how CPU-compiled full-size bundles reach the GPU machine."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tool = os.path.join(root, "tools", "bundle_weights.py")
+    src = os.path.join(root, "models", "tiny", "gpt2.onnx")
+    grapec.compile(src, dims={"batch": 1, "seq": 8}).write(str(tmp_path / "a.grape"))   # with GPU code where NVRTC is
+    grapec.compile(src, dims={"batch": 1, "seq": 8}, targets=[]).write(str(tmp_path / "donor.grape"))
+    run = lambda *a: subprocess.run([sys.executable, tool, *map(str, a)], capture_output=True, text=True)  # noqa: E731
+    assert run("strip", tmp_path / "a.grape", tmp_path / "a.nw").returncode == 0
+    assert os.path.getsize(tmp_path / "a.nw") < os.path.getsize(tmp_path / "a.grape") / 3
+    r = run("restore", tmp_path / "a.nw", tmp_path / "donor.grape", tmp_path / "b.grape")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a.grape").read_bytes() == (tmp_path / "b.grape").read_bytes()
+    m = onnx.load(src)
+    m.graph.initializer[0].raw_data = bytes(len(m.graph.initializer[0].raw_data))   # other weights
+    grapec.compile(m, dims={"batch": 1, "seq": 8}, targets=[]).write(str(tmp_path / "other.grape"))
+    r = run("restore", tmp_path / "a.nw", tmp_path / "other.grape", tmp_path / "c.grape")
+    assert r.returncode != 0 and "not the ones" in r.stderr and not (tmp_path / "c.grape").exists()
