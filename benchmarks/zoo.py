@@ -1,12 +1,17 @@
 """grapec vs its peers on the full-size zoo, batch 1, one process, one GPU.
 
     python benchmarks/zoo.py [--out DIR] [--only gpt2-s8,bert-s128] [--precision fp16,fp32]
-                             [--iterations 200] [--no-compile]
+                             [--iterations 200] [--no-compile] [--bundles DIR [--compile-only]]
 
 Builds missing full-size models into models/full (models/build.py), compiles each with grapec,
 measures grapec's CUDA-graph replay and PyTorch eager / CUDA graph / torch.compile on the same
-weights and inputs, and writes DIR/results.json, DIR/table.md and DIR/plot.png (when matplotlib is
-there). Each configuration's results are written as soon as they exist.
+weights and inputs (and onnxruntime's CUDA provider where it is installed), and writes
+DIR/results.json, DIR/table.md and DIR/plot.png (when matplotlib is there). Each configuration's
+results are written as soon as they exist.
+
+--bundles DIR: use DIR/<config>-<precision>.grape where it exists instead of compiling (bundles
+compiled elsewhere, e.g. on a machine without a GPU); with --compile-only, compile them into DIR
+and stop (no GPU needed).
 """
 from __future__ import annotations
 
@@ -37,10 +42,18 @@ def main():
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--precision", default="fp16,fp32", help="comma-separated: fp32, tf32, fp16")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it takes a minute a model)")
+    ap.add_argument("--bundles", help="folder of precompiled bundles <config>-<precision>.grape")
+    ap.add_argument("--compile-only", action="store_true", help="compile the bundles into --bundles and stop")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
+    if a.compile_only and not a.bundles:
+        ap.error("--compile-only needs --bundles DIR")
+    os.makedirs(a.bundles if a.compile_only else a.out, exist_ok=True)
     import grapec
-    from grapec.bench import bench_grapec, bench_torch, zoo_module
+    from grapec.bench import bench_grapec, bench_ort, bench_torch, ort_cuda_available, zoo_module
+    from grapec.bundle.format import Bundle
+    with_ort = not a.compile_only and ort_cuda_available()[0]
+    if not a.compile_only and not with_ort:
+        print("onnxruntime's CUDA provider is not installed: onnxruntime is not measured")
     from grapec.inputs import random_inputs
     only = set(filter(None, a.only.split(",")))
     results = {}
@@ -53,21 +66,33 @@ def main():
             subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full",
                             "--out", os.path.dirname(path), name], check=True)
         t0 = time.perf_counter()
-        bundle = grapec.compile(path, dims=dims, precision=precision)
+        pre = os.path.join(a.bundles or "", f"{label0}-{precision}.grape")
+        if a.bundles and os.path.exists(pre) and not a.compile_only:
+            bundle, origin = Bundle.read(pre), f"precompiled {pre}"
+        else:
+            bundle, origin = grapec.compile(path, dims=dims, precision=precision), "compiled here"
         t_compile = time.perf_counter() - t0
+        if a.compile_only:
+            bundle.write(pre)
+            print(f"{pre}: {t_compile:.0f}s", flush=True)
+            continue
         infos = bundle.manifest["inputs"]
         feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
                               {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 0)
-        r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile,
+        r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile, "bundle": origin,
              "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")
         module = zoo_module(name, "full")
         r["torch_rel_err_vs_ort"] = torch_accuracy(module, path, feeds, precision)
         r.update(bench_torch(module, feeds, a.iterations, modes=modes, say=print, precision=precision))
+        if with_ort:
+            r.update(bench_ort(path, feeds, a.iterations, precision=precision))
         results[label] = r
         with open(os.path.join(a.out, "results.json"), "w") as f:
             json.dump(results, f, indent=1)
-        print(row(label, r), flush=True)
+        print(row(label, r, measured_peers({label: r})), flush=True)
+    if a.compile_only:
+        return
     table = render(results)
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(table)
@@ -75,7 +100,7 @@ def main():
     plot(results, os.path.join(a.out, "plot.png"))
 
 
-PEERS = ["torch eager", "torch CUDA graph", "torch.compile + CUDA graph"]
+PEERS = ["torch eager", "torch CUDA graph", "torch.compile + CUDA graph", "onnxruntime CUDA", "onnxruntime CUDA graph"]
 
 
 def torch_accuracy(module, path, feeds, precision) -> float:
@@ -108,9 +133,14 @@ def accuracy(bundle, path, feeds) -> float:
     return max(compare(k, got[k], ref[k], 1.0).rel for k in ref)
 
 
-def row(label, r):
+def measured_peers(results) -> list:
+    """The peers measured for at least one configuration (onnxruntime only where it is installed)."""
+    return [p for p in PEERS if any(p in r for r in results.values())] or PEERS[:3]
+
+
+def row(label, r, peers=PEERS[:3]):
     g = r["grapec"]["replay"]["median_ms"]
-    cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in PEERS]
+    cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in peers]
     steps = r.get("steps", {})
     return (f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} | "
             f"{steps.get('kernel', 0)} + {steps.get('library', 0)} | {r.get('rel_err_vs_ort', float('nan')):.1e} | "
@@ -118,12 +148,13 @@ def row(label, r):
 
 
 def render(results):
-    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in PEERS) + " | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
-    head += "|" + "---|" * (6 + len(PEERS)) + "\n"
+    peers = measured_peers(results)
+    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in peers) + " | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
+    head += "|" + "---|" * (6 + len(peers)) + "\n"
     dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
     return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster). " \
         "Errors: worst ||out - ref|| / ||ref|| over the outputs, ref = onnxruntime CPU fp32.\n\n" + \
-        head + "\n".join(row(k, v) for k, v in results.items()) + "\n"
+        head + "\n".join(row(k, v, peers) for k, v in results.items()) + "\n"
 
 
 def plot(results, path):
@@ -135,7 +166,7 @@ def plot(results, path):
         return
     labels = list(results)
     series = [("grapec", [results[k]["grapec"]["replay"]["median_ms"] for k in labels])] + \
-        [(p, [results[k].get(p, {}).get("median_ms", 0) for k in labels]) for p in PEERS]
+        [(p, [results[k].get(p, {}).get("median_ms", 0) for k in labels]) for p in measured_peers(results)]
     fig, ax = plt.subplots(figsize=(10, 4))
     w = 0.8 / len(series)
     for i, (name, vals) in enumerate(series):

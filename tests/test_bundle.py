@@ -117,11 +117,14 @@ def test_bundle_travels_without_weights_and_is_restored_byte_for_byte(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, tool, *map(str, a)], capture_output=True, text=True)  # noqa: E731
     assert run("strip", tmp_path / "a.grape", tmp_path / "a.nw").returncode == 0
     assert os.path.getsize(tmp_path / "a.nw") < os.path.getsize(tmp_path / "a.grape") / 3
-    r = run("restore", tmp_path / "a.nw", tmp_path / "donor.grape", tmp_path / "b.grape")
+    r = run("restore", tmp_path / "a.nw", tmp_path / "b.grape", "--donor", tmp_path / "donor.grape")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "a.grape").read_bytes() == (tmp_path / "b.grape").read_bytes()
+    r = run("restore", tmp_path / "a.nw", tmp_path / "c.grape", "--models", os.path.dirname(src))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a.grape").read_bytes() == (tmp_path / "c.grape").read_bytes()
     m = onnx.load(src)
     m.graph.initializer[0].raw_data = bytes(len(m.graph.initializer[0].raw_data))   # other weights
     grapec.compile(m, dims={"batch": 1, "seq": 8}, targets=[]).write(str(tmp_path / "other.grape"))
-    r = run("restore", tmp_path / "a.nw", tmp_path / "other.grape", tmp_path / "c.grape")
-    assert r.returncode != 0 and "not the ones" in r.stderr and not (tmp_path / "c.grape").exists()
+    r = run("restore", tmp_path / "a.nw", tmp_path / "d.grape", "--donor", tmp_path / "other.grape")
+    assert r.returncode != 0 and "not the ones" in r.stderr and not (tmp_path / "d.grape").exists()

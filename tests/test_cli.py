@@ -128,6 +128,14 @@ def test_buckets_one_plan_each_picked_by_input_shape(mlp, tmp_path):
     assert_user_error(*grapec("compile", mlp, "-o", out, "--bucket", "batch"), "--bucket: expected NAME=N")
 
 
+def test_bench_vs_ort_without_its_cuda_provider_says_so(mlp):
+    import onnxruntime
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("onnxruntime's CUDA provider is installed here")
+    assert_user_error(*grapec("bench", mlp, "--dim", "batch=2", "--vs", "ort"), "--vs ort", "CUDA provider",
+                      "onnxruntime-gpu")
+
+
 def test_compile_never_overwrites_a_foreign_file(mlp, tmp_path):
     precious = tmp_path / "precious.grape"
     precious.write_text("my notes")

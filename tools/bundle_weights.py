@@ -5,19 +5,21 @@ transport between them caps the size (the device tool carries at most 64 MiB; fu
 250 MB of weights):
 
     here:   python tools/bundle_weights.py strip gpt2.grape gpt2.noweights     (kilobytes to megabytes)
-    there:  grapec compile ... -o donor.grape --no-gpu                          (same model, same flags)
-            python tools/bundle_weights.py restore gpt2.noweights donor.grape gpt2.grape
+    there:  python tools/bundle_weights.py restore gpt2.noweights gpt2.grape --models models/full
+       or:  python tools/bundle_weights.py restore gpt2.noweights gpt2.grape --donor donor.grape
 
 `strip` keeps every byte of the bundle except its weights section and records the whole file's
-sha256. `restore` takes the weights section from the donor, checks it against the sha256 that the
-stripped bundle's own manifest lists for it, splices it in and checks the whole file's sha256: the
-result is the bundle compiled here, not a recompiled one. Only the weights come from the donor, and
-they are what the manifest (written here) says they must be.
+sha256. `restore` takes the weights section from a donor bundle -- given, or compiled there without
+GPU code from the same ONNX file with the shapes and precision the stripped manifest records --,
+checks it against the sha256 that the stripped bundle's own manifest lists for it, splices it in and
+checks the whole file's sha256: the result is the bundle compiled here, not a recompiled one. Only
+the weights come from the donor, and they are what the manifest (written here) says they must be.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import sys
 
@@ -27,15 +29,29 @@ from grapec.bundle.format import HEADER, MAGIC  # noqa: E402
 STRIPPED = b"GRAPEC-STRIPPED\n"
 
 
-def _weights_span(data: bytes) -> tuple:
-    """(start, end, sha256) of the weights section in a bundle's bytes."""
+def _manifest(data: bytes) -> tuple:
+    """(manifest, its end offset) of a bundle's bytes."""
     if data[:8] != MAGIC:
         raise SystemExit("not a grapec bundle")
     (mlen,) = struct.unpack("<Q", data[8:16])
-    manifest = json.loads(data[HEADER:HEADER + mlen])
+    return json.loads(data[HEADER:HEADER + mlen]), HEADER + mlen
+
+
+def _weights_span(data: bytes) -> tuple:
+    """(start, end, sha256) of the weights section in a bundle's bytes."""
+    manifest, end = _manifest(data)
     s = next(s for s in manifest["sections"] if s["name"] == "weights")
-    start = HEADER + mlen + s["offset"]
+    start = end + s["offset"]
     return start, start + s["size"], s["sha256"]
+
+
+def _compile_donor(manifest: dict, models: str) -> bytes:
+    """The bundle's model, shapes and precision, compiled without GPU code (only its weights are used)."""
+    import grapec
+    buckets = [{i["name"]: i["shapes"][b] for i in manifest["inputs"]} for b in range(len(manifest["buckets"]))]
+    path = os.path.join(models, manifest["model"])
+    print(f"compiling the donor {path} ({manifest['precision']}, {len(buckets)} bucket(s))", flush=True)
+    return grapec.compile(path, buckets=buckets, precision=manifest["precision"], targets=[]).to_bytes()
 
 
 def strip(src: str, dst: str):
@@ -48,7 +64,7 @@ def strip(src: str, dst: str):
     print(f"{dst}: {len(data) - (end - start)} of {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}")
 
 
-def restore(stripped: str, donor: str, dst: str):
+def restore(stripped: str, dst: str, donor: str | None = None, models: str | None = None):
     raw = open(stripped, "rb").read()
     if not raw.startswith(STRIPPED):
         raise SystemExit(f"{stripped}: not a stripped bundle")
@@ -58,7 +74,8 @@ def restore(stripped: str, donor: str, dst: str):
     rest = raw[n + 8 + hlen:]
     at = head["weights_at"]
     _, _, want_weights = _weights_span(rest[:at])   # the manifest written on the compiling machine
-    d = open(donor, "rb").read()
+    d = open(donor, "rb").read() if donor else _compile_donor(_manifest(rest)[0], models)
+    donor = donor or "the donor compiled here"
     ds, de, _ = _weights_span(d)
     weights = d[ds:de]
     if hashlib.sha256(weights).hexdigest() != want_weights:
@@ -73,10 +90,20 @@ def restore(stripped: str, donor: str, dst: str):
 
 
 if __name__ == "__main__":
-    cmd, *args = sys.argv[1:] or ["-h"]
-    if cmd == "strip" and len(args) == 2:
-        strip(*args)
-    elif cmd == "restore" and len(args) == 3:
-        restore(*args)
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("strip")
+    p.add_argument("bundle")
+    p.add_argument("stripped")
+    p = sub.add_parser("restore")
+    p.add_argument("stripped")
+    p.add_argument("bundle")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--donor", help="a bundle of the same model, shapes and precision")
+    how.add_argument("--models", help="folder holding the ONNX model, to compile the donor from")
+    a = ap.parse_args()
+    if a.cmd == "strip":
+        strip(a.bundle, a.stripped)
     else:
-        raise SystemExit(__doc__)
+        restore(a.stripped, a.bundle, a.donor, a.models)

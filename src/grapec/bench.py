@@ -1,7 +1,9 @@
 """`grapec bench`: GPU time of one replay (median / p90 / p99 over many, after warm-up), host-to-
 device and device-to-host apart, device memory; and, with --vs torch, PyTorch eager, PyTorch CUDA
 graph and torch.compile (mode="reduce-overhead", i.e. with CUDA graphs) on the same weights and
-inputs, measured in the same process on the same GPU.
+inputs, measured in the same process on the same GPU; with --vs ort, onnxruntime's CUDA provider
+on the same ONNX model (as compiled: the fp16 rewrite for fp16 bundles), with and without its CUDA
+graph mode.
 
 All GPU times come from CUDA events recorded around each replay on the stream that runs it.
 """
@@ -112,8 +114,8 @@ def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=(
     try:
         _graph_and_compile(module, args, modes, timed, out, say)
     except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
-        out["_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        say(f"peer failed: {out['_error']}")
+        out["_torch error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        say(f"peer failed: {out['_torch error']}")
     out["_weights_mib"] = (torch.cuda.memory_allocated() - m0) / 2**20
     return out
 
@@ -142,6 +144,50 @@ def _graph_and_compile(module, args, modes, timed, out, say):
                 cm(*args)
         say(f"torch.compile ready in {time.perf_counter() - t0:.0f}s")
         out["torch.compile + CUDA graph"] = timed(lambda: cm(*args))
+
+
+def ort_cuda_available() -> tuple:
+    """-> (available, the providers onnxruntime has here)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False, []
+    providers = ort.get_available_providers()
+    return "CUDAExecutionProvider" in providers, providers
+
+
+def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision: str = "fp32") -> dict:
+    """onnxruntime CUDA on the model, inputs and outputs bound on the GPU (IOBinding), on a stream of
+    ours so that CUDA events time it like every other peer; once plain, once with enable_cuda_graph."""
+    import onnxruntime as ort
+    from .frontend.onnx_import import load_model
+    from .runtime.cuda_driver import Device
+    proto = load_model(model)
+    if precision == "fp16":
+        from .frontend.precision import to_fp16
+        proto = to_fp16(proto)
+    data = proto.SerializeToString()
+    dev = Device(0)
+    out = {}
+    for label, graph in (("onnxruntime CUDA", "0"), ("onnxruntime CUDA graph", "1")):
+        opts = {"device_id": "0", "user_compute_stream": str(int(dev.stream)), "enable_cuda_graph": graph}
+        so = ort.SessionOptions()
+        try:
+            sess = ort.InferenceSession(data, so, providers=[("CUDAExecutionProvider", opts)])
+            binding = sess.io_binding()
+            keep = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v), "cuda", 0) for v in feeds.values()]
+            for name, v in zip(feeds, keep):
+                binding.bind_ortvalue_input(name, v)
+            for o in sess.get_outputs():
+                binding.bind_output(o.name, "cuda", 0)
+            sess.run_with_iobinding(binding)      # the graph mode captures on this first run
+            binding.synchronize_outputs()
+            run = lambda: sess.run_with_iobinding(binding)  # noqa: E731
+            _event_times(dev.stream, run, warmup)
+            out[label] = _stats(_event_times(dev.stream, run, iters))
+        except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
+            out[f"_{label} error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    return out
 
 
 def zoo_module(name: str, size: str):

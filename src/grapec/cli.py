@@ -261,8 +261,10 @@ def check(model, shapes, dims, backend, precision, rtol, seed, quiet):
 @_shape_options
 @click.option("--iterations", default=200, show_default=True, help="Timed replays.")
 @click.option("--warmup", default=20, show_default=True, help="Untimed replays first.")
-@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch"]),
-              help="Also measure PyTorch eager, CUDA graph and torch.compile on the same weights (zoo models).")
+@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch", "ort"]),
+              help="Also measure peers in the same process (repeatable). torch: PyTorch eager, CUDA graph and "
+                   "torch.compile on the same weights (zoo models). ort: onnxruntime's CUDA provider, plain and "
+                   "with its CUDA graph mode (needs onnxruntime-gpu and MODEL as .onnx).")
 @click.option("--zoo", "zoo_name", metavar="NAME:SIZE", help="The zoo builder for --vs torch, e.g. gpt2:full "
               "[default: from the file name and its folder, models/<size>/<name>.onnx].")
 @_precision_option
@@ -272,8 +274,15 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
-    from .bench import bench_grapec, bench_torch, zoo_module
+    from .bench import bench_grapec, bench_ort, bench_torch, ort_cuda_available, zoo_module
     from .devices import gpu_count
+    if "ort" in peers:
+        ok, providers = ort_cuda_available()
+        if not ok:
+            raise GrapecError("--vs ort: onnxruntime's CUDA provider is not installed here (providers: "
+                              f"{', '.join(providers) or 'onnxruntime not installed'}); pip install onnxruntime-gpu")
+        if not model.endswith(".onnx"):
+            raise GrapecError("--vs ort needs the ONNX model: give MODEL as the .onnx file, not a bundle")
     if not gpu_count():
         raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
     import grapec
@@ -294,6 +303,8 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
             raise GrapecError(f"--vs torch needs the zoo builder of the model (--zoo NAME:SIZE): {e}") from None
         say = None if as_json else (lambda m: click.echo(f"[grapec] {m}", err=True))
         res.update(bench_torch(module, feeds, iterations, warmup, say=say, precision=precision))
+    if "ort" in peers:
+        res.update(bench_ort(model, feeds, iterations, warmup, precision))
     if as_json:
         click.echo(json.dumps(res, indent=1))
         return
@@ -304,9 +315,12 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
                f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")
     click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
     base = g["replay"]["median_ms"]
-    rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items() if k.startswith("torch")]
+    rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items() if k.startswith(("torch", "onnxruntime"))]
     for label, st in rows:
         click.echo(f"{label:28s} {st['median_ms']:10.4f} {st['p90_ms']:8.4f} {st['p99_ms']:8.4f} {st['median_ms'] / base:9.2f}x")
+    for k, v in res.items():
+        if k.startswith("_") and k.endswith(" error"):
+            click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
 
 
 def _parse(shapes, dims):
