@@ -128,10 +128,11 @@ class GpuStepChecker:
             call("cuLaunchKernel", self.gpu.functions[st["kernel"]], grid, 1, 1, block, 1, 1, 0, dev.stream,
                  args.address, 0)
         else:
-            from grapec.runtime.blas import shared_blas
+            from grapec.runtime.blas import apply_views, shared_blas
             blas = shared_blas(dev)
-            g = blas.matmul_graph(st["attrs"], [a.shape if a is not None else None for a in ins], str(want.dtype),
-                                  ptrs, want.shape, out)
+            shapes = [a.shape if a is not None else None for a in ins]
+            out_shape, out_ptr, layouts = apply_views(st["attrs"], shapes, ptrs, want.shape, out, str(want.dtype))
+            g = blas.matmul_graph(st["attrs"], shapes, str(want.dtype), ptrs, out_shape, out_ptr, layouts)
             ex = call("cuGraphInstantiate", g, 0)
             call("cuGraphLaunch", ex, dev.stream)
         dev.synchronize()

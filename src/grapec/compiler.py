@@ -9,6 +9,7 @@
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
         fuse                      producer kernels inlined into consumers (reductions stitched)
         fold_epilogues            again: activations, now one kernel each
+        strided_operands          GEMMs read/write through strides instead of head split/merge copies
         schedule                  topological order
         plan_memory + PlanBuilder one arena, offsets, the JSON plan
     Bundle                        manifest, weights, kernels, plans
@@ -33,6 +34,7 @@ from .passes.lower import lower_graph
 from .passes.predicate import predicate, regions
 from .passes.schedule import schedule
 from .passes.simplify import simplify
+from .passes.strided_operands import strided_operands
 from .passes.specialize import specialize
 from .plan import KernelStore, PlanBuilder, WeightStore
 
@@ -48,6 +50,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = fold_epilogues(g)
         g = fuse(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
+        g = strided_operands(g)
     return schedule(g)
 
 

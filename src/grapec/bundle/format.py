@@ -151,6 +151,18 @@ class Bundle:
                 raise BundleError(f"{where}: bucket {bi}: malformed plan ({type(e).__name__}: {e})") from None
 
 
+def _check_view(view, row, what):
+    """A strided operand (passes/strided_operands.py) stays inside its buffer."""
+    offset, batch_stride, ld, shape = view
+    n = math.prod(row[5])
+    if min(offset, batch_stride, ld, *shape) < 0 or len(shape) < 2 or ld < shape[-1]:
+        raise BundleError(f"{what}: malformed view {view}")
+    batches = math.prod(shape[:-2])
+    last = offset + (batches - 1) * batch_stride + (shape[-2] - 1) * ld + shape[-1] - 1
+    if math.prod(shape) and last >= n:
+        raise BundleError(f"{what}: view {view} reaches element {last} of a buffer of {n}")
+
+
 def _validate_plan(plan, weight_bytes, kernels, nk):
     arena = int(plan["arena_bytes"])
     bufs = plan["buffers"]
@@ -194,6 +206,9 @@ def _validate_plan(plan, weight_bytes, kernels, nk):
                 for a in st["args"]:
                     check_buf(a, what, allow_none=True)
                 check_buf(st["out"], what)
+                for key, view in (st["attrs"].get("views") or {}).items():
+                    b = st["out"] if key == "out" else st["args"][int(key)]
+                    _check_view(view, bufs[b], f"{what} view {key}")
             elif st["op"] in ("if", "loop"):
                 for key in ("cond", "trip"):
                     if key in st:

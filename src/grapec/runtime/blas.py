@@ -48,9 +48,12 @@ class Blas:
         self._keep.append(lay)
         return lay
 
-    def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int):
+    def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int,
+                     layouts: dict | None = None):
         """A child graph computing one `matmul` step. shapes/ptrs: A, B, optional C and bias (0 when
-        absent); attrs["act"] picks the epilogue."""
+        absent); attrs["act"] picks the epilogue. layouts: {"0" (A) | "1" (B) | "out": (ld, batch
+        stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise."""
+        layouts = layouts or {}
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16)")
         lt = self.lt
@@ -72,14 +75,19 @@ class Blas:
         lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.TRANSA, op_first.ctypes.data, 4)
         lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.TRANSB, op_second.ctypes.data, 4)
         # first operand: B. Stored row-major [K,N] (col-major N x K, ld N) or, transposed, [N,K] (col-major K x N, ld K)
-        b_lay = self._layout(dtype, k if tb else n, n if tb else k, k if tb else n, batch, k * n if b_batch > 1 else 0)
-        a_lay = self._layout(dtype, m if ta else k, k if ta else m, m if ta else k, batch, m * k if a_batch > 1 else 0)
-        d_lay = self._layout(dtype, n, m, n, batch, m * n)
+        b_ld, b_stride = layouts.get("1", (k if tb else n, k * n if b_batch > 1 else 0))
+        a_ld, a_stride = layouts.get("0", (m if ta else k, m * k if a_batch > 1 else 0))
+        d_ld, d_stride = layouts.get("out", (n, m * n))
+        b_lay = self._layout(dtype, k if tb else n, n if tb else k, b_ld, batch, b_stride)
+        a_lay = self._layout(dtype, m if ta else k, k if ta else m, a_ld, batch, a_stride)
+        d_lay = self._layout(dtype, n, m, d_ld, batch, d_stride)
         sdt = np.float64 if dtype == "float64" else np.float32
         alpha = np.array([attrs.get("alpha", 1.0)], sdt)
         has_c = len(ptrs) > 2 and ptrs[2]
         beta = np.array([attrs.get("beta", 1.0) if has_c else 0.0], sdt)
         c_ptr = ptrs[2] if has_c else out_ptr
+        if has_c and "out" in layouts:
+            raise BackendError("matmul: a C operand with a strided output is not supported")
         if has_c and tuple(shapes[2]) != tuple(out_shape):
             raise BackendError(f"matmul: C of shape {list(shapes[2])} must match the output {list(out_shape)}")
         self._keep += [alpha, beta, op_first, op_second]
@@ -124,6 +132,21 @@ class Blas:
             raise BackendError("cuBLASLt found no algorithm for a matmul of this shape")
         self._keep.append(res)
         return res.ctypes.data + res.dtype.fields["algo"][1]
+
+
+def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, dtype: str) -> tuple:
+    """A step's views (passes/strided_operands.py) applied to its buffers' shapes and addresses:
+    shapes and ptrs change in place; -> (out_shape, out_ptr, layouts for matmul_graph)."""
+    from .. import dtypes
+    layouts = {}
+    for key, (offset, batch_stride, ld, shape) in (attrs.get("views") or {}).items():
+        nbytes = offset * dtypes.itemsize(dtype)   # operands and output share the dtype
+        layouts[key] = (ld, batch_stride)
+        if key == "out":
+            out_shape, out_ptr = shape, out_ptr + nbytes
+        else:
+            shapes[int(key)], ptrs[int(key)] = shape, ptrs[int(key)] + nbytes
+    return out_shape, out_ptr, layouts
 
 
 def _capture_mode():

@@ -11,7 +11,7 @@ from .. import dtypes
 from ..ir.kernel import Kernel
 from .cpu_kernels import run_kernel
 from .control import run_if, run_loop
-from .library import run_library
+from .library import run_library, view_array
 
 
 class CpuPlanRunner:
@@ -46,8 +46,12 @@ class CpuPlanRunner:
             if op == "kernel":
                 run_kernel(self.kernels[st["kernel"]], [v[a] for a in st["args"]], out=v[st["out"]])
             elif op == "library":
-                r = run_library(st["attrs"], [v[a] if a >= 0 else None for a in st["args"]])
-                v[st["out"]][...] = r
+                views = st["attrs"].get("views") or {}
+                args = [None if a < 0 else view_array(v[a], views[str(i)]) if str(i) in views else v[a]
+                        for i, a in enumerate(st["args"])]
+                out = v[st["out"]]
+                r = run_library(st["attrs"], args)
+                (view_array(out, views["out"]) if "out" in views else out)[...] = r
             elif op == "if":
                 run_if(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
             elif op == "loop":

@@ -14,6 +14,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import BackendError
 from .control import run_if, run_loop
+from .blas import apply_views
 from .cuda_driver import Device, KernelArgs, call
 
 def select_code(bundle, device) -> tuple:
@@ -161,7 +162,8 @@ class CudaPlanRunner:
         shapes = [bufs[a][5] if a >= 0 else None for a in args]
         ptrs = [self.ptr(bucket, a) if a >= 0 else 0 for a in args]
         out = bufs[st["out"]]
-        child = self.blas.matmul_graph(attrs, shapes, out[4], ptrs, out[5], self.ptr(bucket, st["out"]))
+        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, out[5], self.ptr(bucket, st["out"]), out[4])
+        child = self.blas.matmul_graph(attrs, shapes, out[4], ptrs, out_shape, out_ptr, layouts)
         self._keep.append(child)
         return call("cuGraphAddChildGraphNode", graph, prev, len(prev), child)
 

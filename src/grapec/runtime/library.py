@@ -147,6 +147,21 @@ LIBRARY = {
 }
 
 
+def view_array(buf: np.ndarray, view: list) -> np.ndarray:
+    """A matmul operand seen through a view [offset, batch_stride, ld, shape] (passes/strided_operands.py):
+    row r, column c of batch b at flat element offset + b * batch_stride + r * ld + c of buf."""
+    offset, batch_stride, ld, shape = view
+    flat = buf.reshape(-1)
+    strides = [0] * len(shape)
+    strides[-1], strides[-2] = 1, ld
+    s = batch_stride
+    for i in range(len(shape) - 3, -1, -1):   # the batch dims, innermost first
+        if shape[i] > 1:
+            strides[i] = s
+            s *= shape[i]
+    return np.lib.stride_tricks.as_strided(flat[offset:], tuple(shape), [x * flat.itemsize for x in strides])
+
+
 def run_library(attrs: dict, arrays: list) -> np.ndarray:
     fn = LIBRARY.get(attrs["op"])
     if fn is None:

@@ -1,0 +1,174 @@
+"""strided_operands: let a GEMM read and write through strides instead of a copy kernel.
+
+Attention splits heads with a transpose before its batched matmuls and merges them with another
+after: kernels that only move bytes. cuBLASLt takes each operand with a leading dimension and one
+batch stride, which is all these copies express. So:
+
+  * a matmul operand made by a copy kernel (out[i] = in[offset + sum_a stride_a * i_a]: one load,
+    no mask, affine index) is read straight from the copy's source, through a *view*;
+  * a matmul output read only by a permuting copy kernel is written straight into that kernel's
+    output, through a view, when the matmul has no C operand.
+
+The copy kernel then has no reader left and is dropped. A view is stored in the step's attrs as
+attrs["views"][slot] = [offset, batch_stride, ld, shape] (slot "0" = A, "1" = B, "out"), in
+elements of the buffer the step names: the operand is the row-major matrix batch shape[-2:] whose
+row r, column c of batch b sits at offset + b * batch_stride + r * ld + c. Both backends read it
+(runtime/library.py `view_array`, runtime/blas.py). Where a copy reads its operand transposed, the
+view is of the stored matrix and trans_a / trans_b flips.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir import kernel as K
+from ..ir.graph import Graph
+from .fuse import _drop_unused
+
+
+def strided_operands(g: Graph) -> Graph:
+    producers = {o: n for n in g.nodes for o in n.outputs if o}
+    readers: dict = {}
+    for n in g.nodes:
+        for i in set(n.inputs):
+            readers.setdefault(i, []).append(n)
+    keep = set(g.outputs)
+    changed, absorbed = False, []
+    for node in g.nodes:
+        if node.op != "Library" or node.attrs.get("op") != "matmul" or node.attrs.get("views"):
+            continue
+        views = {}
+        for slot, flag in ((0, "trans_a"), (1, "trans_b")):
+            p = producers.get(node.inputs[slot])
+            if p is None or p.op != "Kernel":
+                continue
+            v = _operand_view(p.attrs["kernel"])
+            if v is None:
+                continue
+            view, flipped = v
+            views[str(slot)] = view
+            node.inputs[slot] = p.inputs[0]
+            if flipped:
+                node.attrs[flag] = 1 - int(node.attrs.get(flag, 0))
+        out = node.outputs[0]
+        chain, users = [out], readers.get(out, [])
+        while len(users) == 1 and users[0].op == "View":     # reshapes of the output: same bytes
+            chain.append(users[0].outputs[0])
+            users = readers.get(chain[-1], [])
+        has_c = len(node.inputs) > 2 and node.inputs[2]
+        if (not has_c and not keep & set(chain) and len(users) == 1 and users[0].op == "Kernel"
+                and tuple(users[0].attrs["kernel"].inputs[0][0]) == tuple(g.values[out].shape)):
+            view = _output_view(users[0].attrs["kernel"])
+            if view is not None:
+                views["out"] = view
+                node.outputs[0] = users[0].outputs[0]
+                absorbed.append(users[0])
+        if views:
+            node.attrs = dict(node.attrs, views=views)
+            changed = True
+    if not changed:
+        return g
+    g.nodes = [n for n in g.nodes if not any(n is a for a in absorbed)]
+    return _drop_unused(g)
+
+
+def _affine(e: K.Expr):
+    """e as (coefficient per output axis, constant), or None when it is not affine in the idx vars."""
+    if e.op == "const" and isinstance(e.value, int):
+        return {}, e.value
+    if e.op == "idx":
+        return {e.args[0]: 1}, 0
+    if e.op in ("add", "sub"):
+        a, b = _affine(e.args[0]), _affine(e.args[1])
+        if a is None or b is None:
+            return None
+        sign = 1 if e.op == "add" else -1
+        coeff = dict(a[0])
+        for k, v in b[0].items():
+            coeff[k] = coeff.get(k, 0) + sign * v
+        return coeff, a[1] + sign * b[1]
+    if e.op == "mul":
+        for x, y in (e.args, e.args[::-1]):
+            if y.op == "const" and isinstance(y.value, int):
+                a = _affine(x)
+                return None if a is None else ({k: v * y.value for k, v in a[0].items()}, a[1] * y.value)
+    return None
+
+
+def copy_strides(kernel: K.Kernel):
+    """A kernel that copies elements of its one input -> (offset, flat input stride per output axis)."""
+    body = kernel.body
+    if body.op != "load" or body.args[2] is not None or len(kernel.inputs) != 1 or body.dtype != kernel.dtype:
+        return None
+    in_shape = kernel.inputs[0][0]
+    strides = [0] * len(kernel.shape)
+    offset = 0
+    for comp, st in zip(body.args[1], _row_major(in_shape)):
+        a = _affine(comp)
+        if a is None:
+            return None
+        offset += a[1] * st
+        for axis, c in a[0].items():
+            strides[axis] += c * st
+    return offset, strides
+
+
+def _operand_view(kernel: K.Kernel):
+    """-> (view, whether the stored matrix is the transpose of the operand), or None."""
+    cs = copy_strides(kernel)
+    if cs is None or len(kernel.shape) < 2:
+        return None
+    offset, strides = cs
+    shape = list(kernel.shape)
+    flipped = strides[-1] != 1 and (strides[-2] == 1 or shape[-2] == 1) and shape[-1] != 1
+    if flipped:
+        shape[-2], shape[-1] = shape[-1], shape[-2]
+        strides[-2], strides[-1] = strides[-1], strides[-2]
+    view = _view(offset, shape, strides)
+    return None if view is None else (view, flipped)
+
+
+def _output_view(kernel: K.Kernel):
+    """A kernel that permutes its input's axes -> the view that writes the input's elements straight
+    to their places in the kernel's output."""
+    cs = copy_strides(kernel)
+    in_shape = list(kernel.inputs[0][0])
+    if cs is None or cs[0] != 0 or kernel.size != math.prod(in_shape) or len(in_shape) < 2:
+        return None
+    out_rm, in_rm = _row_major(kernel.shape), _row_major(in_shape)
+    dest = [0] * len(in_shape)    # per input axis, its stride in the kernel's output
+    seen = set()
+    for a, (d, s) in enumerate(zip(kernel.shape, cs[1])):
+        if d == 1:
+            continue
+        j = next((j for j in range(len(in_shape)) if in_shape[j] == d and in_rm[j] == s and j not in seen), None)
+        if j is None:
+            return None
+        seen.add(j)
+        dest[j] = out_rm[a]
+    if any(in_shape[j] != 1 and j not in seen for j in range(len(in_shape))):
+        return None
+    return _view(0, in_shape, dest)
+
+
+def _view(offset: int, shape: list, strides: list):
+    """[offset, batch_stride, ld, shape] for a row-major operand with unit column stride, or None."""
+    rows, cols = shape[-2], shape[-1]
+    if cols > 1 and strides[-1] != 1:
+        return None
+    ld = strides[-2] if rows > 1 else cols
+    if ld < cols or offset < 0:
+        return None
+    batch = [(d, s) for d, s in zip(shape[:-2], strides[:-2]) if d > 1]
+    for (d0, s0), (d1, s1) in zip(batch, batch[1:]):
+        if s0 != s1 * d1:
+            return None   # cuBLASLt has one batch stride per operand
+    batch_stride = batch[-1][1] if batch else 0
+    return [offset, batch_stride, ld, list(shape)]
+
+
+def _row_major(shape) -> list:
+    out, s = [], 1
+    for d in reversed(list(shape)):
+        out.append(s)
+        s *= d
+    return out[::-1]

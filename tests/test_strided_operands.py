@@ -1,0 +1,57 @@
+"""passes/strided_operands.py: GEMMs read the attention heads straight out of the QKV projection and
+write the merged heads straight into place; the copy kernels are gone and the answers unchanged."""
+import os
+
+import numpy as np
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.check import check_model
+from grapec.errors import BundleError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+
+
+def views_of(b):
+    return [st["attrs"]["views"] for st in b.plans[0]["steps"] if st["op"] == "library" and st["attrs"].get("views")]
+
+
+def test_head_split_and_merge_copies_become_strided_gemm_operands():
+    b = grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[])
+    copies = [st for st in b.plans[0]["steps"] if st["op"] == "kernel" and any("transpose" in o.lower() for o in st["origin"])]
+    assert not copies, [c["origin"] for c in copies]
+    views = views_of(b)
+    layers = 2
+    assert sum(len(v) for v in views) == 4 * layers          # Q, K, V read in place; the merge written in place
+    assert sum("out" in v for v in views) == layers
+    hidden = 64   # Q, K and V: rows of the [seq, 3 * hidden] projection, ld 3 * hidden, a head every 16 floats
+    assert all(v[2] == 3 * hidden and v[1] == 16 for vs in views for k, v in vs.items() if k != "out")
+    results, _ = check_model(GPT2, dims={"batch": 1, "seq": 8}, backend="cpu", rtol=1e-5, seed=2)
+    assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
+
+
+def test_batched_heads_without_one_batch_stride_keep_their_copy():
+    """batch 2: (batch, head) has no single stride in the QKV buffer, so cuBLASLt cannot take it. The
+    pooler's first-token rows still are a view (rows 512 floats apart)."""
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "bert.onnx"), dims={"batch": 2, "seq": 8}, targets=[])
+    views = [v for vs in views_of(b) for v in vs.values()]
+    assert views == [[0, 0, 512, [2, 64]]], views
+    results, _ = check_model(os.path.join(ROOT, "models", "tiny", "bert.onnx"), dims={"batch": 2, "seq": 8},
+                             backend="cpu", rtol=1e-5, seed=2)
+    assert all(r.ok for r in results)
+
+
+def test_fp16_attention_reads_in_place_too():
+    results, _ = check_model(GPT2, dims={"batch": 1, "seq": 8}, backend="cpu", rtol=1e-2, seed=4, precision="fp16")
+    assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
+    assert views_of(grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[], precision="fp16"))
+
+
+def test_a_view_reaching_past_its_buffer_is_refused_at_load():
+    b = grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[])
+    st = next(st for st in b.plans[0]["steps"] if st["op"] == "library" and "1" in (st["attrs"].get("views") or {}))
+    st["attrs"]["views"]["1"][0] += 10**6
+    with pytest.raises(BundleError, match="view 1.*reaches element"):
+        Bundle.from_bytes(b.to_bytes())
