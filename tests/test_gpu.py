@@ -130,9 +130,9 @@ class GpuStepChecker:
         else:
             from grapec.runtime.blas import apply_views, shared_blas
             blas = shared_blas(dev)
-            shapes = [a.shape if a is not None else None for a in ins]
-            out_shape, out_ptr, layouts = apply_views(st["attrs"], shapes, ptrs, want.shape, out, str(want.dtype))
-            g = blas.matmul_graph(st["attrs"], shapes, str(want.dtype), ptrs, out_shape, out_ptr, layouts)
+            shapes, at = [a.shape if a is not None else None for a in ins], list(ptrs)   # ptrs are freed below
+            out_shape, out_ptr, layouts = apply_views(st["attrs"], shapes, at, want.shape, out, str(want.dtype))
+            g = blas.matmul_graph(st["attrs"], shapes, str(want.dtype), at, out_shape, out_ptr, layouts)
             ex = call("cuGraphInstantiate", g, 0)
             call("cuGraphLaunch", ex, dev.stream)
         dev.synchronize()
