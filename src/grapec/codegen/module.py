@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..ir.kernel import Kernel
 from ..plan import kernel_steps
 from .cuda import PRELUDE, CudaRenderer
-from .launch import Launch, plan_launch
+from .launch import plan_launch
 
 _NAME = "__grapec_kernel__"
 # A numeric literal that is not part of a name (in0, r3, f16) nor of another number.
@@ -133,4 +133,4 @@ def scalar_literal(kind: str, value) -> str:
     return f"{int(value)}LL" if kind == "i64" else repr(float(value))
 
 
-__all__ = ["CudaModule", "Launch", "build_module", "kernel_users", "scalar_literal"]
+__all__ = ["CudaModule", "build_module", "kernel_users", "scalar_literal"]

@@ -66,7 +66,7 @@ def fuse(g: Graph) -> Graph:
                     node.origin = list(dict.fromkeys(node.origin + p.origin))
                     progress = True
                     break
-    return _drop_unused(g)
+    return drop_unused(g)
 
 
 def _is_pinned(src, name, view_source, pinned) -> bool:
@@ -143,7 +143,7 @@ def _loop_vars(e, memo):
     return [v for v in K.free_vars(e, memo) if v.op == "ridx"]
 
 
-def _drop_unused(g: Graph) -> Graph:
+def drop_unused(g: Graph) -> Graph:
     """Remove Kernel/View nodes nothing needs (reachability from the outputs and the nodes that
     always stay, so it does not depend on the node order)."""
     producer = {o: n for n in g.nodes for o in n.outputs if o}

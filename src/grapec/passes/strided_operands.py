@@ -22,7 +22,7 @@ import math
 
 from ..ir import kernel as K
 from ..ir.graph import Graph
-from .fuse import _drop_unused
+from .fuse import drop_unused
 
 
 def strided_operands(g: Graph) -> Graph:
@@ -68,7 +68,7 @@ def strided_operands(g: Graph) -> Graph:
     if not changed:
         return g
     g.nodes = [n for n in g.nodes if not any(n is a for a in absorbed)]
-    return _drop_unused(g)
+    return drop_unused(g)
 
 
 def _affine(e: K.Expr):
