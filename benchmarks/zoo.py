@@ -54,7 +54,7 @@ def main():
     with_ort = not a.compile_only and ort_cuda_available()[0]
     if not a.compile_only and not with_ort:
         print("onnxruntime's CUDA provider is not installed: onnxruntime is not measured")
-    from grapec.inputs import random_inputs
+    from grapec.inputs import bundle_inputs
     only = set(filter(None, a.only.split(",")))
     results = {}
     for (label0, name, dims), precision in [(c, p) for p in a.precision.split(",") for c in CONFIGS]:
@@ -76,9 +76,7 @@ def main():
             bundle.write(pre)
             print(f"{pre}: {t_compile:.0f}s", flush=True)
             continue
-        infos = bundle.manifest["inputs"]
-        feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
-                              {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 0)
+        feeds = bundle_inputs(bundle.manifest, 0, 0)
         r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile, "bundle": origin,
              "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")

@@ -11,7 +11,7 @@ import pytest
 import grapec
 from grapec.codegen.module import build_module, kernel_users
 from grapec.ir.kernel import Kernel
-from grapec.inputs import random_inputs
+from grapec.inputs import bundle_inputs
 from grapec.runtime.cpu_kernels import run_kernel
 from grapec.runtime.cpu_plan import CpuPlanRunner
 
@@ -59,9 +59,7 @@ def test_generated_cuda_c_matches_interpreter_on_host(name, tmp_path):
 
 
 def bucket_feeds(b, bucket, seed):
-    infos = b.manifest["inputs"]
-    return random_inputs({i["name"]: tuple(i["shapes"][bucket]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
-                         {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, seed)
+    return bundle_inputs(b.manifest, bucket, seed)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")

@@ -36,10 +36,8 @@ def test_bundles_compiled_without_a_gpu_run_here(path):
     """Bundles made by `grapec compile` on the CPU-only machine (carried in gpu_bundles/)."""
     cpu = grapec.load(path, backend="cpu")
     gpu = grapec.load(path, backend="cuda")
-    from grapec.inputs import random_inputs
-    infos = cpu.bundle.manifest["inputs"]
-    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
-                          {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 1)
+    from grapec.inputs import bundle_inputs
+    feeds = bundle_inputs(cpu.bundle.manifest, 0, 1)
     a, b = cpu.run(feeds), gpu.run(feeds)
     # fp16 bundles: the two backends round different partial sums to half
     tol = 1e-2 if cpu.bundle.manifest.get("precision") == "fp16" else 1e-4
@@ -148,12 +146,10 @@ class GpuStepChecker:
 
 @pytest.mark.parametrize("name", sorted(ZOO_DIMS))
 def test_every_step_on_gpu_matches_the_cpu_backend(name):
-    from grapec.inputs import random_inputs
+    from grapec.inputs import bundle_inputs
     b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO_DIMS[name])
     chk = GpuStepChecker(b)
-    infos = b.manifest["inputs"]
-    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
-                          {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 4)
+    feeds = bundle_inputs(b.manifest, 0, 4)
     chk.cpu.run(0, feeds)
     bad = [e for e in chk.errors if not e[0] <= 1e-4]
     for e in bad[:10]:
@@ -192,17 +188,14 @@ def test_fused_kernels_and_gemm_epilogues_on_gpu(case, tmp_path):
 def test_buckets_sharing_functions_match_onnxruntime_on_gpu(name, buckets):
     """One bundle, several buckets; kernels shared across buckets take their sizes as arguments."""
     import onnxruntime as ort
-    from grapec.inputs import random_inputs
+    from grapec.inputs import bundle_inputs
     path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
     b = grapec.compile(path, dims={"batch": 1}, bucket_dims=buckets)
     assert any(b.manifest["cuda"]["scalars"]), "no function took sizes as arguments"
     sess = grapec.load(b, backend="cuda")
     ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    infos = b.manifest["inputs"]
     for bucket in range(len(buckets)):
-        feeds = random_inputs({i["name"]: tuple(i["shapes"][bucket]) for i in infos},
-                              {i["name"]: i["dtype"] for i in infos},
-                              {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, 20 + bucket)
+        feeds = bundle_inputs(b.manifest, bucket, 20 + bucket)
         got = sess.run(feeds)
         want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
         for k, w in want.items():

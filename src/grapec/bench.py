@@ -114,7 +114,7 @@ def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=(
     try:
         _graph_and_compile(module, args, modes, timed, out, say)
     except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
-        out["_torch error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        out["_torch error"] = _failure(e)
         say(f"peer failed: {out['_torch error']}")
     out["_weights_mib"] = (torch.cuda.memory_allocated() - m0) / 2**20
     return out
@@ -146,6 +146,11 @@ def _graph_and_compile(module, args, modes, timed, out, say):
         out["torch.compile + CUDA graph"] = timed(lambda: cm(*args))
 
 
+def _failure(e: Exception) -> str:
+    """A peer's failure in one line, for the report (the other peers still run)."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
 def ort_cuda_available() -> tuple:
     """-> (available, the providers onnxruntime has here)."""
     try:
@@ -171,9 +176,8 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
     out = {}
     for label, graph in (("onnxruntime CUDA", "0"), ("onnxruntime CUDA graph", "1")):
         opts = {"device_id": "0", "user_compute_stream": str(int(dev.stream)), "enable_cuda_graph": graph}
-        so = ort.SessionOptions()
         try:
-            sess = ort.InferenceSession(data, so, providers=[("CUDAExecutionProvider", opts)])
+            sess = ort.InferenceSession(data, providers=[("CUDAExecutionProvider", opts)])
             binding = sess.io_binding()
             keep = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v), "cuda", 0) for v in feeds.values()]
             for name, v in zip(feeds, keep):
@@ -186,7 +190,7 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
             _event_times(dev.stream, run, warmup)
             out[label] = _stats(_event_times(dev.stream, run, iters))
         except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
-            out[f"_{label} error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            out[f"_{label} error"] = _failure(e)
     return out
 
 

@@ -52,13 +52,11 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=1e-4, se
     """-> (list of OutputCheck, seconds grapec's run took). The reference is always fp32."""
     import grapec
     from .bundle.format import Bundle
-    from .inputs import random_inputs
+    from .inputs import bundle_inputs
     bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress, precision=precision,
                             targets=[] if backend == "cpu" else "auto")
     sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
-    infos = bundle.manifest["inputs"]
-    feeds = random_inputs({i["name"]: tuple(i["shapes"][0]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
-                          {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, seed)
+    feeds = bundle_inputs(bundle.manifest, 0, seed)
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     dt = time.perf_counter() - t0

@@ -29,6 +29,13 @@ def index_bounds(model: onnx.ModelProto) -> dict:
     return bounds
 
 
+def bundle_inputs(manifest: dict, bucket: int = 0, seed: int = 0) -> dict:
+    """random_inputs for one bucket of a bundle, from its manifest (shapes, dtypes, index bounds)."""
+    infos = manifest["inputs"]
+    return random_inputs({i["name"]: tuple(i["shapes"][bucket]) for i in infos}, {i["name"]: i["dtype"] for i in infos},
+                         {i["name"]: i["index_bound"] for i in infos if i.get("index_bound")}, seed)
+
+
 def random_inputs(shapes: dict, input_dtypes: dict, bounds: dict, seed: int = 0) -> dict:
     """Fresh random inputs: floats ~ N(0, 1); token ids in range of their embedding table;
     masks (names containing 'mask') all ones but the last position; other ints in [0, 8)."""
