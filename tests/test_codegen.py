@@ -12,8 +12,8 @@ import grapec
 from grapec.codegen.module import build_module, kernel_users
 from grapec.ir.kernel import Kernel
 from grapec.inputs import bundle_inputs
-from grapec.runtime.cpu_kernels import run_kernel
-from grapec.runtime.cpu_plan import CpuPlanRunner
+from grapec.ir.interpret import run_kernel
+from grapec.runtime.cpu.runner import CpuPlanRunner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = {"gpt2": {"batch": 1, "seq": 8}, "bert": {"batch": 2, "seq": 8}, "googlenet": {"batch": 1},

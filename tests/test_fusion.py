@@ -8,7 +8,7 @@ from grapec.codegen.host import HostModule
 from grapec.codegen.launch import plan_launch
 from grapec.compiler import compile_graph
 from grapec.frontend.onnx_import import import_model
-from grapec.runtime.cpu_kernels import run_kernel
+from grapec.ir.interpret import run_kernel
 from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
 
 RNG = np.random.default_rng(7)

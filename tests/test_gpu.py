@@ -92,8 +92,8 @@ class GpuStepChecker:
     step where the two backends part."""
 
     def __init__(self, bundle):
-        from grapec.runtime.cpu_plan import CpuPlanRunner
-        from grapec.runtime.cuda_session import CudaPlanRunner
+        from grapec.runtime.cpu.runner import CpuPlanRunner
+        from grapec.runtime.cuda.runner import CudaPlanRunner
         self.gpu = CudaPlanRunner(bundle)
         self.errors = []
         checker = self
@@ -107,7 +107,7 @@ class GpuStepChecker:
         self.cpu = Runner(bundle)
 
     def compare(self, st, v):
-        from grapec.runtime.cuda_driver import KernelArgs, call
+        from grapec.runtime.cuda.driver import KernelArgs, call
         dev = self.gpu.dev
         ins = [v[a] if a >= 0 else None for a in st["args"]]
         want = v[st["out"]]
@@ -126,7 +126,7 @@ class GpuStepChecker:
             call("cuLaunchKernel", self.gpu.functions[st["kernel"]], grid, 1, 1, block, 1, 1, 0, dev.stream,
                  args.address, 0)
         else:
-            from grapec.runtime.blas import apply_views, shared_blas
+            from grapec.runtime.cuda.blas import apply_views, shared_blas
             blas = shared_blas(dev)
             shapes, at = [a.shape if a is not None else None for a in ins], list(ptrs)   # ptrs are freed below
             out_shape, out_ptr, layouts = apply_views(st["attrs"], shapes, at, want.shape, out, str(want.dtype))

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .runtime.cuda_driver import call
+from .runtime.cuda.driver import call
 
 
 def _stats(ms: list) -> dict:
@@ -40,7 +40,7 @@ def _event_times(stream, fn, iters: int) -> list:
 
 def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0) -> dict:
     import grapec
-    from .runtime.cuda_driver import Device
+    from .runtime.cuda.driver import Device
     probe = Device(device)
     free0, _ = probe.mem_info()
     t0 = time.perf_counter()
@@ -166,7 +166,7 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
     ours so that CUDA events time it like every other peer; once plain, once with enable_cuda_graph."""
     import onnxruntime as ort
     from .frontend.onnx_import import load_model
-    from .runtime.cuda_driver import Device
+    from .runtime.cuda.driver import Device
     proto = load_model(model)
     if precision == "fp16":
         from .frontend.precision import to_fp16

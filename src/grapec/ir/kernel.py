@@ -10,7 +10,7 @@ tree over:
     <op>(args)          elementwise scalar ops (ELEMENTWISE below), `where`, `cast`
     reduce(op, body, (ridx..))   sum/prod/max/min/argmax/argmin of body over the ridx ranges
 
-The same tree is evaluated by the numpy interpreter (runtime/cpu_kernels.py) and rendered to CUDA C
+The same tree is evaluated by the numpy interpreter (ir/interpret.py) and rendered to CUDA C
 (one thread per output element, reductions as loops). Integer `div` and `mod` follow C (truncate
 toward zero), so both backends agree bit for bit on integers.
 
@@ -233,7 +233,7 @@ def reduce(op: str, body: Expr, rvars: tuple) -> Expr:
 
 def _eval_const(op, args, dtype):
     import numpy as np
-    from ..runtime.cpu_kernels import apply_op
+    from .interpret import apply_op
     vals = [np.array(a.value, dtypes.np_dtype(a.dtype)) for a in args]
     with np.errstate(all="ignore"):
         return np.asarray(apply_op(op, vals)).astype(dtypes.np_dtype(dtype)).item()

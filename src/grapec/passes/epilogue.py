@@ -16,7 +16,7 @@ import numpy as np
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
 from ..ir.tensor import index_vars
-from ..runtime.cpu_kernels import run_kernel
+from ..ir.interpret import run_kernel
 
 SAMPLES = np.linspace(-8.0, 8.0, 1601)
 

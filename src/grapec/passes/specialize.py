@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.graph import Graph, Value, outer_reads
-from ..runtime.cpu import eval_nodes
+from ..ir.interpret import eval_nodes
 from .lower import NONDETERMINISTIC, lower_node
 
 # Constant folding stops at this size: bigger results stay computed at run time, not stored.

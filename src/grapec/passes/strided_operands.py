@@ -13,7 +13,7 @@ The copy kernel then has no reader left and is dropped. A view is stored in the 
 attrs["views"][slot] = [offset, batch_stride, ld, shape] (slot "0" = A, "1" = B, "out"), in
 elements of the buffer the step names: the operand is the row-major matrix batch shape[-2:] whose
 row r, column c of batch b sits at offset + b * batch_stride + r * ld + c. Both backends read it
-(runtime/library.py `view_array`, runtime/blas.py). Where a copy reads its operand transposed, the
+(ir/library.py `view_array`, runtime/cuda/blas.py). Where a copy reads its operand transposed, the
 view is of the stored matrix and trans_a / trans_b flips.
 """
 from __future__ import annotations

@@ -45,10 +45,10 @@ class Session:
         self._inputs = [IOInfo(i["name"], i["dtype"], i["dims"]) for i in m["inputs"]]
         self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
         if backend == "cpu":
-            from .cpu_plan import CpuPlanRunner
+            from .cpu.runner import CpuPlanRunner
             self._runner = CpuPlanRunner(bundle)
         elif backend == "cuda":
-            from .cuda_session import CudaPlanRunner
+            from .cuda.runner import CudaPlanRunner
             self._runner = CudaPlanRunner(bundle, device, tf32=bundle.manifest.get("precision") == "tf32")
         else:
             raise BackendError(f"unknown backend '{backend}' (choose cpu or cuda)")

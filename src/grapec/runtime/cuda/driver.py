@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ..errors import BackendError
+from ...errors import BackendError
 
 
 def _driver():

@@ -1,4 +1,5 @@
-"""Evaluate kernel IR with numpy, vectorised over the whole index space (float16 in float32 registers).
+"""The kernel-IR interpreter: evaluate kernel IR with numpy, vectorised over the whole index space
+(float16 in float32 registers). Constant folding in the compiler and the CPU backend both use it.
 
 Every subexpression evaluates to an array of the current *rank*: the output's dims first, then one
 trailing axis per enclosing reduction variable; an axis an expression does not depend on has size 1
@@ -13,7 +14,7 @@ import math
 import numpy as np
 
 from .. import dtypes
-from ..ir.kernel import Expr, Kernel, walk
+from .kernel import Expr, Kernel, walk
 
 
 def _c_div(a, b):
@@ -209,3 +210,40 @@ def run_kernel(kernel: Kernel, inputs: list, out: np.ndarray | None = None) -> n
 def loads_of(kernel: Kernel) -> set:
     """Slots the kernel actually reads."""
     return {e.args[0] for e in walk(kernel.body) if e.op == "load"}
+
+
+def run_node(node, read, write, out_shape):
+    """Execute one lowered node. read(name) -> array, write(name, array), out_shape(name) -> shape."""
+    from .library import run_library
+    if node.op == "Kernel":
+        k = node.attrs["kernel"]
+        write(node.outputs[0], run_kernel(k, [read(n) for n in node.inputs]))
+    elif node.op == "Library":
+        write(node.outputs[0], run_library(node.attrs, [read(n) if n else None for n in node.inputs]))
+    elif node.op == "View":
+        write(node.outputs[0], read(node.inputs[0]).reshape(out_shape(node.outputs[0])))
+    else:  # If/Loop regions are never folded; plans run them (runtime/walker.py)
+        raise ValueError(f"cannot execute node kind {node.op}")
+
+
+def eval_nodes(nodes: list, graph, consts: dict) -> dict:
+    """Run lowered nodes over a dict of arrays (constant folding); returns the dict, extended."""
+    env = dict(consts)
+
+    def read(name):
+        if name in env:
+            return env[name]
+        v = graph.lookup(name)
+        if v is None or v.const is None:
+            raise KeyError(name)
+        return v.const
+
+    def write(name, arr):
+        env[name] = arr
+
+    def shape(name):
+        return graph.lookup(name).shape
+
+    for n in nodes:
+        run_node(n, read, write, shape)
+    return env

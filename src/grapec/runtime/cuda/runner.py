@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import BackendError
-from .control import run_if, run_loop
+from ... import dtypes
+from ...errors import BackendError
+from ..walker import run_if, run_loop
 from .blas import apply_views
-from .cuda_driver import Device, KernelArgs, call
+from .driver import Device, KernelArgs, call
 
 def select_code(bundle, device) -> tuple:
     """-> (image bytes, 'cubin sm_90' | 'ptx compute_90'); a clear error when nothing fits."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..ir.kernel import Kernel
-from .cpu_kernels import run_kernel
-from .control import run_if, run_loop
-from .library import run_library, view_array
+from ... import dtypes
+from ...ir.kernel import Kernel
+from ...ir.interpret import run_kernel
+from ..walker import run_if, run_loop
+from ...ir.library import run_library, view_array
 
 
 class CpuPlanRunner:

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from ..errors import BackendError
-from .cuda_driver import call
+from ...errors import BackendError
+from .driver import call
 
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -137,7 +137,7 @@ class Blas:
 def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, dtype: str) -> tuple:
     """A step's views (passes/strided_operands.py) applied to its buffers' shapes and addresses:
     shapes and ptrs change in place; -> (out_shape, out_ptr, layouts for matmul_graph)."""
-    from .. import dtypes
+    from ... import dtypes
     layouts = {}
     for key, (offset, batch_stride, ld, shape) in (attrs.get("views") or {}).items():
         nbytes = offset * dtypes.itemsize(dtype)   # operands and output share the dtype

@@ -1,4 +1,5 @@
-"""Library ops on the CPU backend (numpy): the compute-bound work that the GPU hands to cuBLASLt.
+"""Library-node semantics in numpy: the compute-bound work that the GPU hands to cuBLASLt. Constant
+folding and the CPU backend run these; they are the reference the GPU path is checked against.
 
 Each takes the node's attrs and its input arrays and returns the output array. The attrs are the
 plan's contract with both backends, so they are documented here:
@@ -28,7 +29,7 @@ def _act(y, act: str):
     if act == "relu":
         return np.maximum(y, 0)
     if act == "gelu":
-        from .cpu_kernels import _erf
+        from .interpret import _erf
         return (0.5 * y * (1 + _erf(y / np.sqrt(2).astype(y.dtype)))).astype(y.dtype)
     if act == "gelu_tanh":
         inner = np.sqrt(2 / np.pi).astype(y.dtype) * (y + np.asarray(0.044715, y.dtype) * y * y * y)

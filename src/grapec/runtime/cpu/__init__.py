@@ -1,0 +1,1 @@
+"""The CPU backend: the plan interpreted with numpy over one arena (runner.py)."""
