@@ -82,11 +82,11 @@ def test_foreign_file_and_newer_version(tmp_path):
 
 def test_plan_offsets_are_validated():
     b = small_bundle()[0]
-    b.plans[0]["buffers"][0][2] = b.plans[0]["arena_bytes"] + 4096   # past the arena
+    b.plans[0].buffers[0].offset = b.plans[0].arena_bytes + 4096   # past the arena
     with pytest.raises(BundleError, match="outside its arena"):
         Bundle.from_bytes(b.to_bytes())
     b = small_bundle()[0]
-    b.plans[0]["steps"][0]["args"][0] = 999
+    b.plans[0].steps[0].args[0] = 999
     with pytest.raises(BundleError, match="out of range"):
         Bundle.from_bytes(b.to_bytes())
 

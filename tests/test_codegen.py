@@ -34,20 +34,20 @@ class HostCodegenRunner(CpuPlanRunner):
 
     def exec_steps(self, steps, v):
         for st in steps:
-            if st["op"] != "kernel":
+            if st.op != "kernel":
                 super().exec_steps([st], v)
                 continue
-            k = self.kernels[st["kernel"]]
-            ins = [v[a] for a in st["args"]]
+            k = self.kernels[st.kernel]
+            ins = [v[a] for a in st.args]
             ref = run_kernel(k, ins)
-            out = v[st["out"]]
-            self.host.call(st["kernel"], out, ins)
+            out = v[st.out]
+            self.host.call(st.kernel, out, ins)
             if ref.dtype.kind == "f":
                 err = float(np.max(np.abs(out.astype(np.float64) - ref), initial=0) / (np.max(np.abs(ref), initial=0) + 1e-6))
                 self.worst = max(self.worst, err)
-                assert err < 1e-4, (st["origin"], err)
+                assert err < 1e-4, (st.origin, err)
             else:
-                np.testing.assert_array_equal(out, ref, err_msg=str(st["origin"]))
+                np.testing.assert_array_equal(out, ref, err_msg=str(st.origin))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")

@@ -56,7 +56,7 @@ def test_sm80_only_bundle_is_refused_clearly():
 
 def test_out_of_memory_at_load_is_a_clear_error():
     b = grapec.compile(os.path.join(ROOT, "models", "tiny", "resnet50.onnx"), dims={"batch": 1})
-    b.plans[0]["arena_bytes"] = 1 << 50    # a petabyte of activations
+    b.plans[0].arena_bytes = 1 << 50    # a petabyte of activations
     with pytest.raises(BackendError, match="out of GPU memory allocating the activation arena"):
         grapec.load(b, backend="cuda")
 
@@ -102,15 +102,15 @@ class GpuStepChecker:
             def exec_steps(self, steps, v):
                 for st in steps:
                     super().exec_steps([st], v)
-                    if st["op"] in ("kernel", "library"):
+                    if st.op in ("kernel", "library"):
                         checker.compare(st, v)
         self.cpu = Runner(bundle)
 
     def compare(self, st, v):
         from grapec.runtime.cuda.driver import KernelArgs, call
         dev = self.gpu.dev
-        ins = [v[a] if a >= 0 else None for a in st["args"]]
-        want = v[st["out"]]
+        ins = [v[a] if a >= 0 else None for a in st.args]
+        want = v[st.out]
         ptrs = []
         for a in ins:
             if a is None:
@@ -120,17 +120,17 @@ class GpuStepChecker:
             dev.upload(p, np.ascontiguousarray(a).ctypes.data, a.nbytes)
             ptrs.append(p)
         out = dev.alloc(max(want.nbytes, 1), "test output")
-        if st["op"] == "kernel":
-            _, grid, block, _ = self.gpu.launches[st["kernel"]]
-            args = KernelArgs([out] + [p for p in ptrs], self.gpu.scalars[st["kernel"]])
-            call("cuLaunchKernel", self.gpu.functions[st["kernel"]], grid, 1, 1, block, 1, 1, 0, dev.stream,
+        if st.op == "kernel":
+            _, grid, block, _ = self.gpu.launches[st.kernel]
+            args = KernelArgs([out] + [p for p in ptrs], self.gpu.scalars[st.kernel])
+            call("cuLaunchKernel", self.gpu.functions[st.kernel], grid, 1, 1, block, 1, 1, 0, dev.stream,
                  args.address, 0)
         else:
             from grapec.runtime.cuda.blas import apply_views, shared_blas
             blas = shared_blas(dev)
             shapes, at = [a.shape if a is not None else None for a in ins], list(ptrs)   # ptrs are freed below
-            out_shape, out_ptr, layouts = apply_views(st["attrs"], shapes, at, want.shape, out, str(want.dtype))
-            g = blas.matmul_graph(st["attrs"], shapes, str(want.dtype), at, out_shape, out_ptr, layouts)
+            out_shape, out_ptr, layouts = apply_views(st.attrs, shapes, at, want.shape, out, str(want.dtype))
+            g = blas.matmul_graph(st.attrs, shapes, str(want.dtype), at, out_shape, out_ptr, layouts)
             ex = call("cuGraphInstantiate", g, 0)
             call("cuGraphLaunch", ex, dev.stream)
         dev.synchronize()
@@ -141,7 +141,7 @@ class GpuStepChecker:
                 dev.free(p)
         w, g = want.astype(np.float64), got.astype(np.float64)
         err = float(np.abs(w - g).max(initial=0) / (np.abs(w).max(initial=0) + 1e-6))
-        self.errors.append((err, st.get("kernel", st.get("attrs", {}).get("op")), st["origin"]))
+        self.errors.append((err, st.kernel if st.op == "kernel" else st.attrs.get("op"), st.origin))
 
 
 @pytest.mark.parametrize("name", sorted(ZOO_DIMS))

@@ -11,6 +11,7 @@ from grapec.passes.lower import lower_graph
 from grapec.passes.predicate import predicate
 from grapec.passes.simplify import simplify
 from grapec.passes.specialize import specialize
+from grapec.plan import regions
 from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
 
 
@@ -91,7 +92,11 @@ def test_if_with_runtime_condition_runs_both_ways():
     for c in (True, False):
         out, b = compile_and_run(mdl, {"x": x, "c": np.array(c)})
         np.testing.assert_allclose(out["y"], -x if c else np.exp(x), rtol=1e-6)
-    assert any("If node" in n for n in b.manifest["notes"])   # reported, not silent
+    (region,) = regions(b.plans[0])
+    assert region.graphed and not b.manifest["notes"]   # a conditional IF node: nothing on the host
+    _, host = compile_and_run(mdl, {"x": x, "c": np.array(True)}, host_control=True)
+    assert not regions(host.plans[0])[0].graphed
+    assert any("If node" in n and "host" in n for n in host.manifest["notes"])   # reported, not silent
 
 
 def test_loop_with_data_dependent_trip_count():

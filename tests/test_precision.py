@@ -29,8 +29,8 @@ def test_fp16_keeps_the_interface_and_computes_in_half():
     assert b.manifest["precision"] == "fp16"
     assert [i["dtype"] for i in b.manifest["inputs"]] == ["float32"]
     assert [o["dtype"] for o in b.manifest["outputs"]] == ["float32"]
-    weights = [row for row in b.plans[0]["buffers"] if row[1] == "weight"]
-    assert weights and all(row[4] == "float16" for row in weights)
+    weights = [row for row in b.plans[0].buffers if row.space == "weight"]
+    assert weights and all(row.dtype == "float16" for row in weights)
     x = np.random.default_rng(0).standard_normal((2, 8, 8)).astype(np.float32)
     got = grapec.load(b, backend="cpu").run({"x": x})["y"]
     ref = ort_run(m, {"x": x})["y"]

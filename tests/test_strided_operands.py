@@ -15,12 +15,12 @@ GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
 
 
 def views_of(b):
-    return [st["attrs"]["views"] for st in b.plans[0]["steps"] if st["op"] == "library" and st["attrs"].get("views")]
+    return [st.attrs["views"] for st in b.plans[0].steps if st.op == "library" and st.attrs.get("views")]
 
 
 def test_head_split_and_merge_copies_become_strided_gemm_operands():
     b = grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[])
-    copies = [st for st in b.plans[0]["steps"] if st["op"] == "kernel" and any("transpose" in o.lower() for o in st["origin"])]
+    copies = [st for st in b.plans[0].steps if st.op == "kernel" and any("transpose" in o.lower() for o in st.origin)]
     assert not copies, [c["origin"] for c in copies]
     views = views_of(b)
     layers = 2
@@ -51,7 +51,7 @@ def test_fp16_attention_reads_in_place_too():
 
 def test_a_view_reaching_past_its_buffer_is_refused_at_load():
     b = grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[])
-    st = next(st for st in b.plans[0]["steps"] if st["op"] == "library" and "1" in (st["attrs"].get("views") or {}))
-    st["attrs"]["views"]["1"][0] += 10**6
+    st = next(st for st in b.plans[0].steps if st.op == "library" and "1" in (st.attrs.get("views") or {}))
+    st.attrs["views"]["1"][0] += 10**6
     with pytest.raises(BundleError, match="view 1.*reaches element"):
         Bundle.from_bytes(b.to_bytes())

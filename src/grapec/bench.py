@@ -56,16 +56,16 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     host = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
 
     def h2d():
-        for name, b in plan["inputs"]:
+        for name, b in plan.inputs:
             call("cuMemcpyHtoDAsync", r.ptr(bucket, b), host[name].ctypes.data, host[name].nbytes, stream)
-    outs = {name: np.empty(plan["buffers"][b][5], np.dtype(plan["buffers"][b][4])) for name, b in plan["outputs"]}
+    outs = {name: np.empty(plan.buffers[b].shape, np.dtype(plan.buffers[b].dtype)) for name, b in plan.outputs}
 
     def d2h():
-        for name, b in plan["outputs"]:
+        for name, b in plan.outputs:
             call("cuMemcpyDtoHAsync", outs[name].ctypes.data, r.ptr(bucket, b), outs[name].nbytes, stream)
 
     def replay():
-        r.execute(bucket, plan["steps"])
+        r.execute(bucket, plan.steps)
     _event_times(stream, replay, warmup)
     res = {"replay": _stats(_event_times(stream, replay, iters)),
            "h2d": _stats(_event_times(stream, h2d, max(iters // 4, 10))),

@@ -69,12 +69,13 @@ def _shape_options(f):
     return f
 
 
-def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=()):
+def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
+             host_control=False):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_shapes
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict,
-                         targets=targets, progress=say, precision=precision,
+                         targets=targets, progress=say, precision=precision, host_control=host_control,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
 
@@ -93,6 +94,9 @@ def _precision_option(f):
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write [default: MODEL with .grape].")
 @_shape_options
 @click.option("--strict", is_flag=True, help="Fail if any part of the model would run outside the CUDA graph.")
+@click.option("--host-control", is_flag=True,
+              help="Run If/Loop control on the host between graph launches (a baseline to compare with) instead of "
+                   "as CUDA conditional IF/WHILE nodes inside the graph [default: inside the graph].")
 @click.option("--target", "targets", multiple=True, metavar="SM_XX",
               help="GPU architecture to build cubins for, e.g. sm_90 (repeatable) [default: sm_90 when NVRTC is installed].")
 @click.option("--no-gpu", is_flag=True, help="Build no GPU code (a bundle for the CPU backend only).")
@@ -103,7 +107,7 @@ def _precision_option(f):
 @_precision_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, buckets, strict, targets, no_gpu, precision, force, quiet):
+def compile(model, output, shapes, dims, buckets, strict, host_control, targets, no_gpu, precision, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
@@ -122,7 +126,7 @@ def compile(model, output, shapes, dims, buckets, strict, targets, no_gpu, preci
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
-                      buckets)
+                      buckets, host_control)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -194,13 +198,8 @@ def inspect(bundle, as_json):
     b = Bundle.read(bundle)
     m = b.manifest
     summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes", "kernels")}
-    plans = []
-    for bucket, p in zip(m["buckets"], b.plans):
-        lib = {}
-        for s in p["steps"]:
-            if s["op"] == "library":
-                lib[s["attrs"]["op"]] = lib.get(s["attrs"]["op"], 0) + 1
-        plans.append({"shapes": bucket["shapes"], "steps": bucket["steps"], "library_ops": lib, **p["memory"]})
+    plans = [{"shapes": bucket["shapes"], "steps": bucket["steps"], "library_ops": _library_ops(p),
+              "regions": _describe_regions(p.steps), **p.memory} for bucket, p in zip(m["buckets"], b.plans)]
     if as_json:
         click.echo(json.dumps({**summary, "inputs": m["inputs"], "outputs": m["outputs"], "buckets": plans,
                                "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", [])}, indent=1))
@@ -218,10 +217,44 @@ def inspect(bundle, as_json):
         click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
                    f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x; "
                    f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
+        for r in p["regions"]:
+            click.echo(f"    {'  ' * r['depth']}{r['text']}")
     ops = m.get("onnx_ops") or {}
     click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
     for n in m.get("notes", []):
         click.echo(f"  note: {n}")
+
+
+def _library_ops(plan) -> dict:
+    from .plan import LibraryStep, walk_steps
+    lib: dict = {}
+    for st in walk_steps(plan.steps):
+        if isinstance(st, LibraryStep):
+            lib[st.attrs["op"]] = lib.get(st.attrs["op"], 0) + 1
+    return lib
+
+
+def _describe_regions(steps, depth=0) -> list:
+    """One line per If/Loop step: how it runs (a conditional node of the graph, or host control)."""
+    from .plan import IfStep, LoopStep
+    out = []
+    for st in steps:
+        if not isinstance(st, (IfStep, LoopStep)):
+            continue
+        name = ", ".join(st.origin)
+        how = "host-driven: " + st.host_reason if not st.graphed else None
+        if isinstance(st, IfStep):
+            text = (f"If '{name}': {how or 'conditional IF node (then and else bodies)'}; "
+                    f"then {len(st.then.steps)} steps, else {len(st.else_.steps)} steps")
+            subs = [st.then.steps, st.else_.steps]
+        else:
+            text = (f"Loop '{name}': {how or 'conditional WHILE node'}; body {len(st.body.steps)} steps"
+                    f"{', trip count from buffer ' + str(st.trip) if st.trip >= 0 else ''}")
+            subs = [st.body.steps]
+        out.append({"depth": depth, "op": st.op, "name": name, "graphed": st.graphed, "text": text})
+        for sub in subs:
+            out += _describe_regions(sub, depth + 1)
+    return out
 
 
 @main.command()

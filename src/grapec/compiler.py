@@ -5,13 +5,14 @@
         specialize                concrete shapes; constants evaluated (Shape chains fold)
         simplify                  constant folding, BatchNorm into Conv, dead code
         predicate                 If with a known condition inlined; other regions kept
-        lower                     ONNX ops -> Kernel / Library / View / region nodes
+        lower                     ONNX ops -> Kernel / Library / View / region nodes (bodies compiled alike)
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
         fuse                      producer kernels inlined into consumers (reductions stitched)
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         schedule                  topological order
-        plan_memory + PlanBuilder one arena, offsets, the JSON plan
+        form_regions              If/Loop bodies write their results in place; graphed or host-driven
+        plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
     Bundle                        manifest, weights, kernels, plans
 """
 from __future__ import annotations
@@ -28,20 +29,23 @@ from .frontend.onnx_import import import_model, load_model, opset_of
 from .frontend.shapes import resolve_input_shapes
 from .inputs import index_bounds
 from .ir.graph import Graph
+from .plan import walk_steps
 from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
 from .passes.lower import lower_graph
-from .passes.predicate import predicate, regions
+from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
+from .passes.predicate import form_regions, predicate, regions
 from .passes.schedule import schedule
 from .passes.simplify import simplify
 from .passes.strided_operands import strided_operands
 from .passes.specialize import specialize
-from .plan import KernelStore, PlanBuilder, WeightStore
 
 
-def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool = True) -> Graph:
+def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool = True,
+                  host_control: bool = False) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
-    graph when compiling an If/Loop body; fusion=False keeps one kernel per lowered op."""
+    graph when compiling an If/Loop body (its regions are formed with the top level's);
+    fusion=False keeps one kernel per lowered op; host_control: If/Loop control on the host."""
     g = specialize(graph, input_shapes, parent)
     g = simplify(g)
     g = predicate(g)
@@ -51,7 +55,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = fuse(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
         g = strided_operands(g)
-    return schedule(g)
+    g = schedule(g)
+    return form_regions(g, host_control) if parent is None else g
 
 
 PRECISIONS = ("fp32", "tf32", "fp16")
@@ -59,7 +64,7 @@ PRECISIONS = ("fp32", "tf32", "fp16")
 
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
-                  precision: str = "fp32") -> Bundle:
+                  precision: str = "fp32", host_control: bool = False) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -68,6 +73,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              {"seq": 128}]). Kernels of different buckets that differ only in sizes share one GPU
              function that takes the sizes as arguments (codegen/module.py).
     strict:  fail when anything runs outside the graph (control flow on the host) instead of reporting.
+    host_control: run If/Loop control on the host between graph launches (a baseline; reported, and
+             refused by strict) instead of as CUDA conditional nodes inside the graph.
     targets: GPU architectures to compile cubins for (e.g. ["sm_90"]); "auto" = sm_90 when NVRTC is
              installed, none otherwise (the bundle then runs on the CPU backend only, and says so).
     precision: "fp32" (default, exact float32 GEMMs), "tf32" (float32 GEMMs on TF32 tensor cores) or
@@ -98,16 +105,19 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     plans, bucket_meta, notes = [], [], []
     for bi, ishapes in enumerate(bucket_shapes):
         t1 = time.perf_counter()
-        low = compile_graph(graph, ishapes)
-        for name, op in regions(low):
-            notes.append(f"{op} node '{name}': control flow runs between graph launches (host-driven)")
+        low = compile_graph(graph, ishapes, host_control=host_control)
+        for node in regions(low):
+            if not node.attrs["graphed"]:
+                note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
+                if note not in notes:
+                    notes.append(note)
         plan = PlanBuilder(weights, kernels).build(low)
         plans.append(plan)
-        counts = Counter(s["op"] for s in plan["steps"])
+        counts = Counter(st.op for st in walk_steps(plan.steps))
         bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items()},
-                            "arena_bytes": plan["arena_bytes"], "steps": dict(counts)})
-        mem = plan["memory"]
-        say(f"bucket {bi} {_fmt_shapes(ishapes)}: {len(plan['steps'])} steps ({dict(counts)}), "
+                            "arena_bytes": plan.arena_bytes, "steps": dict(counts)})
+        mem = plan.memory
+        say(f"bucket {bi} {_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
             f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
             f"{time.perf_counter() - t1:.1f}s")
     if strict and notes:

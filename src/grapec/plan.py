@@ -1,172 +1,219 @@
-"""The execution plan: what a runtime replays for one input-shape bucket. Plain JSON-able data.
+"""The execution plan: what a runtime replays for one input-shape bucket. Typed records, stored as JSON.
 
-    buffers   [[name, space, offset, nbytes, dtype, shape]]; space "arena" (activations, inputs,
-              outputs, workspaces) or "weight" (offset into the bundle's weight blob)
-    steps     ordered; each names buffers by index:
-              {"op": "kernel",  "kernel": k, "args": [b..], "out": b, "origin": [onnx nodes]}
-              {"op": "library", "attrs": {...}, "args": [b or -1 ..], "out": b, "origin": [...]}
-              {"op": "if",   "cond": b, "then": Body, "else": Body, "outputs": [b..]}
-              {"op": "loop", "trip": b|-1, "cond": b|-1, "init": [b..], "body": Body,
-                             "outputs": [b..], "scan_outputs": [b..]}
-              Body = {"steps": [...], "inputs": [b..], "outputs": [b..]}; a loop body's inputs are
-              (iteration, condition, carried...) and outputs (condition, carried..., scans...)
-    inputs / outputs   [[onnx name, buffer]]
-Kernels live once in the bundle (plans refer to them by index), so buckets share them.
+    Plan
+      buffers        [Buffer]: name, space ("arena": activations, inputs, outputs; "weight": an
+                     offset into the bundle's weight blob), offset, nbytes, dtype, shape
+      inputs/outputs [(onnx name, buffer index)]
+      steps          [Step], in order; every step names buffers by index:
+        KernelStep     out := kernel(args)                 (kernel: index into the bundle's kernels)
+        LibraryStep    out := library op(args)             (attrs: ir/library.py documents them)
+        ScanStoreStep  row `counter` of dst := src         (a Loop's scan output, inside its body)
+        IfStep         run `then` when cond else `else_`; both branches write the If's outputs
+                       themselves (the memory plan gives their last values the output's bytes)
+        LoopStep       ONNX Loop, as the backends run it:
+                           enter steps (initial values into the carried slots)
+                           counter := 0; cond_in := cond (or true)
+                           while cond_in and (no trip or counter < trip):
+                               body steps (they end by copying carried values home and
+                                           storing scan rows)
+                               cond_in := cond_out; counter += 1
+                           exit steps (carried slots into the Loop's outputs, where they differ)
+      arena_bytes, memory (the memory planner's report)
+
+A region (If/Loop) step says whether it runs inside the CUDA graph (`graphed`, as conditional IF and
+WHILE nodes) or with its control on the host (`host_reason` says why). The CPU backend runs both
+kinds the same way (runtime/walker.py). Kernels live once in the bundle, so buckets share them.
 """
 from __future__ import annotations
 
-import hashlib
-
-import numpy as np
-
-from . import dtypes
-from .ir.graph import Graph
-from .passes.plan_memory import MemoryPlan, plan_memory
-
-WEIGHT_ALIGN = 256
+from dataclasses import dataclass, field
 
 
-class WeightStore:
-    """One blob of all weights and folded constants, deduplicated by content."""
+@dataclass
+class Buffer:
+    name: str
+    space: str        # "arena" | "weight"
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: tuple
 
-    def __init__(self):
-        self.chunks: list = []
-        self.size = 0
-        self._by_hash: dict = {}
+    def to_json(self) -> list:
+        return [self.name, self.space, self.offset, self.nbytes, self.dtype, list(self.shape)]
 
-    def add(self, arr: np.ndarray) -> int:
-        data = np.ascontiguousarray(arr).tobytes()
-        key = hashlib.sha256(data).hexdigest()
-        off = self._by_hash.get(key)
-        if off is None:
-            pad = (-self.size) % WEIGHT_ALIGN
-            if pad:
-                self.chunks.append(b"\0" * pad)
-                self.size += pad
-            off = self._by_hash[key] = self.size
-            self.chunks.append(data)
-            self.size += len(data)
-        return off
-
-    def blob(self) -> bytes:
-        return b"".join(self.chunks)
+    @staticmethod
+    def from_json(row) -> "Buffer":
+        name, space, off, nbytes, dt, shape = row
+        return Buffer(str(name), str(space), int(off), int(nbytes), str(dt), tuple(int(d) for d in shape))
 
 
-class KernelStore:
-    """Kernels deduplicated by their canonical JSON."""
-
-    def __init__(self):
-        self.kernels: list = []
-        self._index: dict = {}
-
-    def add(self, kernel) -> int:
-        import json
-        j = kernel.to_json()
-        key = json.dumps(j, sort_keys=True)
-        k = self._index.get(key)
-        if k is None:
-            k = self._index[key] = len(self.kernels)
-            self.kernels.append(j)
-        return k
+@dataclass
+class KernelStep:
+    kernel: int
+    args: list
+    out: int
+    origin: list = field(default_factory=list)
+    op = "kernel"
 
 
-class PlanBuilder:
-    def __init__(self, weights: WeightStore, kernels: KernelStore):
-        self.weights = weights
-        self.kernels = kernels
-        self.buffers: list = []
-        self._ids: dict = {}
-        self._scopes: dict = {}   # id(graph) -> (graph, MemoryPlan, base offset)
-        self.arena_bytes = 0
+@dataclass
+class LibraryStep:
+    attrs: dict
+    args: list        # buffer indices, -1 for an absent optional operand
+    out: int
+    origin: list = field(default_factory=list)
+    op = "library"
 
-    def build(self, g: Graph) -> dict:
-        mem = plan_memory(g)
-        self.arena_bytes = mem.arena_bytes
-        body = self._body(g, mem, 0)
-        return {
-            "inputs": [[n, self.buffer(g, n)] for n in g.inputs],
-            "outputs": [[n, self.buffer(g, n)] for n in g.outputs],
-            "buffers": self.buffers,
-            "steps": body["steps"],
-            "arena_bytes": mem.arena_bytes,
-            "memory": mem.report(),
-        }
 
-    def buffer(self, g: Graph, name: str) -> int:
-        scope = g
-        while scope is not None and name not in scope.values:
-            scope = scope.parent
-        assert scope is not None, f"value {name} not found"
-        key = (id(scope), name)
-        if key in self._ids:
-            return self._ids[key]
-        v = scope.values[name]
-        _, mem, base = self._scopes[id(scope)]
-        if v.const is not None:
-            row = [name, "weight", self.weights.add(v.const), v.nbytes, v.dtype, list(v.shape)]
-        elif name in mem.offsets:
-            row = [name, "arena", base + mem.offsets[name], v.nbytes, v.dtype, list(v.shape)]
-        elif name in mem.weights:
-            w = scope.lookup(mem.weights[name])
-            row = [name, "weight", self.weights.add(w.const), v.nbytes, v.dtype, list(v.shape)]
-        elif name in mem.outer:  # a View, inside a region body, of a value of an enclosing scope
-            src = self.buffers[self.buffer(scope.parent, mem.outer[name])]
-            row = [name, src[1], src[2], v.nbytes, v.dtype, list(v.shape)]
-        else:  # pragma: no cover - a planner bug, not a user error
-            raise AssertionError(f"value {name} has no storage")
-        self._ids[key] = len(self.buffers)
-        self.buffers.append(row)
-        return self._ids[key]
+@dataclass
+class ScanStoreStep:
+    src: int
+    dst: int          # [rows, *src.shape]
+    counter: int      # int64 scalar: the row to write
+    origin: list = field(default_factory=list)
+    op = "scan_store"
 
-    def _body(self, g: Graph, mem: MemoryPlan, base: int) -> dict:
-        self._scopes[id(g)] = (g, mem, base)
-        steps = []
-        for i, node in enumerate(g.nodes):
-            ref = lambda name: self.buffer(g, name) if name else -1  # noqa: E731
-            if node.op == "Kernel":
-                steps.append({"op": "kernel", "kernel": self.kernels.add(node.attrs["kernel"]),
-                              "args": [ref(n) for n in node.inputs], "out": ref(node.outputs[0]),
-                              "origin": node.origin})
-            elif node.op == "Library":
-                steps.append({"op": "library", "attrs": {k: v for k, v in node.attrs.items()},
-                              "args": [ref(n) for n in node.inputs], "out": ref(node.outputs[0]),
-                              "origin": node.origin})
-            elif node.op == "View":
-                ref(node.outputs[0])  # same bytes as its source; no work
-            elif node.op in ("If", "Loop"):
-                ws_off, plans = mem.workspaces[i]
-                bodies = {}
-                for (key, body), bplan in zip(node.subgraphs.items(), plans):
-                    bodies[key] = self._body(body, bplan, base + ws_off)
-                    bodies[key]["inputs"] = [self.buffer(body, n) for n in body.inputs]
-                    bodies[key]["outputs"] = [self.buffer(body, n) for n in body.outputs]
-                step = {"op": node.op.lower(), "outputs": [ref(o) for o in node.outputs], "origin": node.origin}
-                if node.op == "If":
-                    step.update(cond=ref(node.inputs[0]), then=bodies["then_branch"], **{"else": bodies["else_branch"]})
-                else:
-                    n_carried = node.attrs["n_carried"]
-                    step.update(trip=ref(node.inputs[0]), cond=ref(node.inputs[1]),
-                                init=[ref(n) for n in node.inputs[2:2 + n_carried]], body=bodies["body"],
-                                scan_outputs=[ref(o) for o in node.outputs[n_carried:]])
-                    step["outputs"] = [ref(o) for o in node.outputs[:n_carried]]
-                steps.append(step)
-            else:  # pragma: no cover
-                raise AssertionError(f"unlowered node {node.op}")
-        return {"steps": steps}
+
+@dataclass
+class Body:
+    steps: list
+
+
+@dataclass
+class IfStep:
+    cond: int
+    then: Body
+    else_: Body
+    outputs: list
+    graphed: bool = True
+    host_reason: str = ""
+    origin: list = field(default_factory=list)
+    op = "if"
+
+
+@dataclass
+class LoopStep:
+    trip: int         # int64 scalar, or -1: no trip count
+    cond: int         # bool scalar, or -1: starts true
+    counter: int      # the body's iteration-number input
+    cond_in: int      # the body's condition input
+    cond_out: int     # the body's condition output
+    enter: list
+    body: Body
+    exit: list
+    outputs: list     # carried outputs, then scan outputs (for reports; the steps write them)
+    graphed: bool = True
+    host_reason: str = ""
+    origin: list = field(default_factory=list)
+    op = "loop"
+
+
+REGIONS = (IfStep, LoopStep)
+
+
+@dataclass
+class Plan:
+    buffers: list
+    inputs: list
+    outputs: list
+    steps: list
+    arena_bytes: int
+    memory: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"buffers": [b.to_json() for b in self.buffers], "inputs": [list(x) for x in self.inputs],
+                "outputs": [list(x) for x in self.outputs], "steps": steps_to_json(self.steps),
+                "arena_bytes": self.arena_bytes, "memory": self.memory}
+
+    @staticmethod
+    def from_json(d: dict) -> "Plan":
+        """Raises KeyError/TypeError/ValueError on malformed input (the bundle reader reports them)."""
+        if not isinstance(d, dict):
+            raise TypeError("a plan must be a JSON object")
+        return Plan([Buffer.from_json(r) for r in d["buffers"]], [(str(n), int(b)) for n, b in d["inputs"]],
+                    [(str(n), int(b)) for n, b in d["outputs"]], steps_from_json(d["steps"]),
+                    int(d["arena_bytes"]), dict(d.get("memory") or {}))
+
+
+def steps_to_json(steps: list) -> list:
+    return [_step_to_json(s) for s in steps]
+
+
+def _step_to_json(s) -> dict:
+    if isinstance(s, KernelStep):
+        return {"op": "kernel", "kernel": s.kernel, "args": list(s.args), "out": s.out, "origin": s.origin}
+    if isinstance(s, LibraryStep):
+        return {"op": "library", "attrs": s.attrs, "args": list(s.args), "out": s.out, "origin": s.origin}
+    if isinstance(s, ScanStoreStep):
+        return {"op": "scan_store", "src": s.src, "dst": s.dst, "counter": s.counter, "origin": s.origin}
+    region = {"graphed": s.graphed, "host_reason": s.host_reason, "origin": s.origin, "outputs": list(s.outputs)}
+    if isinstance(s, IfStep):
+        return {"op": "if", "cond": s.cond, "then": steps_to_json(s.then.steps),
+                "else": steps_to_json(s.else_.steps), **region}
+    return {"op": "loop", "trip": s.trip, "cond": s.cond, "counter": s.counter, "cond_in": s.cond_in,
+            "cond_out": s.cond_out, "enter": steps_to_json(s.enter), "body": steps_to_json(s.body.steps),
+            "exit": steps_to_json(s.exit), **region}
+
+
+def steps_from_json(rows) -> list:
+    if not isinstance(rows, list):
+        raise TypeError("steps must be a list")
+    return [_step_from_json(r) for r in rows]
+
+
+def _ints(xs) -> list:
+    if not isinstance(xs, list):
+        raise TypeError("expected a list of buffer indices")
+    return [int(x) for x in xs]
+
+
+def _step_from_json(d):
+    op = d["op"]
+    origin = [str(o) for o in d.get("origin", [])]
+    if op == "kernel":
+        return KernelStep(int(d["kernel"]), _ints(d["args"]), int(d["out"]), origin)
+    if op == "library":
+        if not isinstance(d["attrs"], dict):
+            raise TypeError("library attrs must be an object")
+        return LibraryStep(d["attrs"], _ints(d["args"]), int(d["out"]), origin)
+    if op == "scan_store":
+        return ScanStoreStep(int(d["src"]), int(d["dst"]), int(d["counter"]), origin)
+    region = dict(graphed=bool(d["graphed"]), host_reason=str(d["host_reason"]), origin=origin)
+    if op == "if":
+        return IfStep(int(d["cond"]), Body(steps_from_json(d["then"])), Body(steps_from_json(d["else"])),
+                      _ints(d["outputs"]), **region)
+    if op == "loop":
+        return LoopStep(int(d["trip"]), int(d["cond"]), int(d["counter"]), int(d["cond_in"]), int(d["cond_out"]),
+                        steps_from_json(d["enter"]), Body(steps_from_json(d["body"])), steps_from_json(d["exit"]),
+                        _ints(d["outputs"]), **region)
+    raise ValueError(f"unknown step kind {op!r}")
+
+
+def child_step_lists(step) -> list:
+    """The step lists nested in a region step (empty for the others)."""
+    if isinstance(step, IfStep):
+        return [step.then.steps, step.else_.steps]
+    if isinstance(step, LoopStep):
+        return [step.enter, step.body.steps, step.exit]
+    return []
+
+
+def walk_steps(steps: list):
+    """Every step, region bodies included, depth first."""
+    for st in steps:
+        yield st
+        for sub in child_step_lists(st):
+            yield from walk_steps(sub)
 
 
 def kernel_steps(plans: list):
     """(bucket, step) for every kernel step of the plans, If/Loop bodies included."""
-    def walk(steps, bucket):
-        for st in steps:
-            if st["op"] == "kernel":
-                yield bucket, st
-            for key in ("then", "else", "body"):
-                if key in st:
-                    yield from walk(st[key]["steps"], bucket)
     for b, p in enumerate(plans):
-        yield from walk(p["steps"], b)
+        for st in walk_steps(p.steps):
+            if isinstance(st, KernelStep):
+                yield b, st
 
 
-def buffer_dtype(row) -> np.dtype:
-    return dtypes.np_dtype(row[4])
+def regions(plan: Plan) -> list:
+    """Every If/Loop step of a plan, nested ones included."""
+    return [st for st in walk_steps(plan.steps) if isinstance(st, REGIONS)]

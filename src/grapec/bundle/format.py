@@ -9,8 +9,9 @@
                               the manifest), size, sha256 and compression:
         weights               raw little-endian bytes, every weight at a 256-byte aligned offset
         kernels               zlib(JSON list of kernel IR), shared by all buckets
-        plan.N                zlib(JSON plan) for bucket N (see plan.py)
-        cubin.<target>        (GPU code generation, later) machine code per target
+        plan.N                zlib(JSON plan) for bucket N (plan.py: typed records, stored as JSON)
+        cubin.<target>        machine code per target (codegen/build.py); ptx.<arch>, cuda.source
+        control.<target>      the conditional-node setter kernels, linked with the device runtime
 
 Loading checks the magic, the format version, each section's bounds and hash, and then every
 buffer, offset and size in every plan against its allocation, so a truncated, corrupted or foreign
@@ -29,11 +30,12 @@ import zlib
 from dataclasses import dataclass, field
 
 from .. import __version__, dtypes
+from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreStep
 from ..errors import BundleError
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # v2: typed plan steps, If/Loop regions as the backends run them (plan.py)
 
 
 @dataclass
@@ -49,7 +51,7 @@ class Bundle:
         sections = [("weights", self.weights, "none"),
                     ("kernels", zlib.compress(json.dumps(self.kernels, separators=(",", ":")).encode(), 6), "zlib")]
         for i, p in enumerate(self.plans):
-            sections.append((f"plan.{i}", zlib.compress(json.dumps(p, separators=(",", ":")).encode(), 6), "zlib"))
+            sections.append((f"plan.{i}", zlib.compress(json.dumps(p.to_json(), separators=(",", ":")).encode(), 6), "zlib"))
         for name, data in self.extra_sections.items():
             sections.append((name, data, "none"))
         table, off = [], 0
@@ -113,6 +115,9 @@ class Bundle:
         if ver > FORMAT_VERSION:
             raise BundleError(f"{where}: bundle format v{ver} was written by grapec {manifest.get('grapec_version', '?')}; "
                               f"this grapec ({__version__}) reads up to v{FORMAT_VERSION}: upgrade grapec or recompile")
+        if ver < FORMAT_VERSION:
+            raise BundleError(f"{where}: bundle format v{ver} was written by an older grapec "
+                              f"({manifest.get('grapec_version', '?')}); this grapec reads v{FORMAT_VERSION}: recompile the model")
         body = memoryview(data)[HEADER + mlen:]
         sections = {}
         try:
@@ -129,7 +134,7 @@ class Bundle:
                 raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists "
                                   f"{sum(int(s['size']) for s in manifest['sections'])})")
             kernels = json.loads(sections["kernels"])
-            plans = [json.loads(sections[f"plan.{i}"]) for i in range(len(manifest["buckets"]))]
+            plans = [Plan.from_json(json.loads(sections[f"plan.{i}"])) for i in range(len(manifest["buckets"]))]
         except BundleError:
             raise
         except (KeyError, TypeError, ValueError, zlib.error) as e:
@@ -151,10 +156,10 @@ class Bundle:
                 raise BundleError(f"{where}: bucket {bi}: malformed plan ({type(e).__name__}: {e})") from None
 
 
-def _check_view(view, row, what):
+def _check_view(view, buf, what):
     """A strided operand (passes/strided_operands.py) stays inside its buffer."""
     offset, batch_stride, ld, shape = view
-    n = math.prod(row[5])
+    n = math.prod(buf.shape)
     if min(offset, batch_stride, ld, *shape) < 0 or len(shape) < 2 or ld < shape[-1]:
         raise BundleError(f"{what}: malformed view {view}")
     batches = math.prod(shape[:-2])
@@ -163,19 +168,20 @@ def _check_view(view, row, what):
         raise BundleError(f"{what}: view {view} reaches element {last} of a buffer of {n}")
 
 
-def _validate_plan(plan, weight_bytes, kernels, nk):
-    arena = int(plan["arena_bytes"])
-    bufs = plan["buffers"]
-    for i, (name, space, off, nbytes, dt, shape) in enumerate(bufs):
-        if dt not in dtypes.SUPPORTED:
-            raise BundleError(f"buffer {i} '{name}': unknown dtype {dt!r}")
-        if nbytes != math.prod(shape) * dtypes.itemsize(dt):
-            raise BundleError(f"buffer {i} '{name}': {nbytes} bytes does not match {dt}{shape}")
-        limit = arena if space == "arena" else weight_bytes if space == "weight" else None
+def _validate_plan(plan: Plan, weight_bytes, kernels, nk):
+    arena = plan.arena_bytes
+    bufs = plan.buffers
+    for i, b in enumerate(bufs):
+        if b.dtype not in dtypes.SUPPORTED:
+            raise BundleError(f"buffer {i} '{b.name}': unknown dtype {b.dtype!r}")
+        if b.nbytes != math.prod(b.shape) * dtypes.itemsize(b.dtype) or min(b.shape, default=0) < 0:
+            raise BundleError(f"buffer {i} '{b.name}': {b.nbytes} bytes does not match {b.dtype}{list(b.shape)}")
+        limit = arena if b.space == "arena" else weight_bytes if b.space == "weight" else None
         if limit is None:
-            raise BundleError(f"buffer {i} '{name}': unknown space {space!r}")
-        if off < 0 or off + nbytes > limit:
-            raise BundleError(f"buffer {i} '{name}': bytes [{off}, {off + nbytes}) outside its {space} of {limit} bytes")
+            raise BundleError(f"buffer {i} '{b.name}': unknown space {b.space!r}")
+        if b.offset < 0 or b.offset + b.nbytes > limit:
+            raise BundleError(f"buffer {i} '{b.name}': bytes [{b.offset}, {b.offset + b.nbytes}) outside its "
+                              f"{b.space} of {limit} bytes")
 
     def check_buf(b, what, allow_none=False):
         if allow_none and b == -1:
@@ -183,46 +189,62 @@ def _validate_plan(plan, weight_bytes, kernels, nk):
         if not isinstance(b, int) or not 0 <= b < len(bufs):
             raise BundleError(f"{what}: buffer index {b} out of range")
 
-    def check_steps(steps):
+    def check_scalar(b, what, dt, allow_none=False):
+        check_buf(b, what, allow_none)
+        if b >= 0 and (bufs[b].dtype != dt or math.prod(bufs[b].shape) != 1):
+            raise BundleError(f"{what}: buffer {b} must hold one {dt}, it is {bufs[b].dtype}{list(bufs[b].shape)}")
+
+    def check_steps(steps, where):
         for si, st in enumerate(steps):
-            what = f"step {si} ({st['op']})"
-            if st["op"] == "kernel":
-                k = st["kernel"]
-                if not 0 <= k < nk:
-                    raise BundleError(f"{what}: kernel {k} out of range")
-                for a in st["args"]:
+            what = f"{where}step {si} ({st.op})"
+            if isinstance(st, KernelStep):
+                if not 0 <= st.kernel < nk:
+                    raise BundleError(f"{what}: kernel {st.kernel} out of range")
+                for a in st.args:
                     check_buf(a, what)
-                check_buf(st["out"], what)
-                kin = kernels[k]["inputs"]
-                if len(kin) != len(st["args"]):
-                    raise BundleError(f"{what}: kernel {k} takes {len(kin)} inputs, step gives {len(st['args'])}")
-                for (shape, dt), a in zip(kin, st["args"]):
-                    if list(shape) != list(bufs[a][5]) or dt != bufs[a][4]:
-                        raise BundleError(f"{what}: buffer {a} is {bufs[a][4]}{bufs[a][5]}, kernel expects {dt}{shape}")
-                o = bufs[st["out"]]
-                if list(kernels[k]["shape"]) != list(o[5]) or kernels[k]["dtype"] != o[4]:
-                    raise BundleError(f"{what}: output buffer {st['out']} does not match kernel {k}")
-            elif st["op"] == "library":
-                for a in st["args"]:
+                check_buf(st.out, what)
+                kin = kernels[st.kernel]["inputs"]
+                if len(kin) != len(st.args):
+                    raise BundleError(f"{what}: kernel {st.kernel} takes {len(kin)} inputs, step gives {len(st.args)}")
+                for (shape, dt), a in zip(kin, st.args):
+                    if tuple(shape) != bufs[a].shape or dt != bufs[a].dtype:
+                        raise BundleError(f"{what}: buffer {a} is {bufs[a].dtype}{list(bufs[a].shape)}, kernel expects {dt}{shape}")
+                o = bufs[st.out]
+                if tuple(kernels[st.kernel]["shape"]) != o.shape or kernels[st.kernel]["dtype"] != o.dtype:
+                    raise BundleError(f"{what}: output buffer {st.out} does not match kernel {st.kernel}")
+            elif isinstance(st, LibraryStep):
+                for a in st.args:
                     check_buf(a, what, allow_none=True)
-                check_buf(st["out"], what)
-                for key, view in (st["attrs"].get("views") or {}).items():
-                    b = st["out"] if key == "out" else st["args"][int(key)]
+                check_buf(st.out, what)
+                for key, view in (st.attrs.get("views") or {}).items():
+                    b = st.out if key == "out" else st.args[int(key)]
                     _check_view(view, bufs[b], f"{what} view {key}")
-            elif st["op"] in ("if", "loop"):
-                for key in ("cond", "trip"):
-                    if key in st:
-                        check_buf(st[key], what, allow_none=True)
-                for key in ("outputs", "init", "scan_outputs"):
-                    for b in st.get(key, []):
-                        check_buf(b, what)
-                for key in ("then", "else", "body"):
-                    if key in st:
-                        for b in st[key]["inputs"] + st[key]["outputs"]:
-                            check_buf(b, what)
-                        check_steps(st[key]["steps"])
-            else:
+            elif isinstance(st, ScanStoreStep):
+                check_buf(st.src, what)
+                check_buf(st.dst, what)
+                check_scalar(st.counter, what, "int64")
+                src, dst = bufs[st.src], bufs[st.dst]
+                if dst.shape[1:] != src.shape or dst.dtype != src.dtype or not dst.shape:
+                    raise BundleError(f"{what}: rows of buffer {st.dst} ({dst.dtype}{list(dst.shape)}) do not "
+                                      f"match buffer {st.src} ({src.dtype}{list(src.shape)})")
+            elif isinstance(st, IfStep):
+                check_scalar(st.cond, what, "bool")
+                for b in st.outputs:
+                    check_buf(b, what, allow_none=True)
+                check_steps(st.then.steps, what + " then: ")
+                check_steps(st.else_.steps, what + " else: ")
+            elif isinstance(st, LoopStep):
+                check_scalar(st.trip, what, "int64", allow_none=True)
+                check_scalar(st.cond, what, "bool", allow_none=True)
+                check_scalar(st.counter, what, "int64")
+                check_scalar(st.cond_in, what, "bool")
+                check_scalar(st.cond_out, what, "bool")
+                for b in st.outputs:
+                    check_buf(b, what, allow_none=True)
+                for label, sub in (("enter", st.enter), ("body", st.body.steps), ("exit", st.exit)):
+                    check_steps(sub, f"{what} {label}: ")
+            else:  # pragma: no cover - Plan.from_json builds only these
                 raise BundleError(f"{what}: unknown step kind")
-    check_steps(plan["steps"])
-    for name, b in plan["inputs"] + plan["outputs"]:
+    check_steps(plan.steps, "")
+    for name, b in plan.inputs + plan.outputs:
         check_buf(b, f"input/output '{name}'")

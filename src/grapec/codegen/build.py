@@ -5,6 +5,8 @@ Bundle sections written here:
     cuda.source        the CUDA C (what NVRTC compiled; kept for error reports and `inspect`)
     cubin.<sm_XX>      machine code per target
     ptx.<compute_XX>   PTX for the lowest target, for GPUs without a matching cubin
+    control.<sm_XX>    the setter kernels of graphed If/Loop regions, linked with the device
+                       runtime (codegen/control.py); only when a plan has a graphed region
 Manifest entry "cuda": {"kernels": [function name per bundle kernel], "launch": [[mode, grid, block,
 split] per bundle kernel] (codegen/launch.py), "scalars": [[[type, value]..] per bundle kernel: the
 size arguments passed after its pointers], "targets": [...], "ptx": arch or null, "nvrtc": version}.
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import re
 
-from ..plan import kernel_steps
+from ..plan import ScanStoreStep, kernel_steps, regions, walk_steps
+from .control import SCAN_STORE, build_control_cubin
 from .cuda import PRELUDE
 from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
@@ -23,6 +26,8 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     """-> (sections {name: bytes}, manifest entry)."""
     module = build_module(kernels_json, kernel_users(plans, len(kernels_json)))
     source = module.source
+    if any(isinstance(st, ScanStoreStep) for p in plans for st in walk_steps(p.steps)):
+        source += SCAN_STORE
     line_of, line = [], PRELUDE.count("\n") + 1
     for body, first in zip(module.bodies, module.first_user):
         line_of.append((line, first))
@@ -35,7 +40,10 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     if with_ptx and targets:
         ptx_arch = min(targets, key=lambda a: int(a.split("_")[1])).replace("sm_", "compute_")
         sections[f"ptx.{ptx_arch}"] = _compile(source, min(targets), True, origins, line_of)
-    entry = {"kernels": module.names, "launch": [la.to_json() for la in module.launches],
+    graphed = any(r.graphed for p in plans for r in regions(p))
+    for arch in targets if graphed else ():
+        sections[f"control.{arch}"] = build_control_cubin(arch)
+    entry = {"control": graphed, "kernels": module.names, "launch": [la.to_json() for la in module.launches],
              "scalars": module.scalars, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version()}
     return sections, entry
 
@@ -68,5 +76,5 @@ def kernel_origins(plans: list) -> dict:
     """Per bundle kernel index, the ONNX nodes it was made from (in any bucket)."""
     out: dict = {}
     for _, st in kernel_steps(plans):
-        out.setdefault(st["kernel"], set()).update(st.get("origin", []))
+        out.setdefault(st.kernel, set()).update(st.origin)
     return out

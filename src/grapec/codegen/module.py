@@ -124,7 +124,7 @@ def kernel_users(plans: list, n_kernels: int) -> list:
     """Per bundle kernel, the set of buckets whose plans (bodies of If/Loop included) run it."""
     users = [set() for _ in range(n_kernels)]
     for bucket, st in kernel_steps(plans):
-        users[st["kernel"]].add(bucket)
+        users[st.kernel].add(bucket)
     return users
 
 

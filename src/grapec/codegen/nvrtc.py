@@ -34,14 +34,14 @@ def _check(nvrtc, result, what):
     return result[1:] if isinstance(result, tuple) and len(result) > 1 else None
 
 
-def compile_cuda(source: str, arch: str, ptx: bool = False, name: str = "grapec.cu") -> bytes:
+def compile_cuda(source: str, arch: str, ptx: bool = False, name: str = "grapec.cu", extra_options=()) -> bytes:
     """arch like 'sm_90'. Returns the cubin (or PTX text when ptx=True). On a compile error the
     GrapecError carries NVRTC's log (the caller adds the kernel source and its ONNX nodes)."""
     nvrtc = _nvrtc()
     (prog,) = _check(nvrtc, nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create program")
     target = arch.replace("sm_", "compute_") if ptx else arch
-    opts = [f"--gpu-architecture={target}".encode(), b"--std=c++17", b"-default-device", b"--use_fast_math=false"]
-    opts = [o for o in opts if o != b"--use_fast_math=false"]
+    opts = [f"--gpu-architecture={target}".encode(), b"--std=c++17", b"-default-device"]
+    opts += [o.encode() for o in extra_options]
     try:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:

@@ -3,10 +3,12 @@
 Bodies read enclosing values directly (ONNX scoping). Shapes must be static: both If branches
 must produce the same shapes, and Loop-carried values must keep their shape across iterations.
 Scan outputs need an exact trip count (a constant M and a loop that cannot stop early), since
-their size is fixed in the plan. How a region runs is the backend's business: the CPU backend and,
-for now, the CUDA runtime drive the control on the host; CUDA conditional nodes slot in later.
+their size is fixed in the plan. passes/predicate.py then puts the regions in the form the backends
+run: on the GPU, conditional IF / WHILE nodes of the CUDA graph.
 """
 from __future__ import annotations
+
+import math
 
 from ..errors import UnsupportedError
 from ..ir.graph import Node, Value
@@ -54,6 +56,8 @@ def if_(ctx):
 def loop(ctx):
     body = ctx.node.subgraphs["body"]
     n_carried = len(ctx.node.inputs) - 2
+    _check_scalar(ctx, 0, "trip count M", ("int64",))
+    _check_scalar(ctx, 1, "condition", ("bool",))
     if len(body.inputs) != n_carried + 2:
         ctx.fail(f"body takes {len(body.inputs)} inputs, expected {n_carried + 2} (iteration, condition, carried)")
     shapes = {body.inputs[0]: (), body.inputs[1]: ()}
@@ -67,6 +71,9 @@ def loop(ctx):
         body.values[name] = Value(name, v.dtype, body.values[name].shape)
         shapes[name] = v.shape
     low = compile_body(ctx, body, shapes)
+    c = low.lookup(low.outputs[0])
+    if c.dtype != "bool" or c.nbytes != 1:
+        ctx.fail(f"the body's condition output '{low.outputs[0]}' must be a single bool, got {c.dtype}{list(c.shape)}")
     outs = []
     for i in range(n_carried):
         init, got = ctx.value(2 + i), low.lookup(low.outputs[1 + i])
@@ -84,6 +91,15 @@ def loop(ctx):
     ctx.emit(Node("Loop", list(ctx.node.inputs), list(ctx.node.outputs), ctx.node.name,
                   {"n_carried": n_carried}, {"body": low}))
     return results
+
+
+def _check_scalar(ctx, i: int, what: str, allowed: tuple):
+    """A Loop's M and cond are single elements of one type (ONNX: int64 M, bool cond)."""
+    if not ctx.has(i):
+        return
+    v = ctx.value(i)
+    if v.dtype not in allowed or math.prod(v.shape) != 1:
+        ctx.fail(f"{what} '{v.name}' must be a single {' or '.join(allowed)}, got {v.dtype}{list(v.shape)}")
 
 
 def _exact_trip_count(ctx, low, body) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, outer_reads
+from ..ir.kernel import walk
 
 ALIGN = 256
 
@@ -117,7 +118,12 @@ def _peak_live(order, storages, writer, readers, size, sink) -> int:
     return peak
 
 
-def plan_memory(g: Graph) -> MemoryPlan:
+def plan_memory(g: Graph, pinned: dict | None = None, loop_body: bool = False) -> MemoryPlan:
+    """pinned: body value -> value of the enclosing scope whose bytes it is given (an If branch's
+    outputs, a Loop's carried values): those storages are placed by the parent, not here.
+    loop_body: g is a Loop body; its inputs (iteration, condition, carried values) stay live to its
+    end, because the loop writes them between iterations, and a carried output takes its input's
+    bytes where every other use of the input happens-before it is written (an in-place update)."""
     nodes = g.nodes
     n = len(nodes)
     SINK = n
@@ -140,30 +146,62 @@ def plan_memory(g: Graph) -> MemoryPlan:
     def local(name):
         return name in g.values and g.values[name].const is None
 
+    # happens-before: desc[i] = nodes reachable from i (excluding i); the source reaches all
+    prod = {}
+    for i, node in enumerate(nodes):
+        for o in node.outputs:
+            if o:
+                prod[o] = i
+    succ = [set() for _ in range(n)]
+    for i, node in enumerate(nodes):
+        for name in _reads(node):
+            p = prod.get(name)
+            if p is not None and p != i:
+                succ[p].add(i)
+    desc = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        d = 1 << SINK
+        for s in succ[i]:
+            d |= (1 << s) | desc[s]
+        desc[i] = d
+    everything = (1 << (n + 1)) - 1
+
+    if loop_body:
+        n_carried = len(g.inputs) - 2
+        for vin, vout in zip(g.inputs[2:], g.outputs[1:1 + n_carried]):
+            if _updates_in_place(g, find, prod, desc, vin, vout):
+                root[find(vout)] = find(vin)
+
     writer: dict = {}
     readers: dict = {}
     size: dict = {}
-    for name in g.inputs:
-        r = find(name)
-        writer[r] = -1
     for i, node in enumerate(nodes):
         if node.op != "View":
             for o in node.outputs:
                 if o:
                     writer[find(o)] = i
-        for name in list(node.inputs) + sorted(outer_reads(node)):
+        for name in _reads(node):
             if name and local(find(name)):
                 readers.setdefault(find(name), set()).add(i)
+    for name in g.inputs:
+        writer[find(name)] = -1
+        if loop_body:
+            readers.setdefault(find(name), set()).add(SINK)
     for o in g.outputs:
         if local(find(o)):
             readers.setdefault(find(o), set()).add(SINK)
+    outside = {}   # storage root -> the enclosing-scope value whose bytes it takes
+    for name, parent_name in (pinned or {}).items():
+        r = find(name)
+        assert local(r) and outside.get(r, parent_name) == parent_name, f"{name}: cannot take {parent_name}'s bytes"
+        outside[r] = parent_name
 
     # regions: body plans live in a workspace read and written by the region node only
     workspace_of: dict = {}
     body_plans: dict = {}
     for i, node in enumerate(nodes):
         if node.subgraphs:
-            plans = [plan_memory(b) for b in node.subgraphs.values()]
+            plans = _region_plans(node)
             body_plans[i] = plans
             ws = f"__workspace_{i}"
             workspace_of[i] = ws
@@ -175,27 +213,7 @@ def plan_memory(g: Graph) -> MemoryPlan:
         if r not in size:
             v = g.lookup(r)
             size[r] = v.nbytes
-    storages = [r for r in writer if not is_weight(r)]
-
-    # happens-before: desc[i] = nodes reachable from i (excluding i); the source reaches all
-    prod = {}
-    for i, node in enumerate(nodes):
-        for o in node.outputs:
-            if o:
-                prod[o] = i
-    succ = [set() for _ in range(n)]
-    for i, node in enumerate(nodes):
-        for name in list(node.inputs) + sorted(outer_reads(node)):
-            p = prod.get(name)
-            if p is not None and p != i:
-                succ[p].add(i)
-    desc = [0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        d = 1 << SINK
-        for s in succ[i]:
-            d |= (1 << s) | desc[s]
-        desc[i] = d
-    everything = (1 << (n + 1)) - 1
+    storages = [r for r in writer if not is_weight(r) and r not in outside]
 
     after: dict = {}
     for s in storages:
@@ -236,7 +254,9 @@ def plan_memory(g: Graph) -> MemoryPlan:
     names = set(g.values) | set(root)
     for name in names:
         r = find(name)
-        if r in offsets:
+        if r in outside:
+            outer[name] = outside[r]
+        elif r in offsets:
             all_offsets[name] = offsets[r]
         elif is_weight(r):
             weights[name] = r
@@ -244,3 +264,50 @@ def plan_memory(g: Graph) -> MemoryPlan:
             outer[name] = r
     workspaces = {i: (offsets[workspace_of[i]], body_plans[i]) for i in body_plans}
     return MemoryPlan(all_offsets, weights, outer, arena, sum(size[s] for s in storages), peak, schedule_peak, workspaces)
+
+
+def _reads(node) -> list:
+    return list(node.inputs) + sorted(outer_reads(node))
+
+
+def _region_plans(node) -> list:
+    """Memory plans of a region's bodies, each told which of its values take the region's bytes:
+    an If branch writes its results straight into the If's outputs; a Loop's carried values live
+    in the Loop's outputs (the last iteration leaves them there)."""
+    if node.op == "If":
+        return [plan_memory(b, pinned={bo: po for bo, po in zip(b.outputs, node.outputs) if po})
+                for b in node.subgraphs.values()]
+    body = node.subgraphs["body"]
+    n_carried = node.attrs["n_carried"]
+    pins = {body.inputs[2 + k]: node.outputs[k] for k in range(n_carried) if node.outputs[k]}
+    return [plan_memory(body, pinned=pins, loop_body=True)]
+
+
+def _updates_in_place(g, find, prod, desc, vin: str, vout: str) -> bool:
+    """Can a carried output share its input's bytes? Only if it is computed by one kernel or GEMM
+    here, every other reader of the input happens-before that node, and the node itself reads the
+    input, if at all, only element by element at the position it writes (each thread reads its own
+    element before writing it)."""
+    r_in, r_out = find(vin), find(vout)
+    p = prod.get(r_out)
+    if r_out == r_in or p is None or g.nodes[p].op not in ("Kernel", "Library"):
+        return False
+    aliases = {name for name in set(g.values) | {vin} if find(name) == r_in}
+    for m, node in enumerate(g.nodes):
+        if m != p and aliases & set(_reads(node)) and not (desc[m] >> p) & 1:
+            return False
+    writer = g.nodes[p]
+    slots = [s for s, name in enumerate(writer.inputs) if name in aliases]
+    if not slots:
+        return True
+    if writer.op != "Kernel":
+        return False
+    k = writer.attrs["kernel"]
+    identity = tuple(range(len(k.shape)))
+    for e in walk(k.body):
+        if e.op == "load" and e.args[0] in slots:
+            index = e.args[1]
+            if k.inputs[e.args[0]][0] != tuple(k.shape) or tuple(
+                    i.args[0] if i.op == "idx" else None for i in index) != identity:
+                return False
+    return True

@@ -1,47 +1,49 @@
-"""If and Loop steps driven from the host: their semantics once, for every backend.
+"""The plan walker both backends share: If and Loop semantics, once.
 
-A backend hands in `mem`, its view of the plan's buffers, and `execute(steps)`, which runs a body:
+The CPU backend walks every plan with it. The CUDA backend builds graphed regions into its CUDA
+graph as conditional IF/WHILE nodes (the device then evaluates the same semantics in its setter
+kernels, codegen/control.py), and walks only host-driven regions with it, between graph launches.
+
+A backend hands in `mem`, its view of the plan's buffers, and `execute(steps)`, which runs a list
+of steps (and, through this module, the regions among them):
     mem.scalar(b)          the one element of buffer b, as a Python value
-    mem.set(b, array)      write a host array into buffer b
-    mem.snapshot(b)        a host copy of buffer b
-    mem.copy(src, dst)     buffer to buffer
-    mem.copy_row(src, dst, i)   src into row i of dst (a Loop's scan output)
+    mem.set(b, value)      write a one-element host value into buffer b
 """
 from __future__ import annotations
 
-import numpy as np
+from ..plan import IfStep, LoopStep
 
 
-def run_if(st: dict, mem, execute):
-    body = st["then"] if bool(mem.scalar(st["cond"])) else st["else"]
-    execute(body["steps"])
-    for src, dst in zip(body["outputs"], st["outputs"]):
-        mem.copy(src, dst)
+def run_region(st, mem, execute):
+    if isinstance(st, IfStep):
+        run_if(st, mem, execute)
+    elif isinstance(st, LoopStep):
+        run_loop(st, mem, execute)
+    else:  # pragma: no cover - callers pass regions only
+        raise TypeError(type(st).__name__)
 
 
-def run_loop(st: dict, mem, execute):
-    """ONNX Loop: body inputs (iteration, condition, carried...), outputs (condition,
-    carried..., scans...); runs while i < trip count (if any) and the condition holds."""
-    body = st["body"]
-    it, cond_in, *carried_in = body["inputs"]
-    cond_out, *rest = body["outputs"]
-    n = len(st["init"])
-    carried_out, scans = rest[:n], rest[n:]
-    trip = int(mem.scalar(st["trip"])) if st["trip"] >= 0 else None
-    cond = bool(mem.scalar(st["cond"])) if st["cond"] >= 0 else True
-    for src, dst in zip(st["init"], carried_in):
-        mem.copy(src, dst)
+def run_if(st: IfStep, mem, execute):
+    """Both branches write the If's outputs themselves (plan_memory pinned them there)."""
+    execute(st.then.steps if bool(mem.scalar(st.cond)) else st.else_.steps)
+
+
+def loop_goes_on(i: int, trip, cond: bool) -> bool:
+    """ONNX Loop: for (i = 0; i < M && cond; ++i); a missing M or cond does not stop it."""
+    return bool(cond) and (trip is None or i < trip)
+
+
+def run_loop(st: LoopStep, mem, execute):
+    execute(st.enter)
+    trip = int(mem.scalar(st.trip)) if st.trip >= 0 else None
+    cond = bool(mem.scalar(st.cond)) if st.cond >= 0 else True
     i = 0
-    while (trip is None or i < trip) and cond:
-        mem.set(it, np.array(i))
-        mem.set(cond_in, np.array(cond))
-        execute(body["steps"])
-        cond = bool(mem.scalar(cond_out))
-        new = [mem.snapshot(o) for o in carried_out]   # outputs may alias other inputs: copy first
-        for dst, val in zip(carried_in, new):
-            mem.set(dst, val)
-        for src, dst in zip(scans, st["scan_outputs"]):
-            mem.copy_row(src, dst, i)
+    mem.set(st.counter, i)
+    mem.set(st.cond_in, cond)
+    while loop_goes_on(i, trip, cond):
+        execute(st.body.steps)
+        cond = bool(mem.scalar(st.cond_out))
         i += 1
-    for src, dst in zip(carried_in, st["outputs"]):
-        mem.copy(src, dst)
+        mem.set(st.counter, i)
+        mem.set(st.cond_in, cond)
+    execute(st.exit)

@@ -1,17 +1,19 @@
 """Run a plan on the CPU: one numpy arena laid out exactly as the plan says, steps in order.
 
 Because every value is a view into the same arena at the planned offset, a memory-planning bug
-(two live values sharing bytes) shows up here as a wrong answer, on any machine.
+(two live values sharing bytes) shows up here as a wrong answer, on any machine. Regions run
+through the walker both backends share (runtime/walker.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ... import dtypes
-from ...ir.kernel import Kernel
 from ...ir.interpret import run_kernel
-from ..walker import run_if, run_loop
+from ...ir.kernel import Kernel
 from ...ir.library import run_library, view_array
+from ...plan import KernelStep, LibraryStep, ScanStoreStep
+from ..walker import run_region
 
 
 class CpuPlanRunner:
@@ -19,49 +21,45 @@ class CpuPlanRunner:
         self.bundle = bundle
         self.kernels = [Kernel.from_json(k) for k in bundle.kernels]
         self.weights = np.frombuffer(bundle.weights, np.uint8)
-        arena_bytes = max((p["arena_bytes"] for p in bundle.plans), default=0)
+        arena_bytes = max((p.arena_bytes for p in bundle.plans), default=0)
         self.arena = np.zeros(arena_bytes, np.uint8)   # one arena shared by all buckets
         self._views = {}
 
     def views(self, bucket: int) -> list:
         if bucket not in self._views:
             out = []
-            for name, space, off, nbytes, dt, shape in self.bundle.plans[bucket]["buffers"]:
-                mem = self.arena if space == "arena" else self.weights
-                out.append(mem[off:off + nbytes].view(dtypes.np_dtype(dt)).reshape(shape))
+            for b in self.bundle.plans[bucket].buffers:
+                mem = self.arena if b.space == "arena" else self.weights
+                out.append(mem[b.offset:b.offset + b.nbytes].view(dtypes.np_dtype(b.dtype)).reshape(b.shape))
             self._views[bucket] = out
         return self._views[bucket]
 
     def run(self, bucket: int, feeds: dict) -> dict:
         plan = self.bundle.plans[bucket]
         v = self.views(bucket)
-        for name, b in plan["inputs"]:
+        for name, b in plan.inputs:
             v[b][...] = feeds[name]
-        self.exec_steps(plan["steps"], v)
-        return {name: v[b].copy() for name, b in plan["outputs"]}
+        self.exec_steps(plan.steps, v)
+        return {name: v[b].copy() for name, b in plan.outputs}
 
     def exec_steps(self, steps, v):
         for st in steps:
-            op = st["op"]
-            if op == "kernel":
-                run_kernel(self.kernels[st["kernel"]], [v[a] for a in st["args"]], out=v[st["out"]])
-            elif op == "library":
-                views = st["attrs"].get("views") or {}
+            if isinstance(st, KernelStep):
+                run_kernel(self.kernels[st.kernel], [v[a] for a in st.args], out=v[st.out])
+            elif isinstance(st, LibraryStep):
+                views = st.attrs.get("views") or {}
                 args = [None if a < 0 else view_array(v[a], views[str(i)]) if str(i) in views else v[a]
-                        for i, a in enumerate(st["args"])]
-                out = v[st["out"]]
-                r = run_library(st["attrs"], args)
-                (view_array(out, views["out"]) if "out" in views else out)[...] = r
-            elif op == "if":
-                run_if(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
-            elif op == "loop":
-                run_loop(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
-            else:  # pragma: no cover - validated at load
-                raise ValueError(op)
+                        for i, a in enumerate(st.args)]
+                r = run_library(st.attrs, args)
+                (view_array(v[st.out], views["out"]) if "out" in views else v[st.out])[...] = r
+            elif isinstance(st, ScanStoreStep):
+                v[st.dst][int(v[st.counter].reshape(-1)[0])] = v[st.src]
+            else:
+                run_region(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
 
 
 class _ArenaViews:
-    """The host-control interface (runtime/control.py) over the arena's numpy views."""
+    """The walker's view of the plan's buffers (runtime/walker.py) over the arena's numpy views."""
 
     def __init__(self, v):
         self.v = v
@@ -69,14 +67,5 @@ class _ArenaViews:
     def scalar(self, b):
         return self.v[b].reshape(-1)[0]
 
-    def set(self, b, arr):
-        self.v[b][...] = arr
-
-    def snapshot(self, b):
-        return self.v[b].copy()
-
-    def copy(self, src, dst):
-        self.v[dst][...] = self.v[src]
-
-    def copy_row(self, src, dst, i):
-        self.v[dst][i] = self.v[src]
+    def set(self, b, value):
+        self.v[b][...] = value

@@ -1,11 +1,11 @@
-"""The CUDA backend: a plan replayed as CUDA graphs built explicitly from its steps.
+"""The CUDA backend: a plan replayed as CUDA graphs built explicitly from its steps (graph.py).
 
 At load: pick the bundle's code for this GPU (a cubin of the same major architecture, else PTX),
-load the module, upload the weights once, allocate one arena shared by all buckets. A bucket's
-graph is built on its first run and kept: kernel steps become kernel nodes, matmul steps child
-graphs captured from cuBLASLt; each node depends on the one before it (the schedule's order; the
-memory plan would allow more parallelism, which a later scheduler will use). If/Loop steps split the
-plan: the control runs on the host between graph launches (reported by the compiler).
+load the module (and the conditional-node setter kernels where the plan has graphed regions),
+upload the weights once, allocate one arena shared by all buckets. A bucket's graph is built on
+its first run and kept. Graphed If/Loop regions are conditional nodes inside it, so such a model
+replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
+runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
 """
 from __future__ import annotations
 
@@ -13,9 +13,14 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import BackendError
-from ..walker import run_if, run_loop
-from .blas import apply_views
-from .driver import Device, KernelArgs, call
+from ...plan import REGIONS, regions
+from ..walker import run_region
+from .driver import Device, call
+from .graph import GraphBuilder
+
+# Conditional IF nodes with an else body need CUDA 12.8 (WHILE and plain IF came with 12.4).
+CONDITIONAL_DRIVER = 12080
+
 
 def select_code(bundle, device) -> tuple:
     """-> (image bytes, 'cubin sm_90' | 'ptx compute_90'); a clear error when nothing fits."""
@@ -37,11 +42,12 @@ def select_code(bundle, device) -> tuple:
 
 
 class _Segment:
-    """A run of kernel/library steps as one instantiated CUDA graph."""
+    """A run of steps (graphed regions included) as one instantiated CUDA graph."""
 
-    def __init__(self, exec_, n_nodes):
+    def __init__(self, exec_, n_steps, conditionals):
         self.exec = exec_
-        self.n_nodes = n_nodes
+        self.n_steps = n_steps
+        self.conditionals = conditionals
 
 
 class CudaPlanRunner:
@@ -49,33 +55,76 @@ class CudaPlanRunner:
         self.bundle = bundle
         self.dev = Device(device)
         image, self.code = select_code(bundle, self.dev)
-        try:
-            self.module = call("cuModuleLoadData", image)
-        except BackendError as e:
-            if "PTX" in str(e) or "UNSUPPORTED" in str(e):
-                raise BackendError(f"the driver cannot load this bundle's {self.code}: {e}. PTX needs a driver at least "
-                                   f"as new as the NVRTC that made it ({bundle.manifest['cuda'].get('nvrtc')}); "
-                                   f"recompile with --target {self.dev.arch} for a cubin") from None
-            raise
+        self.module = self._load(image, self.code)
         names = bundle.manifest["cuda"]["kernels"]
         by_name: dict = {}
         for n in names:   # identical kernels share one function
             if n not in by_name:
                 by_name[n] = call("cuModuleGetFunction", self.module, n.encode())
         self.functions = [by_name[n] for n in names]
+        self._extra: dict = {}
         self.launches = bundle.manifest["cuda"].get("launch")   # [mode, grid, block, split] per kernel
         if self.launches is None:
             raise BackendError("this bundle was made by an older grapec (no kernel launch shapes); recompile it")
         self.scalars = bundle.manifest["cuda"].get("scalars") or [[] for _ in names]   # size arguments
+        self.control = self._control_module(bundle)
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
         self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
-        self.arena_bytes = max((p["arena_bytes"] for p in bundle.plans), default=0)
+        self.arena_bytes = max((p.arena_bytes for p in bundle.plans), default=0)
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
         self.blas = None
         self.tf32 = tf32
         self._graphs: dict = {}
         self._keep: list = []
         self._pending: list = []
+
+    def _load(self, image, what):
+        try:
+            return call("cuModuleLoadData", image)
+        except BackendError as e:
+            if "PTX" in str(e) or "UNSUPPORTED" in str(e):
+                raise BackendError(f"the driver cannot load this bundle's {what}: {e}. PTX needs a driver at least "
+                                   f"as new as the NVRTC that made it ({self.bundle.manifest['cuda'].get('nvrtc')}); "
+                                   f"recompile with --target {self.dev.arch} for a cubin") from None
+            raise
+
+    def _control_module(self, bundle):
+        """The setter kernels of graphed If/Loop regions: a linked cubin for this GPU, and a driver
+        that has conditional nodes. Either missing is a clear error, not a silent host fallback."""
+        if not any(r.graphed for p in bundle.plans for r in regions(p)):
+            return None
+        fits = [k for k in bundle.extra_sections if k.startswith("control.sm_")
+                and int(k[len("control.sm_"):-1]) == self.dev.cc[0] and int(k[-1]) <= self.dev.cc[1]]
+        if not fits:
+            raise BackendError(f"this bundle runs If/Loop inside the CUDA graph but has no setter kernels for "
+                               f"{self.dev.arch}: recompile with --target {self.dev.arch} (or --host-control)")
+        version = call("cuDriverGetVersion")
+        if version < CONDITIONAL_DRIVER:
+            raise BackendError(f"this bundle runs If/Loop as CUDA conditional nodes, which need a driver for CUDA "
+                               f"12.8 or newer (this one is {version // 1000}.{version % 1000 // 10}); update the "
+                               "driver or recompile with --host-control")
+        return self._load(bundle.extra_sections[max(fits)], "If/Loop setter kernels")
+
+    def function(self, name: str):
+        if name not in self._extra:
+            self._extra[name] = call("cuModuleGetFunction", self.module, name.encode())
+        return self._extra[name]
+
+    def control_function(self, name: str):
+        key = "control:" + name
+        if key not in self._extra:
+            self._extra[key] = call("cuModuleGetFunction", self.control, name.encode())
+        return self._extra[key]
+
+    def keep(self, obj):
+        """Keep alive what a graph node points at (kernel arguments, captured child graphs)."""
+        self._keep.append(obj)
+
+    def blas_for_graphs(self):
+        if self.blas is None:
+            from .blas import shared_blas
+            self.blas = shared_blas(self.dev, tf32=self.tf32)
+        return self.blas
 
     def close(self):
         """Give the device memory and graphs back (also done when the session is collected)."""
@@ -89,9 +138,10 @@ class CudaPlanRunner:
         for p in (getattr(self, "arena", 0), getattr(self, "weights", 0)):
             self.dev.free(p)
         self.arena = self.weights = 0
-        if getattr(self, "module", None) is not None:
-            call("cuModuleUnload", self.module)
-            self.module = None
+        for attr in ("module", "control"):
+            if getattr(self, attr, None) is not None:
+                call("cuModuleUnload", getattr(self, attr))
+                setattr(self, attr, None)
         call("cuStreamDestroy", self.dev.stream)
         self.dev = None
 
@@ -103,90 +153,53 @@ class CudaPlanRunner:
 
     # --- addresses -------------------------------------------------------------------------------
     def ptr(self, bucket: int, b: int) -> int:
-        name, space, off, nbytes, dt, shape = self.bundle.plans[bucket]["buffers"][b]
-        return (self.arena if space == "arena" else self.weights) + off
+        buf = self.bundle.plans[bucket].buffers[b]
+        return (self.arena if buf.space == "arena" else self.weights) + buf.offset
 
     # --- building graphs -------------------------------------------------------------------------
     def program(self, bucket: int, steps: list) -> list:
-        """Steps -> [segment | control step], built once per step list."""
+        """Steps -> [segment | host-driven region step], built once per step list."""
         key = (bucket, id(steps))
         if key not in self._graphs:
             items, run = [], []
             for st in steps:
-                if st["op"] in ("kernel", "library"):
+                if isinstance(st, REGIONS) and not st.graphed:
+                    if run:
+                        items.append(self._segment(bucket, run))
+                        run = []
+                    items.append(st)
+                else:
                     run.append(st)
-                    continue
-                if run:
-                    items.append(self._segment(bucket, run))
-                    run = []
-                items.append(st)
             if run:
                 items.append(self._segment(bucket, run))
             self._graphs[key] = items
         return self._graphs[key]
 
     def _segment(self, bucket: int, steps: list) -> _Segment:
-        from cuda.bindings import driver
         graph = call("cuGraphCreate", 0)
-        prev = []
-        bufs = self.bundle.plans[bucket]["buffers"]
-        for st in steps:
-            if st["op"] == "kernel":
-                _, grid, block, _ = self.launches[st["kernel"]]
-                args = KernelArgs([self.ptr(bucket, st["out"])] + [self.ptr(bucket, a) for a in st["args"]],
-                                  self.scalars[st["kernel"]])
-                self._keep.append(args)
-                p = driver.CUDA_KERNEL_NODE_PARAMS()
-                p.func = self.functions[st["kernel"]]
-                p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
-                p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
-                p.sharedMemBytes = 0
-                p.kernelParams = args.address
-                node = call("cuGraphAddKernelNode", graph, prev, len(prev), p)
-            else:
-                node = self._library_node(graph, prev, bucket, st, bufs)
-            prev = [node]
+        builder = GraphBuilder(self, bucket)
+        builder.add_steps(graph, steps, [])
         exec_ = call("cuGraphInstantiate", graph, 0)
-        self._keep.append(graph)
-        return _Segment(exec_, len(steps))
+        self.keep(graph)
+        return _Segment(exec_, len(steps), builder.conditionals)
 
-    def _library_node(self, graph, prev, bucket, st, bufs):
-        attrs = st["attrs"]
-        if attrs["op"] != "matmul":
-            raise BackendError(f"library op '{attrs['op']}' (from ONNX node(s) {', '.join(st['origin'])}) has no GPU "
-                               "implementation in this grapec yet")
-        if self.blas is None:
-            from .blas import shared_blas
-            self.blas = shared_blas(self.dev, tf32=self.tf32)
-        args = [a for a in st["args"]]
-        shapes = [bufs[a][5] if a >= 0 else None for a in args]
-        ptrs = [self.ptr(bucket, a) if a >= 0 else 0 for a in args]
-        out = bufs[st["out"]]
-        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, out[5], self.ptr(bucket, st["out"]), out[4])
-        child = self.blas.matmul_graph(attrs, shapes, out[4], ptrs, out_shape, out_ptr, layouts)
-        self._keep.append(child)
-        return call("cuGraphAddChildGraphNode", graph, prev, len(prev), child)
+    def launches_per_run(self, bucket: int) -> int:
+        """cuGraphLaunch calls one run of the bucket makes (before host-driven regions repeat theirs)."""
+        return sum(isinstance(it, _Segment) for it in self.program(bucket, self.bundle.plans[bucket].steps))
 
     # --- running ---------------------------------------------------------------------------------
     def execute(self, bucket: int, steps: list):
         for item in self.program(bucket, steps):
             if isinstance(item, _Segment):
                 call("cuGraphLaunch", item.exec, self.dev.stream)
-            elif item["op"] == "if":
-                run_if(item, _BucketMemory(self, bucket), lambda steps: self.execute(bucket, steps))
             else:
-                run_loop(item, _BucketMemory(self, bucket), lambda steps: self.execute(bucket, steps))
-
-    def _copy(self, bucket, src, dst):
-        nb = self.bundle.plans[bucket]["buffers"][dst][3]
-        if nb and self.ptr(bucket, src) != self.ptr(bucket, dst):
-            call("cuMemcpyDtoDAsync", self.ptr(bucket, dst), self.ptr(bucket, src), nb, self.dev.stream)
+                run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub))
 
     def _read(self, bucket, b) -> np.ndarray:
-        name, space, off, nbytes, dt, shape = self.bundle.plans[bucket]["buffers"][b]
-        out = np.empty(shape, dtypes.np_dtype(dt))
+        buf = self.bundle.plans[bucket].buffers[b]
+        out = np.empty(buf.shape, dtypes.np_dtype(buf.dtype))
         self.dev.synchronize()
-        self.dev.download(out.ctypes.data, self.ptr(bucket, b), nbytes)
+        self.dev.download(out.ctypes.data, self.ptr(bucket, b), buf.nbytes)
         return out
 
     def _write(self, bucket, b, arr: np.ndarray):
@@ -195,11 +208,11 @@ class CudaPlanRunner:
         self.dev.upload(self.ptr(bucket, b), arr.ctypes.data, arr.nbytes)
 
     def feed(self, bucket: int, name: str, b: int, value):
-        row = self.bundle.plans[bucket]["buffers"][b]
+        buf = self.bundle.plans[bucket].buffers[b]
         cai = getattr(value, "__cuda_array_interface__", None)
         if cai is not None:
             if int(cai["data"][0]) != self.ptr(bucket, b):   # not already the graph's own buffer
-                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), int(cai["data"][0]), row[3], self.dev.stream)
+                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), int(cai["data"][0]), buf.nbytes, self.dev.stream)
         else:
             a = np.ascontiguousarray(value)
             call("cuMemcpyHtoDAsync", self.ptr(bucket, b), a.ctypes.data, a.nbytes, self.dev.stream)
@@ -208,22 +221,22 @@ class CudaPlanRunner:
     def run(self, bucket: int, feeds: dict, on_device: bool = False) -> dict:
         plan = self.bundle.plans[bucket]
         self._pending = []
-        for name, b in plan["inputs"]:
+        for name, b in plan.inputs:
             self.feed(bucket, name, b, feeds[name])
-        self.execute(bucket, plan["steps"])
+        self.execute(bucket, plan.steps)
         if on_device:
-            return {name: DeviceArray(self.ptr(bucket, b), plan["buffers"][b][5], plan["buffers"][b][4])
-                    for name, b in plan["outputs"]}
-        return {name: self._read(bucket, b) for name, b in plan["outputs"]}
+            return {name: DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
+                    for name, b in plan.outputs}
+        return {name: self._read(bucket, b) for name, b in plan.outputs}
 
     def input_buffer(self, bucket: int, name: str):
         plan = self.bundle.plans[bucket]
-        b = dict(plan["inputs"])[name]
-        return DeviceArray(self.ptr(bucket, b), plan["buffers"][b][5], plan["buffers"][b][4])
+        b = dict(plan.inputs)[name]
+        return DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
 
 
 class _BucketMemory:
-    """The host-control interface (runtime/control.py) over one bucket's device buffers."""
+    """The walker's view (runtime/walker.py) of one bucket's device buffers, for host-driven regions."""
 
     def __init__(self, runner: CudaPlanRunner, bucket: int):
         self.r, self.bucket = runner, bucket
@@ -231,20 +244,9 @@ class _BucketMemory:
     def scalar(self, b):
         return self.r._read(self.bucket, b).reshape(-1)[0]
 
-    def set(self, b, arr):
-        dt = dtypes.np_dtype(self.r.bundle.plans[self.bucket]["buffers"][b][4])
-        self.r._write(self.bucket, b, np.asarray(arr, dt))
-
-    def snapshot(self, b):
-        return self.r._read(self.bucket, b)
-
-    def copy(self, src, dst):
-        self.r._copy(self.bucket, src, dst)
-
-    def copy_row(self, src, dst, i):
-        nb = self.r.bundle.plans[self.bucket]["buffers"][src][3]
-        call("cuMemcpyDtoDAsync", self.r.ptr(self.bucket, dst) + i * nb, self.r.ptr(self.bucket, src), nb,
-             self.r.dev.stream)
+    def set(self, b, value):
+        buf = self.r.bundle.plans[self.bucket].buffers[b]
+        self.r._write(self.bucket, b, np.asarray(value, dtypes.np_dtype(buf.dtype)).reshape(buf.shape))
 
 
 class DeviceArray:

@@ -1,0 +1,132 @@
+"""Device code for control flow inside the CUDA graph: the setter kernels of conditional nodes.
+
+A graphed If becomes `grapec_if_cond` followed by a conditional IF node (then/else bodies); a
+graphed Loop becomes `grapec_loop_enter`, then a conditional WHILE node whose body ends with
+`grapec_loop_next`. They evaluate on the device what runtime/walker.py does on the host, and set the
+node's condition with cudaGraphSetConditional. That call lives in the CUDA device runtime, so this
+module is compiled with NVRTC as relocatable code (-rdc) and linked with nvJitLink against
+libcudadevrt.a: all of it on the build machine, no GPU needed. The linked cubin goes into the
+bundle as the section `control.<sm_XX>`.
+
+`SCAN_STORE` (a Loop's scan output row) needs no device runtime: it joins the ordinary module.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from ..errors import GrapecError
+from .nvrtc import compile_cuda
+
+SETTERS = r"""
+typedef long long i64;
+typedef unsigned long long grapec_cond_handle;
+extern "C" __device__ void cudaGraphSetConditional(grapec_cond_handle handle, unsigned int value);
+
+/* If: the branch the IF node runs. */
+extern "C" __global__ void grapec_if_cond(grapec_cond_handle h, const bool* cond) {
+  cudaGraphSetConditional(h, *cond ? 1u : 0u);
+}
+
+/* Loop, before the WHILE node: counter := 0, cond_in := cond (or true); run the body at all? */
+extern "C" __global__ void grapec_loop_enter(grapec_cond_handle h, i64* counter, bool* cond_in,
+                                             const i64* trip, const bool* cond) {
+  const bool c = cond ? *cond : true;
+  *counter = 0;
+  *cond_in = c;
+  cudaGraphSetConditional(h, (c && (!trip || 0 < *trip)) ? 1u : 0u);
+}
+
+/* Loop, last node of the WHILE body: cond_in := cond_out, counter += 1; run it again? */
+extern "C" __global__ void grapec_loop_next(grapec_cond_handle h, i64* counter, bool* cond_in,
+                                            const bool* cond_out, const i64* trip) {
+  const bool c = *cond_out;
+  const i64 i = *counter + 1;
+  *counter = i;
+  *cond_in = c;
+  cudaGraphSetConditional(h, (c && (!trip || i < *trip)) ? 1u : 0u);
+}
+"""
+
+SCAN_STORE = r"""
+/* A Loop's scan output: row *counter of dst := src (nbytes per row; 4-byte words when they fit). */
+extern "C" __global__ void grapec_scan_store(char* dst, const char* src, const i64* counter, const i64 nbytes,
+                                             const i64 rows) {
+  const i64 r = *counter;
+  if (r < 0 || r >= rows) return;
+  char* d = dst + r * nbytes;
+  const i64 stride = (i64)gridDim.x * blockDim.x;
+  if ((nbytes & 3) == 0) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (nbytes >> 2); i += stride)
+      ((unsigned int*)d)[i] = ((const unsigned int*)src)[i];
+  } else {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < nbytes; i += stride) d[i] = src[i];
+  }
+}
+"""
+SCAN_STORE_BLOCK = 256
+
+
+def scan_store_grid(nbytes: int) -> int:
+    words = nbytes // 4 if nbytes % 4 == 0 else nbytes
+    return max(1, min((words + SCAN_STORE_BLOCK - 1) // SCAN_STORE_BLOCK, 1024))
+
+
+class DeviceRuntimeUnavailable(GrapecError):
+    pass
+
+
+def cudadevrt_path() -> str:
+    """libcudadevrt.a: from the nvidia-cuda-runtime wheel, else a CUDA toolkit."""
+    candidates = []
+    try:
+        import nvidia
+        for base in nvidia.__path__:
+            candidates += sorted(glob.glob(os.path.join(base, "cu*", "lib", "libcudadevrt.a")), reverse=True)
+            candidates += glob.glob(os.path.join(base, "cuda_runtime", "lib", "libcudadevrt.a"))
+    except ImportError:
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(os.path.join(os.environ[env], "lib64", "libcudadevrt.a"))
+    candidates.append("/usr/local/cuda/lib64/libcudadevrt.a")
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    raise DeviceRuntimeUnavailable(
+        "If/Loop inside the CUDA graph needs the CUDA device runtime (libcudadevrt.a) to link its setter "
+        "kernels: pip install nvidia-cuda-runtime nvidia-nvjitlink, or compile with --host-control to run "
+        "the control on the host")
+
+
+def build_control_cubin(arch: str) -> bytes:
+    """The setter kernels for one target, linked: NVRTC -rdc, then nvJitLink with libcudadevrt."""
+    library = cudadevrt_path()
+    relocatable = compile_cuda(SETTERS, arch, extra_options=["-rdc=true"], name="grapec_control.cu")
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError:
+        raise DeviceRuntimeUnavailable("linking the If/Loop setter kernels needs nvJitLink: pip install "
+                                       "cuda-bindings nvidia-nvjitlink, or compile with --host-control") from None
+    try:
+        handle = nvjitlink.create(1, [f"-arch={arch}"])
+    except Exception as e:  # noqa: BLE001 - a missing libnvJitLink surfaces here
+        raise DeviceRuntimeUnavailable(f"nvJitLink is not usable here ({e}): pip install nvidia-nvjitlink, "
+                                       "or compile with --host-control") from None
+    try:
+        nvjitlink.add_data(handle, nvjitlink.InputType.CUBIN, relocatable, len(relocatable), "grapec_control.cubin")
+        nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, library)
+        try:
+            nvjitlink.complete(handle)
+        except Exception as e:  # noqa: BLE001
+            size = nvjitlink.get_error_log_size(handle)
+            log = bytearray(size)
+            if size:
+                nvjitlink.get_error_log(handle, log)
+            raise GrapecError(f"linking the If/Loop setter kernels for {arch} failed: {e}: "
+                              f"{bytes(log).decode(errors='replace').strip()}") from None
+        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, out)
+        return bytes(out)
+    finally:
+        nvjitlink.destroy(handle)

@@ -1,0 +1,167 @@
+"""build_plan: a scheduled, memory-planned graph -> a Plan (plan.py), with weights and kernels
+stored once for all buckets.
+
+Regions become the steps both backends run (plan.py says how): an If's branches already write its
+outputs (plan_memory pinned them there); a Loop gets copies that bring initial values into its
+carried slots, copies home for carried values that could not be updated in place, a scan-row store
+per scan output, and copies out where a carried slot is not the Loop's output itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from ..ir.graph import Graph
+from ..ir.kernel import Kernel, idx, load
+from ..plan import Body, Buffer, IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreStep
+from .plan_memory import MemoryPlan, plan_memory
+
+WEIGHT_ALIGN = 256
+
+
+class WeightStore:
+    """One blob of all weights and folded constants, deduplicated by content."""
+
+    def __init__(self):
+        self.chunks: list = []
+        self.size = 0
+        self._by_hash: dict = {}
+
+    def add(self, arr: np.ndarray) -> int:
+        data = np.ascontiguousarray(arr).tobytes()
+        key = hashlib.sha256(data).hexdigest()
+        off = self._by_hash.get(key)
+        if off is None:
+            pad = (-self.size) % WEIGHT_ALIGN
+            if pad:
+                self.chunks.append(b"\0" * pad)
+                self.size += pad
+            off = self._by_hash[key] = self.size
+            self.chunks.append(data)
+            self.size += len(data)
+        return off
+
+    def blob(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+class KernelStore:
+    """Kernels deduplicated by their canonical JSON."""
+
+    def __init__(self):
+        self.kernels: list = []
+        self._index: dict = {}
+
+    def add(self, kernel: Kernel) -> int:
+        j = kernel.to_json()
+        key = json.dumps(j, sort_keys=True)
+        k = self._index.get(key)
+        if k is None:
+            k = self._index[key] = len(self.kernels)
+            self.kernels.append(j)
+        return k
+
+
+def copy_kernel(shape: tuple, dtype: str) -> Kernel:
+    """out = in, element for element."""
+    shape = tuple(shape)
+    return Kernel(shape, dtype, load(0, tuple(idx(a) for a in range(len(shape))), dtype), ((shape, dtype),))
+
+
+class PlanBuilder:
+    def __init__(self, weights: WeightStore, kernels: KernelStore):
+        self.weights = weights
+        self.kernels = kernels
+        self.buffers: list = []
+        self._ids: dict = {}
+        self._scopes: dict = {}   # id(graph) -> (graph, MemoryPlan, base offset)
+
+    def build(self, g: Graph) -> Plan:
+        mem = plan_memory(g)
+        steps = self._steps(g, mem, 0)
+        return Plan(self.buffers, [(n, self.buffer(g, n)) for n in g.inputs],
+                    [(n, self.buffer(g, n)) for n in g.outputs], steps, mem.arena_bytes, mem.report())
+
+    def buffer(self, g: Graph, name: str) -> int:
+        scope = g
+        while scope is not None and name not in scope.values:
+            scope = scope.parent
+        assert scope is not None, f"value {name} not found"
+        key = (id(scope), name)
+        if key in self._ids:
+            return self._ids[key]
+        v = scope.values[name]
+        _, mem, base = self._scopes[id(scope)]
+        if v.const is not None:
+            space, off = "weight", self.weights.add(v.const)
+        elif name in mem.offsets:
+            space, off = "arena", base + mem.offsets[name]
+        elif name in mem.weights:
+            space, off = "weight", self.weights.add(scope.lookup(mem.weights[name]).const)
+        elif name in mem.outer:  # bytes of a value of an enclosing scope (a View of it, or pinned there)
+            src = self.buffers[self.buffer(scope.parent, mem.outer[name])]
+            space, off = src.space, src.offset
+        else:  # pragma: no cover - a planner bug, not a user error
+            raise AssertionError(f"value {name} has no storage")
+        self._ids[key] = len(self.buffers)
+        self.buffers.append(Buffer(name, space, off, v.nbytes, v.dtype, tuple(v.shape)))
+        return self._ids[key]
+
+    def copy(self, src: int, dst: int, origin: list):
+        """A copy step, or None where the two buffers are the same bytes."""
+        s, d = self.buffers[src], self.buffers[dst]
+        if (s.space, s.offset) == (d.space, d.offset):
+            return None
+        assert (s.shape, s.dtype) == (d.shape, d.dtype), (s, d)
+        return KernelStep(self.kernels.add(copy_kernel(d.shape, d.dtype)), [src], dst, origin)
+
+    def _steps(self, g: Graph, mem: MemoryPlan, base: int) -> list:
+        self._scopes[id(g)] = (g, mem, base)
+        steps = []
+        for i, node in enumerate(g.nodes):
+            ref = lambda name: self.buffer(g, name) if name else -1  # noqa: E731
+            if node.op == "Kernel":
+                steps.append(KernelStep(self.kernels.add(node.attrs["kernel"]), [ref(n) for n in node.inputs],
+                                        ref(node.outputs[0]), node.origin))
+            elif node.op == "Library":
+                steps.append(LibraryStep(dict(node.attrs), [ref(n) for n in node.inputs], ref(node.outputs[0]),
+                                         node.origin))
+            elif node.op == "View":
+                ref(node.outputs[0])  # same bytes as its source; no work
+            elif node.op == "If":
+                ws_off, (then_plan, else_plan) = mem.workspaces[i]
+                branches = [Body(self._steps(node.subgraphs[k], p, base + ws_off))
+                            for k, p in (("then_branch", then_plan), ("else_branch", else_plan))]
+                steps.append(IfStep(ref(node.inputs[0]), *branches, [ref(o) for o in node.outputs],
+                                    **_region_mode(node)))
+            elif node.op == "Loop":
+                steps.append(self._loop(g, node, mem.workspaces[i], base, ref))
+            else:  # pragma: no cover
+                raise AssertionError(f"unlowered node {node.op}")
+        return steps
+
+    def _loop(self, g: Graph, node, workspace, base: int, ref) -> LoopStep:
+        ws_off, (body_plan,) = workspace
+        body = node.subgraphs["body"]
+        n = node.attrs["n_carried"]
+        steps = self._steps(body, body_plan, base + ws_off)
+        slot = [self.buffer(body, x) for x in body.inputs[2:]]
+        new = [self.buffer(body, x) for x in body.outputs[1:1 + n]]
+        scans = [self.buffer(body, x) for x in body.outputs[1 + n:]]
+        origin = [node.name]
+        enter = [self.copy(ref(init), s, origin) for init, s in zip(node.inputs[2:], slot)]
+        steps += [self.copy(v, s, origin) for v, s in zip(new, slot)]
+        steps += [ScanStoreStep(v, ref(o), self.buffer(body, body.inputs[0]), origin)
+                  for v, o in zip(scans, node.outputs[n:]) if o]
+        exit_ = [self.copy(s, ref(o), origin) for s, o in zip(slot, node.outputs[:n]) if o]
+        return LoopStep(ref(node.inputs[0]) if node.inputs else -1, ref(node.inputs[1]) if len(node.inputs) > 1 else -1,
+                        self.buffer(body, body.inputs[0]), self.buffer(body, body.inputs[1]),
+                        self.buffer(body, body.outputs[0]), [s for s in enter if s], Body([s for s in steps if s]),
+                        [s for s in exit_ if s], [ref(o) for o in node.outputs], **_region_mode(node))
+
+
+def _region_mode(node) -> dict:
+    return {"graphed": bool(node.attrs.get("graphed", True)), "host_reason": node.attrs.get("host_reason", ""),
+            "origin": [node.name]}

@@ -1,0 +1,114 @@
+"""Plan steps -> nodes of a CUDA graph, built explicitly (no stream capture but for cuBLASLt).
+
+One builder serves the top level and every region body, so a body holds the same kinds of node:
+    KernelStep      a kernel node
+    LibraryStep     a child graph: the cuBLASLt call captured once at build time (blas.py)
+    ScanStoreStep   a kernel node of grapec_scan_store (the row index is read on the device)
+    IfStep          grapec_if_cond (sets the handle from the condition tensor), then a conditional
+                    IF node with two bodies: then and else
+    LoopStep        the enter copies, grapec_loop_enter, a conditional WHILE node whose body is the
+                    Loop's body ending in grapec_loop_next, then the exit copies
+Each node depends on the one before it (the schedule's order); the handles of conditional nodes
+are created on the graph that holds the node, as the driver requires for nesting.
+"""
+from __future__ import annotations
+
+from ...codegen.control import SCAN_STORE_BLOCK, scan_store_grid
+from ...errors import BackendError
+from ...plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep
+from .driver import KernelArgs, call
+
+
+class GraphBuilder:
+    def __init__(self, runner, bucket: int):
+        self.r = runner
+        self.bucket = bucket
+        self.bufs = runner.bundle.plans[bucket].buffers
+        self.conditionals = 0
+
+    def ptr(self, b: int) -> int:
+        return self.r.ptr(self.bucket, b) if b >= 0 else 0
+
+    def add_steps(self, graph, steps: list, deps: list) -> list:
+        """Append steps to graph after deps; returns the new tail (the dependencies of what follows)."""
+        for st in steps:
+            if isinstance(st, KernelStep):
+                _, grid, block, _ = self.r.launches[st.kernel]
+                node = self.kernel(graph, deps, self.r.functions[st.kernel], grid, block,
+                                   [self.ptr(st.out)] + [self.ptr(a) for a in st.args], self.r.scalars[st.kernel])
+            elif isinstance(st, LibraryStep):
+                node = self.library(graph, deps, st)
+            elif isinstance(st, ScanStoreStep):
+                row = self.bufs[st.src].nbytes
+                node = self.kernel(graph, deps, self.r.function("grapec_scan_store"), scan_store_grid(row),
+                                   SCAN_STORE_BLOCK, [self.ptr(st.dst), self.ptr(st.src), self.ptr(st.counter)],
+                                   [["i64", row], ["i64", self.bufs[st.dst].shape[0]]])
+            elif isinstance(st, IfStep) and st.graphed:
+                node = self.if_node(graph, deps, st)
+            elif isinstance(st, LoopStep) and st.graphed:
+                node = self.while_node(graph, deps, st)
+            else:  # pragma: no cover - host-driven regions split the plan before it gets here
+                raise AssertionError("a host-driven region inside a CUDA graph")
+            deps = [node]
+        return deps
+
+    # --- node kinds ------------------------------------------------------------------------------
+    def kernel(self, graph, deps, func, grid, block, pointers, scalars=()):
+        from cuda.bindings import driver
+        args = KernelArgs(pointers, scalars)
+        self.r.keep(args)
+        p = driver.CUDA_KERNEL_NODE_PARAMS()
+        p.func = func
+        p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
+        p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
+        p.sharedMemBytes = 0
+        p.kernelParams = args.address
+        return call("cuGraphAddKernelNode", graph, deps, len(deps), p)
+
+    def library(self, graph, deps, st: LibraryStep):
+        from .blas import apply_views
+        attrs = st.attrs
+        if attrs["op"] != "matmul":
+            raise BackendError(f"library op '{attrs['op']}' (from ONNX node(s) {', '.join(st.origin)}) has no GPU "
+                               "implementation in this grapec yet")
+        shapes = [list(self.bufs[a].shape) if a >= 0 else None for a in st.args]
+        ptrs = [self.ptr(a) for a in st.args]
+        out = self.bufs[st.out]
+        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), out.dtype)
+        child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts)
+        self.r.keep(child)
+        return call("cuGraphAddChildGraphNode", graph, deps, len(deps), child)
+
+    def conditional(self, graph, deps, kind: str, n_bodies: int, setter: str, pointers: list) -> tuple:
+        """setter kernel (its first argument the new handle) -> conditional node; (node, bodies)."""
+        from cuda.bindings import driver
+        handle = call("cuGraphConditionalHandleCreate", graph, self.r.dev.ctx, 0, 0)
+        set_node = self.kernel(graph, deps, self.r.control_function(setter), 1, 1, [int(handle)] + pointers)
+        p = driver.CUgraphNodeParams()
+        p.type = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        p.conditional.handle = handle
+        p.conditional.type = getattr(driver.CUgraphConditionalNodeType, f"CU_GRAPH_COND_TYPE_{kind}")
+        p.conditional.size = n_bodies
+        p.conditional.ctx = self.r.dev.ctx
+        node = call("cuGraphAddNode", graph, [set_node], None, 1, p)
+        bodies = list(p.conditional.phGraph_out)[:n_bodies]
+        self.conditionals += 1
+        return node, bodies, handle
+
+    def if_node(self, graph, deps, st: IfStep):
+        node, (then_g, else_g), _ = self.conditional(graph, deps, "IF", 2, "grapec_if_cond", [self.ptr(st.cond)])
+        for body, steps in ((then_g, st.then.steps), (else_g, st.else_.steps)):
+            if not self.add_steps(body, steps, []):
+                call("cuGraphAddEmptyNode", body, [], 0)
+        return node
+
+    def while_node(self, graph, deps, st: LoopStep):
+        deps = self.add_steps(graph, st.enter, deps)
+        node, (body,), handle = self.conditional(
+            graph, deps, "WHILE", 1, "grapec_loop_enter",
+            [self.ptr(st.counter), self.ptr(st.cond_in), self.ptr(st.trip), self.ptr(st.cond)])
+        tail = self.add_steps(body, st.body.steps, [])
+        self.kernel(body, tail, self.r.control_function("grapec_loop_next"), 1, 1,
+                    [int(handle), self.ptr(st.counter), self.ptr(st.cond_in), self.ptr(st.cond_out), self.ptr(st.trip)])
+        tail = self.add_steps(graph, st.exit, [node])
+        return tail[0]
