@@ -111,8 +111,12 @@ def _exact_trip_count(ctx, low, body) -> int:
         c = ctx.const(1, "cond, needed for scan outputs")
         if not bool(c.reshape(-1)[0]):
             return 0
-    cond_out = low.lookup(low.outputs[0])
+    view_of = {n.outputs[0]: n.inputs[0] for n in low.nodes if n.op == "View"}
+    name = low.outputs[0]
+    while name in view_of:   # an Identity of the condition input is still the condition input
+        name = view_of[name]
+    cond_out = low.lookup(name)
     always = cond_out.const is not None and bool(cond_out.const.reshape(-1)[0])
-    if not (always or low.outputs[0] == body.inputs[1]):
+    if not (always or name == body.inputs[1]):
         ctx.fail("scan outputs with a loop that may stop early (data-dependent length) are not supported")
     return int(m.reshape(-1)[0])
