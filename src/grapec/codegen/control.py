@@ -76,8 +76,9 @@ class DeviceRuntimeUnavailable(GrapecError):
     pass
 
 
-def cudadevrt_path() -> str:
-    """libcudadevrt.a: from the nvidia-cuda-runtime wheel, else a CUDA toolkit."""
+def cudadevrt_candidates() -> list:
+    """Every libcudadevrt.a at hand: from the nvidia-cuda-runtime wheel, then a CUDA toolkit. The one
+    to use is the one the loaded nvJitLink accepts (a linker older than the library refuses it)."""
     candidates = []
     try:
         import nvidia
@@ -90,41 +91,50 @@ def cudadevrt_path() -> str:
         if os.environ.get(env):
             candidates.append(os.path.join(os.environ[env], "lib64", "libcudadevrt.a"))
     candidates.append("/usr/local/cuda/lib64/libcudadevrt.a")
-    for c in candidates:
-        if os.path.exists(c):
-            return c
-    raise DeviceRuntimeUnavailable(
-        "If/Loop inside the CUDA graph needs the CUDA device runtime (libcudadevrt.a) to link its setter "
-        "kernels: pip install nvidia-cuda-runtime nvidia-nvjitlink, or compile with --host-control to run "
-        "the control on the host")
+    found = list(dict.fromkeys(c for c in candidates if os.path.exists(c)))
+    if not found:
+        raise DeviceRuntimeUnavailable(
+            "If/Loop inside the CUDA graph needs the CUDA device runtime (libcudadevrt.a) to link its setter "
+            "kernels: pip install nvidia-cuda-runtime nvidia-nvjitlink, or compile with --host-control to run "
+            "the control on the host")
+    return found
 
 
 def build_control_cubin(arch: str) -> bytes:
     """The setter kernels for one target, linked: NVRTC -rdc, then nvJitLink with libcudadevrt."""
-    library = cudadevrt_path()
+    libraries = cudadevrt_candidates()
     relocatable = compile_cuda(SETTERS, arch, extra_options=["-rdc=true"], name="grapec_control.cu")
     try:
         from cuda.bindings import nvjitlink
-    except ImportError:
-        raise DeviceRuntimeUnavailable("linking the If/Loop setter kernels needs nvJitLink: pip install "
+        version = ".".join(map(str, nvjitlink.version()))
+    except Exception as e:  # noqa: BLE001 - no module, or no libnvJitLink for it to load
+        raise DeviceRuntimeUnavailable(f"linking the If/Loop setter kernels needs nvJitLink ({e}): pip install "
                                        "cuda-bindings nvidia-nvjitlink, or compile with --host-control") from None
-    try:
-        handle = nvjitlink.create(1, [f"-arch={arch}"])
-    except Exception as e:  # noqa: BLE001 - a missing libnvJitLink surfaces here
-        raise DeviceRuntimeUnavailable(f"nvJitLink is not usable here ({e}): pip install nvidia-nvjitlink, "
-                                       "or compile with --host-control") from None
+    failures = []
+    for library in libraries:
+        try:
+            return _link(nvjitlink, arch, relocatable, library)
+        except Exception as e:  # noqa: BLE001 - try the next library; all failures are reported below
+            failures.append(f"{library}: {e}")
+    raise DeviceRuntimeUnavailable(f"nvJitLink {version} could not link the If/Loop setter kernels for {arch} "
+                                   f"with any CUDA device runtime found:\n  " + "\n  ".join(failures)
+                                   + "\ninstall nvidia-nvjitlink and nvidia-cuda-runtime of one CUDA version, "
+                                   "or compile with --host-control")
+
+
+def _link(nvjitlink, arch: str, relocatable: bytes, library: str) -> bytes:
+    handle = nvjitlink.create(1, [f"-arch={arch}"])
     try:
         nvjitlink.add_data(handle, nvjitlink.InputType.CUBIN, relocatable, len(relocatable), "grapec_control.cubin")
-        nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, library)
         try:
+            nvjitlink.add_file(handle, nvjitlink.InputType.LIBRARY, library)
             nvjitlink.complete(handle)
         except Exception as e:  # noqa: BLE001
             size = nvjitlink.get_error_log_size(handle)
             log = bytearray(size)
             if size:
                 nvjitlink.get_error_log(handle, log)
-            raise GrapecError(f"linking the If/Loop setter kernels for {arch} failed: {e}: "
-                              f"{bytes(log).decode(errors='replace').strip()}") from None
+            raise GrapecError(f"{e} {bytes(log).decode(errors='replace').strip()}".strip()) from None
         out = bytearray(nvjitlink.get_linked_cubin_size(handle))
         nvjitlink.get_linked_cubin(handle, out)
         return bytes(out)
