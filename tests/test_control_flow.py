@@ -194,7 +194,7 @@ def _gpu_matches(m, feeds):
         got = sess.run(feeds)
         for k in ref:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-5, err_msg=f"{k} host_control={host}")
-        out[host] = sess._runner.launches_per_run(0)
+        out[host] = sess._runner.launches_per_run(0)   # of the last run
     return out
 
 
@@ -207,7 +207,7 @@ def test_if_and_loops_on_gpu_match_onnxruntime_in_one_launch():
         _gpu_matches(if_model(then_passes_x=True), {"x": x, "c": np.array(c)})
     launches = _gpu_matches(fibonacci_model(), {"a0": rng.uniform(0, 1, 3).astype(np.float32),
                                                 "b0": rng.uniform(0, 1, 3).astype(np.float32)})
-    assert launches[False] == 1
+    assert launches[False] == 1 and launches[True] > 12   # host control: one launch per iteration at least
     for trips, limit in ((10, 6.0), (0, 1.0), (7, 1e6)):
         _gpu_matches(accumulate_model(), {"x": rng.uniform(0.5, 1.5, 4).astype(np.float32),
                                           "acc0": np.full(4, 0.01, np.float32), "M": np.array(trips),

@@ -101,16 +101,16 @@ class GpuStepChecker:
         class Runner(CpuPlanRunner):
             def exec_steps(self, steps, v):
                 for st in steps:
+                    # inputs as the step found them: a Loop-carried update runs in place over its input
+                    ins = [v[a].copy() if a >= 0 else None for a in getattr(st, "args", [])]
                     super().exec_steps([st], v)
                     if st.op in ("kernel", "library"):
-                        checker.compare(st, v)
+                        checker.compare(st, ins, v[st.out])
         self.cpu = Runner(bundle)
 
-    def compare(self, st, v):
+    def compare(self, st, ins, want):
         from grapec.runtime.cuda.driver import KernelArgs, call
         dev = self.gpu.dev
-        ins = [v[a] if a >= 0 else None for a in st.args]
-        want = v[st.out]
         ptrs = []
         for a in ins:
             if a is None:

@@ -77,6 +77,7 @@ class CudaPlanRunner:
         self._graphs: dict = {}
         self._keep: list = []
         self._pending: list = []
+        self.launched = 0
 
     def _load(self, image, what):
         try:
@@ -184,14 +185,16 @@ class CudaPlanRunner:
         return _Segment(exec_, len(steps), builder.conditionals)
 
     def launches_per_run(self, bucket: int) -> int:
-        """cuGraphLaunch calls one run of the bucket makes (before host-driven regions repeat theirs)."""
-        return sum(isinstance(it, _Segment) for it in self.program(bucket, self.bundle.plans[bucket].steps))
+        """cuGraphLaunch calls the last run of the bucket made (host-driven loops launch their body
+        once per iteration; a fully graphed plan launches once)."""
+        return self.launched
 
     # --- running ---------------------------------------------------------------------------------
     def execute(self, bucket: int, steps: list):
         for item in self.program(bucket, steps):
             if isinstance(item, _Segment):
                 call("cuGraphLaunch", item.exec, self.dev.stream)
+                self.launched += 1
             else:
                 run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub))
 
@@ -221,6 +224,7 @@ class CudaPlanRunner:
     def run(self, bucket: int, feeds: dict, on_device: bool = False) -> dict:
         plan = self.bundle.plans[bucket]
         self._pending = []
+        self.launched = 0
         for name, b in plan.inputs:
             self.feed(bucket, name, b, feeds[name])
         self.execute(bucket, plan.steps)
