@@ -222,3 +222,18 @@ def test_control_flow_zoo_model_on_gpu_is_one_launch():
         h0 = np.random.default_rng(tok).standard_normal(16).astype(np.float32)
         launches = _gpu_matches(m, {"start_token": np.array([tok], np.int64), "h0": h0})
         assert launches[False] == 1
+
+
+def test_cli_strict_compile_and_inspect_list_the_conditional_nodes(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    model_path = os.path.join(ROOT, "models", "tiny", "control_flow.onnx")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "grapec.cli", *args], capture_output=True, text=True, env=env)
+    out = str(tmp_path / "cf.grape")
+    r = cli("compile", model_path, "-o", out, "--strict", "--no-gpu", "-q")
+    assert r.returncode == 0, r.stderr
+    shown = cli("inspect", out).stdout
+    assert "Loop 'Loop_3': conditional WHILE node" in shown and "If 'If_7': conditional IF node" in shown
+    r = cli("compile", model_path, "-o", str(tmp_path / "host.grape"), "--strict", "--host-control", "--no-gpu", "-q")
+    assert r.returncode == 2 and "--strict" in r.stderr and "Loop node 'Loop_3'" in r.stderr and "Traceback" not in r.stderr
