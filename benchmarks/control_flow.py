@@ -54,7 +54,7 @@ def main():
         sess = grapec.load(bundle, backend="cuda")
         out = sess.run(feeds)
         same = all(np.allclose(out[k], ref[k], rtol=1e-4, atol=1e-5) for k in ref)
-        launches = sess._runner.launches_per_run(0)
+        launches = sess._runner.launched
         sess._runner.close()
         r = bench_grapec(bundle, feeds, args.iterations, args.warmup)
         steps = int(out["count"])

@@ -92,6 +92,17 @@ class Graph:
         return users
 
 
+def view_source(g: Graph):
+    """name -> the value it is a View of, through any chain of Views in g (itself if none)."""
+    view_of = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
+
+    def source(name: str) -> str:
+        while name in view_of:
+            name = view_of[name]
+        return name
+    return source
+
+
 def outer_reads(node: Node) -> set:
     """Names a region node's bodies read from enclosing scopes (they are inputs of the node too)."""
     names = set()

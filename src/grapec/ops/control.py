@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..errors import UnsupportedError
-from ..ir.graph import Node, Value
+from ..ir.graph import Node, Value, view_source
 from . import op
 
 
@@ -36,9 +36,7 @@ def _define_outputs(ctx, shapes_dtypes):
 
 @op("If")
 def if_(ctx):
-    cond = ctx.value(0)
-    if cond.dtype != "bool" or cond.nbytes != 1:
-        ctx.fail(f"condition '{cond.name}' must be a single bool, got {cond.dtype}{list(cond.shape)}")
+    _require_single(ctx, ctx.value(0), "condition", "bool")
     branches = {k: compile_body(ctx, ctx.node.subgraphs[k], {}) for k in ("then_branch", "else_branch")}
     outs = []
     for i, (t, e) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
@@ -56,8 +54,9 @@ def if_(ctx):
 def loop(ctx):
     body = ctx.node.subgraphs["body"]
     n_carried = len(ctx.node.inputs) - 2
-    _check_scalar(ctx, 0, "trip count M", ("int64",))
-    _check_scalar(ctx, 1, "condition", ("bool",))
+    for i, what, dtype in ((0, "trip count M", "int64"), (1, "condition", "bool")):
+        if ctx.has(i):
+            _require_single(ctx, ctx.value(i), what, dtype)
     if len(body.inputs) != n_carried + 2:
         ctx.fail(f"body takes {len(body.inputs)} inputs, expected {n_carried + 2} (iteration, condition, carried)")
     shapes = {body.inputs[0]: (), body.inputs[1]: ()}
@@ -71,9 +70,7 @@ def loop(ctx):
         body.values[name] = Value(name, v.dtype, body.values[name].shape)
         shapes[name] = v.shape
     low = compile_body(ctx, body, shapes)
-    c = low.lookup(low.outputs[0])
-    if c.dtype != "bool" or c.nbytes != 1:
-        ctx.fail(f"the body's condition output '{low.outputs[0]}' must be a single bool, got {c.dtype}{list(c.shape)}")
+    _require_single(ctx, low.lookup(low.outputs[0]), "the body's condition output", "bool")
     outs = []
     for i in range(n_carried):
         init, got = ctx.value(2 + i), low.lookup(low.outputs[1 + i])
@@ -93,13 +90,10 @@ def loop(ctx):
     return results
 
 
-def _check_scalar(ctx, i: int, what: str, allowed: tuple):
-    """A Loop's M and cond are single elements of one type (ONNX: int64 M, bool cond)."""
-    if not ctx.has(i):
-        return
-    v = ctx.value(i)
-    if v.dtype not in allowed or math.prod(v.shape) != 1:
-        ctx.fail(f"{what} '{v.name}' must be a single {' or '.join(allowed)}, got {v.dtype}{list(v.shape)}")
+def _require_single(ctx, v, what: str, dtype: str):
+    """Control values are single elements of one type (ONNX: bool conditions, an int64 trip count)."""
+    if v.dtype != dtype or math.prod(v.shape) != 1:
+        ctx.fail(f"{what} '{v.name}' must be a single {dtype}, got {v.dtype}{list(v.shape)}")
 
 
 def _exact_trip_count(ctx, low, body) -> int:
@@ -111,10 +105,7 @@ def _exact_trip_count(ctx, low, body) -> int:
         c = ctx.const(1, "cond, needed for scan outputs")
         if not bool(c.reshape(-1)[0]):
             return 0
-    view_of = {n.outputs[0]: n.inputs[0] for n in low.nodes if n.op == "View"}
-    name = low.outputs[0]
-    while name in view_of:   # an Identity of the condition input is still the condition input
-        name = view_of[name]
+    name = view_source(low)(low.outputs[0])   # an Identity of the condition input is still the condition input
     cond_out = low.lookup(name)
     always = cond_out.const is not None and bool(cond_out.const.reshape(-1)[0])
     if not (always or name == body.inputs[1]):

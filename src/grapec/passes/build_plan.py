@@ -156,7 +156,7 @@ class PlanBuilder:
         steps += [ScanStoreStep(v, ref(o), self.buffer(body, body.inputs[0]), origin)
                   for v, o in zip(scans, node.outputs[n:]) if o]
         exit_ = [self.copy(s, ref(o), origin) for s, o in zip(slot, node.outputs[:n]) if o]
-        return LoopStep(ref(node.inputs[0]) if node.inputs else -1, ref(node.inputs[1]) if len(node.inputs) > 1 else -1,
+        return LoopStep(ref(node.inputs[0]), ref(node.inputs[1]),
                         self.buffer(body, body.inputs[0]), self.buffer(body, body.inputs[1]),
                         self.buffer(body, body.outputs[0]), [s for s in enter if s], Body([s for s in steps if s]),
                         [s for s in exit_ if s], [ref(o) for o in node.outputs], **_region_mode(node))

@@ -15,8 +15,8 @@ run (plan.py, LoopStep/IfStep):
 """
 from __future__ import annotations
 
-from ..ir.graph import Graph, Node
-from ..passes.build_plan import copy_kernel
+from ..ir.graph import Graph, Node, view_source
+from .build_plan import copy_kernel
 
 
 def predicate(g: Graph) -> Graph:
@@ -63,12 +63,7 @@ def form_regions(g: Graph, host_control: bool = False) -> Graph:
 
 def _own_outputs(body: Graph, first: int):
     produced = {o: n for n in body.nodes for o in n.outputs if o}
-    view_of = {n.outputs[0]: n.inputs[0] for n in body.nodes if n.op == "View"}
-
-    def root(name):
-        while name in view_of:
-            name = view_of[name]
-        return name
+    root = view_source(body)
     taken = set()
     for k in range(first, len(body.outputs)):
         name = body.outputs[k]

@@ -24,7 +24,6 @@ class GraphBuilder:
         self.r = runner
         self.bucket = bucket
         self.bufs = runner.bundle.plans[bucket].buffers
-        self.conditionals = 0
 
     def ptr(self, b: int) -> int:
         return self.r.ptr(self.bucket, b) if b >= 0 else 0
@@ -92,7 +91,6 @@ class GraphBuilder:
         p.conditional.ctx = self.r.dev.ctx
         node = call("cuGraphAddNode", graph, [set_node], None, 1, p)
         bodies = list(p.conditional.phGraph_out)[:n_bodies]
-        self.conditionals += 1
         return node, bodies, handle
 
     def if_node(self, graph, deps, st: IfStep):

@@ -22,6 +22,11 @@ from .graph import GraphBuilder
 CONDITIONAL_DRIVER = 12080
 
 
+def runs_here(arch: str, cc: tuple) -> bool:
+    """A cubin for sm_XY runs on a GPU of the same major version and at least its minor version."""
+    return int(arch[3:-1]) == cc[0] and int(arch[-1]) <= cc[1]
+
+
 def select_code(bundle, device) -> tuple:
     """-> (image bytes, 'cubin sm_90' | 'ptx compute_90'); a clear error when nothing fits."""
     cuda = bundle.manifest.get("cuda")
@@ -29,7 +34,7 @@ def select_code(bundle, device) -> tuple:
         raise BackendError("this bundle has no GPU code (compiled without NVRTC or with --no-gpu); "
                            "recompile it with `grapec compile --target " + device.arch + "`, or use --backend cpu")
     major, minor = device.cc
-    fits = [t for t in cuda["targets"] if int(t[3:-1]) == major and int(t[-1]) <= minor]
+    fits = [t for t in cuda["targets"] if runs_here(t, device.cc)]
     if fits:
         best = max(fits, key=lambda t: int(t[3:]))
         return bundle.extra_sections[f"cubin.{best}"], f"cubin {best}"
@@ -44,10 +49,8 @@ def select_code(bundle, device) -> tuple:
 class _Segment:
     """A run of steps (graphed regions included) as one instantiated CUDA graph."""
 
-    def __init__(self, exec_, n_steps, conditionals):
+    def __init__(self, exec_):
         self.exec = exec_
-        self.n_steps = n_steps
-        self.conditionals = conditionals
 
 
 class CudaPlanRunner:
@@ -77,7 +80,8 @@ class CudaPlanRunner:
         self._graphs: dict = {}
         self._keep: list = []
         self._pending: list = []
-        self.launched = 0
+        self.launched = 0   # cuGraphLaunch calls of the last run: 1 for a fully graphed plan; host-driven
+                            # loops launch their body once per iteration
 
     def _load(self, image, what):
         try:
@@ -95,7 +99,7 @@ class CudaPlanRunner:
         if not any(r.graphed for p in bundle.plans for r in regions(p)):
             return None
         fits = [k for k in bundle.extra_sections if k.startswith("control.sm_")
-                and int(k[len("control.sm_"):-1]) == self.dev.cc[0] and int(k[-1]) <= self.dev.cc[1]]
+                and runs_here(k[len("control."):], self.dev.cc)]
         if not fits:
             raise BackendError(f"this bundle runs If/Loop inside the CUDA graph but has no setter kernels for "
                                f"{self.dev.arch}: recompile with --target {self.dev.arch} (or --host-control)")
@@ -104,7 +108,8 @@ class CudaPlanRunner:
             raise BackendError(f"this bundle runs If/Loop as CUDA conditional nodes, which need a driver for CUDA "
                                f"12.8 or newer (this one is {version // 1000}.{version % 1000 // 10}); update the "
                                "driver or recompile with --host-control")
-        return self._load(bundle.extra_sections[max(fits)], "If/Loop setter kernels")
+        return self._load(bundle.extra_sections[max(fits, key=lambda k: int(k[len("control.sm_"):]))],
+                          "If/Loop setter kernels")
 
     def function(self, name: str):
         if name not in self._extra:
@@ -178,16 +183,11 @@ class CudaPlanRunner:
 
     def _segment(self, bucket: int, steps: list) -> _Segment:
         graph = call("cuGraphCreate", 0)
-        builder = GraphBuilder(self, bucket)
-        builder.add_steps(graph, steps, [])
+        GraphBuilder(self, bucket).add_steps(graph, steps, [])
         exec_ = call("cuGraphInstantiate", graph, 0)
         self.keep(graph)
-        return _Segment(exec_, len(steps), builder.conditionals)
+        return _Segment(exec_)
 
-    def launches_per_run(self, bucket: int) -> int:
-        """cuGraphLaunch calls the last run of the bucket made (host-driven loops launch their body
-        once per iteration; a fully graphed plan launches once)."""
-        return self.launched
 
     # --- running ---------------------------------------------------------------------------------
     def execute(self, bucket: int, steps: list):
