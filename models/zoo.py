@@ -70,6 +70,11 @@ CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
         "tiny": dict(width_div=8, num_classes=10, image_size=64),
         "full": dict(width_div=1, num_classes=1000, image_size=224),
     },
+    "gpt2_generate": {   # the gpt2 model's weights; a prompt of prompt_len ids, room for max_new_tokens more
+        "tiny": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, prompt_len=8, max_new_tokens=24),
+        "full": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024, prompt_len=16,
+                     max_new_tokens=128),
+    },
     "control_flow": {
         # vocab V, hidden H, max_len M, end token, bias added to the EOS logit (tuned so that about a
         # third to a half of random inputs stop early; see tests/test_zoo_models.py)
@@ -85,6 +90,7 @@ EXAMPLE_DIMS: dict[str, dict[str, dict[str, int]]] = {
     "wav2vec2": {"tiny": {"batch": 1, "samples": 1600}, "full": {"batch": 1, "samples": 16000}},
     "resnet50": {"tiny": {"batch": 1}, "full": {"batch": 1}},
     "googlenet": {"tiny": {"batch": 1}, "full": {"batch": 1}},
+    "gpt2_generate": {"tiny": {}, "full": {}},
     "control_flow": {"tiny": {}, "full": {}},
 }
 
@@ -97,6 +103,8 @@ class Spec:
     input_dtypes: input name -> numpy dtype name
     dynamic_dims: dynamic dim name -> value in the example inputs
     dim_ranges:   dynamic dim name -> (min, max) the exported graph is valid for
+    value_ranges: input name -> (min, max) of its values where the graph is valid only for those (written
+                  to the file's metadata as ``grapec.input_range.<name>``, which grapec checks at run time)
     """
 
     name: str
@@ -107,6 +115,7 @@ class Spec:
     output_names: tuple[str, ...]
     dynamic_dims: dict[str, int]
     dim_ranges: dict[str, tuple[int, int]]
+    value_ranges: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def random_inputs(self, seed: int = 0, **dims: int) -> dict[str, np.ndarray]:
         """Fresh seeded random inputs (never all zeros; token ids within the vocab; BERT's
@@ -150,6 +159,12 @@ def _image_inputs(cfg, rng, d):
     return {"input": rng.standard_normal((d["batch"], 3, hw, hw)).astype(np.float32)}
 
 
+def _gpt2_generate_inputs(cfg, rng, d):
+    return {"prompt_ids": rng.integers(0, cfg["vocab_size"], size=(1, cfg["prompt_len"]), dtype=np.int64),
+            "max_new_tokens": np.array(cfg["max_new_tokens"], np.int64),
+            "eos_token_id": np.array(-1, np.int64)}   # -1: run to max_new_tokens (tests pick a real eos)
+
+
 def _control_flow_inputs(cfg, rng, d):
     return {
         "start_token": rng.integers(1, cfg["vocab"], size=(1,), dtype=np.int64),  # never EOS (0)
@@ -163,6 +178,7 @@ _INPUT_MAKERS = {
     "wav2vec2": _wav2vec2_inputs,
     "resnet50": _image_inputs,
     "googlenet": _image_inputs,
+    "gpt2_generate": _gpt2_generate_inputs,
     "control_flow": _control_flow_inputs,
 }
 
@@ -195,6 +211,12 @@ def spec(name: str, size: str = "tiny") -> Spec:
         hw = cfg["image_size"]
         return Spec(name, size, cfg, {"input": ("batch", 3, hw, hw)}, {"input": "float32"}, ("logits",),
                     dims, {"batch": batch})
+    if name == "gpt2_generate":
+        return Spec(name, size, cfg, {"prompt_ids": (1, cfg["prompt_len"]), "max_new_tokens": (), "eos_token_id": ()},
+                    {"prompt_ids": "int64", "max_new_tokens": "int64", "eos_token_id": "int64"},
+                    ("generated", "num_generated"), dims, {},
+                    {"prompt_ids": (0, cfg["vocab_size"] - 1), "max_new_tokens": (1, cfg["max_new_tokens"]),
+                     "eos_token_id": (-1, cfg["vocab_size"] - 1)})
     assert name == "control_flow"
     return Spec(name, size, cfg, {"start_token": (1,), "h0": (cfg["hidden"],)},
                 {"start_token": "int64", "h0": "float32"}, ("tokens", "count", "h_final"), dims, {})
@@ -367,6 +389,11 @@ def _add_metadata(model: onnx.ModelProto, zm: ZooModel) -> None:
             meta["grapec.zoo.transformers"] = transformers.__version__
         except ImportError:
             pass
+    for name, (lo, hi) in zm.spec.value_ranges.items():
+        meta[f"grapec.input_range.{name}"] = f"{lo}:{hi}"
+    if zm.name == "gpt2_generate":   # `grapec bench` reports time per generated token
+        meta["grapec.generated_tokens_output"] = "generated"
+        meta["grapec.generated_count_output"] = "num_generated"
     del model.metadata_props[:]
     for k, v in meta.items():
         model.metadata_props.add(key=k, value=v)
@@ -973,6 +1000,34 @@ def control_flow(size: str = "tiny", seed: int = SEED) -> ZooModel:
                     spec=sp, exporter=exporter, reference=_cf_reference(w, sp.config), weights=w, seed=seed)
 
 
+def gpt2_generate(size: str = "tiny", seed: int = SEED) -> ZooModel:
+    """GPT-2 greedy generation with a static KV cache, the whole decode loop as one ONNX Loop."""
+    import generate
+
+    sp = spec("gpt2_generate", size)
+    cfg = sp.config
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch = _torch()
+    # GPT-2's tied lm_head makes a random-weight model repeat its input token forever; an untied one
+    # (also seeded) gives tokens that depend on the whole context, which is what a test needs.
+    gpt2_cfg = {k: v for k, v in cfg.items() if k not in ("prompt_len", "max_new_tokens")}
+    config = GPT2Config(**gpt2_cfg, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
+                        attn_implementation="eager")
+    torch.manual_seed(seed)
+    hf = GPT2LMHeadModel(config).eval()
+    _perturb_constant_params(hf, seed)
+    module = generate.greedy_decode_module(hf, cfg["prompt_len"], cfg["max_new_tokens"])
+
+    def exporter(zm, path):
+        _finish_and_save(generate.decode_graph(generate.gpt2_weights(hf), cfg, OPSET), zm, path)
+
+    feeds = sp.random_inputs(seed)
+    return ZooModel(name="gpt2_generate", size=size, module=module,
+                    inputs={k: torch.from_numpy(v) for k, v in feeds.items()}, dynamic_dims={}, spec=sp,
+                    exporter=exporter, seed=seed)
+
+
 # --------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------
@@ -983,9 +1038,10 @@ MODELS: dict[str, Callable[..., ZooModel]] = {
     "wav2vec2": wav2vec2,
     "resnet50": resnet50,
     "googlenet": googlenet,
+    "gpt2_generate": gpt2_generate,
     "control_flow": control_flow,
 }
-TORCH_MODELS = ("gpt2", "bert", "wav2vec2", "resnet50", "googlenet")
+TORCH_MODELS = ("gpt2", "bert", "wav2vec2", "resnet50", "googlenet", "gpt2_generate")
 
 
 def get(name: str, size: str = "tiny", seed: int = SEED) -> ZooModel:

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import grapec
 from grapec.bundle.format import Bundle
-from grapec.errors import BundleError, UnsupportedError
+from grapec.errors import BundleError, InputError, UnsupportedError
 from grapec.plan import IfStep, KernelStep, LoopStep, ScanStoreStep, regions, walk_steps
 from helpers import compile_and_run, init, model, ort_run, tinfo
 
@@ -159,6 +159,23 @@ def test_wrong_control_dtypes_are_clear_errors(tmp_path, bad, match):
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert __import__("re").search(match, r.stderr), r.stderr
+
+
+def test_negative_trip_count_from_an_input_is_refused_before_running(tmp_path):
+    m = accumulate_model()
+    feeds = {"x": np.ones(4, np.float32), "acc0": np.zeros(4, np.float32), "M": np.array(-2, np.int64),
+             "limit": np.array(3.0, np.float32)}
+    with pytest.raises(InputError, match=r"input 'M' = -2, outside the valid range 0\.\.inf \(trip count of Loop"):
+        compile_and_run(m, feeds)
+    path = tmp_path / "acc.onnx"
+    path.write_bytes(m.SerializeToString())
+    for k, v in feeds.items():
+        np.save(tmp_path / f"{k}.npy", v)
+    r = subprocess.run([sys.executable, "-m", "grapec.cli", "run", str(path), "--backend", "cpu",
+                        "--shapes", "x=4,acc0=4,M=,limit="]
+                       + [a for k in feeds for a in ("--input", f"{k}={tmp_path / (k + '.npy')}")],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "'M' = -2" in r.stderr, r.stderr
 
 
 def test_corrupted_loop_step_is_refused_at_load():

@@ -19,6 +19,7 @@ ZOO_DIMS = {
     "resnet50": {"batch": 1},
     "googlenet": {"batch": 2},
     "control_flow": {},
+    "gpt2_generate": {},
 }
 LIGHT_MODELS = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
                 "squeezenet", "vgg19", "zfnet512"]

@@ -38,6 +38,11 @@ def _event_times(stream, fn, iters: int) -> list:
     return out
 
 
+# model metadata naming a generation model's outputs: the generated ids, and how many were generated
+TOKENS_OUTPUT_KEY = "grapec.generated_tokens_output"
+COUNT_OUTPUT_KEY = "grapec.generated_count_output"
+
+
 def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0) -> dict:
     import grapec
     from .runtime.cuda.driver import Device
@@ -48,8 +53,10 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     r = sess._runner
     bucket = sess.select_bucket({k: np.asarray(v).shape for k, v in feeds.items()})
     plan = bundle.plans[bucket]
-    sess.run(feeds)                       # builds and instantiates the graph
+    first = sess.run(feeds)               # builds and instantiates the graph
     load_s = time.perf_counter() - t0
+    launches = r.launched
+    meta = bundle.manifest.get("metadata", {})
     r.dev.synchronize()
     free1, _ = probe.mem_info()
     stream = r.dev.stream
@@ -72,7 +79,11 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
            "d2h": _stats(_event_times(stream, d2h, max(iters // 4, 10))),
            "device_memory_mib": (free0 - free1) / 2**20,
            "arena_mib": r.arena_bytes / 2**20, "weights_mib": len(bundle.weights) / 2**20,
-           "load_and_first_run_s": load_s, "device": r.dev.name, "code": r.code}
+           "load_and_first_run_s": load_s, "device": r.dev.name, "code": r.code, "launches": launches}
+    if meta.get(COUNT_OUTPUT_KEY) in first:   # a generation model: users compare the time per generated token
+        res["generated"] = int(np.asarray(first[meta[COUNT_OUTPUT_KEY]]).reshape(-1)[0])
+        if meta.get(TOKENS_OUTPUT_KEY) in first:
+            res["tokens"] = [int(t) for t in np.asarray(first[meta[TOKENS_OUTPUT_KEY]]).reshape(-1)[:res["generated"]]]
     sess._runner.close()
     return res
 
@@ -92,13 +103,13 @@ def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=(
         module = module.half()
         args = [a.half() if a.is_floating_point() else a for a in args]
 
-    def timed(fn):
+    def timed(fn, n=iters, w=warmup):
         with torch.no_grad():
-            for _ in range(warmup):
+            for _ in range(w):
                 fn()
             torch.cuda.synchronize()
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
             for s, e in zip(starts, ends):
                 s.record()
                 fn()
@@ -109,10 +120,13 @@ def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=(
     out = {}
     torch.cuda.synchronize()
     m0 = torch.cuda.memory_allocated()
-    if "eager" in modes:
+    if hasattr(module, "generation_peers"):
+        out.update(_time_generation_peers(module, feeds, precision, timed, say, iters))
+    elif "eager" in modes:
         out["torch eager"] = timed(lambda: module(*args))
     try:
-        _graph_and_compile(module, args, modes, timed, out, say)
+        if not hasattr(module, "generation_peers"):
+            _graph_and_compile(module, args, modes, timed, out, say)
     except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
         out["_torch error"] = _failure(e)
         say(f"peer failed: {out['_torch error']}")
@@ -144,6 +158,28 @@ def _graph_and_compile(module, args, modes, timed, out, say):
                 cm(*args)
         say(f"torch.compile ready in {time.perf_counter() - t0:.0f}s")
         out["torch.compile + CUDA graph"] = timed(lambda: cm(*args))
+
+
+GENERATION_PEER_ITERATIONS = 10   # a whole generation per iteration: HF eager takes ~1 s for 128 tokens
+
+
+def _time_generation_peers(module, feeds, precision, timed, say, iters) -> dict:
+    """A generation model's own peers (the zoo module's generation_peers): each callable runs one whole
+    generation; its tokens are kept so the report can say whether every peer generated the same."""
+    import torch
+    out = {}
+    say("building the generation peers (torch.compile takes a while)...")
+    runners = module.generation_peers(feeds, half=precision == "fp16")
+    for label, fn in runners.items():
+        try:
+            with torch.no_grad():
+                tokens = fn()
+                torch.cuda.synchronize()
+                out[label] = dict(timed(fn, n=min(GENERATION_PEER_ITERATIONS, iters), w=1), tokens=[int(t) for t in tokens.cpu().reshape(-1)])
+        except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
+            out[f"_{label} error"] = _failure(e)
+            say(f"peer failed: {label}: {out[f'_{label} error']}")
+    return out
 
 
 def _failure(e: Exception) -> str:

@@ -148,11 +148,12 @@ def _load_session(path, backend, shapes, dims, quiet=True):
 
 def _feeds(sess, inputs, seed, bucket=0):
     from .inputs import load_npy_inputs, random_inputs
-    given = load_npy_inputs(list(inputs))
+    from .value_range import manifest_ranges
     infos = sess.bundle.manifest["inputs"]
+    given = load_npy_inputs(list(inputs), {i["name"]: i["dtype"] for i in infos})
     shapes = {i["name"]: tuple(sess.buckets[bucket][i["name"]]) for i in infos}
     rand = random_inputs({k: v for k, v in shapes.items() if k not in given}, {i["name"]: i["dtype"] for i in infos},
-                         {i["name"]: i.get("index_bound") for i in infos if i.get("index_bound")}, seed)
+                         manifest_ranges(sess.bundle.manifest), seed)
     return {**rand, **given}
 
 
@@ -160,7 +161,9 @@ def _feeds(sess, inputs, seed, bucket=0):
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="auto: the GPU when there is one, else the CPU backend (it says which).")
-@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="Feed an input from a .npy file (others are random).")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy|NAME=NUMBER",
+              help="Feed an input from a .npy file, or a scalar input its value (others are random, within the "
+                   "ranges the model declares).")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--save", type=click.Path(file_okay=False), help="Write each output as NAME.npy into this folder.")
 @_shape_options
@@ -302,8 +305,11 @@ def check(model, shapes, dims, backend, precision, rtol, seed, quiet):
               "[default: from the file name and its folder, models/<size>/<name>.onnx].")
 @_precision_option
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy|NAME=NUMBER",
+              help="Feed an input from a .npy file, or a scalar input its value, e.g. --input max_new_tokens=128 "
+                   "(others are random, within the ranges the model declares).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, seed, as_json):
+def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, seed, inputs, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -323,7 +329,8 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
     bundle = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1], precision=precision) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
-    feeds = _feeds(grapec.load(bundle, backend="cpu"), (), seed)
+    feeds = _feeds(grapec.load(bundle, backend="cpu"), inputs, seed)
+    grapec.load(bundle, backend="cpu").check_feeds(feeds)   # bad --input: a clear error before any GPU work
     res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup)}
     if "torch" in peers:
         name, _, size = (zoo_name or "").partition(":")
@@ -346,14 +353,32 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
                f"after {warmup} warm-up")
     click.echo(f"  H2D {g['h2d']['median_ms'] * 1e3:.1f} us, D2H {g['d2h']['median_ms'] * 1e3:.1f} us (median); "
                f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")
-    click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
-    base = g["replay"]["median_ms"]
-    rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items() if k.startswith(("torch", "onnxruntime"))]
-    for label, st in rows:
-        click.echo(f"{label:28s} {st['median_ms']:10.4f} {st['p90_ms']:8.4f} {st['p99_ms']:8.4f} {st['median_ms'] / base:9.2f}x")
+    rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items()
+                                                         if not k.startswith("_") and k != "grapec"]
+    if "generated" in g:
+        _print_generation(g, rows)
+    else:
+        click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
+        base = g["replay"]["median_ms"]
+        for label, st in rows:
+            click.echo(f"{label:28s} {st['median_ms']:10.4f} {st['p90_ms']:8.4f} {st['p99_ms']:8.4f} {st['median_ms'] / base:9.2f}x")
     for k, v in res.items():
         if k.startswith("_") and k.endswith(" error"):
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
+
+
+def _print_generation(g, rows):
+    """A generation model: time per generated token, and whether each peer generated the same ids."""
+    n = g["generated"]
+    click.echo(f"generation: {n} tokens per run; grapec ran each in {g['launches']} graph launch(es)")
+    click.echo(f"{'':34s} {'ms/run':>9s} {'ms/token':>9s} {'p90/token':>9s} {'vs grapec':>10s}  same tokens")
+    base = g["replay"]["median_ms"] / n
+    for label, st in rows:
+        per = st["median_ms"] / n
+        same = "-" if "tokens" not in st or "tokens" not in g else \
+            ("yes" if st["tokens"][:n] == g["tokens"] else
+             f"first {next((i for i, (a, b) in enumerate(zip(st['tokens'], g['tokens'])) if a != b), n)} of {n}")
+        click.echo(f"{label:34s} {st['median_ms']:9.3f} {per:9.4f} {st['p90_ms'] / n:9.4f} {per / base:9.2f}x  {same}")
 
 
 def _parse(shapes, dims):

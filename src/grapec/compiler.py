@@ -27,7 +27,7 @@ from .bundle.format import Bundle
 from .errors import GrapecError, UnsupportedError
 from .frontend.onnx_import import import_model, load_model, opset_of
 from .frontend.shapes import resolve_input_shapes
-from .inputs import index_bounds
+from .inputs import value_ranges
 from .ir.graph import Graph
 from .plan import walk_steps
 from .passes.epilogue import fold_epilogues
@@ -126,20 +126,22 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say)
 
     outs = low.outputs
-    bounds = index_bounds(proto)
+    ranges = value_ranges(proto)
     op_counts = Counter(n.op_type for n in proto.graph.node)
     manifest = {
         "grapec_version": __version__,
         "model": os.path.basename(where),
         "opset": opset_of(proto),
         "precision": precision,
-        "inputs": [dict(_io_meta(graph, n, bucket_shapes), index_bound=bounds.get(n)) for n in graph.inputs],
+        "inputs": [dict(_io_meta(graph, n, bucket_shapes), value_range=ranges[n].to_json() if n in ranges else None)
+                   for n in graph.inputs],
         "outputs": [_io_meta_out(low, n) for n in outs],
         "buckets": bucket_meta,
         "targets": list(targets),
         "cuda": gpu_entry,
         "notes": notes,
         "onnx_ops": dict(sorted(op_counts.items())),
+        "metadata": {p.key: p.value for p in proto.metadata_props if p.key.startswith("grapec.")},
         "weights_bytes": weights.size,
         "kernels": len(kernels.kernels),
     }

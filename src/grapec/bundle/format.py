@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from .. import __version__, dtypes
 from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreStep
 from ..errors import BundleError
+from ..value_range import manifest_ranges
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
@@ -146,6 +147,10 @@ class Bundle:
 
     def validate(self, where: str = "bundle"):
         """Every offset and size in every plan against its allocation."""
+        try:
+            manifest_ranges(self.manifest)
+        except (KeyError, TypeError, ValueError) as e:
+            raise BundleError(f"{where}: corrupted manifest ({e})") from None
         nk = len(self.kernels)
         for bi, plan in enumerate(self.plans):
             try:

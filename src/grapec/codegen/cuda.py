@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, free_vars, idx
-from .launch import COOPERATIVE_DTYPES, COOPERATIVE_OPS, Launch, extent, plan_launch
+from .launch import Launch, extent, is_cooperative, plan_launch
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
 # and the special float values are bit patterns.
@@ -47,8 +47,36 @@ template <typename T, typename Op> __device__ __forceinline__ T g_block_reduce(T
   return v;
 }
 """
+# argmax/argmin: each thread has the best (value, index) of its stride; combine the pairs. A thread
+# that saw no element has index -1; equal values keep the first index (the last for *_last), which is
+# what one thread scanning in order would have kept.
+BLOCK_ARGREDUCE = r"""
+template <typename T> __device__ __forceinline__ bool g_arg_better(T v, i64 i, T bv, i64 bi, bool want_max, bool last) {
+  if (i < 0) return false;
+  if (bi < 0) return true;
+  if (v == bv) return last ? i > bi : i < bi;
+  return want_max ? v > bv : v < bv;
+}
+template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best, i64& at, bool want_max, bool last) {
+  __shared__ T g_pbest[32];
+  __shared__ i64 g_pat[32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const T v = __shfl_xor_sync(0xffffffffu, best, o);
+    const i64 i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (g_arg_better<T>(v, i, best, at, want_max, last)) { best = v; at = i; }
+  }
+  if (blockDim.x <= 32) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) { g_pbest[warp] = best; g_pat[warp] = at; }
+  __syncthreads();
+  best = g_pbest[0]; at = g_pat[0];
+  for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+    if (g_arg_better<T>(g_pbest[w], g_pat[w], best, at, want_max, last)) { best = g_pbest[w]; at = g_pat[w]; }
+}
+"""
 TYPES = "typedef long long i64;\ntypedef unsigned short f16;\n"
-PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + BLOCK_REDUCE
+PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + BLOCK_REDUCE + BLOCK_ARGREDUCE
 
 # storage type in memory -> type computations use
 _COMPUTE = {"float16": "float"}
@@ -250,8 +278,7 @@ class CudaRenderer:
         # Headers go in only after the body is emitted: statements hoisted out of the loop into
         # this scope while emitting the body must come before the loop, not inside it.
         # the same test launch.row_reductions applies when it picks row mode
-        cooperative = (self.launch.mode == "row" and scope is self.scopes[0] and rop in COOPERATIVE_OPS
-                       and e.dtype in COOPERATIVE_DTYPES)
+        cooperative = self.launch.mode == "row" and scope is self.scopes[0] and is_cooperative(e)
         headers, inner_indent = [], ind
         if cooperative:   # the block's threads stride over the flattened reduction range
             f = self.fresh("f")
@@ -289,7 +316,10 @@ class CudaRenderer:
         for _ in range(n_loops):
             inner_indent = inner_indent[:-2]
             scope.lines.append(f"{inner_indent}}}")
-        if cooperative:
+        if cooperative and rop.startswith("arg"):
+            want_max, last = str(rop.startswith("argmax")).lower(), str(rop.endswith("_last")).lower()
+            scope.lines.append(f"{ind}g_block_argreduce<{body_ct}>({best}, {acc}, {want_max}, {last});")
+        elif cooperative:
             scope.lines.append(f"{ind}{acc} = g_block_reduce<{ct}>({acc}, g_op_{rop}());")
         if rop.startswith("arg"):
             scope.lines.append(f"{ind}if ({acc} < 0) {acc} = 0;")

@@ -31,6 +31,7 @@ static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); ret
 static inline float h2f(unsigned short h) { return grapec_h2f(h); }
 static inline unsigned short f2h(float f) { return grapec_f2h(f); }
 template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { return v; }  // one thread per block
+template <typename T> static inline void g_block_argreduce(T&, long long&, bool, bool) {}
 """
 
 

@@ -16,8 +16,15 @@ from dataclasses import dataclass
 from ..ir.kernel import Expr, Kernel, free_vars, walk
 
 ELEMENT_BLOCK = 256
-COOPERATIVE_OPS = ("sum", "prod", "max", "min")
+COOPERATIVE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin", "argmax_last", "argmin_last")
 COOPERATIVE_DTYPES = ("float32", "float16", "float64", "int32", "int64")
+
+
+def is_cooperative(e: Expr) -> bool:
+    """A reduction a block can compute together: the threads' partials combine associatively.
+    For argmax/argmin the partial is a (value, index) pair, so the body's dtype is what counts."""
+    return (e.op == "reduce" and e.args[0] in COOPERATIVE_OPS
+            and (e.args[1].dtype if e.args[0].startswith("arg") else e.dtype) in COOPERATIVE_DTYPES)
 MAX_ROWS_FOR_SHORT_REDUCTIONS = 8192   # past this, a short reduction is cheaper in each thread
 
 
@@ -40,7 +47,7 @@ def row_reductions(body: Expr, memo: dict | None = None) -> list:
     memo = {} if memo is None else memo
     out = []
     for e in walk(body):
-        if e.op != "reduce" or e.args[0] not in COOPERATIVE_OPS or e.dtype not in COOPERATIVE_DTYPES:
+        if not is_cooperative(e):
             continue
         if any(v.op == "ridx" for v in free_vars(e, memo)):
             continue

@@ -14,6 +14,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
+from ..value_range import check_value_range, manifest_ranges
 
 
 def _shape(a):
@@ -44,6 +45,7 @@ class Session:
         m = bundle.manifest
         self._inputs = [IOInfo(i["name"], i["dtype"], i["dims"]) for i in m["inputs"]]
         self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
+        self._ranges = manifest_ranges(m)
         if backend == "cpu":
             from .cpu.runner import CpuPlanRunner
             self._runner = CpuPlanRunner(bundle)
@@ -108,6 +110,8 @@ class Session:
             want = dtypes.np_dtype(info.dtype)
             if got != want:
                 raise InputError(f"input '{info.name}': expected dtype {info.dtype}, got {got}")
+            if cai is None and info.name in self._ranges:   # a device array is not read back to check it
+                check_value_range(info.name, a, self._ranges[info.name])
             arrays[info.name] = a
         return arrays
 
