@@ -102,6 +102,8 @@ def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=(
     if precision == "fp16":
         module = module.half()
         args = [a.half() if a.is_floating_point() else a for a in args]
+    else:   # a module an earlier fp16 run left in half
+        module = module.float()
 
     def timed(fn, n=iters, w=warmup):
         with torch.no_grad():
@@ -180,6 +182,24 @@ def _time_generation_peers(module, feeds, precision, timed, say, iters) -> dict:
             out[f"_{label} error"] = _failure(e)
             say(f"peer failed: {label}: {out[f'_{label} error']}")
     return out
+
+
+def generation_table(g: dict, rows: list) -> list:
+    """Lines: per run and per generated token for grapec (g) and each (label, stats) row, the ratio to
+    grapec, and whether the row generated the same ids as grapec."""
+    n = g["generated"]
+    lines = [f"generation: {n} tokens per run; grapec ran each in {g['launches']} graph launch(es)",
+             f"{'':34s} {'ms/run':>9s} {'ms/token':>9s} {'p90/token':>9s} {'vs grapec':>10s}  same tokens"]
+    base = g["replay"]["median_ms"] / n
+    for label, st in rows:
+        per = st["median_ms"] / n
+        if "tokens" not in st or "tokens" not in g:
+            same = "-"
+        else:
+            first_diff = next((i for i, (a, b) in enumerate(zip(st["tokens"], g["tokens"])) if a != b), None)
+            same = "yes" if first_diff is None and len(st["tokens"]) >= n else f"first {first_diff} of {n}"
+        lines.append(f"{label:34s} {st['median_ms']:9.3f} {per:9.4f} {st['p90_ms'] / n:9.4f} {per / base:9.2f}x  {same}")
+    return lines
 
 
 def _failure(e: Exception) -> str:

@@ -356,7 +356,8 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
     rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items()
                                                          if not k.startswith("_") and k != "grapec"]
     if "generated" in g:
-        _print_generation(g, rows)
+        from .bench import generation_table
+        click.echo("\n".join(generation_table(g, rows)))
     else:
         click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
         base = g["replay"]["median_ms"]
@@ -365,20 +366,6 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
     for k, v in res.items():
         if k.startswith("_") and k.endswith(" error"):
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
-
-
-def _print_generation(g, rows):
-    """A generation model: time per generated token, and whether each peer generated the same ids."""
-    n = g["generated"]
-    click.echo(f"generation: {n} tokens per run; grapec ran each in {g['launches']} graph launch(es)")
-    click.echo(f"{'':34s} {'ms/run':>9s} {'ms/token':>9s} {'p90/token':>9s} {'vs grapec':>10s}  same tokens")
-    base = g["replay"]["median_ms"] / n
-    for label, st in rows:
-        per = st["median_ms"] / n
-        same = "-" if "tokens" not in st or "tokens" not in g else \
-            ("yes" if st["tokens"][:n] == g["tokens"] else
-             f"first {next((i for i, (a, b) in enumerate(zip(st['tokens'], g['tokens'])) if a != b), n)} of {n}")
-        click.echo(f"{label:34s} {st['median_ms']:9.3f} {per:9.4f} {st['p90_ms'] / n:9.4f} {per / base:9.2f}x  {same}")
 
 
 def _parse(shapes, dims):
