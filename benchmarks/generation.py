@@ -65,8 +65,8 @@ def main():
               f"prompt {feeds['prompt_ids'].shape[1]}, median of {args.iterations} runs")
         print("\n".join(generation_table(g, rows)))
         for k, v in peers.items():
-            if k.startswith("_"):
-                print(f"peer failed: {k[1:]}: {v}")
+            if k.startswith("_") and k.endswith(" error"):
+                print(f"peer failed: {k[1:-len(' error')]}: {v}")
         print(flush=True)
     if args.json:
         with open(args.json, "w") as f:

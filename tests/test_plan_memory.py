@@ -40,7 +40,7 @@ def assert_safe(g, mem):
         for x in list(n.inputs) + sorted(outer_reads(n)):
             uses.setdefault(root.get(x, x), set()).add(i)
     end = len(g.nodes)
-    for o in g.outputs:
+    for o in list(g.outputs) + list(g.inputs):   # inputs stay valid to the end (bound once, run many times)
         uses.setdefault(root.get(o, o), set()).add(end)
     storages = {root.get(k, k) for k in mem.offsets if not k.startswith("__")}
     storages = [s for s in storages if s in mem.offsets]

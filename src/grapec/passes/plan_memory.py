@@ -184,9 +184,11 @@ def plan_memory(g: Graph, pinned: dict | None = None, loop_body: bool = False) -
             if name and local(find(name)):
                 readers.setdefault(find(name), set()).add(i)
     for name in g.inputs:
+        # Inputs stay live to the end: a caller may bind an input buffer once and run many times
+        # (session.input_buffer, a benchmark's replays), and a Loop body's inputs are rewritten
+        # between iterations.
         writer[find(name)] = -1
-        if loop_body:
-            readers.setdefault(find(name), set()).add(SINK)
+        readers.setdefault(find(name), set()).add(SINK)
     for o in g.outputs:
         if local(find(o)):
             readers.setdefault(find(o), set()).add(SINK)
