@@ -23,6 +23,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "src"), os.path.join(ROOT, "models")]
 
 
+def fp32_margin(zm, feeds, tokens, at: int) -> float:
+    """How far apart, in the fp32 model's own logits, the reference's token and the one grapec chose
+    are at the first difference (a near-tie that fp16 rounding can flip, or a real error)."""
+    import torch
+    model = zm.module.model.float().cpu()
+    ids = np.concatenate([feeds["prompt_ids"][0], np.asarray(tokens[:at], np.int64)])
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(ids)[None], use_cache=False).logits[0, -1]
+    return float(logits.max() - logits[tokens[at]])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="full", choices=["tiny", "full"])
@@ -56,11 +67,16 @@ def main():
         same_as_ref = next((i for i, (a, b) in enumerate(zip(g["tokens"], ref)) if a != b), len(ref))
         print(f"[gen] {precision}: compiled in {compile_s:.0f}s; tokens equal to the PyTorch fp32 loop: "
               f"first {same_as_ref} of {len(ref)}; {g['launches']} launch(es)", flush=True)
+        margin = None
+        if same_as_ref < len(ref):
+            margin = fp32_margin(zm, feeds, g["tokens"], same_as_ref)
+            print(f"[gen] {precision}: at token {same_as_ref} grapec chose {g['tokens'][same_as_ref]}, the fp32 "
+                  f"loop {ref[same_as_ref]}; their fp32 logits differ by {margin:.4g}", flush=True)
         peers = bench_torch(zm.module, feeds, args.iterations, say=lambda m: print(f"[gen] {m}", flush=True),
                             precision=precision)
         rows = [("grapec (one graph launch)", g["replay"])] + [(k, v) for k, v in peers.items() if not k.startswith("_")]
         results[precision] = {"grapec": g, "peers": peers, "compile_s": compile_s, "reference_tokens": ref,
-                              "equal_prefix_vs_reference": same_as_ref}
+                              "equal_prefix_vs_reference": same_as_ref, "fp32_logit_margin_at_divergence": margin}
         print(f"\n{os.path.basename(path)} ({args.size}) in {precision} on {g['device']}, batch 1, "
               f"prompt {feeds['prompt_ids'].shape[1]}, median of {args.iterations} runs")
         print("\n".join(generation_table(g, rows)))
