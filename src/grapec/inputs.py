@@ -35,8 +35,8 @@ def value_ranges(model: onnx.ModelProto) -> dict:
         if n.op_type == "Gather" and len(n.input) > 1 and inits.get(n.input[0]):
             axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
             rows = inits[n.input[0]][axis]
-            _narrow(found, alias.get(n.input[1], n.input[1]),
-                    ValueRange(0, rows - 1, f"index into '{n.input[0]}' with {rows} rows"))
+            _narrow(found, alias.get(n.input[1], n.input[1]),   # ONNX counts negative indices from the end
+                    ValueRange(-rows, rows - 1, f"index into '{n.input[0]}' with {rows} rows"))
         if n.op_type == "Loop" and n.input and n.input[0]:
             _narrow(found, alias.get(n.input[0], n.input[0]),
                     ValueRange(0, None, f"trip count of Loop '{n.name or n.output[0]}'"))
@@ -103,7 +103,8 @@ def random_inputs(shapes: dict, input_dtypes: dict, ranges: dict, seed: int = 0)
                 a[..., -1] = 0
             feeds[name] = a
         else:
-            lo = 0 if r is None or r.lo is None else r.lo
+            # non-negative where the range allows: an index or a count, as a user would feed it
+            lo = 0 if r is None or r.lo is None or (r.lo < 0 and (r.hi is None or r.hi >= 0)) else r.lo
             hi = lo + 7 if r is None or r.hi is None else r.hi
             feeds[name] = rng.integers(lo, hi + 1, size=shape).astype(npdt)
     return feeds
