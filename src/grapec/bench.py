@@ -122,16 +122,16 @@ def bench_torch(module, feeds: dict, iters: int = 200, warmup: int = 20, modes=(
     out = {}
     torch.cuda.synchronize()
     m0 = torch.cuda.memory_allocated()
-    if hasattr(module, "generation_peers"):
+    if hasattr(module, "generation_peers"):   # a whole generation per run: the module names its peers
         out.update(_time_generation_peers(module, feeds, precision, timed, say, iters))
-    elif "eager" in modes:
-        out["torch eager"] = timed(lambda: module(*args))
-    try:
-        if not hasattr(module, "generation_peers"):
+    else:
+        if "eager" in modes:
+            out["torch eager"] = timed(lambda: module(*args))
+        try:
             _graph_and_compile(module, args, modes, timed, out, say)
-    except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
-        out["_torch error"] = _failure(e)
-        say(f"peer failed: {out['_torch error']}")
+        except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
+            out["_torch error"] = _failure(e)
+            say(f"peer failed: {out['_torch error']}")
     out["_weights_mib"] = (torch.cuda.memory_allocated() - m0) / 2**20
     return out
 

@@ -329,8 +329,9 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
     bundle = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1], precision=precision) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
-    feeds = _feeds(grapec.load(bundle, backend="cpu"), inputs, seed)
-    grapec.load(bundle, backend="cpu").check_feeds(feeds)   # bad --input: a clear error before any GPU work
+    cpu = grapec.load(bundle, backend="cpu")
+    feeds = _feeds(cpu, inputs, seed)
+    cpu.check_feeds(feeds)   # bad --input: a clear error before any GPU work
     res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup)}
     if "torch" in peers:
         name, _, size = (zoo_name or "").partition(":")
