@@ -6,6 +6,7 @@
         simplify                  constant folding, BatchNorm into Conv, dead code
         predicate                 If with a known condition inlined; other regions kept
         lower                     ONNX ops -> Kernel / Library / View / region nodes (bodies compiled alike)
+        small_matmuls_as_kernels  few-row matmuls against weights become gemv kernels (they fuse)
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
         fuse                      producer kernels inlined into consumers (reductions stitched)
         fold_epilogues            again: activations, now one kernel each
@@ -32,6 +33,7 @@ from .ir.graph import Graph
 from .plan import walk_steps
 from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
+from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
 from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, predicate, regions
@@ -51,6 +53,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     g = predicate(g)
     g = lower_graph(g)
     if fusion:
+        g = small_matmuls_as_kernels(g)
         g = fold_epilogues(g)
         g = fuse(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel

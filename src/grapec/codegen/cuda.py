@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import UnsupportedError
-from ..ir.kernel import Expr, Kernel, free_vars, idx
+from ..ir.kernel import Expr, Kernel, const, free_vars, idx, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
@@ -32,11 +32,17 @@ struct g_op_prod { template <typename T> __device__ __forceinline__ T operator()
 struct g_op_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return g_max<T>(a, b); } };
 struct g_op_min { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return g_min<T>(a, b); } };
 """
-# Row mode: combine each thread's partial over the block; every thread gets the result.
+# Row mode: combine each thread's partial over the block; warp mode: over the warp (a row per warp).
+# Every thread gets the result.
 BLOCK_REDUCE = r"""
+#define G_WARP 32
+template <typename T, typename Op> __device__ __forceinline__ T g_warp_reduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
 template <typename T, typename Op> __device__ __forceinline__ T g_block_reduce(T v, Op op) {
   __shared__ T g_partial[32];
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = g_warp_reduce<T, Op>(v, op);
   if (blockDim.x <= 32) return v;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();   /* the previous reduction's readers are done with g_partial */
@@ -57,14 +63,17 @@ template <typename T> __device__ __forceinline__ bool g_arg_better(T v, i64 i, T
   if (v == bv) return last ? i > bi : i < bi;
   return want_max ? v > bv : v < bv;
 }
-template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best, i64& at, bool want_max, bool last) {
-  __shared__ T g_pbest[32];
-  __shared__ i64 g_pat[32];
+template <typename T> __device__ __forceinline__ void g_warp_argreduce(T& best, i64& at, bool want_max, bool last) {
   for (int o = 16; o > 0; o >>= 1) {
     const T v = __shfl_xor_sync(0xffffffffu, best, o);
     const i64 i = __shfl_xor_sync(0xffffffffu, at, o);
     if (g_arg_better<T>(v, i, best, at, want_max, last)) { best = v; at = i; }
   }
+}
+template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best, i64& at, bool want_max, bool last) {
+  __shared__ T g_pbest[32];
+  __shared__ i64 g_pat[32];
+  g_warp_argreduce<T>(best, at, want_max, last);
   if (blockDim.x <= 32) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   __syncthreads();
@@ -77,6 +86,9 @@ template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best,
 """
 TYPES = "typedef long long i64;\ntypedef unsigned short f16;\n"
 PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + BLOCK_REDUCE + BLOCK_ARGREDUCE
+
+# vector reads: bytes -> the CUDA vector type moved in one instruction
+_VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}
 
 # storage type in memory -> type computations use
 _COMPUTE = {"float16": "float"}
@@ -118,6 +130,7 @@ class CudaRenderer:
         self.scopes: list = []
         self.all_scopes: list = []   # keeps every scope alive, so id(scope) stays unique
         self.count = 0
+        self.vector_reads: dict = {}   # load -> its element of a vector read (see _vector_loads)
 
     def fresh(self, prefix="v") -> str:
         self.count += 1
@@ -233,8 +246,7 @@ class CudaRenderer:
     def load(self, e: Expr) -> str:
         slot, index, mask, other = e.args
         shape, dt = self.k.inputs[slot]
-        offset = self.flat_offset(index, shape)
-        read = f"in{slot}[{offset}]"
+        read = self.vector_reads.get(e) or f"in{slot}[{self.flat_offset(index, shape)}]"
         if dt == "float16":
             read = f"h2f({read})"
         if mask is None:
@@ -278,11 +290,31 @@ class CudaRenderer:
         # Headers go in only after the body is emitted: statements hoisted out of the loop into
         # this scope while emitting the body must come before the loop, not inside it.
         # the same test launch.row_reductions applies when it picks row mode
-        cooperative = self.launch.mode == "row" and scope is self.scopes[0] and is_cooperative(e)
+        cooperative = self.launch.mode in ("row", "warp") and scope is self.scopes[0] and is_cooperative(e)
+        warp = self.launch.mode == "warp"
         headers, inner_indent = [], ind
-        if cooperative:   # the block's threads stride over the flattened reduction range
+        width, vector = self._vector_loads(rvars, body) if cooperative and warp else (1, [])
+        if vector:   # each thread takes `width` consecutive elements per step, read as one vector
+            f, u = self.fresh("f"), self.fresh("u")
+            headers.append(f"{ind}#pragma unroll 4")
+            headers.append(f"{ind}for (i64 {f} = (i64){self._lane()} * {width}; {f} < {extent(rvars)}LL; "
+                           f"{f} += {self._lanes()} * {width}) {{")
+            inner_indent += "  "
+            for ld in vector:
+                name, vt = self.fresh("vec"), _VECTOR_TYPE[width * dtypes.itemsize(ld.dtype)]
+                start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
+                headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)(in{ld.args[0]} + {start} + {f});")
+                self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u}]"
+            headers.append(f"{inner_indent}#pragma unroll")
+            headers.append(f"{inner_indent}for (int {u} = 0; {u} < {width}; ++{u}) {{")
+            inner_indent += "  "
+            headers.append(f"{inner_indent}const i64 {self.rname(rvars[0])} = {f} + {u};")
+            n_loops = 2
+        elif cooperative:   # the block's (warp's) threads stride over the flattened reduction range
             f = self.fresh("f")
-            headers.append(f"{ind}for (i64 {f} = threadIdx.x; {f} < {extent(rvars)}LL; {f} += blockDim.x) {{")
+            if warp:   # loads of later iterations go out before earlier ones return
+                headers.append(f"{ind}#pragma unroll 4")
+            headers.append(f"{ind}for (i64 {f} = {self._lane()}; {f} < {extent(rvars)}LL; {f} += {self._lanes()}) {{")
             inner_indent += "  "
             for i, r in enumerate(rvars):
                 stride = self._stride(rvars, i)
@@ -290,7 +322,7 @@ class CudaRenderer:
                 val = q if i == 0 else f"{q} % {r.args[1]}LL" if r.args[1] != 1 else "0"
                 headers.append(f"{inner_indent}const i64 {self.rname(r)} = {val};")
             n_loops = 1
-        else:
+        if not cooperative:
             for r in rvars:
                 headers.append(f"{inner_indent}for (i64 {self.rname(r)} = 0; {self.rname(r)} < {r.args[1]}LL; ++{self.rname(r)}) {{")
                 inner_indent += "  "
@@ -298,6 +330,8 @@ class CudaRenderer:
         inner = self.push(rvars, inner_indent)
         v = self.emit(body)
         self.scopes.pop()
+        for ld in vector:   # the vectors live in this loop only
+            del self.vector_reads[ld]
         scope.lines.extend(headers)
         scope.lines.extend(inner.lines)
         if rop == "sum":
@@ -316,14 +350,44 @@ class CudaRenderer:
         for _ in range(n_loops):
             inner_indent = inner_indent[:-2]
             scope.lines.append(f"{inner_indent}}}")
+        group = "warp" if warp else "block"
         if cooperative and rop.startswith("arg"):
             want_max, last = str(rop.startswith("argmax")).lower(), str(rop.endswith("_last")).lower()
-            scope.lines.append(f"{ind}g_block_argreduce<{body_ct}>({best}, {acc}, {want_max}, {last});")
+            scope.lines.append(f"{ind}g_{group}_argreduce<{body_ct}>({best}, {acc}, {want_max}, {last});")
         elif cooperative:
-            scope.lines.append(f"{ind}{acc} = g_block_reduce<{ct}>({acc}, g_op_{rop}());")
+            scope.lines.append(f"{ind}{acc} = g_{group}_reduce<{ct}>({acc}, g_op_{rop}());")
         if rop.startswith("arg"):
             scope.lines.append(f"{ind}if ({acc} < 0) {acc} = 0;")
         return acc
+
+    def _vector_loads(self, rvars, body) -> tuple:
+        """-> (width, loads) for a cooperative reduction whose loads run along its one variable with
+        unit stride from a row start that a vector of `width` elements divides: those loads are read
+        `width` elements at a time (16 bytes per thread: what it takes to keep DRAM busy with few
+        warps). Buffers start 256-byte aligned (plan_memory, the weight store). (1, []) otherwise."""
+        if len(rvars) != 1:
+            return 1, []
+        r = rvars[0]
+        loads = []
+        for e in walk(body):
+            if e.op != "load" or e.args[2] is not None or not dtypes.is_float(e.dtype) or not e.args[1]:
+                continue
+            *rest, last = e.args[1]
+            if last is r and not any(r in free_vars(i, self.deps) for i in rest):
+                loads.append(e)
+        if not loads:
+            return 1, []
+        width = min(16 // dtypes.itemsize(e.dtype) for e in loads)
+        loads = [e for e in loads if self.k.inputs[e.args[0]][0][-1] % width == 0]
+        if width < 2 or r.args[1] % width or not loads:
+            return 1, []
+        return width, loads
+
+    def _lane(self) -> str:
+        return "g_lane" if self.launch.mode == "warp" else "threadIdx.x"
+
+    def _lanes(self) -> str:
+        return "G_WARP" if self.launch.mode == "warp" else "blockDim.x"
 
     @staticmethod
     def _stride(rvars, i):
@@ -339,16 +403,22 @@ class CudaRenderer:
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
         lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{']
         root = self.push((), "  ")
-        if self.launch.mode == "row":
-            split = self.launch.split
-            lines += self._unravel("(i64)blockIdx.x", range(split))
+        if self.launch.mode in ("row", "warp"):
+            split, row = self.launch.split, "(i64)blockIdx.x"
+            if self.launch.mode == "warp":   # one row per warp; a warp past the last row has nothing to do
+                row = "g_row"
+                lines += ["  const i64 g_row = (i64)blockIdx.x * (blockDim.x / G_WARP) + threadIdx.x / G_WARP;",
+                          f"  if (g_row >= {self.launch.rows}LL) return;",
+                          "  const int g_lane = threadIdx.x % G_WARP;"]
+            lines += self._unravel(row, range(split))
+            self._prefetch_row_loads(split)
             col = self.push([idx(a) for a in range(split, len(k.shape))], "    ")
             col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
             v = self.emit(k.body)
             lines += root.lines
-            lines.append(f"  for (i64 c = threadIdx.x; c < {self.launch.cols}LL; c += blockDim.x) {{")
+            lines.append(f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{")
             lines += col.lines
-            lines.append(f"    out[(i64)blockIdx.x * {self.launch.cols}LL + c] = {self._store(v)};")
+            lines.append(f"    out[{row} * {self.launch.cols}LL + c] = {self._store(v)};")
             lines.append("  }")
         else:
             lines += ["  const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;",
@@ -359,6 +429,15 @@ class CudaRenderer:
             lines.append(f"  out[tid] = {self._store(v)};")
         lines.append("}")
         return name, "\n".join(lines)
+
+    def _prefetch_row_loads(self, split: int):
+        """Issue the row's own loads (a gemv's bias, a residual element) first, so that their latency
+        overlaps the reductions instead of following them."""
+        row_axes = {idx(a) for a in range(split)}
+        for e in walk(self.k.body):
+            if e.op == "load" and free_vars(e, self.deps) <= row_axes and \
+                    not any(x.op in ("reduce", "load") for c in e.args[1] for x in walk(c)):
+                self.emit(e)
 
     def _store(self, v: str) -> str:
         return f"f2h({v})" if self.k.dtype == "float16" else f"({ctype(self.k.dtype)}){v}"

@@ -32,6 +32,11 @@ static inline float h2f(unsigned short h) { return grapec_h2f(h); }
 static inline unsigned short f2h(float f) { return grapec_f2h(f); }
 template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { return v; }  // one thread per block
 template <typename T> static inline void g_block_argreduce(T&, long long&, bool, bool) {}
+#define G_WARP 1   /* warp mode: one thread per row */
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
+struct alignas(8) uint2 { unsigned int x, y; };
+template <typename T, typename Op> static inline T g_warp_reduce(T v, Op) { return v; }
+template <typename T> static inline void g_warp_argreduce(T&, long long&, bool, bool) {}
 """
 
 
@@ -50,7 +55,7 @@ class HostModule:
             args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)]
                              + [scalar_literal(t, v) for t, v in module.scalars[i]])
             launch = module.launches[i]
-            blocks = launch.rows if launch.mode == "row" else max(k.size, 1)   # blockDim is 1
+            blocks = launch.rows if launch.mode in ("row", "warp") else max(k.size, 1)   # blockDim is 1
             wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
                             f"  for (unsigned long long t = 0; t < {blocks}ULL; ++t) {{ blockIdx.x = t; {module.names[i]}({args}); }}\n}}")

@@ -1,6 +1,8 @@
 """How a kernel maps onto the GPU: one thread per output element, or one thread block per row.
 
 "element" mode: thread t computes output element t; any reduction is a loop in that thread.
+"warp" mode: row mode with a warp per row and several rows per block, for many short rows (a
+matrix-vector product is one row per output element, each a dot product over the weight's row).
 "row" mode: the output's leading axes [0, split) pick a block (a "row"), the trailing axes are the
 row's columns, which the block's threads stride over. A *row-level* reduction -- one that depends on
 no reduction variable and on no column axis, such as a LayerNorm mean or a softmax max -- is computed
@@ -16,6 +18,9 @@ from dataclasses import dataclass
 from ..ir.kernel import Expr, Kernel, free_vars, walk
 
 ELEMENT_BLOCK = 256
+WARP_MODE_MIN_ROWS = 256     # fewer rows than this keep a block each (a warp per row would idle SMs)
+WARP_MODE_MAX_WORK = 4096    # ... and a longer row keeps a block (a warp would loop too long)
+WARP_BLOCK = 128           # 4 rows a block: a narrow gemv (768 rows) still spreads over every SM
 COOPERATIVE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin", "argmax_last", "argmin_last")
 COOPERATIVE_DTYPES = ("float32", "float16", "float64", "int32", "int64")
 
@@ -30,7 +35,7 @@ MAX_ROWS_FOR_SHORT_REDUCTIONS = 8192   # past this, a short reduction is cheaper
 
 @dataclass(frozen=True)
 class Launch:
-    mode: str      # "element" | "row"
+    mode: str      # "element" | "row" | "warp"
     grid: int
     block: int
     split: int = 0   # row mode: output axes [0, split) index the row
@@ -75,6 +80,9 @@ def plan_launch(kernel: Kernel) -> Launch:
     if longest < 32 and rows > MAX_ROWS_FOR_SHORT_REDUCTIONS:
         return element
     work = max(cols, longest)
+    if rows >= WARP_MODE_MIN_ROWS and longest >= 32 and work <= WARP_MODE_MAX_WORK:
+        per_block = WARP_BLOCK // 32
+        return Launch("warp", (rows + per_block - 1) // per_block, WARP_BLOCK, split, rows, cols)
     block = 32
     while block < 256 and block < work:
         block *= 2

@@ -5,7 +5,10 @@ from there, kernel by kernel in schedule order. A load of a value that another k
 through View/reshape nodes) is replaced by that kernel's expression at the load's index:
 
   * an elementwise producer is inlined when that reads no element more often than the buffer would
-    be read anyway, or when it is cheap enough to recompute (a bias add feeding an im2col);
+    be read anyway, or when it is cheap enough to recompute (a bias add feeding an im2col); a pure
+    gather (a copy: slice, head split) is inlined wherever it is read, however often;
+  * a producer with a reduction whose one reader reads each of its elements once takes that reader
+    as its epilogue (a gemv's bias add, activation or residual add: passes/gemv.py);
   * a producer with a reduction (a LayerNorm mean, a softmax max or sum) is inlined when the
     consumer then runs in row mode (codegen/launch.py) and computes the reduction once per row with
     the whole block -- FusionStitching's "stitching" of reductions into their consumers, which makes
@@ -45,8 +48,11 @@ def fuse(g: Graph) -> Graph:
             name = view_source[name]
         return name
 
-    # nodes reading each value, directly or through Views (counted before any inlining)
-    readers = Counter(root(i) for n in g.nodes if n.op != "View" for i in set(n.inputs) | outer_reads(n) if i)
+    # nodes reading each value, directly or through Views; kept up to date as kernels merge (the
+    # four kernels of an exported GELU read its input four times until they are one kernel)
+    def reads(n):
+        return {root(i) for i in set(n.inputs) | outer_reads(n) if i}
+    readers = Counter(v for n in g.nodes if n.op != "View" for v in reads(n))
 
     for node in g.nodes:
         if node.op != "Kernel":
@@ -62,7 +68,13 @@ def fuse(g: Graph) -> Graph:
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
                                     list(p.inputs), readers[src])
                 if fused is not None:
+                    before = reads(node)
                     node.attrs["kernel"], node.inputs = fused
+                    after = reads(node)
+                    readers.subtract(before - after)
+                    readers.update(after - before)
+                    if readers[src] == 0:   # the producer is gone: its own reads go with it
+                        readers.subtract(reads(p))
                     node.origin = list(dict.fromkeys(node.origin + p.origin))
                     progress = True
                     break
@@ -88,13 +100,20 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     in_loops = [math.prod(v.args[1] for v in _loop_vars(e, memo)) for e in loads]
     reads = kc.size * sum(in_loops)
     has_reduce = any(e.op == "reduce" for e in K.walk(kp.body))
-    if has_reduce:
+    dup = reads / max(kp.size, 1)
+    # an epilogue: the consumer reads each reduced element once (a bias add or activation after a gemv)
+    epilogue = has_reduce and readers == 1 and dup <= 1.01 and all(n == 1 for n in in_loops)
+    if has_reduce and dup <= 1.01 and not epilogue and kp.size > 1:
+        return None   # a per-element reduction (a gemv) that several kernels read stays one kernel
+    if has_reduce and not epilogue:
         if any(n > 1 for n in in_loops):
             return None   # the reduction would be redone in every iteration of the consumer's loop
-    else:
-        dup = reads / max(kp.size, 1)
+    elif not has_reduce and not is_gather(kp):
         cost = sum(1 for e in K.walk(kp.body) if e.op not in ("const", "idx", "ridx", "load"))
-        if not ((dup <= 1.01 and (readers == 1 or cost <= CHEAP_OPS)) or
+        # a gather through loaded indices (an embedding lookup) is a chain of dependent reads:
+        # cheap in work, not in latency, so it is not repeated in every reader
+        cheap = cost <= CHEAP_OPS and not _indirect(kp)
+        if not ((dup <= 1.01 and (readers == 1 or cheap)) or
                 (cost <= RECOMPUTE_OPS and dup <= MAX_RECOMPUTE)):
             return None
 
@@ -132,11 +151,27 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     fused = K.Kernel(kc.shape, kc.dtype, body, tuple(shapes[i] for i in range(len(names))))
     if len(K.walk(body)) > MAX_BODY_NODES:
         return None
-    if has_reduce:
+    if has_reduce and not epilogue:
         launch = plan_launch(fused)
-        if launch.mode != "row" or launch.rows > kp.size:
+        if launch.mode not in ("row", "warp") or launch.rows > kp.size:
             return None   # the reduction would be recomputed per output element, not once per row
     return fused, names
+
+
+def _indirect(kernel: K.Kernel) -> bool:
+    """Some load's index depends on another load."""
+    return any(e.op == "load" and any(x.op == "load" for i in e.args[1] for x in K.walk(i))
+               for e in K.walk(kernel.body))
+
+
+def is_gather(kernel: K.Kernel) -> bool:
+    """A kernel that only moves elements (a slice, a head split, a transpose): its body is one load at
+    an index computed from the output coordinates alone. Inlining it anywhere costs index arithmetic,
+    never a recomputation, and the consumer then reads the source bytes instead of a copy of them."""
+    body = kernel.body
+    if body.op != "load" or body.args[2] is not None:
+        return False
+    return not any(e.op in ("load", "reduce") for i in body.args[1] for e in K.walk(i))
 
 
 def _loop_vars(e, memo):

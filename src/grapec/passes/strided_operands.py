@@ -5,7 +5,8 @@ after: kernels that only move bytes. cuBLASLt takes each operand with a leading 
 batch stride, which is all these copies express. So:
 
   * a matmul operand made by a copy kernel (out[i] = in[offset + sum_a stride_a * i_a]: one load,
-    no mask, affine index) is read straight from the copy's source, through a *view*;
+    no mask, affine index), directly or through reshapes (Views), is read straight from the copy's
+    source, through a *view*;
   * a matmul output read only by a permuting copy kernel is written straight into that kernel's
     output, through a view, when the matmul has no C operand.
 
@@ -20,9 +21,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..ir import kernel as K
 from ..ir.graph import Graph
+from ..ir.interpret import run_kernel
 from .fuse import drop_unused
+
+MAX_FIT_ELEMENTS = 1 << 22    # copies larger than this are not fitted (the offset table is built)
 
 
 def strided_operands(g: Graph) -> Graph:
@@ -39,9 +45,11 @@ def strided_operands(g: Graph) -> Graph:
         views = {}
         for slot, flag in ((0, "trans_a"), (1, "trans_b")):
             p = producers.get(node.inputs[slot])
+            while p is not None and p.op == "View":    # a reshape of the copy: same element order
+                p = producers.get(p.inputs[0])
             if p is None or p.op != "Kernel":
                 continue
-            v = _operand_view(p.attrs["kernel"])
+            v = _operand_view(p.attrs["kernel"], g.lookup(node.inputs[slot]).shape)
             if v is None:
                 continue
             view, flipped = v
@@ -71,54 +79,44 @@ def strided_operands(g: Graph) -> Graph:
     return drop_unused(g)
 
 
-def _affine(e: K.Expr):
-    """e as (coefficient per output axis, constant), or None when it is not affine in the idx vars."""
-    if e.op == "const" and isinstance(e.value, int):
-        return {}, e.value
-    if e.op == "idx":
-        return {e.args[0]: 1}, 0
-    if e.op in ("add", "sub"):
-        a, b = _affine(e.args[0]), _affine(e.args[1])
-        if a is None or b is None:
-            return None
-        sign = 1 if e.op == "add" else -1
-        coeff = dict(a[0])
-        for k, v in b[0].items():
-            coeff[k] = coeff.get(k, 0) + sign * v
-        return coeff, a[1] + sign * b[1]
-    if e.op == "mul":
-        for x, y in (e.args, e.args[::-1]):
-            if y.op == "const" and isinstance(y.value, int):
-                a = _affine(x)
-                return None if a is None else ({k: v * y.value for k, v in a[0].items()}, a[1] * y.value)
-    return None
-
-
-def copy_strides(kernel: K.Kernel):
-    """A kernel that copies elements of its one input -> (offset, flat input stride per output axis)."""
+def copy_strides(kernel: K.Kernel, shape=None):
+    """A kernel that copies elements of its one input, seen in `shape` (a reshape of its output,
+    through View nodes) -> (offset, flat input stride per axis of shape), or None when the copy is
+    not affine in those coordinates. Found numerically: the source offset of every element is
+    evaluated and checked against offset + sum(stride * coordinate), so index math written with
+    div/mod (a reshape's unravelling) counts as affine wherever it is."""
     body = kernel.body
     if body.op != "load" or body.args[2] is not None or len(kernel.inputs) != 1 or body.dtype != kernel.dtype:
         return None
-    in_shape = kernel.inputs[0][0]
-    strides = [0] * len(kernel.shape)
-    offset = 0
-    for comp, st in zip(body.args[1], _row_major(in_shape)):
-        a = _affine(comp)
-        if a is None:
-            return None
-        offset += a[1] * st
-        for axis, c in a[0].items():
-            strides[axis] += c * st
-    return offset, strides
+    if any(e.op == "load" for i in body.args[1] for e in K.walk(i)) or not 0 < kernel.size <= MAX_FIT_ELEMENTS:
+        return None
+    flat = K.const(0, "int64")
+    for comp, st in zip(body.args[1], _row_major(kernel.inputs[0][0])):
+        flat = flat + comp * st
+    offsets = np.broadcast_to(run_kernel(K.Kernel(kernel.shape, "int64", flat, ()), []), kernel.shape)
+    shape = tuple(kernel.shape if shape is None else shape)
+    offsets = offsets.reshape(shape)
+    origin = int(offsets.reshape(-1)[0])
+    strides = []
+    for a, d in enumerate(shape):
+        unit = [0] * len(shape)
+        unit[a] = 1 if d > 1 else 0
+        strides.append(int(offsets[tuple(unit)]) - origin if d > 1 else 0)
+    fitted = origin + sum(np.arange(d, dtype=np.int64).reshape([-1 if b == a else 1 for b in range(len(shape))]) * st
+                          for a, (d, st) in enumerate(zip(shape, strides)))
+    if not np.array_equal(offsets, np.broadcast_to(fitted, shape)):
+        return None
+    return origin, strides
 
 
-def _operand_view(kernel: K.Kernel):
-    """-> (view, whether the stored matrix is the transpose of the operand), or None."""
-    cs = copy_strides(kernel)
-    if cs is None or len(kernel.shape) < 2:
+def _operand_view(kernel: K.Kernel, shape):
+    """The copy kernel seen as an operand of `shape` -> (view, whether the stored matrix is the
+    transpose of the operand), or None."""
+    cs = copy_strides(kernel, shape)
+    if cs is None or len(shape) < 2:
         return None
     offset, strides = cs
-    shape = list(kernel.shape)
+    shape = list(shape)
     flipped = strides[-1] != 1 and (strides[-2] == 1 or shape[-2] == 1) and shape[-1] != 1
     if flipped:
         shape[-2], shape[-1] = shape[-1], shape[-2]

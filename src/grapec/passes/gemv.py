@@ -1,0 +1,101 @@
+"""gemv: a matmul with a few rows against a weight matrix becomes a kernel, not a library call.
+
+At batch 1 a decode step's GEMMs have M = 1: each reads its weight matrix once and does two flops per
+byte. cuBLASLt's small-M kernels reach about a quarter of the DRAM bandwidth on such shapes (GPT-2's
+768 x 2304 projection takes 4.5 us on an H100, where reading its 3.5 MB takes 1.3), and every call is
+a child graph of its own. As a kernel-IR reduction the product is
+
+    out[.., m, n] = sum_k A[.., m, k] * W'[n, k]        (accumulated in fp32 for fp16)
+
+with W' the weight stored K-contiguous (transposed at compile time when the model stores it [K, N]),
+so that codegen's warp mode (codegen/launch.py) gives each output a warp that reads its row of W'
+in coalesced strides. Being a kernel, the product also fuses: the bias add, the activation and the
+residual add that follow it become its epilogue, and a consumer that slices it (a Q/K/V split) reads
+it directly.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import kernel as K
+from ..ir.graph import Graph, Node, view_source
+
+GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
+GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
+GEMV_DTYPES = ("float16", "float32")
+
+
+def small_matmuls_as_kernels(g: Graph) -> Graph:
+    source = view_source(g)
+    readers: dict = {}
+    for n in g.nodes:
+        for i in set(n.inputs):
+            readers[source(i)] = readers.get(source(i), 0) + 1
+    out = []
+    for node in g.nodes:
+        if node.op == "Library" and node.attrs.get("op") == "matmul":
+            kernel_node = _as_gemv(g, node, source, readers)
+            if kernel_node is not None:
+                out.append(kernel_node)
+                continue
+        out.append(node)
+    g.nodes = out
+    return g
+
+
+def _as_gemv(g: Graph, node: Node, source, readers):
+    attrs = node.attrs
+    if attrs.get("trans_a") or attrs.get("act") or attrs.get("views"):
+        return None
+    names = list(node.inputs) + [""] * (4 - len(node.inputs))
+    a, b, c, bias = (g.lookup(n) if n else None for n in names)
+    w = g.lookup(source(names[1]))
+    y = g.lookup(node.outputs[0])
+    if (w is None or w.const is None or y.dtype not in GEMV_DTYPES or a.dtype != y.dtype
+            or math.prod(b.shape[:-2]) != 1 or len(b.shape) != 2):
+        return None
+    rows = math.prod(y.shape[:-1])
+    n_out = y.shape[-1]
+    depth = a.shape[-1]
+    if rows > GEMV_MAX_ROWS or depth < GEMV_MIN_DEPTH:
+        return None
+    weight = np.asarray(w.const).reshape(b.shape)
+    if not attrs.get("trans_b"):
+        if readers.get(source(names[1]), 0) > 1:
+            return None   # another reader wants the stored layout: keep one copy of the weight
+        weight = np.ascontiguousarray(weight.T)
+    wt = g.add_value("gemv_weight", y.dtype, weight.shape, weight)
+
+    acc = "float32" if y.dtype == "float16" else y.dtype
+    out_rank = len(y.shape)
+    r = K.ridx(depth)
+    ix = [K.idx(i) for i in range(out_rank)]
+    a_ix = _broadcast_index(a.shape[:-1], ix[:-1]) + (r,)
+    prod = K.cast(K.load(0, a_ix, a.dtype), acc) * K.cast(K.load(1, (ix[-1], r), y.dtype), acc)
+    body = K.reduce("sum", prod, (r,))
+    alpha = float(attrs.get("alpha", 1.0))
+    if alpha != 1.0:
+        body = body * K.const(alpha, acc)
+    inputs = [(tuple(a.shape), a.dtype), (tuple(weight.shape), y.dtype)]
+    slots = [names[0], wt.name]
+    if c is not None:
+        beta = float(attrs.get("beta", 1.0))
+        term = K.cast(K.load(len(slots), _broadcast_index(c.shape, ix), c.dtype), acc)
+        body = body + (term * K.const(beta, acc) if beta != 1.0 else term)
+        inputs.append((tuple(c.shape), c.dtype))
+        slots.append(names[2])
+    if bias is not None:
+        body = body + K.cast(K.load(len(slots), (ix[-1],), bias.dtype), acc)
+        inputs.append((tuple(bias.shape), bias.dtype))
+        slots.append(names[3])
+    kernel = K.Kernel(tuple(y.shape), y.dtype, K.cast(body, y.dtype), tuple(inputs))
+    return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
+                origin=list(node.origin))
+
+
+def _broadcast_index(shape, ix) -> tuple:
+    """Index an operand of `shape` at the trailing output coordinates ix (numpy broadcasting)."""
+    ix = ix[len(ix) - len(shape):]
+    return tuple(K.const(0, "int64") if d == 1 else i for d, i in zip(shape, ix))
