@@ -136,6 +136,12 @@ def test_bench_vs_ort_without_its_cuda_provider_says_so(mlp):
                       "onnxruntime-gpu")
 
 
+def test_bench_vs_host_control_needs_the_onnx_model(mlp, tmp_path):
+    bundle = tmp_path / "mlp.grape"
+    assert grapec("compile", mlp, "-o", bundle, "--dim", "batch=2", "--no-gpu")[0] == 0
+    assert_user_error(*grapec("bench", bundle, "--vs", "host-control"), "--vs host-control", ".onnx")
+
+
 def test_compile_never_overwrites_a_foreign_file(mlp, tmp_path):
     precious = tmp_path / "precious.grape"
     precious.write_text("my notes")

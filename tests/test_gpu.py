@@ -201,3 +201,17 @@ def test_buckets_sharing_functions_match_onnxruntime_on_gpu(name, buckets):
         for k, w in want.items():
             rel = np.linalg.norm(got[k] - w) / np.linalg.norm(w)
             assert rel <= 1e-4, (bucket, k, rel)
+
+
+def test_bench_control_flow_graphed_vs_host_control():
+    """grapec bench --vs host-control: the graphed model is one launch, the host-driven one many."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    p = subprocess.run([sys.executable, "-m", "grapec.cli", "bench", os.path.join(ROOT, "models", "tiny", "control_flow.onnx"),
+                        "--vs", "host-control", "--iterations", "20", "--warmup", "3"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "grapec (1 graph launch)" in p.stdout, p.stdout
+    host = [ln for ln in p.stdout.splitlines() if "--host-control (" in ln]
+    assert host and int(host[0].split("--host-control (")[1].split()[0]) > 1, p.stdout

@@ -297,10 +297,12 @@ def check(model, shapes, dims, backend, precision, rtol, seed, quiet):
 @_shape_options
 @click.option("--iterations", default=200, show_default=True, help="Timed replays.")
 @click.option("--warmup", default=20, show_default=True, help="Untimed replays first.")
-@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch", "ort"]),
+@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch", "ort", "host-control"]),
               help="Also measure peers in the same process (repeatable). torch: PyTorch eager, CUDA graph and "
                    "torch.compile on the same weights (zoo models). ort: onnxruntime's CUDA provider, plain and "
-                   "with its CUDA graph mode (needs onnxruntime-gpu and MODEL as .onnx).")
+                   "with its CUDA graph mode (needs onnxruntime-gpu and MODEL as .onnx). host-control: the same "
+                   "model compiled with --host-control (If/Loop decided on the host between graph launches; "
+                   "MODEL as .onnx).")
 @click.option("--zoo", "zoo_name", metavar="NAME:SIZE", help="The zoo builder for --vs torch, e.g. gpt2:full "
               "[default: from the file name and its folder, models/<size>/<name>.onnx].")
 @_precision_option
@@ -320,8 +322,9 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
         if not ok:
             raise GrapecError("--vs ort: onnxruntime's CUDA provider is not installed here (providers: "
                               f"{', '.join(providers) or 'onnxruntime not installed'}); pip install onnxruntime-gpu")
-        if not model.endswith(".onnx"):
-            raise GrapecError("--vs ort needs the ONNX model: give MODEL as the .onnx file, not a bundle")
+    for peer in ("ort", "host-control"):
+        if peer in peers and not model.endswith(".onnx"):
+            raise GrapecError(f"--vs {peer} needs the ONNX model: give MODEL as the .onnx file, not a bundle")
     if not gpu_count():
         raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
     import grapec
@@ -346,6 +349,11 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
         res.update(bench_torch(module, feeds, iterations, warmup, say=say, precision=precision))
     if "ort" in peers:
         res.update(bench_ort(model, feeds, iterations, warmup, precision))
+    if "host-control" in peers:
+        host = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1], precision=precision,
+                              host_control=True)
+        h = bench_grapec(host, feeds, iterations, warmup)
+        res[f"grapec --host-control ({h['launches']} launches)"] = h["replay"]
     if as_json:
         click.echo(json.dumps(res, indent=1))
         return
@@ -354,16 +362,17 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
                f"after {warmup} warm-up")
     click.echo(f"  H2D {g['h2d']['median_ms'] * 1e3:.1f} us, D2H {g['d2h']['median_ms'] * 1e3:.1f} us (median); "
                f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")
-    rows = [("grapec (CUDA graph replay)", g["replay"])] + [(k, v) for k, v in res.items()
+    launches = f"{g['launches']} graph launch" + ("es" if g["launches"] != 1 else "")
+    rows = [(f"grapec ({launches})", g["replay"])] + [(k, v) for k, v in res.items()
                                                          if not k.startswith("_") and k != "grapec"]
     if "generated" in g:
         from .bench import generation_table
         click.echo("\n".join(generation_table(g, rows)))
     else:
-        click.echo(f"{'':28s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
+        click.echo(f"{'':36s} {'median ms':>10s} {'p90':>8s} {'p99':>8s} {'vs grapec':>10s}")
         base = g["replay"]["median_ms"]
         for label, st in rows:
-            click.echo(f"{label:28s} {st['median_ms']:10.4f} {st['p90_ms']:8.4f} {st['p99_ms']:8.4f} {st['median_ms'] / base:9.2f}x")
+            click.echo(f"{label:36s} {st['median_ms']:10.4f} {st['p90_ms']:8.4f} {st['p99_ms']:8.4f} {st['median_ms'] / base:9.2f}x")
     for k, v in res.items():
         if k.startswith("_") and k.endswith(" error"):
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")

@@ -85,7 +85,11 @@ template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best,
 }
 """
 TYPES = "typedef long long i64;\ntypedef unsigned short f16;\n"
-PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + BLOCK_REDUCE + BLOCK_ARGREDUCE
+# L2 prefetch of an address a kernel will read later (codegen of row mode: _prefetch_column_loads)
+PREFETCH = '#define G_PREFETCH(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))\n'
+PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + PREFETCH + BLOCK_REDUCE + BLOCK_ARGREDUCE
+
+MAX_UNROLLED_VECTOR_STEPS = 16
 
 # vector reads: bytes -> the CUDA vector type moved in one instruction
 _VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}
@@ -296,7 +300,8 @@ class CudaRenderer:
         width, vector = self._vector_loads(rvars, body) if cooperative and warp else (1, [])
         if vector:   # each thread takes `width` consecutive elements per step, read as one vector
             f, u = self.fresh("f"), self.fresh("u")
-            headers.append(f"{ind}#pragma unroll 4")
+            steps = -(-extent(rvars) // (32 * width))   # per lane: all its reads in flight at once
+            headers.append(f"{ind}#pragma unroll" + (" 4" if steps > MAX_UNROLLED_VECTOR_STEPS else ""))
             headers.append(f"{ind}for (i64 {f} = (i64){self._lane()} * {width}; {f} < {extent(rvars)}LL; "
                            f"{f} += {self._lanes()} * {width}) {{")
             inner_indent += "  "
@@ -412,6 +417,8 @@ class CudaRenderer:
                           "  const int g_lane = threadIdx.x % G_WARP;"]
             lines += self._unravel(row, range(split))
             self._prefetch_row_loads(split)
+            if self.launch.mode == "row":
+                root.lines += self._prefetch_column_loads(split)
             col = self.push([idx(a) for a in range(split, len(k.shape))], "    ")
             col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
             v = self.emit(k.body)
@@ -438,6 +445,25 @@ class CudaRenderer:
             if e.op == "load" and free_vars(e, self.deps) <= row_axes and \
                     not any(x.op in ("reduce", "load") for c in e.args[1] for x in walk(c)):
                 self.emit(e)
+
+    def _prefetch_column_loads(self, split: int) -> list:
+        """A row kernel reads its columns' own operands (LayerNorm's weight and bias) only after the
+        row's reductions; ask L2 for them first, so that DRAM latency is paid while the block reduces."""
+        k = self.k
+        col_axes = {idx(a) for a in range(split, len(k.shape))}
+        loads = [e for e in walk(k.body) if e.op == "load" and e.args[2] is None and e.args[1]
+                 and free_vars(e, self.deps) & col_axes
+                 and not any(v.op == "ridx" for v in free_vars(e, self.deps))
+                 and not any(x.op in ("reduce", "load") for c in e.args[1] for x in walk(c))]
+        if not loads:
+            return []
+        scope = self.push(col_axes, "    ")
+        scope.lines += self._unravel("c", range(split, len(k.shape)), "    ")
+        for e in loads:
+            scope.lines.append(f"    G_PREFETCH(in{e.args[0]} + {self.flat_offset(e.args[1], k.inputs[e.args[0]][0])});")
+        self.scopes.pop()
+        return [f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{",
+                *scope.lines, "  }"]
 
     def _store(self, v: str) -> str:
         return f"f2h({v})" if self.k.dtype == "float16" else f"({ctype(self.k.dtype)}){v}"
