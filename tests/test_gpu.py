@@ -207,7 +207,7 @@ def test_bench_control_flow_graphed_vs_host_control():
     """grapec bench --vs host-control: the graphed model is one launch, the host-driven one many."""
     import subprocess
     import sys
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH")])))
     p = subprocess.run([sys.executable, "-m", "grapec.cli", "bench", os.path.join(ROOT, "models", "tiny", "control_flow.onnx"),
                         "--vs", "host-control", "--iterations", "20", "--warmup", "3"],
                        capture_output=True, text=True, env=env, timeout=600)
