@@ -254,3 +254,25 @@ def test_cli_strict_compile_and_inspect_list_the_conditional_nodes(tmp_path):
     assert "Loop 'Loop_3': conditional WHILE node" in shown and "If 'If_7': conditional IF node" in shown
     r = cli("compile", model_path, "-o", str(tmp_path / "host.grape"), "--strict", "--host-control", "--no-gpu", "-q")
     assert r.returncode == 2 and "--strict" in r.stderr and "Loop node 'Loop_3'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_scan_runs_as_a_graphed_loop_and_matches_onnxruntime():
+    """Scan (frontend/scan.py rewrites it to a Loop): a running sum and a reversed, transposed scan
+    output, a scan input read along axis 1 in reverse."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
+        "body", [tinfo("s_in", shape=[3]), tinfo("x_t", shape=[3])],
+        [tinfo("s_out", shape=[3]), tinfo("y_t", shape=[3])])
+    scan = helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body, num_scan_inputs=1,
+                            scan_input_axes=[1], scan_input_directions=[1],
+                            scan_output_axes=[1], scan_output_directions=[1])
+    m = model([scan], [tinfo("s0", shape=[3]), tinfo("xs", shape=[3, 5])],
+              [tinfo("s_final", shape=[3]), tinfo("ys", shape=[3, 5])])
+    rng = np.random.default_rng(7)
+    feeds = {"s0": rng.standard_normal(3).astype(np.float32), "xs": rng.standard_normal((3, 5)).astype(np.float32)}
+    out, b = compile_and_run(m, feeds, strict=True)
+    ref = ort_run(m, feeds)
+    for name in ("s_final", "ys"):
+        np.testing.assert_allclose(out[name], ref[name], rtol=1e-6, atol=1e-6)
+    loops = [st for st in walk_steps(b.plans[0].steps) if isinstance(st, LoopStep)]
+    assert len(loops) == 1 and loops[0].graphed
