@@ -329,7 +329,8 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
         raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
     import grapec
     from .bundle.format import Bundle
-    bundle = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1], precision=precision) \
+    shape_args, dim_args = _parse(shapes, dims)
+    bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
@@ -350,8 +351,7 @@ def bench(model, shapes, dims, iterations, warmup, peers, zoo_name, precision, s
     if "ort" in peers:
         res.update(bench_ort(model, feeds, iterations, warmup, precision))
     if "host-control" in peers:
-        host = grapec.compile(model, shapes=_parse(shapes, dims)[0], dims=_parse(shapes, dims)[1], precision=precision,
-                              host_control=True)
+        host = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, host_control=True)
         h = bench_grapec(host, feeds, iterations, warmup)
         res[f"grapec --host-control ({h['launches']} launches)"] = h["replay"]
     if as_json:

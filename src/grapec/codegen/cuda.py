@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import UnsupportedError
-from ..ir.kernel import Expr, Kernel, const, free_vars, idx, walk
+from ..ir.kernel import Expr, Kernel, const, free_vars, idx, indirect_index, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
 
 # Self-contained: NVRTC has no CUDA headers at hand on a build machine, so half conversions are PTX
@@ -442,8 +442,7 @@ class CudaRenderer:
         overlaps the reductions instead of following them."""
         row_axes = {idx(a) for a in range(split)}
         for e in walk(self.k.body):
-            if e.op == "load" and free_vars(e, self.deps) <= row_axes and \
-                    not any(x.op in ("reduce", "load") for c in e.args[1] for x in walk(c)):
+            if e.op == "load" and free_vars(e, self.deps) <= row_axes and not indirect_index(e):
                 self.emit(e)
 
     def _prefetch_column_loads(self, split: int) -> list:
@@ -454,7 +453,7 @@ class CudaRenderer:
         loads = [e for e in walk(k.body) if e.op == "load" and e.args[2] is None and e.args[1]
                  and free_vars(e, self.deps) & col_axes
                  and not any(v.op == "ridx" for v in free_vars(e, self.deps))
-                 and not any(x.op in ("reduce", "load") for c in e.args[1] for x in walk(c))]
+                 and not indirect_index(e)]
         if not loads:
             return []
         scope = self.push(col_axes, "    ")

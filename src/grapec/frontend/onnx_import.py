@@ -17,6 +17,7 @@ from .. import dtypes
 from ..errors import ModelError, UnsupportedError
 from ..ir.graph import Graph, Node, Value
 from ..ops import lowering
+from .proto import all_nodes, copy_model
 from .scan import scans_as_loops
 
 MIN_OPSET = 7
@@ -61,7 +62,7 @@ def import_model(model: onnx.ModelProto, where: str = "model") -> Graph:
             raise ModelError(f"{where}: opset {opset} is older than {MIN_OPSET} and could not be converted: {e}") from None
     problems: list = []
     unsupported_ops: dict = {}
-    if any(n.op_type == "Scan" for n in _all_nodes(model.graph)):
+    if any(n.op_type == "Scan" for n in all_nodes(model.graph)):
         model = copy_model(model)   # the caller's model stays as given
         scans_as_loops(model.graph, opset, problems)
     g = _import_graph(model.graph, None, opset, problems, unsupported_ops)
@@ -72,20 +73,6 @@ def import_model(model: onnx.ModelProto, where: str = "model") -> Graph:
         problems = sorted(set(problems), key=problems.index)
         raise UnsupportedError(problems, header=f"{where}: {len(problems)} unsupported construct(s)")
     return g
-
-
-def _all_nodes(gp):
-    for n in gp.node:
-        yield n
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(a.g)
-
-
-def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    return m
 
 
 def _value_from_info(info, problems, where) -> Value:

@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .proto import all_nodes, copy_model, subgraphs
+
 FP16_MAX = 65504.0
 # (op, input index) that ONNX requires to stay float32 whatever T is.
 KEEP_FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
@@ -20,10 +22,9 @@ DTYPE_ATTR_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUn
 
 
 def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    m = copy_model(model)
     g = m.graph
-    keep = {n.input[i] for n in _all_nodes(g) for (op, i) in KEEP_FLOAT32_INPUTS
+    keep = {n.input[i] for n in all_nodes(g) for (op, i) in KEEP_FLOAT32_INPUTS
             if n.op_type == op and i < len(n.input)}
     _convert_graph(g, keep)
 
@@ -75,7 +76,7 @@ def _convert_graph(g: onnx.GraphProto, keep: set):
             for a in n.attribute:
                 if a.name == "dtype" and a.i == TensorProto.FLOAT:
                     a.i = TensorProto.FLOAT16
-        for body in _bodies(n):
+        for body in subgraphs(n):
             _convert_body(body, keep)
 
 
@@ -95,21 +96,5 @@ def _half(t: onnx.TensorProto) -> onnx.TensorProto:
 
 
 def _rename_uses(g: onnx.GraphProto, old: str, new: str):
-    for n in _all_nodes(g):   # bodies read outer values by name too
+    for n in all_nodes(g):   # bodies read outer values by name too
         n.input[:] = [new if i == old else i for i in n.input]
-
-
-def _bodies(n: onnx.NodeProto):
-    """The subgraphs of an If/Loop/Scan node."""
-    for a in n.attribute:
-        if a.type == onnx.AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == onnx.AttributeProto.GRAPHS:
-            yield from a.graphs
-
-
-def _all_nodes(g: onnx.GraphProto):
-    for n in g.node:
-        yield n
-        for body in _bodies(n):
-            yield from _all_nodes(body)

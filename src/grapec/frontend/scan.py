@@ -17,14 +17,15 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
+from .proto import subgraphs
+
 
 def scans_as_loops(graph: onnx.GraphProto, opset: int, problems: list) -> None:
     """Rewrite every Scan node of graph (and of its subgraphs) in place."""
     nodes = []
     for i, n in enumerate(graph.node):
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                scans_as_loops(a.g, opset, problems)
+        for body in subgraphs(n):
+            scans_as_loops(body, opset, problems)
         if n.op_type == "Scan" and n.domain in ("", "ai.onnx") and opset >= 9:
             nodes += _scan_to_loop(n, n.name or f"Scan_{i}", problems)
         else:

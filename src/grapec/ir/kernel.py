@@ -357,6 +357,12 @@ def expr_from_json(table: list) -> Expr:
     return built[-1]
 
 
+def indirect_index(load: Expr) -> bool:
+    """A load whose index itself reads memory or reduces (a gather through loaded indices), not one
+    computed from coordinates alone."""
+    return any(x.op in ("load", "reduce") for i in load.args[1] for x in walk(i))
+
+
 def free_vars(e: Expr, memo: dict | None = None) -> frozenset:
     """The idx and ridx nodes e depends on; a reduce binds its own ridx."""
     memo = {} if memo is None else memo

@@ -160,8 +160,7 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
 
 def _indirect(kernel: K.Kernel) -> bool:
     """Some load's index depends on another load."""
-    return any(e.op == "load" and any(x.op == "load" for i in e.args[1] for x in K.walk(i))
-               for e in K.walk(kernel.body))
+    return any(e.op == "load" and K.indirect_index(e) for e in K.walk(kernel.body))
 
 
 def is_gather(kernel: K.Kernel) -> bool:
@@ -169,9 +168,7 @@ def is_gather(kernel: K.Kernel) -> bool:
     an index computed from the output coordinates alone. Inlining it anywhere costs index arithmetic,
     never a recomputation, and the consumer then reads the source bytes instead of a copy of them."""
     body = kernel.body
-    if body.op != "load" or body.args[2] is not None:
-        return False
-    return not any(e.op in ("load", "reduce") for i in body.args[1] for e in K.walk(i))
+    return body.op == "load" and body.args[2] is None and not K.indirect_index(body)
 
 
 def _loop_vars(e, memo):

@@ -26,7 +26,7 @@ import numpy as np
 from ..ir import kernel as K
 from ..ir.graph import Graph
 from ..ir.interpret import run_kernel
-from .fuse import drop_unused
+from .fuse import drop_unused, is_gather
 
 MAX_FIT_ELEMENTS = 1 << 22    # copies larger than this are not fitted (the offset table is built)
 
@@ -86,9 +86,8 @@ def copy_strides(kernel: K.Kernel, shape=None):
     evaluated and checked against offset + sum(stride * coordinate), so index math written with
     div/mod (a reshape's unravelling) counts as affine wherever it is."""
     body = kernel.body
-    if body.op != "load" or body.args[2] is not None or len(kernel.inputs) != 1 or body.dtype != kernel.dtype:
-        return None
-    if any(e.op == "load" for i in body.args[1] for e in K.walk(i)) or not 0 < kernel.size <= MAX_FIT_ELEMENTS:
+    if not is_gather(kernel) or len(kernel.inputs) != 1 or body.dtype != kernel.dtype \
+            or not 0 < kernel.size <= MAX_FIT_ELEMENTS:
         return None
     flat = K.const(0, "int64")
     for comp, st in zip(body.args[1], _row_major(kernel.inputs[0][0])):
