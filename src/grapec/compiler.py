@@ -27,7 +27,7 @@ from . import __version__
 from .bundle.format import Bundle
 from .errors import GrapecError, UnsupportedError
 from .frontend.onnx_import import import_model, load_model, opset_of
-from .frontend.shapes import resolve_input_shapes
+from .frontend.shapes import resolve_input_shapes, resolve_input_values
 from .inputs import value_ranges
 from .ir.graph import Graph
 from .plan import walk_steps
@@ -44,11 +44,12 @@ from .passes.specialize import specialize
 
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool = True,
-                  host_control: bool = False) -> Graph:
+                  host_control: bool = False, input_values: dict | None = None) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
-    fusion=False keeps one kernel per lowered op; host_control: If/Loop control on the host."""
-    g = specialize(graph, input_shapes, parent)
+    fusion=False keeps one kernel per lowered op; host_control: If/Loop control on the host;
+    input_values: graph inputs fixed to these values (constants from here on)."""
+    g = specialize(graph, input_shapes, parent, input_values)
     g = simplify(g)
     g = predicate(g)
     g = lower_graph(g)
@@ -67,7 +68,7 @@ PRECISIONS = ("fp32", "tf32", "fp16")
 
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
-                  precision: str = "fp32", host_control: bool = False) -> Bundle:
+                  precision: str = "fp32", host_control: bool = False, values: dict | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -80,6 +81,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              refused by strict) instead of as CUDA conditional nodes inside the graph.
     targets: GPU architectures to compile cubins for (e.g. ["sm_90"]); "auto" = sm_90 when NVRTC is
              installed, none otherwise (the bundle then runs on the CPU backend only, and says so).
+    values:  input name -> value, for inputs that set shape parameters (a Reshape target, axes, a
+             Range bound: TensorRT's "shape inputs"). They are fixed at compile time: the plans are
+             specialized for them, and a run that feeds another value is refused.
     precision: "fp32" (default, exact float32 GEMMs), "tf32" (float32 GEMMs on TF32 tensor cores) or
              "fp16" (weights and activations in float16, float32 accumulation; the model's inputs
              and outputs keep their types).
@@ -95,10 +99,16 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         proto = to_fp16(proto)
     graph = import_model(proto, where)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
+    fixed = resolve_input_values(graph, values)
+    fixed_shapes = {n: a.shape for n, a in fixed.items()}
+    for n, shp in fixed_shapes.items():
+        for given in [shapes or {}] + list(buckets or []):
+            if n in given and tuple(given[n]) != shp:
+                raise GrapecError(f"input '{n}': --shapes gives {list(given[n])}, its --value has shape {list(shp)}")
     if bucket_dims:
-        specs = [(shapes or {}, {**(dims or {}), **bd}) for bd in bucket_dims]
+        specs = [({**(shapes or {}), **fixed_shapes}, {**(dims or {}), **bd}) for bd in bucket_dims]
     else:
-        specs = [(b, dims or {}) for b in (buckets or [shapes or {}])]
+        specs = [({**b, **fixed_shapes}, dims or {}) for b in (buckets or [shapes or {}])]
     bucket_shapes = [resolve_input_shapes(graph, s, d) for s, d in specs]
     for i, b in enumerate(bucket_shapes):
         if b in bucket_shapes[:i]:
@@ -108,7 +118,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     plans, bucket_meta, notes = [], [], []
     for bi, ishapes in enumerate(bucket_shapes):
         t1 = time.perf_counter()
-        low = compile_graph(graph, ishapes, host_control=host_control)
+        low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed)
         for node in regions(low):
             if not node.attrs["graphed"]:
                 note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -117,7 +127,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         plan = PlanBuilder(weights, kernels).build(low)
         plans.append(plan)
         counts = Counter(st.op for st in walk_steps(plan.steps))
-        bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items()},
+        bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items() if k not in fixed},
                             "arena_bytes": plan.arena_bytes, "steps": dict(counts)})
         mem = plan.memory
         say(f"bucket {bi} {_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
@@ -137,7 +147,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "opset": opset_of(proto),
         "precision": precision,
         "inputs": [dict(_io_meta(graph, n, bucket_shapes), value_range=ranges[n].to_json() if n in ranges else None)
-                   for n in graph.inputs],
+                   for n in graph.inputs if n not in fixed],
+        "fixed_inputs": [{"name": n, "dtype": graph.values[n].dtype, "shape": list(a.shape), "value": a.tolist()}
+                         for n, a in fixed.items()],
         "outputs": [_io_meta_out(low, n) for n in outs],
         "buckets": bucket_meta,
         "targets": list(targets),

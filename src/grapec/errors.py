@@ -21,6 +21,17 @@ class UnsupportedError(GrapecError):
         super().__init__(f"{header}:\n{lines}" if len(self.problems) > 1 else f"{header}: {self.problems[0]}")
 
 
+class NeedsValueError(UnsupportedError):
+    """A parameter that must be a compile-time constant (a target shape, axes, pads, a Range bound)
+    comes from runtime data. `graph_inputs` names the graph inputs it depends on, where it depends
+    on nothing else: fixing their values at compile time (--value) makes the parameter known."""
+
+    def __init__(self, problem: str, value_name: str, graph_inputs: tuple = ()):
+        self.value_name = value_name
+        self.graph_inputs = tuple(graph_inputs)
+        super().__init__([problem])
+
+
 class ShapeError(GrapecError):
     """A dynamic dim was not given, or given shapes contradict the model."""
 

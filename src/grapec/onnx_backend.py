@@ -28,16 +28,33 @@ class GrapecRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input if i.name not in inits]
         self.output_names = [o.name for o in model.graph.output]
         self._sessions: dict = {}
+        self.fixed_names: set = set()
 
-    def session_for(self, shapes: dict):
-        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
-        if key not in self._sessions:
-            from . import compile as grapec_compile
-            from .bundle.format import Bundle
-            from .runtime.session import Session
-            bundle = grapec_compile(self.model, shapes=shapes, targets=[] if self.backend == "cpu" else "auto")
+    def session_for(self, feeds: dict):
+        """A session for these feeds' shapes. Inputs that turn out to set shape parameters (a
+        Reshape target given as an input) are fixed to the fed values, as `--value` does."""
+        from . import compile as grapec_compile
+        from .bundle.format import Bundle
+        from .errors import NeedsValueError
+        from .runtime.session import Session
+        for _ in range(len(feeds) + 1):
+            values = {n: feeds[n] for n in self.fixed_names}
+            key = (tuple(sorted((k, tuple(v.shape)) for k, v in feeds.items())),
+                   tuple(sorted((k, v.tobytes()) for k, v in values.items())))
+            if key in self._sessions:
+                return self._sessions[key]
+            shapes = {k: v.shape for k, v in feeds.items() if k not in values}
+            try:
+                bundle = grapec_compile(self.model, shapes=shapes, values=values,
+                                        targets=[] if self.backend == "cpu" else "auto")
+            except NeedsValueError as e:
+                if not e.graph_inputs or set(e.graph_inputs) <= self.fixed_names:
+                    raise
+                self.fixed_names |= set(e.graph_inputs)
+                continue
             self._sessions[key] = Session(Bundle.from_bytes(bundle.to_bytes()), backend=self.backend)
-        return self._sessions[key]
+            return self._sessions[key]
+        raise AssertionError("unreachable: every retry fixes at least one more input")
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, dict):
@@ -45,8 +62,7 @@ class GrapecRep(BackendRep):
         else:
             feeds = dict(zip(self.input_names, inputs))
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
-        sess = self.session_for({k: v.shape for k, v in feeds.items()})
-        outs = sess.run(feeds)
+        outs = self.session_for(feeds).run(feeds)
         return tuple(outs[n] for n in self.output_names)
 
 
@@ -75,12 +91,21 @@ def node_testcases(pattern: str | None = None):
     return [c for c in cases if rx is None or rx.search(c.name)]
 
 
+def _as_array(x):
+    """Test data comes as numpy arrays or, for types numpy lacks a name for, as TensorProtos."""
+    from onnx import TensorProto, numpy_helper
+    if isinstance(x, TensorProto):
+        return numpy_helper.to_array(x)
+    return np.asarray(x) if isinstance(x, np.generic) else x
+
+
 def run_case(case, backend: str = "cpu") -> tuple:
     """-> (status, detail): status is 'pass', 'fail' (wrong answer or crash) or 'unsupported'."""
     try:
         rep = GrapecRep(case.model, backend)
         for inputs, outputs in case.data_sets:
-            inputs = [np.asarray(i) if isinstance(i, np.generic) else i for i in inputs]
+            inputs = [_as_array(i) for i in inputs]
+            outputs = [_as_array(o) for o in outputs]
             if any(not isinstance(i, np.ndarray) for i in inputs):
                 return "unsupported", "sequence/optional inputs are not supported"
             got = rep.run(list(inputs))

@@ -1,6 +1,8 @@
 """Concrete input shapes for one bucket, from trtexec-style `--shapes` and named `--dim` values."""
 from __future__ import annotations
 
+import math
+
 from ..errors import GrapecError, ShapeError
 from ..ir.graph import Graph
 
@@ -95,3 +97,58 @@ def resolve_input_shapes(graph: Graph, shapes: dict, dims: dict) -> dict:
 
 def _all_dim_params(graph):
     return {d for n in graph.inputs for d in (graph.values[n].shape or ()) if isinstance(d, str)}
+
+
+def parse_values(items) -> dict:
+    """['axes=0,1', 'shape=x.npy', 'n=5'] -> {'axes': [0, 1], 'shape': array from x.npy, 'n': [5]}."""
+    import numpy as np
+    out: dict = {}
+    for item in items or ():
+        name, sep, text = str(item).partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not name or not text:
+            raise GrapecError(f"--value: expected NAME=V1,V2,... or NAME=file.npy, got '{item}'")
+        if text.endswith(".npy"):
+            try:
+                out[name] = np.load(text, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise GrapecError(f"--value {name}: cannot read {text}: {e}") from None
+            continue
+        try:
+            out[name] = [float(x) if any(c in x for c in ".eEn") else int(x) for x in text.split(",")]
+        except ValueError:
+            raise GrapecError(f"--value {name}: '{text}' is not a comma-separated list of numbers") from None
+    return out
+
+
+def resolve_input_values(graph: Graph, values: dict) -> dict:
+    """Graph inputs fixed at compile time -> numpy arrays of the input's dtype and declared rank."""
+    import numpy as np
+
+    from .. import dtypes
+    out = {}
+    for name, given in (values or {}).items():
+        if name not in graph.inputs:
+            raise ShapeError(f"--value names '{name}', but the model's inputs are "
+                             f"{', '.join(repr(n) for n in graph.inputs)}")
+        v = graph.values[name]
+        arr = np.asarray(given)
+        if v.shape is not None and arr.ndim != len(v.shape):
+            if arr.size == 1 and len(v.shape) == 0:
+                arr = arr.reshape(())
+            elif arr.ndim != 1 or any(not isinstance(d, int) for d in v.shape) or arr.size != math.prod(v.shape):
+                raise ShapeError(f"input '{name}': --value gives shape {list(arr.shape)}, the model declares "
+                                 f"{list(v.shape)}")
+            else:
+                arr = arr.reshape(v.shape)
+        if v.shape is not None:
+            for i, (g, d) in enumerate(zip(arr.shape, v.shape)):
+                if isinstance(d, int) and d > 0 and g != d:
+                    raise ShapeError(f"input '{name}' dim {i}: --value has {g}, the model fixes it to {d}")
+        want = dtypes.np_dtype(v.dtype)
+        cast = arr.astype(want)
+        if arr.dtype.kind in "fiub" and not np.array_equal(cast.astype(arr.dtype), arr):
+            raise ShapeError(f"input '{name}': --value {arr.reshape(-1).tolist()} does not fit its type {v.dtype}")
+        out[name] = np.array(cast, order="C")
+    return out
+

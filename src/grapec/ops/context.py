@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import ShapeError, UnsupportedError
+from ..errors import NeedsValueError, ShapeError, UnsupportedError
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, Value
 from ..ir.tensor import T, from_array, index_vars, substitute_loads
@@ -68,15 +68,16 @@ class LowerCtx:
         dt = v.dtype
         return T(v.shape, dt, lambda ix: K.load(slot, ix, dt), source=v.name)
 
-    def const(self, i: int, what: str | None = None) -> np.ndarray | None:
-        """The compile-time value of input i (None if absent). Raises if it is not a constant."""
+    def const(self, i: int, what: str | None = None, why: str = "") -> np.ndarray | None:
+        """The compile-time value of input i (None if absent). Raises if it is not a constant;
+        `why` says what depends on it (e.g. "the output length")."""
         if not self.has(i):
             return None
         v = self.value(i)
         if v.const is None:
-            raise UnsupportedError([f"node '{self.node.name}' ({self.node.op}): input {i} "
-                                    f"('{what or v.name}') must be known at compile time, but depends on "
-                                    "runtime data"])
+            raise NeedsValueError(f"node '{self.node.name}' ({self.node.op}): input {i} ('{what or v.name}') "
+                                  f"must be known at compile time{f' ({why})' if why else ''}, but depends on "
+                                  "runtime data", v.name)
         return v.const
 
     def attr(self, name: str, default=None):

@@ -64,10 +64,8 @@ def constant_of_shape(ctx):
 def range_(ctx):
     """start, start+delta, ... up to (excluding) limit. The length depends on the values, so all
     three must be constants."""
-    for i, what in enumerate(("start", "limit", "delta")):
-        if ctx.value(i).const is None:
-            ctx.fail(f"input '{what}' depends on runtime data, so the output length is data-dependent")
-    start, limit, delta = (ctx.const(i).reshape(-1)[0] for i in range(3))
+    start, limit, delta = (ctx.const(i, what, "the output length is data-dependent otherwise").reshape(-1)[0]
+                          for i, what in enumerate(("start", "limit", "delta")))
     return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]
 
 

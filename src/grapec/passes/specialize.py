@@ -8,19 +8,25 @@ with concrete input shapes, Shape -> Gather -> Concat -> Reshape chains become c
 from __future__ import annotations
 
 from .. import dtypes
-from ..errors import ShapeError
+from ..errors import NeedsValueError, ShapeError
 from ..ir.graph import Graph, Value, outer_reads
 from ..ir.interpret import eval_nodes
 from .lower import NONDETERMINISTIC, lower_node
 
 # Constant folding stops at this size: bigger results stay computed at run time, not stored.
 FOLD_LIMIT_BYTES = 64 << 20
+# A graph input this small that feeds a shape parameter is a "shape input" (as TensorRT calls it):
+# its value can be fixed at compile time. A bigger one is data.
+SHAPE_INPUT_MAX_ELEMENTS = 64
 
 
-def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None) -> Graph:
-    """A copy of `graph` with concrete shapes. input_shapes: name -> tuple of ints (all inputs)."""
-    spec = Graph(list(graph.nodes), list(graph.inputs), list(graph.outputs), {}, graph.name,
-                 parent if parent is not None else graph.parent, graph.opset)
+def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, input_values: dict | None = None) -> Graph:
+    """A copy of `graph` with concrete shapes. input_shapes: name -> tuple of ints (all inputs).
+    input_values: inputs whose values are fixed at compile time (--value); they become constants
+    and are no longer inputs of the specialized graph."""
+    fixed = input_values or {}
+    spec = Graph(list(graph.nodes), [n for n in graph.inputs if n not in fixed], list(graph.outputs), {},
+                 graph.name, parent if parent is not None else graph.parent, graph.opset)
     for name, v in graph.values.items():
         if v.const is not None:
             spec.values[name] = Value(name, v.dtype, v.shape, v.const)
@@ -28,9 +34,14 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None) ->
         v = graph.values[name]
         if v.dtype is None:
             raise ShapeError(f"input '{name}' has no element type in the model")
-        spec.values[name] = Value(name, v.dtype, tuple(int(d) for d in input_shapes[name]))
+        arr = fixed.get(name)
+        shape = tuple(arr.shape) if arr is not None else tuple(int(d) for d in input_shapes[name])
+        spec.values[name] = Value(name, v.dtype, shape, arr)
     for node in graph.nodes:
-        specialize_node(node, spec)
+        try:
+            specialize_node(node, spec)
+        except NeedsValueError as e:
+            raise _with_input_hint(e, spec) from None
     for o in spec.outputs:
         if spec.lookup(o) is None or spec.lookup(o).shape is None:
             raise ShapeError(f"graph output '{o}' is not produced by any node")
@@ -57,3 +68,29 @@ def specialize_node(node, spec: Graph):
         if const is not None:
             const = const.reshape(v.shape).astype(dtypes.np_dtype(v.dtype), copy=False)
         spec.values[o] = Value(o, v.dtype, v.shape, const)
+
+
+def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:
+    """Name the graph inputs a runtime shape parameter comes from, and how to fix their values."""
+    producers = spec.producers()
+    found, seen, todo = set(), set(), [e.value_name]
+    while todo:
+        name = todo.pop()
+        v = spec.lookup(name)
+        if name in seen or (v is not None and v.const is not None):
+            continue
+        seen.add(name)
+        if name in spec.inputs:
+            found.add(name)
+        elif name in producers:
+            node = producers[name]
+            todo.extend(i for i in list(node.inputs) + sorted(outer_reads(node)) if i)
+    names = sorted(found)
+    if not names:
+        return e
+    if any(spec.values[n].nbytes > SHAPE_INPUT_MAX_ELEMENTS * 8 for n in names):
+        return NeedsValueError(f"{e.problems[0]} (it is computed from the data of graph input(s) "
+                               f"{', '.join(repr(n) for n in names)}, so no compile-time value exists)", e.value_name)
+    hint = " ".join(f"--value {n}=..." for n in names)
+    return NeedsValueError(f"{e.problems[0]}; it follows from graph input(s) {', '.join(repr(n) for n in names)}: "
+                           f"fix their values at compile time with {hint}", e.value_name, names)

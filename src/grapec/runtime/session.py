@@ -3,10 +3,16 @@
     sess = grapec.load("model.grape", backend="cpu")
     sess.get_inputs()            # [IOInfo(name, dtype, shape)]
     sess.run({"x": array})       # -> {output name: numpy array}
+
+A session owns one arena (the plan's memory), so runs are serialised: `run` may be called from
+several threads, and each call holds the session's lock from feeding the inputs to copying the
+outputs out. Outputs returned with on_device=True live in the arena and are valid only until the
+next run from any thread. For runs in parallel, load one session per thread (or per stream).
 """
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +52,10 @@ class Session:
         self._inputs = [IOInfo(i["name"], i["dtype"], i["dims"]) for i in m["inputs"]]
         self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
         self._ranges = manifest_ranges(m)
+        self._lock = threading.Lock()
+        # inputs fixed at compile time (--value): feeding them is optional, and only the same value is accepted
+        self._fixed = {f["name"]: np.array(f["value"], dtypes.np_dtype(f["dtype"])).reshape(f["shape"])
+                       for f in m.get("fixed_inputs", [])}
         if backend == "cpu":
             from .cpu.runner import CpuPlanRunner
             self._runner = CpuPlanRunner(bundle)
@@ -85,6 +95,7 @@ class Session:
 
     def check_feeds(self, feeds: dict) -> dict:
         names = [i.name for i in self._inputs]
+        feeds = self._without_fixed(feeds)
         unknown = [k for k in feeds if k not in names]
         missing = [n for n in names if n not in feeds]
         if unknown or missing:
@@ -115,12 +126,32 @@ class Session:
             arrays[info.name] = a
         return arrays
 
+    def _without_fixed(self, feeds: dict) -> dict:
+        for name, want in self._fixed.items():
+            if name not in feeds:
+                continue
+            a = feeds[name]
+            if hasattr(a, "__cuda_array_interface__"):
+                raise InputError(f"input '{name}' was fixed at compile time (--value); feed it as a host array or leave it out")
+            got = np.asarray(a)
+            if got.shape != want.shape or not np.array_equal(got, want):
+                raise InputError(f"input '{name}' was fixed at compile time to {want.tolist()} (--value {name}=...); "
+                                 f"got {got.tolist() if got.size <= 16 else f'an array of shape {list(got.shape)}'}. "
+                                 "Recompile with the value you need.")
+        return {k: v for k, v in feeds.items() if k not in self._fixed}
+
+    @property
+    def fixed_inputs(self) -> dict:
+        """Inputs whose values were fixed at compile time: name -> value."""
+        return {k: v.copy() for k, v in self._fixed.items()}
+
     def run(self, feeds: dict, output_names: list | None = None, on_device: bool = False) -> dict:
         """Outputs as numpy arrays, or (on_device=True, CUDA backend) as device arrays in the
         arena that stay valid until the next run."""
         arrays = self.check_feeds(feeds)
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
-        outs = self._runner.run(bucket, arrays, on_device=True) if on_device else self._runner.run(bucket, arrays)
+        with self._lock:   # one arena: a run owns it from inputs in to outputs out
+            outs = self._runner.run(bucket, arrays, on_device=True) if on_device else self._runner.run(bucket, arrays)
         if output_names:
             bad = [n for n in output_names if n not in outs]
             if bad:
@@ -134,4 +165,5 @@ class Session:
         if self.backend != "cuda":
             raise InputError("input_buffer() needs the cuda backend")
         bucket = self.select_bucket(shapes) if shapes else 0
-        return self._runner.input_buffer(bucket, name)
+        with self._lock:
+            return self._runner.input_buffer(bucket, name)

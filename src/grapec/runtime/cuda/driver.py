@@ -57,6 +57,10 @@ class Device:
         self.name = call("cuDeviceGetName", 256, self.dev).split(b"\0")[0].decode()
         self.stream = call("cuStreamCreate", 0)
 
+    def make_current(self):
+        """A context is current per thread: a session called from a new thread makes it current there."""
+        call("cuCtxSetCurrent", self.ctx)
+
     @property
     def arch(self) -> str:
         return f"sm_{self.cc[0]}{self.cc[1]}"

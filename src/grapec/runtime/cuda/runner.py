@@ -223,6 +223,7 @@ class CudaPlanRunner:
 
     def run(self, bucket: int, feeds: dict, on_device: bool = False) -> dict:
         plan = self.bundle.plans[bucket]
+        self.dev.make_current()
         self._pending = []
         self.launched = 0
         for name, b in plan.inputs:
@@ -234,6 +235,7 @@ class CudaPlanRunner:
         return {name: self._read(bucket, b) for name, b in plan.outputs}
 
     def input_buffer(self, bucket: int, name: str):
+        self.dev.make_current()
         plan = self.bundle.plans[bucket]
         b = dict(plan.inputs)[name]
         return DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
