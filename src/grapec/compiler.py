@@ -168,7 +168,14 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
 
 def _gpu_code(kernels, plans, targets, notes, say):
+    from .codegen.gpu_support import gpu_gaps
     from .codegen.nvrtc import NvrtcUnavailable, nvrtc_version
+    gaps = gpu_gaps(plans)
+    if gaps and targets:
+        raise UnsupportedError(gaps, header="the GPU backend cannot run this model (--no-gpu builds a bundle for the "
+                                            "CPU backend only)")
+    if gaps:
+        notes.append("CPU backend only: " + "; ".join(gaps))
     if targets == "auto":
         try:
             nvrtc_version()

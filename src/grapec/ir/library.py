@@ -10,7 +10,6 @@ matmul(a, b, [c], [bias]):  act(alpha * op(a) @ op(b) + beta * c + bias), act no
                     are cuBLASLt's C operand and BIAS epilogue; passes/epilogue.py fuses them in).
 conv(x, w, [b]):    N-d cross-correlation, NC... layout; strides, dilations, pads (begin.., end..),
                     group; then + b, then `act`.
-conv_transpose(x, w, [b]): the adjoint of conv; strides, dilations, pads, output_padding, group.
 topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
                     sorted, ties to the lower index; indices are int64.
 Integer inputs (MatMulInteger, ConvInteger) arrive as int32 and accumulate in int32.
@@ -101,33 +100,6 @@ def conv(attrs, x, w, b=None):
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 
-def conv_transpose(attrs, x, w, b=None):
-    out_dt = x.dtype
-    x, w, acc, nd, strides, dil, pads, group = _conv_setup(attrs, x, w)
-    outpad = attrs.get("output_padding") or [0] * nd
-    group = attrs.get("group", 1)
-    n, c = x.shape[:2]
-    cg = c // group
-    mg = w.shape[1]
-    k = w.shape[2:]
-    full = [(x.shape[2 + i] - 1) * strides[i] + (k[i] - 1) * dil[i] + 1 + outpad[i] for i in range(nd)]
-    y = np.zeros((n, mg * group, *full), acc)
-    for g in range(group):
-        xg = x[:, g * cg:(g + 1) * cg]
-        wg = w[g * cg:(g + 1) * cg]  # c, m, k..
-        for kidx in np.ndindex(*k):
-            contrib = np.tensordot(xg, wg[(slice(None), slice(None)) + kidx], axes=([1], [0]))  # n, i.., m
-            contrib = np.moveaxis(contrib, -1, 1)
-            sl = tuple(slice(kidx[i] * dil[i], kidx[i] * dil[i] + (x.shape[2 + i] - 1) * strides[i] + 1, strides[i])
-                       for i in range(nd))
-            y[(slice(None), slice(g * mg, (g + 1) * mg)) + sl] += contrib
-    sl = tuple(slice(pads[i], full[i] - pads[i + nd]) for i in range(nd))
-    y = y[(slice(None), slice(None)) + sl]
-    if b is not None:
-        y = y + b.astype(acc).reshape((1, -1) + (1,) * nd)
-    return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
-
-
 def topk(attrs, x, want: str):
     """want = 'values' | 'indices'. attrs: axis, k, largest, sorted."""
     axis, k = attrs["axis"], attrs["k"]
@@ -142,7 +114,6 @@ def topk(attrs, x, want: str):
 LIBRARY = {
     "matmul": matmul,
     "conv": conv,
-    "conv_transpose": conv_transpose,
     "topk_values": lambda attrs, x: topk(attrs, x, "values"),
     "topk_indices": lambda attrs, x: topk(attrs, x, "indices"),
 }
@@ -176,7 +147,6 @@ def flops(attrs: dict, in_shapes: list, out_shape) -> int:
     if op == "matmul":
         ka = in_shapes[0][-2] if attrs.get("trans_a") else in_shapes[0][-1]
         return 2 * math.prod(out_shape) * ka
-    if op in ("conv", "conv_transpose"):
-        w = in_shapes[1]
-        return 2 * math.prod(out_shape) * math.prod(w[1:]) if op == "conv" else 2 * math.prod(in_shapes[0]) * math.prod(w[1:])
+    if op == "conv":
+        return 2 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
     return 0

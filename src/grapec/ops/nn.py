@@ -249,8 +249,55 @@ def conv_transpose(ctx):
             ctx.fail(f"output_shape {out_shape} needs negative begin padding")
     full = [strides[i] * (in_sp[i] - 1) + outpad[i] + ext[i] for i in range(nd)]
     out_sp = [full[i] - pads[i] - pads[i + nd] for i in range(nd)]
-    attrs = {"strides": strides, "dilations": dil, "pads": pads, "output_padding": outpad, "group": group}
-    return [ctx.library("conv_transpose", [x, w, b], attrs, (x.shape[0], w.shape[1] * group, *out_sp), x.dtype)]
+    if x.shape[1] != w.shape[0] or w.shape[0] % group:
+        ctx.fail(f"{x.shape[1]} input channels do not match weight {list(w.shape)} with group={group}")
+    return [conv_transpose_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp)]
+
+
+def conv_transpose_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
+    """ConvTranspose as one batched GEMM and a col2im gather (the GEMM of Conv's backward pass):
+        col[g, m*K + k, n*IHW + i] = sum_c w[g*cg + c, m, k] * x[n, g*cg + c, i]     (w read transposed)
+        y[n, g*mg + m, o] = sum over taps k of col[g, m*K + k, n*IHW + i]
+    where input position i = (o + pad - k*dil) / stride along each spatial dim, a tap counting only
+    where that divides exactly and lands inside the input. The tap sum is a kernel-IR reduction, in
+    float32 for float16 data, with the bias added in the same kernel."""
+    n, c = x.shape[:2]
+    mg, kernel = w.shape[1], list(w.shape[2:])
+    nd, in_sp = len(kernel), list(x.shape[2:])
+    kk, ihw = math.prod(kernel), math.prod(in_sp)
+    cg = c // group
+    if n == 1:
+        xg = reshape(x, (group, cg, ihw))
+    else:
+        xg = reshape(transpose(reshape(x, (n, group, cg, ihw)), (1, 2, 0, 3)), (group, cg, n * ihw))
+    col = ctx.library("matmul", [reshape(w, (group, cg, mg * kk)), xg], {"trans_a": 1},
+                      (group, mg * kk, n * ihw), x.dtype)
+    acc = "float32" if x.dtype == "float16" else x.dtype
+    zero = K.const(0, acc)
+
+    def out_at(ix):
+        img, ch, o = ix[0], ix[1], ix[2:]
+        g, m = ch // mg, ch % mg
+        tap = K.ridx(kk)
+        koff = _unravel(tap, kernel)
+        pos, valid = [], None
+        for i in range(nd):
+            t = o[i] + K.const(pads[i], "int64") - koff[i] * dil[i]
+            p = t // strides[i] if strides[i] > 1 else t
+            inside = _and(K.binary("ge", t, K.const(0, "int64")), K.binary("lt", p, K.const(in_sp[i], "int64")))
+            if strides[i] > 1:
+                inside = _and(inside, K.binary("eq", t % strides[i], K.const(0, "int64")))
+            valid = _and(valid, inside)
+            pos.append(p)
+        flat = pos[0]
+        for i in range(1, nd):
+            flat = flat * in_sp[i] + pos[i]
+        v = _masked_at(col, (g, m * kk + tap, img * ihw + flat), valid, K.const(0, x.dtype))
+        total = K.reduce("sum", K.cast(v, acc), (tap,))
+        if b is not None:
+            total = K.binary("add", total, K.cast(b.at((ch,)), acc))
+        return K.cast(total, x.dtype)
+    return T((n, mg * group, *out_sp), x.dtype, out_at)
 
 
 def _zero_point_shift(t, zp, axis_len_shape):
