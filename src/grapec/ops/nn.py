@@ -273,7 +273,6 @@ def conv_transpose_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
     col = ctx.library("matmul", [reshape(w, (group, cg, mg * kk)), xg], {"trans_a": 1},
                       (group, mg * kk, n * ihw), x.dtype)
     acc = "float32" if x.dtype == "float16" else x.dtype
-    zero = K.const(0, acc)
 
     def out_at(ix):
         img, ch, o = ix[0], ix[1], ix[2:]
@@ -298,68 +297,6 @@ def conv_transpose_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
             total = K.binary("add", total, K.cast(b.at((ch,)), acc))
         return K.cast(total, x.dtype)
     return T((n, mg * group, *out_sp), x.dtype, out_at)
-
-
-def _zero_point_shift(t, zp, axis_len_shape):
-    """t - zero_point in int32; zp is a scalar or a per-row/per-channel vector reshaped by the caller."""
-    t32 = cast(t, "int32")
-    if zp is None:
-        return t32
-    return map_(lambda a, z: K.binary("sub", a, z), t32, cast(reshape(zp, axis_len_shape), "int32"))
-
-
-@op("MatMulInteger")
-def matmul_integer(ctx):
-    """(A - a_zero_point) @ (B - b_zero_point) in int32; a_zero_point may be per row of A (shape
-    [M]), b_zero_point per column of B (shape [N])."""
-    a, b = ctx.input(0), ctx.input(1)
-    az, bz = ctx.input(2), ctx.input(3)
-    a32 = _zero_point_shift(a, az, (az.size, 1) if az is not None and az.size > 1 else ())
-    b32 = _zero_point_shift(b, bz, (bz.size,) if bz is not None and bz.size > 1 else ())
-    return [numpy_matmul(ctx, a32, b32, "int32", a.shape, b.shape)]
-
-
-@op("QLinearMatMul")
-def qlinear_matmul(ctx):
-    """saturate(rint((A - a_zp) @ (B - b_zp) * (a_scale * b_scale / y_scale)) + y_zp), the integer
-    matmul a Library node, the requantization one kernel (in float64, like the reference)."""
-    a, a_s, a_z, b, b_s, b_z, y_s, y_z = (ctx.input(i) for i in range(8))
-    row = lambda t: (t.size, 1) if t is not None and t.size > 1 else ()  # noqa: E731
-    col = lambda t: (t.size,) if t is not None and t.size > 1 else ()  # noqa: E731
-    a32, b32 = _zero_point_shift(a, a_z, row(a_z)), _zero_point_shift(b, b_z, col(b_z))
-    a2, b2, out = matmul_shape(a.shape, b.shape)
-    if len(a.shape) == 1 or len(b.shape) == 1:
-        ctx.fail("1-D operands are not supported")
-    acc = ctx.library("matmul", [reshape(a32, a2), reshape(b32, b2)], {}, out, "int32")
-    factor = map_(lambda x, y, z: K.cast(K.binary("div", K.binary("mul", x, y), z), "float64"),
-                  reshape(a_s, row(a_s)), reshape(b_s, col(b_s)), reshape(y_s, ()))
-    out_dt = y_z.dtype if y_z is not None else a.dtype
-    info = np.iinfo(dtypes.np_dtype(out_dt))
-
-    def requantize(c, f, *zp):
-        v = K.binary("mul", K.cast(c, "float64"), f)
-        if zp:
-            v = K.binary("add", v, K.cast(zp[0], "float64"))
-        v = K.binary("min", K.binary("max", K.unary("round", v), K.const(info.min, "float64")), K.const(info.max, "float64"))
-        return K.cast(v, out_dt)
-    return [map_(requantize, acc, factor, *([reshape(y_z, ())] if y_z is not None else []))]
-
-
-@op("ConvInteger")
-def conv_integer(ctx):
-    """Conv of (x - x_zero_point) and (w - w_zero_point) in int32; w_zero_point may be per output
-    channel."""
-    x, w = ctx.input(0), ctx.input(1)
-    xz, wz = ctx.input(2), ctx.input(3)
-    nd = x.ndim - 2
-    x32 = _zero_point_shift(x, xz, ())
-    w32 = _zero_point_shift(w, wz, (wz.size,) + (1,) * (nd + 1) if wz is not None and wz.size > 1 else ())
-    kernel = list(w.shape[2:])
-    strides, dil, pads, ext = _window_params(ctx, x.shape[2:], kernel)
-    group = int(ctx.attr("group", 1))
-    out_sp = [(x.shape[2 + i] + pads[i] + pads[i + nd] - ext[i]) // strides[i] + 1 for i in range(nd)]
-    attrs = {"strides": strides, "dilations": dil, "pads": pads, "group": group}
-    return [ctx.library("conv", [x32, w32], attrs, (x.shape[0], w.shape[0], *out_sp), "int32")]
 
 
 # --- pooling (kernel IR: a reduce over the window, masked loads for padding) ---------------------

@@ -1,0 +1,183 @@
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear (kernel IR, elementwise
+with per-tensor, per-axis or blocked scales), and the integer matmul/conv family (int32 Library
+nodes) with QLinearMatMul's requantization.
+
+    QuantizeLinear         y = saturate(rint(x / scale) + zero_point)      (ties to even)
+    DequantizeLinear       y = (x - zero_point) * scale
+    DynamicQuantizeLinear  scale = (max(0, max x) - min(0, min x)) / 255,
+                           zero_point = rint(clip(-min(0, min x) / scale, 0, 255)), y as QuantizeLinear (uint8)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..ir import kernel as K
+from ..ir.tensor import T, cast, map_, norm_axis, reshape
+from ..ir.tensor import reduce as tensor_reduce
+from . import op
+from .nn import _window_params, matmul_shape, numpy_matmul
+
+F32 = "float32"
+
+
+def _param_at(p: T, x_shape: tuple, axis: int, block: int):
+    """ix of x -> the scale/zero-point element for it: one for the tensor, one per index along axis,
+    or (block_size > 0) one per block of `block` indices along axis."""
+    if p.ndim == 0 or (p.size == 1 and not block):
+        return lambda ix: p.at((0,) * p.ndim)
+    axis = norm_axis(axis, len(x_shape))
+    if block:
+        return lambda ix: p.at(tuple(i // block if a == axis else i for a, i in enumerate(ix)))
+    return lambda ix: p.at((ix[axis],))
+
+
+def _quantize(v: K.Expr, zp: K.Expr | None, out_dt: str) -> K.Expr:
+    """saturate(rint(v) + zp) into out_dt; v in float32."""
+    info = np.iinfo(dtypes.np_dtype(out_dt))
+    q = K.unary("round", v)
+    if zp is not None:
+        q = K.binary("add", q, K.cast(zp, F32))
+    q = K.binary("min", K.binary("max", q, K.const(float(info.min), F32)), K.const(float(info.max), F32))
+    return K.cast(q, out_dt)
+
+
+def _axis_block(ctx, x: T):
+    return int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
+
+
+@op("QuantizeLinear")
+def quantize_linear(ctx):
+    x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
+    out_dt = zp.dtype if zp is not None else (dtypes.from_onnx(ctx.attr("output_dtype")) if ctx.attr("output_dtype")
+                                              else "uint8")
+    if out_dt not in ("uint8", "int8", "uint16", "int16", "int32", "uint32"):
+        ctx.fail(f"quantizing to {out_dt} is not supported (int8/uint8/int16/uint16)")
+    axis, block = _axis_block(ctx, x)
+    s_at = _param_at(scale, x.shape, axis, block)
+    z_at = _param_at(zp, x.shape, axis, block) if zp is not None else None
+
+    def fn(ix):
+        v = K.binary("div", K.cast(x.at(ix), F32), K.cast(s_at(ix), F32))
+        return _quantize(v, z_at(ix) if z_at else None, out_dt)
+    return [T(x.shape, out_dt, fn)]
+
+
+@op("DequantizeLinear")
+def dequantize_linear(ctx):
+    x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
+    out_dt = dtypes.from_onnx(ctx.attr("output_dtype")) if ctx.attr("output_dtype") else scale.dtype
+    axis, block = _axis_block(ctx, x)
+    s_at = _param_at(scale, x.shape, axis, block)
+    z_at = _param_at(zp, x.shape, axis, block) if zp is not None else None
+
+    def fn(ix):
+        v = K.cast(x.at(ix), F32)
+        if z_at:
+            v = K.binary("sub", v, K.cast(z_at(ix), F32))
+        return K.cast(K.binary("mul", v, K.cast(s_at(ix), F32)), out_dt)
+    return [T(x.shape, out_dt, fn)]
+
+
+@op("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx):
+    x = ctx.input(0)
+    axes = list(range(x.ndim))
+    zero = K.const(0.0, F32)
+    lo = ctx.realize(tensor_reduce(cast(x, F32), axes, "min", False), "qmin")
+    hi = ctx.realize(tensor_reduce(cast(x, F32), axes, "max", False), "qmax")
+    scale = ctx.realize(map_(lambda a, b: K.binary("div", K.binary("sub", K.binary("max", b, zero), K.binary("min", a, zero)),
+                                                   K.const(255.0, F32)), lo, hi), "scale")
+
+    def zero_point(a, s):
+        z = K.binary("sub", zero, K.binary("div", K.binary("min", a, zero), s))
+        z = K.binary("min", K.binary("max", z, zero), K.const(255.0, F32))
+        return K.cast(K.unary("round", z), "uint8")
+    zp = ctx.realize(map_(zero_point, lo, scale, dtype="uint8"), "zero_point")
+    y = T(x.shape, "uint8", lambda ix: _quantize(K.binary("div", K.cast(x.at(ix), F32), scale.at(())), zp.at(()), "uint8"))
+    return [y, scale, zp]
+
+
+def _zero_point_shift(t, zp, axis_len_shape):
+    """t - zero_point in int32; zp is a scalar or a per-row/per-channel vector reshaped by the caller."""
+    t32 = cast(t, "int32")
+    if zp is None:
+        return t32
+    return map_(lambda a, z: K.binary("sub", a, z), t32, cast(reshape(zp, axis_len_shape), "int32"))
+
+
+@op("MatMulInteger")
+def matmul_integer(ctx):
+    """(A - a_zero_point) @ (B - b_zero_point) in int32; a_zero_point may be per row of A (shape
+    [M]), b_zero_point per column of B (shape [N])."""
+    a, b = ctx.input(0), ctx.input(1)
+    az, bz = ctx.input(2), ctx.input(3)
+    a32 = _zero_point_shift(a, az, (az.size, 1) if az is not None and az.size > 1 else ())
+    b32 = _zero_point_shift(b, bz, (bz.size,) if bz is not None and bz.size > 1 else ())
+    return [numpy_matmul(ctx, a32, b32, "int32", a.shape, b.shape)]
+
+
+@op("QLinearMatMul")
+def qlinear_matmul(ctx):
+    """saturate(rint((A - a_zp) @ (B - b_zp) * (a_scale * b_scale / y_scale)) + y_zp), the integer
+    matmul a Library node, the requantization one kernel (in float64, like the reference)."""
+    a, a_s, a_z, b, b_s, b_z, y_s, y_z = (ctx.input(i) for i in range(8))
+    row = lambda t: (t.size, 1) if t is not None and t.size > 1 else ()  # noqa: E731
+    col = lambda t: (t.size,) if t is not None and t.size > 1 else ()  # noqa: E731
+    a32, b32 = _zero_point_shift(a, a_z, row(a_z)), _zero_point_shift(b, b_z, col(b_z))
+    a2, b2, out = matmul_shape(a.shape, b.shape)
+    if len(a.shape) == 1 or len(b.shape) == 1:
+        ctx.fail("1-D operands are not supported")
+    acc = ctx.library("matmul", [reshape(a32, a2), reshape(b32, b2)], {}, out, "int32")
+    return [_requantize(acc, reshape(a_s, row(a_s)), reshape(b_s, col(b_s)), y_s, y_z, a.dtype)]
+
+
+def _requantize(acc: T, a_s: T, b_s: T, y_s: T, y_z: T | None, in_dt: str) -> T:
+    """saturate(rint(acc * (a_s * b_s / y_s)) + y_z), in float64 like the reference; a_s and b_s
+    already shaped to broadcast against acc."""
+    factor = map_(lambda x, y, z: K.cast(K.binary("div", K.binary("mul", x, y), z), "float64"),
+                  a_s, b_s, reshape(y_s, ()))
+    out_dt = y_z.dtype if y_z is not None else in_dt
+    info = np.iinfo(dtypes.np_dtype(out_dt))
+
+    def requantize(c, f, *zp):
+        v = K.binary("mul", K.cast(c, "float64"), f)
+        if zp:
+            v = K.binary("add", v, K.cast(zp[0], "float64"))
+        v = K.binary("min", K.binary("max", K.unary("round", v), K.const(info.min, "float64")), K.const(info.max, "float64"))
+        return K.cast(v, out_dt)
+    return map_(requantize, acc, factor, *([reshape(y_z, ())] if y_z is not None else []))
+
+
+@op("ConvInteger")
+def conv_integer(ctx):
+    """Conv of (x - x_zero_point) and (w - w_zero_point) in int32; w_zero_point may be per output
+    channel."""
+    return [_conv_int32(ctx, ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3))]
+
+
+@op("QLinearConv")
+def qlinear_conv(ctx):
+    """requantize(ConvInteger(x, w) + bias): x_scale, w_scale (per output channel or one) and
+    y_scale as in QLinearMatMul; the int32 bias is added before requantizing."""
+    x, x_s, x_z, w, w_s, w_z, y_s, y_z = (ctx.input(i) for i in range(8))
+    acc = _conv_int32(ctx, x, w, x_z, w_z)
+    nd = x.ndim - 2
+    if ctx.has(8):
+        acc = map_(lambda a, b: K.binary("add", a, b), acc, reshape(cast(ctx.input(8), "int32"), (acc.shape[1],) + (1,) * nd))
+    per_channel = (w_s.size,) + (1,) * nd if w_s.size > 1 else ()
+    return [_requantize(acc, reshape(x_s, ()), reshape(w_s, per_channel), y_s, y_z, x.dtype)]
+
+
+def _conv_int32(ctx, x, w, xz, wz) -> T:
+    nd = x.ndim - 2
+    x32 = _zero_point_shift(x, xz, ())
+    w32 = _zero_point_shift(w, wz, (wz.size,) + (1,) * (nd + 1) if wz is not None and wz.size > 1 else ())
+    kernel = list(w.shape[2:])
+    strides, dil, pads, ext = _window_params(ctx, x.shape[2:], kernel)
+    group = int(ctx.attr("group", 1))
+    out_sp = [(x.shape[2 + i] + pads[i] + pads[i + nd] - ext[i]) // strides[i] + 1 for i in range(nd)]
+    attrs = {"strides": strides, "dilations": dil, "pads": pads, "group": group}
+    return ctx.library("conv", [x32, w32], attrs, (x.shape[0], w.shape[0], *out_sp), "int32")
+
+
