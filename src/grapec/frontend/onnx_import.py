@@ -18,6 +18,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir.graph import Graph, Node, Value
 from ..ops import lowering
 from .proto import all_nodes, copy_model
+from .recurrent import GATES, recurrent_as_loops
 from .scan import scans_as_loops
 
 MIN_OPSET = 7
@@ -62,9 +63,10 @@ def import_model(model: onnx.ModelProto, where: str = "model") -> Graph:
             raise ModelError(f"{where}: opset {opset} is older than {MIN_OPSET} and could not be converted: {e}") from None
     problems: list = []
     unsupported_ops: dict = {}
-    if any(n.op_type == "Scan" for n in all_nodes(model.graph)):
+    if any(n.op_type in ("Scan", *GATES) for n in all_nodes(model.graph)):
         model = copy_model(model)   # the caller's model stays as given
         scans_as_loops(model.graph, opset, problems)
+        recurrent_as_loops(model.graph, opset, problems)
     g = _import_graph(model.graph, None, opset, problems, unsupported_ops)
     for (op_type, dom), names in unsupported_ops.items():
         shown = ", ".join(f"'{n}'" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
