@@ -115,7 +115,7 @@ def torch_accuracy(module, path, feeds, precision) -> float:
         outs = m(*args)
     outs = outs if isinstance(outs, (tuple, list)) else (outs,)
     ref = reference_outputs(path, feeds)
-    err = max(compare(k, o.float().cpu().numpy(), ref[k], 1.0).rel for k, o in zip(ref, outs))
+    err = max(compare(k, o.float().cpu().numpy(), ref[k], 1.0, 1.0).rel for k, o in zip(ref, outs))
     module.float()
     return err
 
@@ -128,7 +128,7 @@ def accuracy(bundle, path, feeds) -> float:
     got = sess.run(feeds)
     sess._runner.close()
     ref = reference_outputs(path, feeds)
-    return max(compare(k, got[k], ref[k], 1.0).rel for k in ref)
+    return max(compare(k, got[k], ref[k], 1.0, 1.0).rel for k in ref)
 
 
 def measured_peers(results) -> list:
