@@ -38,16 +38,17 @@ def compare(name, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) ->
     finite = np.isfinite(r) & np.isfinite(g)
     same_nonfinite = np.array_equal(np.isfinite(g), np.isfinite(r)) and np.array_equal(g[~finite], r[~finite])
     d = np.abs(np.where(finite, g - r, 0.0))
+    r_abs = np.abs(np.where(finite, r, 0.0))
     mae = float(d.max()) if d.size else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        rel_each = np.where(d == 0, 0.0, d / np.abs(np.where(finite, r, 0.0)))
+        rel_each = np.where(d == 0, 0.0, d / r_abs)
     max_rel = float(rel_each.max()) if d.size else 0.0
-    den = float(np.linalg.norm(np.where(finite, r, 0.0)))
+    den = float(np.linalg.norm(r_abs))
     rel = float(np.linalg.norm(d)) / den if den else (0.0 if mae == 0 else float("inf"))
-    bad = int(np.count_nonzero(d > atol + rtol * np.abs(np.where(finite, r, 0.0))))
+    bad = int(np.count_nonzero(d > atol + rtol * r_abs))
     notes = []
     if bad:
-        worst = np.unravel_index(int(np.argmax(d - rtol * np.abs(np.where(finite, r, 0.0)))), d.shape)
+        worst = np.unravel_index(int(np.argmax(d - rtol * r_abs)), d.shape)
         notes.append(f"{bad} of {d.size} elements outside atol+rtol*|ref|; worst at {list(map(int, worst))}: "
                      f"{g[worst]:.6g} vs {r[worst]:.6g}")
     if not same_nonfinite:

@@ -76,10 +76,10 @@ def _shape_options(f):
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=()):
     from .compiler import compile_model
-    from .frontend.shapes import parse_dims, parse_shapes, parse_values
+    from .frontend.shapes import parse_dims
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
-    return compile_model(model, shapes=parse_shapes(list(shapes)), dims=parse_dims(list(dims)), strict=strict,
-                         values=parse_values(values),
+    shape_args, dim_args, value_args = _parse(shapes, dims, values)
+    return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
                          targets=targets, progress=say, precision=precision, host_control=host_control,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
@@ -287,14 +287,13 @@ def check(model, shapes, dims, values, backend, precision, atol, rtol, inputs, s
     outputs near zero are judged fairly. Exit 0 when all pass, 1 on a mismatch.
     """
     from .check import TOLERANCES, check_model
-    from .frontend.shapes import parse_dims, parse_shapes, parse_values
     from .inputs import load_npy_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     atol = TOLERANCES[precision][0] if atol is None else atol
     rtol = TOLERANCES[precision][1] if rtol is None else rtol
-    results, t_run = check_model(model, parse_shapes(list(shapes)), parse_dims(list(dims)), backend, rtol, seed, say,
-                                 precision=precision, atol=atol, inputs=load_npy_inputs(list(inputs)),
-                                 values=parse_values(values))
+    shape_args, dim_args, value_args = _parse(shapes, dims, values)
+    results, t_run = check_model(model, shape_args, dim_args, backend, rtol, seed, say, precision=precision, atol=atol,
+                                 inputs=load_npy_inputs(list(inputs)), values=value_args)
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs':>10s} {'max-rel':>10s} {'rel-L2':>10s}")
     for r in results:
         click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:10.3g} {r.max_rel:10.3g} {r.rel:10.3g} "
@@ -343,9 +342,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
         raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
     import grapec
     from .bundle.format import Bundle
-    shape_args, dim_args = _parse(shapes, dims)
-    from .frontend.shapes import parse_values
-    value_args = parse_values(values)
+    shape_args, dim_args, value_args = _parse(shapes, dims, values)
     bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, values=value_args) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
@@ -395,9 +392,9 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
 
 
-def _parse(shapes, dims):
-    from .frontend.shapes import parse_dims, parse_shapes
-    return parse_shapes(list(shapes)), parse_dims(list(dims))
+def _parse(shapes, dims, values=()):
+    from .frontend.shapes import parse_dims, parse_shapes, parse_values
+    return parse_shapes(list(shapes)), parse_dims(list(dims)), parse_values(values)
 
 
 if __name__ == "__main__":

@@ -54,8 +54,8 @@ class _Unsupported(Exception):
 class _Builder:
     """Emits ONNX nodes with unique names, in the forms the model's opset expects."""
 
-    def __init__(self, prefix: str, opset: int):
-        self.prefix, self.opset, self.out, self._n = prefix, opset, [], 0
+    def __init__(self, prefix: str, opset: int, float_dtype):
+        self.prefix, self.opset, self.float_dtype, self.out, self._n = prefix, opset, float_dtype, [], 0
 
     def name(self, hint: str) -> str:
         self._n += 1
@@ -75,11 +75,9 @@ class _Builder:
             return self.node("Unsqueeze", [x, self.const([axis])])
         return self.node("Unsqueeze", [x], axes=[axis])
 
-    def cols(self, x: str, start: int, end: int) -> str:
-        """x[:, start:end] of a rank-2 tensor."""
-        if self.opset >= 10:
-            return self.node("Slice", [x, self.const([start]), self.const([end]), self.const([1])])
-        return self.node("Slice", [x], axes=[1], starts=[start], ends=[end])
+    def span(self, x: str, start: int, end: int, axis: int = 0) -> str:
+        """x[start:end] along axis (Slice with inputs: the rewrite needs opset 10 or later)."""
+        return self.node("Slice", [x, self.const([start]), self.const([end]), self.const([axis])])
 
     def pick(self, x: str, i: int) -> str:
         """x[i] (the leading dim dropped)."""
@@ -107,8 +105,7 @@ class _Rewrite:
         self.n, self.op, self.name = n, n.op_type, name
         self.attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
         self.ins = list(n.input) + [""] * (8 - len(n.input))
-        self.b = _Builder(f"{name}__rnn", opset)
-        self.b.float_dtype = _float_dtype(graph, self.ins[0])
+        self.b = _Builder(f"{name}__rnn", opset, _float_dtype(graph, self.ins[0]))
         if opset < 10:
             raise _Unsupported(f"opset {opset}: the rewrite needs opset 10 or later")
         if self.ins[4] and _text(self.attrs.get("direction", "forward")) != "forward":
@@ -183,8 +180,8 @@ class _Rewrite:
         bias = b.pick(self.ins[3], k) if self.ins[3] else None                       # [2*g*h]
         xw = b.node("MatMul", [x, b.node("Transpose", [w], perm=[1, 0])])           # [seq, batch, g*h]
         if bias is not None:
-            xw = b.node("Add", [xw, b.node("Slice", [bias, b.const([0]), b.const([g * h]), b.const([0])])])
-            rb = b.node("Slice", [bias, b.const([g * h]), b.const([2 * g * h]), b.const([0])])
+            xw = b.node("Add", [xw, b.span(bias, 0, g * h)])
+            rb = b.span(bias, g * h, 2 * g * h)
         else:
             rb = None
         rt = b.node("Transpose", [r], perm=[1, 0])                                   # [h, g*h]
@@ -192,7 +189,7 @@ class _Rewrite:
         c0 = self._initial(6, k, x) if self.op == "LSTM" else None
         peep = b.pick(self.ins[7], k) if self.op == "LSTM" and self.ins[7] else None
         lens = b.unsqueeze(b.node("Cast", [self.ins[4]], to=TensorProto.INT64), 1) if self.ins[4] else None
-        body, carried_out = self._body(xw, trip, rt, rb, peep, k, reverse, lens)
+        body = self._body(xw, trip, rt, rb, peep, k, reverse, lens)
         carried = [h0] + ([c0] if c0 else [])
         finals = [b.name("h_last")] + ([b.name("c_last")] if c0 else [])
         stacked = b.name("y")
@@ -200,13 +197,12 @@ class _Rewrite:
                                       body=body))
         y = stacked
         if reverse:
-            y = b.node("Slice", [y, b.const([-1]), b.const([-(2 ** 63)]), b.const([0]), b.const([-1])])
+            y = b.node("Slice", [y, b.const([-1]), b.const([-(2 ** 63)]), b.const([0]), b.const([-1])])   # reversed
         return y, finals[0], finals[1] if c0 else None
 
     def _body(self, xw, trip, rt, rb, peep, k, reverse, lens):
         outer = self.b
-        b = _Builder(f"{outer.prefix}_d{k}", outer.opset)
-        b.float_dtype = outer.float_dtype
+        b = _Builder(f"{outer.prefix}_d{k}", outer.opset, outer.float_dtype)
         t, cond, hin = b.name("t"), b.name("cond"), b.name("h")
         cin = b.name("c") if self.op == "LSTM" else None
         at = b.node("Sub", [b.node("Sub", [trip, t]), b.const(1)]) if reverse else t
@@ -216,7 +212,7 @@ class _Rewrite:
         clip = (lambda v: b.node("Clip", [v, b.fconst(-self.clip), b.fconst(self.clip)])) if self.clip else (lambda v: v)
 
         def gate(src, i):
-            return b.cols(src, i * h, (i + 1) * h)
+            return b.span(src, i * h, (i + 1) * h, axis=1)
 
         if self.op == "GRU":
             hr = b.node("MatMul", [hin, rt])
@@ -227,10 +223,10 @@ class _Rewrite:
             if self.attrs.get("linear_before_reset", 0):
                 cand = b.node("Add", [gate(xw_t, 2), b.node("Mul", [rr, gate(hr, 2)])])
             else:
-                rh = b.node("MatMul", [b.node("Mul", [rr, hin]), b.cols(rt, 2 * h, 3 * h)])
+                rh = b.node("MatMul", [b.node("Mul", [rr, hin]), b.span(rt, 2 * h, 3 * h, axis=1)])
                 cand = b.node("Add", [gate(xw_t, 2), rh])
                 if rb is not None:
-                    cand = b.node("Add", [cand, b.node("Slice", [rb, b.const([2 * h]), b.const([3 * h]), b.const([0])])])
+                    cand = b.node("Add", [cand, b.span(rb, 2 * h, 3 * h)])
             ht = f(1, clip(cand))
             # H' = (1 - z) * ht + z * H = ht + z * (H - ht)
             hout = b.node("Add", [ht, b.node("Mul", [z, b.node("Sub", [hin, ht])])], "h_out")
@@ -246,8 +242,7 @@ class _Rewrite:
                     """+ P[which] * cell; P holds the i, o, f peepholes in that order."""
                     if peep is None:
                         return v
-                    p = b.node("Slice", [peep, b.const([which * h]), b.const([(which + 1) * h]), b.const([0])])
-                    return b.node("Add", [v, b.node("Mul", [p, cell])])
+                    return b.node("Add", [v, b.node("Mul", [b.span(peep, which * h, (which + 1) * h), cell])])
                 gi = f(0, clip(peephole(gate(pre, 0), 0, cin)))
                 if self.attrs.get("input_forget", 0):
                     gf = b.node("Sub", [b.fconst(1.0), gi])
@@ -274,7 +269,7 @@ class _Rewrite:
         if cin:
             outs.append(helper.make_tensor_value_info(cout, fdt, None))
         outs.append(helper.make_tensor_value_info(y, fdt, None))
-        return helper.make_graph(b.out, f"{self.name}_body{k}", ins, outs), outs
+        return helper.make_graph(b.out, f"{self.name}_body{k}", ins, outs)
 
 
 def _text(v) -> str:
