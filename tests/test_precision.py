@@ -76,3 +76,106 @@ def test_tf32_is_recorded_and_bad_precision_is_a_usage_error(tmp_path):
     onnx.save(m, path)
     r = CliRunner().invoke(main, ["compile", str(path), "--precision", "fp8", "--shapes", "x=2x8x8"])
     assert r.exit_code == 2 and "fp8" in r.output and "Traceback" not in r.output
+
+
+# --- fp16 is never silently wrong: float32 islands found by calibration, or a refusal ---------
+
+def decomposed_layernorm(scale=60.0):
+    """LayerNorm as older exporters spell it (Pow, ReduceMean, Sqrt), after a GEMM whose outputs
+    are large enough that their squares overflow float16."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("ReduceMean", ["h"], ["mu"], axes=[-1]),
+             helper.make_node("Sub", ["h", "mu"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["var"], axes=[-1]),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["y"])]
+    w = (np.random.default_rng(0).standard_normal((64, 64)) * scale).astype(np.float32)
+    return model(nodes, [tinfo("x", shape=[4, 64])], [tinfo("y")],
+                 [init("w", w), init("two", np.array(2, np.float32)), init("eps", np.array(1e-12, np.float32))], opset=13)
+
+
+def _fp16_vs_ort(m, x):
+    b = grapec.compile(m, precision="fp16", targets=[])
+    got = grapec.load(b, backend="cpu").run({"x": x})["y"]
+    return b, rel_err(got, ort_run(m, {"x": x})["y"])
+
+
+def test_fp16_keeps_what_overflows_in_float32_and_says_so():
+    x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    plain = grapec.load(grapec.compile(to_fp16(decomposed_layernorm()), targets=[]), backend="cpu").run({"x": x})["y"]
+    ref = ort_run(decomposed_layernorm(), {"x": x})["y"]
+    assert rel_err(plain, ref) > 0.5   # all-half really breaks: x^2 overflows float16, y collapses to 0
+    b, err = _fp16_vs_ort(decomposed_layernorm(), x)
+    kept = {k["node"]: k["why"] for k in b.manifest["mixed_precision"]["kept_fp32"]}
+    assert {"Pow_3", "ReduceMean_4"} <= set(kept) and "65504" in kept["Pow_3"]
+    assert "MatMul_0" not in kept   # the GEMM itself stays half
+    assert err < 1e-2
+
+
+def test_fp16_keeps_a_node_whose_error_jumps_and_its_producer():
+    nodes = [helper.make_node("Mul", ["x", "k"], ["p"]), helper.make_node("Sin", ["p"], ["s"]),
+             helper.make_node("Add", ["s", "x"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[4, 64])], [tinfo("y")], [init("k", np.array(3000, np.float32))])
+    x = np.random.default_rng(6).standard_normal((4, 64)).astype(np.float32)
+    b, err = _fp16_vs_ort(m, x)
+    kept = {k["node"] for k in b.manifest["mixed_precision"]["kept_fp32"]}
+    assert kept == {"Mul_0", "Sin_1"} and err < 1e-2   # sin(3000x) is noise when 3000x is rounded to half
+
+
+def test_fp16_keeps_blocked_op_types():
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[4, 64])], [tinfo("y")], [init("axis", np.array(1, np.int64))])
+    b = grapec.compile(m, precision="fp16", targets=[])
+    assert [(k["op"], k["why"].split(":")[0]) for k in b.manifest["mixed_precision"]["kept_fp32"]] == [("CumSum", "op type")]
+
+
+def test_fp16_calibration_inputs_reach_what_random_inputs_do_not(tmp_path):
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Mul", ["e", "k"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[2, 8])], [tinfo("y")], [init("k", np.array(1e-3, np.float32))])
+    assert not grapec.compile(m, precision="fp16", targets=[]).manifest["mixed_precision"]["kept_fp32"]
+    big = np.full((2, 8), 12.0, np.float32)   # exp(12) = 162755 > 65504
+    b = grapec.compile(m, precision="fp16", targets=[], calibration_inputs=[{"x": big}])
+    assert {k["node"] for k in b.manifest["mixed_precision"]["kept_fp32"]} == {"Exp_0", "Mul_1"}
+    got = grapec.load(b, backend="cpu").run({"x": big})["y"]
+    np.testing.assert_allclose(got, ort_run(m, {"x": big})["y"], rtol=1e-3)
+    # the same through the CLI, and a sample that misses an input is named
+    path, npz = tmp_path / "m.onnx", tmp_path / "calib.npz"
+    onnx.save(m, path)
+    np.savez(npz, x=big)
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(tmp_path / "m.grape"), "--precision", "fp16",
+                                  "--no-gpu", "--calibration-inputs", str(npz)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "m.grape")])
+    assert "float32: 'Exp_0' (Exp)" in r.output and "1 given sample" in r.output
+    np.savez(npz, y=big)
+    r = CliRunner().invoke(main, ["compile", str(path), "--precision", "fp16", "--no-gpu", "--calibration-inputs", str(npz)])
+    assert r.exit_code == 2 and "no array for input 'x'" in r.output
+
+
+def test_fp16_that_cannot_be_fixed_is_refused_naming_the_node(tmp_path):
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "big"], ["t"])], "then", [], [tinfo("t")])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [tinfo("e")])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "lo"], ["c"]),
+             helper.make_node("If", ["c"], ["f"], then_branch=then_g, else_branch=else_g, name="overflowing_if"),
+             helper.make_node("Mul", ["f", "small"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[4, 64])], [tinfo("y")],
+              [init("big", np.array(1e5, np.float32)), init("small", np.array(1e-5, np.float32)),
+               init("lo", np.array(-1e9, np.float32))])
+    path, out = tmp_path / "m.onnx", tmp_path / "m.grape"
+    onnx.save(m, path)
+    r = CliRunner().invoke(main, ["compile", str(path), "-o", str(out), "--precision", "fp16", "--no-gpu"])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "breaks this model's accuracy" in r.output and "'overflowing_if' (If)" in r.output and "'y'" in r.output
+    assert not out.exists()
+    assert CliRunner().invoke(main, ["compile", str(path), "-o", str(out), "--no-gpu"]).exit_code == 0   # fp32 is fine
+
+
+@pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 1, "seq": 8}), ("bert", {"batch": 2, "seq": 8})])
+def test_fp16_transformers_stay_all_half(name, dims):
+    """Exporter attention masks (-3.4e38, added at run time in BERT) are not overflow: nothing of
+    these models needs float32, so fp16 costs them nothing."""
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=dims, precision="fp16", targets=[])
+    mixed = b.manifest["mixed_precision"]
+    assert mixed["kept_fp32"] == [] and all(e < 1e-2 for e in mixed["output_rel_err"].values())

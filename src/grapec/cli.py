@@ -74,22 +74,31 @@ def _shape_options(f):
 
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
-             host_control=False, values=()):
+             host_control=False, values=(), calibration_inputs=()):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims
+    from .inputs import load_calibration_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
                          targets=targets, progress=say, precision=precision, host_control=host_control,
+                         calibration_inputs=load_calibration_inputs(calibration_inputs),
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
 
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
                   "fp16: weights and activations float16, accumulation (GEMMs, reductions, softmax and "
-                  "normalisation statistics) float32; inputs and outputs keep their types.")
+                  "normalisation statistics) float32; inputs and outputs keep their types. fp16 keeps in float32 "
+                  "the op types that break in half and the nodes that a calibration run on the CPU finds "
+                  "diverging, reports them, and refuses the model if its outputs still differ from float32 "
+                  "by more than 1e-2 (||out-ref||/||ref||).")
+CALIBRATION_HELP = ("For fp16: an .npz with one array per model input, shaped like the largest bucket, to "
+                    "calibrate on instead of random inputs (repeatable: one sample per file).")
 
 
 def _precision_option(f):
+    f = click.option("--calibration-inputs", "calibration_inputs", multiple=True, metavar="FILE.npz",
+                     type=click.Path(dir_okay=False), help=CALIBRATION_HELP)(f)
     return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16"]), default="fp32",
                         show_default=True, help=PRECISION_HELP)(f)
 
@@ -112,7 +121,8 @@ def _precision_option(f):
 @_precision_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision, force, quiet):
+def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision,
+            calibration_inputs, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
@@ -131,7 +141,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
-                      buckets, host_control, values)
+                      buckets, host_control, values, calibration_inputs)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -210,7 +220,8 @@ def inspect(bundle, as_json):
               "regions": _describe_regions(p.steps), **p.memory} for bucket, p in zip(m["buckets"], b.plans)]
     if as_json:
         click.echo(json.dumps({**summary, "inputs": m["inputs"], "outputs": m["outputs"], "buckets": plans,
-                               "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", [])}, indent=1))
+                               "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", []),
+                               "mixed_precision": m.get("mixed_precision")}, indent=1))
         return
     click.echo(f"{bundle}: grapec bundle v{m['format_version']} (grapec {m['grapec_version']}), model {m['model']} (opset {m['opset']})")
     click.echo(f"  targets: {', '.join(m['targets']) or 'none (CPU backend only)'}")
@@ -227,6 +238,12 @@ def inspect(bundle, as_json):
                    f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
         for r in p["regions"]:
             click.echo(f"    {'  ' * r['depth']}{r['text']}")
+    mixed = m.get("mixed_precision")
+    if mixed:
+        click.echo(f"  {mixed['precision']}: calibrated on {mixed['calibration']['samples']}; output error "
+                   + ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in mixed["output_rel_err"].items()))
+        for k in mixed["kept_fp32"]:
+            click.echo(f"    float32: '{k['node']}' ({k['op']}): {k['why']}")
     ops = m.get("onnx_ops") or {}
     click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
     for n in m.get("notes", []):
@@ -279,7 +296,7 @@ def _describe_regions(steps, depth=0) -> list:
                    "value; others are random, within the ranges the model declares (token ids within the vocabulary).")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def check(model, shapes, dims, values, backend, precision, atol, rtol, inputs, seed, quiet):
+def check(model, shapes, dims, values, backend, precision, calibration_inputs, atol, rtol, inputs, seed, quiet):
     """Compile MODEL, run it, and compare with onnxruntime (CPU, fp32) on the same inputs.
 
     Per output it prints the max-abs error, the max-rel error and ||out-ref||/||ref||. An output
@@ -287,13 +304,14 @@ def check(model, shapes, dims, values, backend, precision, atol, rtol, inputs, s
     outputs near zero are judged fairly. Exit 0 when all pass, 1 on a mismatch.
     """
     from .check import TOLERANCES, check_model
-    from .inputs import load_npy_inputs
+    from .inputs import load_calibration_inputs, load_npy_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     atol = TOLERANCES[precision][0] if atol is None else atol
     rtol = TOLERANCES[precision][1] if rtol is None else rtol
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
     results, t_run = check_model(model, shape_args, dim_args, backend, rtol, seed, say, precision=precision, atol=atol,
-                                 inputs=load_npy_inputs(list(inputs)), values=value_args)
+                                 inputs=load_npy_inputs(list(inputs)), values=value_args,
+                                 calibration_inputs=load_calibration_inputs(calibration_inputs))
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs':>10s} {'max-rel':>10s} {'rel-L2':>10s}")
     for r in results:
         click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:10.3g} {r.max_rel:10.3g} {r.rel:10.3g} "
@@ -324,7 +342,8 @@ def check(model, shapes, dims, values, backend, precision, atol, rtol, inputs, s
               help="Feed an input from a .npy file, or a scalar input its value, e.g. --input max_new_tokens=128 "
                    "(others are random, within the ranges the model declares).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, seed, inputs, as_json):
+def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, seed, inputs,
+          as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -343,8 +362,10 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     import grapec
     from .bundle.format import Bundle
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
-    bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, values=value_args) \
-        if model.endswith(".onnx") else Bundle.read(model)
+    from .inputs import load_calibration_inputs
+    calib = load_calibration_inputs(calibration_inputs)
+    bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, values=value_args,
+                            calibration_inputs=calib) if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
     feeds = _feeds(cpu, inputs, seed)
@@ -365,7 +386,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
         res.update(bench_ort(model, {**cpu.fixed_inputs, **feeds}, iterations, warmup, precision))
     if "host-control" in peers:
         host = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, host_control=True,
-                              values=value_args)
+                              values=value_args, calibration_inputs=calib)
         h = bench_grapec(host, feeds, iterations, warmup)
         res[f"grapec --host-control ({h['launches']} launches)"] = h["replay"]
     if as_json:

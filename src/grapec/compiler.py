@@ -23,6 +23,8 @@ import time
 from collections import Counter
 from typing import Callable
 
+import numpy as np
+
 from . import __version__
 from .bundle.format import Bundle
 from .errors import GrapecError, UnsupportedError
@@ -64,11 +66,13 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
 
 
 PRECISIONS = ("fp32", "tf32", "fp16")
+HALF_PRECISIONS = ("fp16",)
 
 
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
-                  precision: str = "fp32", host_control: bool = False, values: dict | None = None) -> Bundle:
+                  precision: str = "fp32", host_control: bool = False, values: dict | None = None,
+                  calibration_inputs: list | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -86,7 +90,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              specialized for them, and a run that feeds another value is refused.
     precision: "fp32" (default, exact float32 GEMMs), "tf32" (float32 GEMMs on TF32 tensor cores) or
              "fp16" (weights and activations in float16, float32 accumulation; the model's inputs
-             and outputs keep their types).
+             and outputs keep their types). fp16 keeps in float32 the op types that break in half
+             and the nodes a calibration run on the CPU backend finds diverging (calibrate.py), and
+             refuses (PrecisionError) when the outputs still diverge.
+    calibration_inputs: for fp16, a list of {input name: array} samples to calibrate on (else random
+             inputs valid for the model), shaped like the largest bucket.
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -94,9 +102,6 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     if precision not in PRECISIONS:
         raise GrapecError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     proto = load_model(model)
-    if precision == "fp16":
-        from .frontend.precision import to_fp16
-        proto = to_fp16(proto)
     graph = import_model(proto, where)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
     fixed = resolve_input_values(graph, values)
@@ -113,6 +118,14 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     for i, b in enumerate(bucket_shapes):
         if b in bucket_shapes[:i]:
             raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {bucket_shapes.index(b)}")
+
+    mixed = None
+    if precision in HALF_PRECISIONS:
+        from .calibrate import choose_precision
+        largest = max(bucket_shapes, key=lambda b: sum(int(np.prod(s)) for s in b.values()))
+        proto, mixed = choose_precision(proto, graph, precision, largest, fixed, calibration_inputs, say)
+        graph = import_model(proto, where)
+        say(mixed.summary())
 
     weights, kernels = WeightStore(), KernelStore()
     plans, bucket_meta, notes = [], [], []
@@ -155,6 +168,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "targets": list(targets),
         "cuda": gpu_entry,
         "notes": notes,
+        "mixed_precision": mixed.to_json() if mixed else None,
         "onnx_ops": dict(sorted(op_counts.items())),
         "metadata": {p.key: p.value for p in proto.metadata_props if p.key.startswith("grapec.")},
         "weights_bytes": weights.size,

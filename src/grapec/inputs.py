@@ -132,6 +132,20 @@ def load_npy_inputs(items: list, input_dtypes: dict | None = None) -> dict:
     return feeds
 
 
+def load_calibration_inputs(paths) -> list:
+    """--calibration-inputs: .npz files, each one sample {input name: array}."""
+    samples = []
+    for path in paths:
+        if not os.path.exists(path):
+            raise InputError(f"--calibration-inputs {path}: no such file")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                samples.append({k: z[k] for k in z.files})
+        except Exception as e:  # noqa: BLE001
+            raise InputError(f"--calibration-inputs {path}: not an .npz of arrays ({type(e).__name__}: {e})") from None
+    return samples
+
+
 def _number(text: str):
     for parse in (int, float):
         try:
