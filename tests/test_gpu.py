@@ -215,3 +215,22 @@ def test_bench_control_flow_graphed_vs_host_control():
     assert "grapec (1 graph launch)" in p.stdout, p.stdout
     host = [ln for ln in p.stdout.splitlines() if "--host-control (" in ln]
     assert host and int(host[0].split("--host-control (")[1].split()[0]) > 1, p.stdout
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_half_precisions_on_gpu_match_onnxruntime(precision):
+    for name in ("gpt2", "bert"):
+        results, _ = check_model(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO_DIMS[name],
+                                 backend="cuda", seed=12, precision=precision)
+        for r in results:
+            assert r.ok, f"{name}/{r.name} {precision}: rel {r.rel:.3g} max-abs {r.max_abs:.3g} {r.note}"
+
+
+def test_fp16_float32_islands_run_on_gpu():
+    from test_precision import decomposed_layernorm
+    from helpers import ort_run, rel_err
+    m = decomposed_layernorm()
+    b = grapec.compile(m, precision="fp16")
+    assert b.manifest["mixed_precision"]["kept_fp32"]
+    x = np.random.default_rng(7).standard_normal((4, 64)).astype(np.float32)
+    assert rel_err(grapec.load(b, backend="cuda").run({"x": x})["y"], ort_run(m, {"x": x})["y"]) < 1e-2

@@ -7,7 +7,7 @@ import io
 
 from grapec.onnx_backend import run_suite
 
-PINNED_PASSES = 1435   # + LSTM, GRU, RNN as graphed Loops (2026-11-23)
+PINNED_PASSES = 1449   # + bfloat16 (2026-11-23)
 # Known wrong answers, each with its reason; anything else failing is a regression.
 KNOWN_FAILURES = {
     "test_attention_4d_causal_fp16_expanded":
@@ -23,6 +23,13 @@ KNOWN_FAILURES = {
     "test_resize_downsample_scales_cubic_align_corners":
         "as test_resize_downsample_scales_linear_align_corners: we match onnxruntime, not the reference",
 }
+# bfloat16 attention: as the fp16 cases, we round once where the reference rounds every step to
+# bfloat16. At most 2 bf16 ulp apart; on test_attention_4d_causal_bf16 our max error against a
+# float64 evaluation is 3.4e-3, the reference output's 4.4e-3.
+KNOWN_FAILURES.update({
+    f"test_attention_{case}_bf16{x}": "rounds once in float32 registers; the reference rounds every step to bfloat16"
+    for case in ("4d_causal", "4d_padded_kv", "4d_causal_padded_kv", "4d_attn_mask_causal", "3d_causal")
+    for x in ("", "_expanded")})
 
 
 def test_onnx_node_tests_cpu_backend():

@@ -179,3 +179,24 @@ def test_fp16_transformers_stay_all_half(name, dims):
     b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=dims, precision="fp16", targets=[])
     mixed = b.manifest["mixed_precision"]
     assert mixed["kept_fp32"] == [] and all(e < 1e-2 for e in mixed["output_rel_err"].values())
+
+
+@pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 1, "seq": 8}), ("bert", {"batch": 2, "seq": 8})])
+def test_bf16_computes_in_bfloat16_within_3e2(name, dims):
+    path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
+    b = grapec.compile(path, dims=dims, precision="bf16", targets=[])
+    weights = [row for row in b.plans[0].buffers if row.space == "weight" and row.dtype.startswith(("float", "bfloat"))]
+    assert weights and {row.dtype for row in weights} == {"bfloat16"}
+    assert b.manifest["mixed_precision"]["precision"] == "bf16"
+    results, _ = check_model(path, dims=dims, seed=4, precision="bf16")
+    for r in results:
+        assert r.ok and 1e-4 < r.rel < 3e-2, f"{name}/{r.name}: rel {r.rel:.3g} {r.note}"   # really bfloat16, and close
+
+
+def test_bf16_keeps_the_float32_range():
+    """What overflows float16 fits bfloat16: the decomposed LayerNorm needs no float32 island."""
+    m = decomposed_layernorm()
+    b = grapec.compile(m, precision="bf16", targets=[])
+    assert b.manifest["mixed_precision"]["kept_fp32"] == []
+    x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
+    assert rel_err(grapec.load(b, backend="cpu").run({"x": x})["y"], ort_run(m, {"x": x})["y"]) < 3e-2

@@ -57,11 +57,12 @@ class MixedPrecision:
     output_errors: dict = field(default_factory=dict)   # output -> ||half - fp32|| / ||fp32||
     samples: str = ""
     rounds: int = 0
+    tolerance: float = 0.0
 
     def to_json(self):
         return {"precision": self.precision, "kept_fp32": [k.to_json() for k in self.kept],
                 "output_rel_err": {k: _json_float(v) for k, v in self.output_errors.items()},
-                "calibration": {"samples": self.samples, "rounds": self.rounds}}
+                "calibration": {"samples": self.samples, "rounds": self.rounds, "tolerance": self.tolerance}}
 
     def summary(self) -> str:
         errs = ", ".join(f"{k} {v:.1e}" for k, v in self.output_errors.items())
@@ -73,10 +74,11 @@ class MixedPrecision:
 
 
 def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes: dict, fixed: dict,
-                     samples: list | None = None, say=lambda msg: None):
+                     samples: list | None = None, say=lambda msg: None, tolerance: float | None = None):
     """-> (the model rewritten to half with some nodes kept float32, MixedPrecision).
     graph: the imported float32 model; input_shapes: the bucket to calibrate on; fixed: --value inputs;
-    samples: list of {input name: array} (--calibration-inputs), else one random sample."""
+    samples: list of {input name: array} (--calibration-inputs), else one random sample;
+    tolerance: the largest ||out - ref|| / ||ref|| accepted per output (--precision-tolerance)."""
     from .passes.specialize import specialize
     spec = specialize(graph, input_shapes, None, fixed)
     types = {n: dtypes.to_onnx(v.dtype) for n, v in spec.values.items() if v.dtype}
@@ -92,9 +94,10 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     ref_bundle = _compile_cpu(_exposing(proto, probes, types), input_shapes, fixed)
     feeds_list, where = _samples(ref_bundle, samples)
     refs = _run(ref_bundle, feeds_list)
-    report = MixedPrecision(precision, samples=where)
+    tol = OUTPUT_TOLERANCE[precision] if tolerance is None else tolerance
+    floor, jump_min = ERROR_FLOOR[precision], JUMP_MIN[precision]
+    report = MixedPrecision(precision, samples=where, tolerance=tol)
     producers = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    tol, floor, jump_min = OUTPUT_TOLERANCE[precision], ERROR_FLOOR[precision], JUMP_MIN[precision]
     consumers = {}
     for i, n in enumerate(nodes):
         for x in n.input:
@@ -111,7 +114,7 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
                for name in probes + own + outputs}
         report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
         bad_outputs = [o for o in outputs if not err[o] <= tol]
-        flagged = {}
+        flagged, growth = {}, []
         for i, n in enumerate(nodes):
             e_out = max((err.get(o + "__fp32" if i in kept and o in probes else o, 0.0) for o in n.output if o),
                         default=0.0)
@@ -121,6 +124,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
                 flagged[i] = "non-finite in half where float32 is finite"
             elif e_out > jump_min and e_out > JUMP_FACTOR * e_in and bad_outputs:
                 flagged[i] = f"error {e_out:.1e} in half from inputs off by {e_in:.1e}"
+            if e_out > e_in and np.isfinite(e_out):
+                growth.append((e_out / e_in, i, f"error {e_in:.1e} at its inputs, {e_out:.1e} at its output"))
             if i in kept:   # a float32 result that half cannot hold: its readers stay float32 too
                 for o in n.output:
                     if o in probes and np.isinf(err[o]) and not np.isinf(err[o + "__fp32"]):
@@ -138,20 +143,25 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
         kept.update(new)
     report.kept = [KeptNode(names[i], nodes[i].op_type, kept[i]) for i in sorted(kept)]
     if any(not report.output_errors[o] <= tol for o in outputs):
-        raise PrecisionError(_refusal(report, flagged, names, nodes, candidates, tol))
+        accumulates = not flagged   # no node stands out: name where the error grows most
+        if accumulates:
+            flagged = {i: why for _, i, why in sorted(growth, reverse=True)[:5]}
+        raise PrecisionError(_refusal(report, flagged, names, nodes, candidates, tol, accumulates))
     return to_half(proto, precision, set(kept), types), report
 
 
-def _refusal(report, flagged, names, nodes, candidates, tol) -> str:
+def _refusal(report, flagged, names, nodes, candidates, tol, accumulates) -> str:
     outs = "; ".join(f"'{o}' off by {e:.2g} (||out-ref||/||ref||, tolerance {tol:g})"
                      for o, e in report.output_errors.items() if not e <= tol)
     worst = [f"'{names[i]}' ({nodes[i].op_type}): {why}" + ("" if i in candidates else
              " (control flow and nodes without float outputs are not kept in float32)") for i, why in list(flagged.items())[:10]]
     kept = f"{len(report.kept)} node(s) already kept in float32. " if report.kept else ""
-    where = ("\n  diverging nodes:\n    " + "\n    ".join(worst)) if worst else ""
+    head = ("no single node diverges: rounding error accumulates over the model; it grows most at"
+            if accumulates else "diverging nodes")
+    where = (f"\n  {head}:\n    " + "\n    ".join(worst)) if worst else ""
     return (f"--precision {report.precision} breaks this model's accuracy, so no bundle was written: {outs}. "
-            f"{kept}Compile with --precision fp32 (or tf32 for fast float32 GEMMs), or give --calibration-inputs "
-            f"if random inputs are not representative.{where}")
+            f"{kept}Compile with --precision fp32 (or tf32 for fast float32 GEMMs), give --calibration-inputs "
+            f"if random inputs are not representative, or accept a larger error with --precision-tolerance.{where}")
 
 
 def _overflows(nodes, spec, values, feeds_list, refs, consumers) -> dict:

@@ -71,7 +71,8 @@ def reference_outputs(model_path, feeds: dict) -> dict:
 
 
 def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, seed=0, progress=None,
-                precision="fp32", atol=None, inputs=None, values=None, calibration_inputs=None):
+                precision="fp32", atol=None, inputs=None, values=None, calibration_inputs=None,
+                precision_tolerance=None):
     """-> (list of OutputCheck, seconds grapec's run took). The reference is always onnxruntime in
     fp32. inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time."""
     import grapec
@@ -83,7 +84,7 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
     shapes = {**{k: np.shape(v) for k, v in given.items()}, **(shapes or {})}
     bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress, precision=precision,
                             targets=[] if backend == "cpu" else "auto", values=values,
-                            calibration_inputs=calibration_inputs)
+                            calibration_inputs=calibration_inputs, precision_tolerance=precision_tolerance)
     sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
     feeds = {**bundle_inputs(bundle.manifest, 0, seed), **given}
     t0 = time.perf_counter()

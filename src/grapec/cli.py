@@ -74,7 +74,7 @@ def _shape_options(f):
 
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
-             host_control=False, values=(), calibration_inputs=()):
+             host_control=False, values=(), calibration_inputs=(), precision_tolerance=None):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs
@@ -83,6 +83,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
                          targets=targets, progress=say, precision=precision, host_control=host_control,
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
+                         precision_tolerance=precision_tolerance,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
 
@@ -91,15 +92,19 @@ PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs 
                   "normalisation statistics) float32; inputs and outputs keep their types. fp16 keeps in float32 "
                   "the op types that break in half and the nodes that a calibration run on the CPU finds "
                   "diverging, reports them, and refuses the model if its outputs still differ from float32 "
-                  "by more than 1e-2 (||out-ref||/||ref||).")
-CALIBRATION_HELP = ("For fp16: an .npz with one array per model input, shaped like the largest bucket, to "
+                  "by more than 1e-2 (||out-ref||/||ref||). bf16: the same in bfloat16 (float32's range, fewer "
+                  "mantissa bits; tolerance 3e-2).")
+CALIBRATION_HELP = ("For fp16 and bf16: an .npz with one array per model input, shaped like the largest bucket, to "
                     "calibrate on instead of random inputs (repeatable: one sample per file).")
 
 
 def _precision_option(f):
+    f = click.option("--precision-tolerance", "precision_tolerance", type=float, default=None, metavar="X",
+                     help="For fp16 and bf16: the largest ||out-ref||/||ref|| per output, against float32 on "
+                          "the calibration inputs, that compile accepts [default: 1e-2 fp16, 3e-2 bf16].")(f)
     f = click.option("--calibration-inputs", "calibration_inputs", multiple=True, metavar="FILE.npz",
                      type=click.Path(dir_okay=False), help=CALIBRATION_HELP)(f)
-    return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16"]), default="fp32",
+    return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
                         show_default=True, help=PRECISION_HELP)(f)
 
 
@@ -122,7 +127,7 @@ def _precision_option(f):
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision,
-            calibration_inputs, force, quiet):
+            calibration_inputs, precision_tolerance, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
@@ -141,7 +146,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
-                      buckets, host_control, values, calibration_inputs)
+                      buckets, host_control, values, calibration_inputs, precision_tolerance)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -296,7 +301,8 @@ def _describe_regions(steps, depth=0) -> list:
                    "value; others are random, within the ranges the model declares (token ids within the vocabulary).")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def check(model, shapes, dims, values, backend, precision, calibration_inputs, atol, rtol, inputs, seed, quiet):
+def check(model, shapes, dims, values, backend, precision, calibration_inputs, precision_tolerance, atol, rtol, inputs,
+          seed, quiet):
     """Compile MODEL, run it, and compare with onnxruntime (CPU, fp32) on the same inputs.
 
     Per output it prints the max-abs error, the max-rel error and ||out-ref||/||ref||. An output
@@ -311,7 +317,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, a
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
     results, t_run = check_model(model, shape_args, dim_args, backend, rtol, seed, say, precision=precision, atol=atol,
                                  inputs=load_npy_inputs(list(inputs)), values=value_args,
-                                 calibration_inputs=load_calibration_inputs(calibration_inputs))
+                                 calibration_inputs=load_calibration_inputs(calibration_inputs),
+                                 precision_tolerance=precision_tolerance)
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs':>10s} {'max-rel':>10s} {'rel-L2':>10s}")
     for r in results:
         click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:10.3g} {r.max_rel:10.3g} {r.rel:10.3g} "
@@ -342,8 +349,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, a
               help="Feed an input from a .npy file, or a scalar input its value, e.g. --input max_new_tokens=128 "
                    "(others are random, within the ranges the model declares).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, seed, inputs,
-          as_json):
+def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs,
+          precision_tolerance, seed, inputs, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -365,7 +372,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     from .inputs import load_calibration_inputs
     calib = load_calibration_inputs(calibration_inputs)
     bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, values=value_args,
-                            calibration_inputs=calib) if model.endswith(".onnx") else Bundle.read(model)
+                            calibration_inputs=calib, precision_tolerance=precision_tolerance) if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
     feeds = _feeds(cpu, inputs, seed)
@@ -386,7 +393,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
         res.update(bench_ort(model, {**cpu.fixed_inputs, **feeds}, iterations, warmup, precision))
     if "host-control" in peers:
         host = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, host_control=True,
-                              values=value_args, calibration_inputs=calib)
+                              values=value_args, calibration_inputs=calib, precision_tolerance=precision_tolerance)
         h = bench_grapec(host, feeds, iterations, warmup)
         res[f"grapec --host-control ({h['launches']} launches)"] = h["replay"]
     if as_json:

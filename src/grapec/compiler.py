@@ -65,14 +65,14 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     return form_regions(g, host_control) if parent is None else g
 
 
-PRECISIONS = ("fp32", "tf32", "fp16")
-HALF_PRECISIONS = ("fp16",)
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+HALF_PRECISIONS = ("fp16", "bf16")
 
 
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
                   precision: str = "fp32", host_control: bool = False, values: dict | None = None,
-                  calibration_inputs: list | None = None) -> Bundle:
+                  calibration_inputs: list | None = None, precision_tolerance: float | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -92,9 +92,12 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              "fp16" (weights and activations in float16, float32 accumulation; the model's inputs
              and outputs keep their types). fp16 keeps in float32 the op types that break in half
              and the nodes a calibration run on the CPU backend finds diverging (calibrate.py), and
-             refuses (PrecisionError) when the outputs still diverge.
+             refuses (PrecisionError) when the outputs still diverge. "bf16": the same with bfloat16
+             (float32's range, 8 bits of mantissa).
     calibration_inputs: for fp16, a list of {input name: array} samples to calibrate on (else random
              inputs valid for the model), shaped like the largest bucket.
+    precision_tolerance: for fp16/bf16, the largest ||out - ref|| / ||ref|| accepted per output
+             against float32 (default 1e-2 fp16, 3e-2 bf16).
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -123,7 +126,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     if precision in HALF_PRECISIONS:
         from .calibrate import choose_precision
         largest = max(bucket_shapes, key=lambda b: sum(int(np.prod(s)) for s in b.values()))
-        proto, mixed = choose_precision(proto, graph, precision, largest, fixed, calibration_inputs, say)
+        proto, mixed = choose_precision(proto, graph, precision, largest, fixed, calibration_inputs, say,
+                                        precision_tolerance)
         graph = import_model(proto, where)
         say(mixed.summary())
 

@@ -1,6 +1,7 @@
 """Element types: ONNX enum <-> numpy dtype <-> CUDA C type, in one table."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
@@ -9,6 +10,7 @@ _TABLE = {
     "float32": (TensorProto.FLOAT, np.float32, "float"),
     "float64": (TensorProto.DOUBLE, np.float64, "double"),
     "float16": (TensorProto.FLOAT16, np.float16, "__half"),
+    "bfloat16": (TensorProto.BFLOAT16, ml_dtypes.bfloat16, "__nv_bfloat16"),
     "int8": (TensorProto.INT8, np.int8, "signed char"),
     "int16": (TensorProto.INT16, np.int16, "short"),
     "int32": (TensorProto.INT32, np.int32, "int"),
@@ -59,7 +61,20 @@ def itemsize(name: str) -> int:
 
 
 def is_float(name: str) -> bool:
-    return name.startswith("float")
+    return name.startswith(("float", "bfloat"))
+
+
+# 16-bit floats: held in float32 registers, rounded when stored; sums accumulate in float32.
+HALF = ("float16", "bfloat16")
+
+
+def is_half(name: str) -> bool:
+    return name in HALF
+
+
+def accumulation(name: str) -> str:
+    """The dtype a value of this dtype is computed and accumulated in."""
+    return "float32" if name in HALF else name
 
 
 def is_int(name: str) -> bool:
@@ -67,4 +82,4 @@ def is_int(name: str) -> bool:
 
 
 def is_signed(name: str) -> bool:
-    return name.startswith(("int", "float"))
+    return name.startswith(("int", "float", "bfloat"))

@@ -19,6 +19,8 @@ from .launch import Launch, extent, is_cooperative, plan_launch
 HALF_CONVERSIONS = r"""
 __device__ __forceinline__ float h2f(f16 h) { float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ f16 f2h(float f) { f16 h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
+__device__ __forceinline__ float b2f(bf16 h) { return __uint_as_float(((unsigned int)h) << 16); }
+__device__ __forceinline__ bf16 f2b(float f) { bf16 h; asm("{ cvt.rn.bf16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
 """
 COMMON = r"""
 #define G_INF __int_as_float(0x7f800000)
@@ -84,7 +86,7 @@ template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best,
     if (g_arg_better<T>(g_pbest[w], g_pat[w], best, at, want_max, last)) { best = g_pbest[w]; at = g_pat[w]; }
 }
 """
-TYPES = "typedef long long i64;\ntypedef unsigned short f16;\n"
+TYPES = "typedef long long i64;\ntypedef unsigned short f16;\ntypedef unsigned short bf16;\n"
 # L2 prefetch of an address a kernel will read later (codegen of row mode: _prefetch_column_loads)
 PREFETCH = '#define G_PREFETCH(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))\n'
 PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + PREFETCH + BLOCK_REDUCE + BLOCK_ARGREDUCE
@@ -95,7 +97,9 @@ MAX_UNROLLED_VECTOR_STEPS = 16
 _VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}
 
 # storage type in memory -> type computations use
-_COMPUTE = {"float16": "float"}
+_COMPUTE = {"float16": "float", "bfloat16": "float"}
+# 16-bit float storage type -> (to float, from float)
+_HALF_CONVERT = {"float16": ("h2f", "f2h"), "bfloat16": ("b2f", "f2b")}
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "eq": "==", "ne": "!=", "lt": "<",
           "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||", "xor": "!=", "bitand": "&",
@@ -107,7 +111,7 @@ _FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "c
 
 
 def ctype(dt: str) -> str:
-    return "f16" if dt == "float16" else dtypes.c_type(dt)
+    return {"float16": "f16", "bfloat16": "bf16"}.get(dt) or dtypes.c_type(dt)
 
 
 def compute_type(dt: str) -> str:
@@ -203,8 +207,9 @@ class CudaRenderer:
             src = e.args[0].dtype
             if dtypes.is_float(src) and dtypes.is_int(dt):
                 return f"(({compute_type(dt)})({x} == {x} && !g_isinf({x}) ? {x} : 0))"
-            if dt == "float16":   # held in a float register, but a cast to half rounds
-                return f"h2f(f2h((float){x}))"
+            if dt in _HALF_CONVERT:   # held in a float register, but a cast to half rounds
+                to_f, from_f = _HALF_CONVERT[dt]
+                return f"{to_f}({from_f}((float){x}))"
             return f"(({compute_type(dt)}){x})"
         if op == "where":
             c, a, b = (self.emit(x) for x in e.args)
@@ -251,8 +256,8 @@ class CudaRenderer:
         slot, index, mask, other = e.args
         shape, dt = self.k.inputs[slot]
         read = self.vector_reads.get(e) or f"in{slot}[{self.flat_offset(index, shape)}]"
-        if dt == "float16":
-            read = f"h2f({read})"
+        if dt in _HALF_CONVERT:
+            read = f"{_HALF_CONVERT[dt][0]}({read})"
         if mask is None:
             return read
         return f"({self.emit(mask)} ? {read} : {self.emit(other)})"
@@ -465,7 +470,9 @@ class CudaRenderer:
                 *scope.lines, "  }"]
 
     def _store(self, v: str) -> str:
-        return f"f2h({v})" if self.k.dtype == "float16" else f"({ctype(self.k.dtype)}){v}"
+        if self.k.dtype in _HALF_CONVERT:
+            return f"{_HALF_CONVERT[self.k.dtype][1]}({v})"
+        return f"({ctype(self.k.dtype)}){v}"
 
     def _unravel(self, flat: str, axes, indent: str = "  ") -> list:
         """Statements defining i<a> for the given output axes from their flat index `flat`."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..plan import LibraryStep, walk_steps
 
-GPU_LIBRARY = {"matmul": {"float32", "float16", "float64"}}   # op -> operand dtypes cuBLASLt takes here
+GPU_LIBRARY = {"matmul": {"float32", "float16", "bfloat16", "float64"}}   # op -> operand dtypes cuBLASLt takes here
 
 
 def library_gap(op: str, dtype: str) -> str | None:

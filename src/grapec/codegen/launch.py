@@ -22,7 +22,7 @@ WARP_MODE_MIN_ROWS = 256     # fewer rows than this keep a block each (a warp pe
 WARP_MODE_MAX_WORK = 4096    # ... and a longer row keeps a block (a warp would loop too long)
 WARP_BLOCK = 128           # 4 rows a block: a narrow gemv (768 rows) still spreads over every SM
 COOPERATIVE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin", "argmax_last", "argmin_last")
-COOPERATIVE_DTYPES = ("float32", "float16", "float64", "int32", "int64")
+COOPERATIVE_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 
 
 def is_cooperative(e: Expr) -> bool:

@@ -15,6 +15,7 @@ from half for anything else; its float outputs are cast back to half for the res
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -182,7 +183,7 @@ def _half(t: onnx.TensorProto, half: int) -> onnx.TensorProto:
     if half == TensorProto.FLOAT16:
         a = np.where(np.isfinite(a), np.clip(a, -FP16_MAX, FP16_MAX), a)   # explicit inf/nan stay
         return numpy_helper.from_array(a.astype(np.float16), t.name)
-    return helper.make_tensor(t.name, TensorProto.BFLOAT16, a.shape, a.ravel().tolist())
+    return numpy_helper.from_array(a.astype(ml_dtypes.bfloat16), t.name)
 
 
 def _rename_uses(g: onnx.GraphProto, old: str, new: str, skip=()) -> bool:

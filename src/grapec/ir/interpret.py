@@ -81,8 +81,15 @@ def apply_op(op: str, vals: list):
 
 
 def _compute_dtype(dt: str) -> np.dtype:
-    """float16 values are computed in float32 and rounded when stored, as the CUDA code does."""
-    return np.dtype(np.float32) if dt == "float16" else dtypes.np_dtype(dt)
+    """float16 and bfloat16 values are computed in float32 and rounded when stored, as the CUDA code does."""
+    return dtypes.np_dtype(dtypes.accumulation(dt))
+
+
+_HALF_NP = {dtypes.np_dtype(d) for d in dtypes.HALF}
+
+
+def _widen(val: np.ndarray) -> np.ndarray:
+    return val.astype(np.float32) if val.dtype in _HALF_NP else val
 
 
 def _init(op, dt: np.dtype):
@@ -131,7 +138,7 @@ class _Evaluator:
                 x = self.ev(e.args[0], rvars)
                 if dt.kind in "iu" and x.dtype.kind == "f":
                     x = np.trunc(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
-                r = x.astype(dt) if e.dtype != "float16" else x.astype(np.float16).astype(dt)  # a cast rounds
+                r = x.astype(dtypes.np_dtype(e.dtype)).astype(dt) if dtypes.is_half(e.dtype) else x.astype(dt)  # rounds
         elif op == "reduce":
             r = self.reduce(e, rvars, rank)
         else:
@@ -149,17 +156,13 @@ class _Evaluator:
         slot, index, mask, other = e.args
         buf = self.inputs[slot]
         if not index:
-            val = np.asarray(buf).reshape(())
-            if val.dtype == np.float16:
-                val = val.astype(np.float32)
+            val = _widen(np.asarray(buf).reshape(()))
             return np.broadcast_to(val, (1,) * rank) if mask is None else np.where(
                 self.ev(mask, rvars), val, self.ev(other, rvars))
         idxs = [self.ev(i, rvars) for i in index]
         if mask is not None:
             idxs = [np.clip(i, 0, max(d - 1, 0)) for i, d in zip(idxs, buf.shape)]
-        val = buf[tuple(idxs)]
-        if val.dtype == np.float16:
-            val = val.astype(np.float32)
+        val = _widen(buf[tuple(idxs)])
         if mask is not None:
             if buf.size == 0:
                 return np.broadcast_to(self.ev(other, rvars), val.shape)

@@ -21,6 +21,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .. import dtypes
+
 
 def _act(y, act: str):
     if act in ("", "none", None):
@@ -38,7 +40,7 @@ def _act(y, act: str):
 
 def _acc_dtype(dt):
     # fp16 inputs accumulate in fp32, like cuBLASLt's CUBLAS_COMPUTE_32F.
-    return np.float32 if dt == np.float16 else dt
+    return np.float32 if dt in (np.float16, dtypes.np_dtype("bfloat16")) else dt
 
 
 def matmul(attrs, a, b, c=None, bias=None):

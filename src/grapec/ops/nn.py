@@ -102,7 +102,7 @@ def _lowest(dtype):
 
 
 def _acc_dtype(dtype):
-    return "float32" if dtype == "float16" else dtype
+    return dtypes.accumulation(dtype)
 
 
 def _ints(v, n, default):
@@ -272,7 +272,7 @@ def conv_transpose_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
         xg = reshape(transpose(reshape(x, (n, group, cg, ihw)), (1, 2, 0, 3)), (group, cg, n * ihw))
     col = ctx.library("matmul", [reshape(w, (group, cg, mg * kk)), xg], {"trans_a": 1},
                       (group, mg * kk, n * ihw), x.dtype)
-    acc = "float32" if x.dtype == "float16" else x.dtype
+    acc = dtypes.accumulation(x.dtype)
 
     def out_at(ix):
         img, ch, o = ix[0], ix[1], ix[2:]

@@ -44,7 +44,7 @@ def _rsqrt(v: E) -> E:
 
 def _acc_dtype(dt: str) -> str:
     """The dtype sums are accumulated in: float32 for float16, the input's own otherwise."""
-    return "float32" if dt == "float16" else dt
+    return dtypes.accumulation(dt)
 
 
 def _float_dtype(dt: str) -> str:

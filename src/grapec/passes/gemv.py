@@ -19,12 +19,13 @@ import math
 
 import numpy as np
 
+from .. import dtypes
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_source
 
 GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
-GEMV_DTYPES = ("float16", "float32")
+GEMV_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def small_matmuls_as_kernels(g: Graph) -> Graph:
@@ -68,7 +69,7 @@ def _as_gemv(g: Graph, node: Node, source, readers):
         weight = np.ascontiguousarray(weight.T)
     wt = g.add_value("gemv_weight", y.dtype, weight.shape, weight)
 
-    acc = "float32" if y.dtype == "float16" else y.dtype
+    acc = dtypes.accumulation(y.dtype)
     out_rank = len(y.shape)
     r = K.ridx(depth)
     ix = [K.idx(i) for i in range(out_rank)]

@@ -44,7 +44,7 @@ def fold_batchnorm_into_conv(g: Graph):
         b = g.lookup(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
         if any(p is None or p.const is None for p in params) or w.const is None or (b is not None and b.const is None):
             continue
-        if w.dtype not in ("float32", "float64", "float16"):
+        if w.dtype not in ("float32", "float64", "float16", "bfloat16"):
             continue
         scale, bias, mean, var = (p.const.astype(np.float64) for p in params)
         s = scale / np.sqrt(var + n.attrs.get("epsilon", 1e-5))

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import BackendError
 from .driver import call
 
-CUDA_R = {"float32": 0, "float16": 2, "float64": 1}
+CUDA_R = {"float32": 0, "float16": 2, "float64": 1, "bfloat16": 14}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 OP_N, OP_T = 0, 1
 # cublasLtEpilogue_t; cuBLASLt's GELU is the tanh approximation, so erf-GELU stays a kernel.
@@ -55,7 +55,7 @@ class Blas:
         stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise."""
         layouts = layouts or {}
         if dtype not in CUDA_R:
-            raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16)")
+            raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16/bfloat16/float64)")
         lt = self.lt
         a_shape, b_shape = shapes[0], shapes[1]
         ta, tb = int(attrs.get("trans_a", 0)), int(attrs.get("trans_b", 0))
