@@ -106,16 +106,20 @@ def _init(op, dt: np.dtype):
 
 
 class _Evaluator:
-    def __init__(self, kernel: Kernel, inputs: list):
+    """Evaluates a kernel over whole arrays, or over rows [start, stop) of its first output axis."""
+
+    def __init__(self, kernel: Kernel, inputs: list, rows: tuple | None = None):
         self.kernel = kernel
         self.inputs = inputs
         self.rank0 = len(kernel.shape)
+        self.rows = rows
         self.cache: dict = {}
 
     def axis_array(self, n: int, axis: int, rank: int):
         shape = [1] * rank
-        shape[axis] = n
-        return np.arange(n, dtype=np.int64).reshape(shape)
+        start, stop = (0, n) if axis or self.rows is None else self.rows
+        shape[axis] = stop - start
+        return np.arange(start, stop, dtype=np.int64).reshape(shape)
 
     def ev(self, e: Expr, rvars: tuple):
         key = (e, rvars)
@@ -197,16 +201,30 @@ class _Evaluator:
         return (n - 1 - f(flat[..., ::-1], axis=-1)).astype(np.int64)
 
 
+# A reduction is evaluated over whole arrays (output elements x reduced elements): beyond this many,
+# it goes in slices of the first output axis, so a kernel-IR matmul does not materialise M*N*K.
+CHUNK_ELEMENTS = 1 << 24
+
+
 def run_kernel(kernel: Kernel, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
     """Evaluate `kernel` on numpy `inputs` (one per slot); write into `out` when given."""
-    ev = _Evaluator(kernel, inputs)
-    if kernel.size == 0:
-        r = np.zeros(kernel.shape, dtypes.np_dtype(kernel.dtype))
-    else:
-        r = np.broadcast_to(ev.ev(kernel.body, ()), kernel.shape)
     if out is None:
-        return np.array(r, dtype=dtypes.np_dtype(kernel.dtype))
-    out[...] = r
+        out = np.empty(kernel.shape, dtypes.np_dtype(kernel.dtype))
+    if kernel.size == 0:
+        out[...] = 0
+        return out
+    volume = kernel.size * max([math.prod(r.args[1] for r in e.args[2]) for e in walk(kernel.body) if e.op == "reduce"],
+                               default=1)
+    rows = kernel.shape[0] if kernel.shape else 1
+    step = max(1, rows * CHUNK_ELEMENTS // volume) if volume > CHUNK_ELEMENTS else rows
+    for start in range(0, rows, step):
+        stop = min(rows, start + step)
+        ev = _Evaluator(kernel, inputs, (start, stop) if step < rows else None)
+        part = ev.ev(kernel.body, ())
+        if step < rows:
+            out[start:stop] = np.broadcast_to(part, (stop - start,) + tuple(kernel.shape[1:]))
+        else:
+            out[...] = np.broadcast_to(part, kernel.shape)
     return out
 
 

@@ -8,18 +8,15 @@ matmul(a, b, [c], [bias]):  act(alpha * op(a) @ op(b) + beta * c + bias), act no
                     op() transposes the last two dims when trans_a / trans_b; batch dims broadcast;
                     c has the output's shape (a residual), bias is a vector over the last dim (these
                     are cuBLASLt's C operand and BIAS epilogue; passes/epilogue.py fuses them in).
-conv(x, w, [b]):    N-d cross-correlation, NC... layout; strides, dilations, pads (begin.., end..),
-                    group; then + b, then `act`.
 topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
                     sorted, ties to the lower index; indices are int64.
-Integer inputs (MatMulInteger, ConvInteger) arrive as int32 and accumulate in int32.
+(Convolutions are im2col kernels + matmul; integer GEMMs are kernel-IR reductions: ops/nn.py, ops/quant.py.)
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import dtypes
 
@@ -64,44 +61,6 @@ def matmul(attrs, a, b, c=None, bias=None):
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 
-def _conv_setup(attrs, x, w):
-    """Shared by conv and conv_transpose: accumulation dtype casts and the geometry attrs."""
-    acc = _acc_dtype(x.dtype)
-    nd = x.ndim - 2
-    return (x.astype(acc, copy=False), w.astype(acc, copy=False), acc, nd,
-            attrs.get("strides") or [1] * nd, attrs.get("dilations") or [1] * nd,
-            attrs.get("pads") or [0] * (2 * nd), attrs.get("group", 1))
-
-
-def conv(attrs, x, w, b=None):
-    out_dt = x.dtype
-    x, w, acc, nd, strides, dil, pads, group = _conv_setup(attrs, x, w)
-    x = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + nd]) for i in range(nd)])
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    k = w.shape[2:]
-    ext = [(k[i] - 1) * dil[i] + 1 for i in range(nd)]
-    win = sliding_window_view(x, ext, axis=tuple(range(2, 2 + nd)))
-    sl = (slice(None), slice(None)) + tuple(slice(None, None, strides[i]) for i in range(nd)) + \
-        tuple(slice(None, None, dil[i]) for i in range(nd))
-    win = win[sl]  # n, c, out..., k...
-    out_sp = win.shape[2:2 + nd]
-    cg, mg = c // group, m // group
-    ys = []
-    letters = "defghijk"[:nd]
-    for g in range(group):
-        wg = w[g * mg:(g + 1) * mg]
-        xg = win[:, g * cg:(g + 1) * cg]
-        # n c o.. k.. , m c k.. -> n m o..
-        spec = f"nc{letters.upper()}{letters},mc{letters}->nm{letters.upper()}"
-        ys.append(np.einsum(spec, xg, wg, optimize=True))
-    y = np.concatenate(ys, axis=1) if group > 1 else ys[0]
-    assert y.shape == (n, m, *out_sp)
-    if b is not None:
-        y = y + b.astype(acc).reshape((1, m) + (1,) * nd)
-    return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
-
-
 def topk(attrs, x, want: str):
     """want = 'values' | 'indices'. attrs: axis, k, largest, sorted."""
     axis, k = attrs["axis"], attrs["k"]
@@ -115,7 +74,6 @@ def topk(attrs, x, want: str):
 
 LIBRARY = {
     "matmul": matmul,
-    "conv": conv,
     "topk_values": lambda attrs, x: topk(attrs, x, "values"),
     "topk_indices": lambda attrs, x: topk(attrs, x, "indices"),
 }
@@ -149,6 +107,4 @@ def flops(attrs: dict, in_shapes: list, out_shape) -> int:
     if op == "matmul":
         ka = in_shapes[0][-2] if attrs.get("trans_a") else in_shapes[0][-1]
         return 2 * math.prod(out_shape) * ka
-    if op == "conv":
-        return 2 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
     return 0

@@ -160,11 +160,12 @@ def conv(ctx):
     return [conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp)]
 
 
-def conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
+def conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp, gemm=None):
     """Conv as one batched GEMM over groups: W[g, M/g, C/g*K] @ col[g, C/g*K, N*OHW], where col
     is the im2col gather (a kernel with masked loads for the padding; skipped for a 1x1, stride-1,
     unpadded conv of one image, where col is x itself). The output layout [g, M/g, N*OHW] is
-    NCHW for one image; otherwise a kernel reorders it, fused with the bias add."""
+    NCHW for one image; otherwise a kernel reorders it, fused with the bias add. gemm(w, col) -> T
+    replaces the library GEMM (integer convolutions: a kernel-IR reduction)."""
     n, c = x.shape[:2]
     m, kernel = w.shape[0], list(w.shape[2:])
     nd = len(kernel)
@@ -190,7 +191,8 @@ def conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
                     valid = inside if valid is None else _and(valid, inside)
             return _masked_at(x, (img, g * cg + ci, *pos), valid, K.const(0, x.dtype))
         col = T((group, cg * kk, n * ohw), x.dtype, col_at)
-    y = ctx.library("matmul", [reshape(w, (group, mg, cg * kk)), col], {}, (group, mg, n * ohw), x.dtype)
+    w3 = reshape(w, (group, mg, cg * kk))
+    y = gemm(w3, col) if gemm else ctx.library("matmul", [w3, col], {}, (group, mg, n * ohw), x.dtype)
     if n == 1:
         out = reshape(y, (1, m, *out_sp))
     else:

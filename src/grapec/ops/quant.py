@@ -1,6 +1,6 @@
 """Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear (kernel IR, elementwise
-with per-tensor, per-axis or blocked scales), and the integer matmul/conv family (int32 Library
-nodes) with QLinearMatMul's requantization.
+with per-tensor, per-axis or blocked scales), and the integer matmul/conv family (int32 kernel-IR
+reductions, on both backends) with QLinearMatMul's and QLinearConv's requantization.
 
     QuantizeLinear         y = saturate(rint(x / scale) + zero_point)      (ties to even)
     DequantizeLinear       y = (x - zero_point) * scale
@@ -16,7 +16,7 @@ from ..ir import kernel as K
 from ..ir.tensor import T, cast, map_, norm_axis, reshape
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
-from .nn import _window_params, matmul_shape, numpy_matmul
+from .nn import _window_params, conv_as_gemm, matmul_shape
 
 F32 = "float32"
 
@@ -114,7 +114,7 @@ def matmul_integer(ctx):
     az, bz = ctx.input(2), ctx.input(3)
     a32 = _zero_point_shift(a, az, (az.size, 1) if az is not None and az.size > 1 else ())
     b32 = _zero_point_shift(b, bz, (bz.size,) if bz is not None and bz.size > 1 else ())
-    return [numpy_matmul(ctx, a32, b32, "int32", a.shape, b.shape)]
+    return [integer_matmul(a32, b32, a.shape, b.shape)]
 
 
 @op("QLinearMatMul")
@@ -125,11 +125,39 @@ def qlinear_matmul(ctx):
     row = lambda t: (t.size, 1) if t is not None and t.size > 1 else ()  # noqa: E731
     col = lambda t: (t.size,) if t is not None and t.size > 1 else ()  # noqa: E731
     a32, b32 = _zero_point_shift(a, a_z, row(a_z)), _zero_point_shift(b, b_z, col(b_z))
-    a2, b2, out = matmul_shape(a.shape, b.shape)
     if len(a.shape) == 1 or len(b.shape) == 1:
         ctx.fail("1-D operands are not supported")
-    acc = ctx.library("matmul", [reshape(a32, a2), reshape(b32, b2)], {}, out, "int32")
+    acc = integer_matmul(a32, b32, a.shape, b.shape)
     return [_requantize(acc, reshape(a_s, row(a_s)), reshape(b_s, col(b_s)), y_s, y_z, a.dtype)]
+
+
+def integer_matmul(a32: T, b32: T, a_shape, b_shape) -> T:
+    """numpy.matmul of int32 operands as a kernel-IR reduction, sum_k a[.., m, k] * b[.., k, n].
+    cuBLASLt has no int32 x int32 GEMM, and a kernel runs on both backends and fuses with the
+    zero-point shifts before it and the requantization after it."""
+    a2, b2, out = matmul_shape(a_shape, b_shape)
+    a, b = reshape(a32, a2), reshape(b32, b2)
+    depth = a2[-1]
+
+    def at(ix):
+        r = K.ridx(depth)
+        batch = ix[:-2]
+        a_ix = _broadcast_at(a2[:-2], batch) + (ix[-2], r)
+        b_ix = _broadcast_at(b2[:-2], batch) + (r, ix[-1])
+        return K.reduce("sum", K.binary("mul", a.at(a_ix), b.at(b_ix)), (r,))
+    y = T(out, "int32", at)
+    final = list(out)
+    if len(b_shape) == 1:
+        final.pop(-1)
+    if len(a_shape) == 1:
+        final.pop(-2 if len(b_shape) != 1 else -1)
+    return reshape(y, final)
+
+
+def _broadcast_at(shape, ix) -> tuple:
+    """An operand's batch index for output batch coordinates ix (numpy broadcasting)."""
+    ix = tuple(ix)[len(ix) - len(shape):] if shape else ()
+    return tuple(K.const(0, "int64") if d == 1 else i for d, i in zip(shape, ix))
 
 
 def _requantize(acc: T, a_s: T, b_s: T, y_s: T, y_z: T | None, in_dt: str) -> T:
@@ -170,6 +198,7 @@ def qlinear_conv(ctx):
 
 
 def _conv_int32(ctx, x, w, xz, wz) -> T:
+    """The int32 convolution as Conv's im2col + GEMM, the GEMM an integer_matmul kernel."""
     nd = x.ndim - 2
     x32 = _zero_point_shift(x, xz, ())
     w32 = _zero_point_shift(w, wz, (wz.size,) + (1,) * (nd + 1) if wz is not None and wz.size > 1 else ())
@@ -177,7 +206,7 @@ def _conv_int32(ctx, x, w, xz, wz) -> T:
     strides, dil, pads, ext = _window_params(ctx, x.shape[2:], kernel)
     group = int(ctx.attr("group", 1))
     out_sp = [(x.shape[2 + i] + pads[i] + pads[i + nd] - ext[i]) // strides[i] + 1 for i in range(nd)]
-    attrs = {"strides": strides, "dilations": dil, "pads": pads, "group": group}
-    return ctx.library("conv", [x32, w32], attrs, (x.shape[0], w.shape[0], *out_sp), "int32")
+    return conv_as_gemm(ctx, x32, w32, None, strides, dil, pads, group, out_sp,
+                        gemm=lambda wm, col: integer_matmul(wm, col, wm.shape, col.shape))
 
 
