@@ -234,3 +234,10 @@ def test_fp16_float32_islands_run_on_gpu():
     assert b.manifest["mixed_precision"]["kept_fp32"]
     x = np.random.default_rng(7).standard_normal((4, 64)).astype(np.float32)
     assert rel_err(grapec.load(b, backend="cuda").run({"x": x})["y"], ort_run(m, {"x": x})["y"]) < 1e-2
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("name", ["textdet_head", "lstm_tagger", "keras_cnn", "bert_int8", "resnet_qlinear"])
+def test_real_model_on_gpu(name, precision):
+    from test_real_models import assert_real_model_passes
+    assert_real_model_passes(name, precision, backend="cuda")

@@ -87,9 +87,14 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     outputs = [o.name for o in proto.graph.output]
     probes = [o for n in nodes for o in n.output
               if o and types.get(o) == TensorProto.FLOAT and spec.values[o].const is None and o not in outputs]
-    candidates = {i for i, n in enumerate(nodes) if _computes_float(n, types) and n.op_type != "Constant"
+    candidates = {i for i, n in enumerate(nodes) if n.op_type != "Constant"
+                  and (_computes_float(n, types) or n.op_type in FP32_OPS and _reads_float(n, types))
                   and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)}
     kept = {i: f"op type: {FP32_OPS[nodes[i].op_type]}" for i in sorted(candidates) if nodes[i].op_type in FP32_OPS}
+    for i in _quantized_glue(nodes, types):
+        if i in candidates:
+            kept.setdefault(i, "float math between a Dequantize and a Quantize: rounding it to half moves "
+                               "values across quantization steps")
 
     ref_bundle = _compile_cpu(_exposing(proto, probes, types), input_shapes, fixed)
     feeds_list, where = _samples(ref_bundle, samples)
@@ -193,6 +198,29 @@ def _overflows(nodes, spec, values, feeds_list, refs, consumers) -> dict:
     return out
 
 
+QUANTIZE_OPS = ("QuantizeLinear", "DynamicQuantizeLinear")
+
+
+def _quantized_glue(nodes, types) -> set:
+    """Nodes on a float path from a DequantizeLinear output to a (Dynamic)QuantizeLinear input: the
+    float32 'glue' of a quantized model (activations, residual adds, LayerNorms between int8 GEMMs)."""
+    after = set()   # float values downstream of a dequantize
+    for n in nodes:
+        if n.op_type == "DequantizeLinear" or any(x in after for x in n.input):
+            after.update(o for o in n.output if types.get(o) == TensorProto.FLOAT)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    before, stack = set(), [x for n in nodes if n.op_type in QUANTIZE_OPS for x in n.input[:1]]
+    while stack:   # float values upstream of a quantize
+        v = stack.pop()
+        if v in before or types.get(v) != TensorProto.FLOAT:
+            continue
+        before.add(v)
+        if v in producer:
+            stack.extend(nodes[producer[v]].input)
+    return {i for i, n in enumerate(nodes) if n.op_type not in QUANTIZE_OPS + ("DequantizeLinear",)
+            and any(o in after and o in before for o in n.output)}
+
+
 def _big_const(spec, name) -> bool:
     v = spec.values.get(name)
     if v is None or v.const is None or np.asarray(v.const).dtype.kind != "f":
@@ -203,6 +231,10 @@ def _big_const(spec, name) -> bool:
 
 def _computes_float(n: onnx.NodeProto, types: dict) -> bool:
     return any(types.get(o) == TensorProto.FLOAT for o in n.output if o)
+
+
+def _reads_float(n: onnx.NodeProto, types: dict) -> bool:
+    return any(types.get(x) == TensorProto.FLOAT for x in n.input if x)
 
 
 def _exposing(proto: onnx.ModelProto, names: list, types: dict, precision: str | None = None) -> onnx.ModelProto:

@@ -56,7 +56,14 @@ def compare(name, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) ->
     return OutputCheck(name, got.shape, mae, max_rel, rel, not bad and same_nonfinite, bad, "; ".join(notes))
 
 
-def reference_outputs(model_path, feeds: dict) -> dict:
+REFERENCES = ("onnxruntime", "onnx")
+
+
+def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -> dict:
+    """The model's outputs from onnxruntime's CPU provider, or from onnx.reference (numpy, exact
+    integer arithmetic; slow, but the arbiter where onnxruntime's x86 int8 kernels saturate)."""
+    if reference == "onnx":
+        return _onnx_reference(model_path, feeds)
     try:
         import onnxruntime as ort
     except ImportError:
@@ -70,11 +77,29 @@ def reference_outputs(model_path, feeds: dict) -> dict:
         raise GrapecError(f"onnxruntime could not run {model_path} as a reference: {str(e).splitlines()[0]}") from None
 
 
+def _onnx_reference(model_path, feeds: dict) -> dict:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.ops.op_dequantize_linear import DequantizeLinear_19
+
+    class DequantizeLinear(DequantizeLinear_19):   # onnx.reference registers opset 19+ only;
+        op_domain = ""                              # 10 and 13 are the same op with fewer types
+
+        def _run(self, x, x_scale, x_zero_point=None, axis=1, block_size=0, output_dtype=None):
+            return super()._run(x, x_scale, x_zero_point, axis)
+    try:
+        model = onnx.load(str(model_path))
+        names = [o.name for o in model.graph.output]
+        return dict(zip(names, ReferenceEvaluator(model, new_ops=[DequantizeLinear]).run(None, feeds)))
+    except Exception as e:  # noqa: BLE001
+        raise GrapecError(f"onnx.reference could not run {model_path}: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+
+
 def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, seed=0, progress=None,
                 precision="fp32", atol=None, inputs=None, values=None, calibration_inputs=None,
-                precision_tolerance=None):
-    """-> (list of OutputCheck, seconds grapec's run took). The reference is always onnxruntime in
-    fp32. inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time."""
+                precision_tolerance=None, reference="onnxruntime"):
+    """-> (list of OutputCheck, seconds grapec's run took). The reference runs the model in fp32:
+    onnxruntime's CPU provider, or onnx.reference (reference="onnx"). inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time."""
     import grapec
     from .bundle.format import Bundle
     from .inputs import bundle_inputs
@@ -90,5 +115,5 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     dt = time.perf_counter() - t0
-    refs = reference_outputs(model_path, {**sess.fixed_inputs, **feeds})
+    refs = reference_outputs(model_path, {**sess.fixed_inputs, **feeds}, reference)
     return [compare(n, outs[n], refs[n], atol, rtol) for n in outs], dt

@@ -300,9 +300,12 @@ def _describe_regions(steps, depth=0) -> list:
               help="Feed an input from a .npy file (its shape sets the input's shape), or a scalar input its "
                    "value; others are random, within the ranges the model declares (token ids within the vocabulary).")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--reference", type=click.Choice(["onnxruntime", "onnx"]), default="onnxruntime", show_default=True,
+              help="What computes the expected outputs (in fp32): onnxruntime's CPU provider, or onnx.reference "
+                   "(numpy; exact integer arithmetic, for int8 models where onnxruntime's x86 u8s8 kernels saturate).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def check(model, shapes, dims, values, backend, precision, calibration_inputs, precision_tolerance, atol, rtol, inputs,
-          seed, quiet):
+          seed, reference, quiet):
     """Compile MODEL, run it, and compare with onnxruntime (CPU, fp32) on the same inputs.
 
     Per output it prints the max-abs error, the max-rel error and ||out-ref||/||ref||. An output
@@ -318,7 +321,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
     results, t_run = check_model(model, shape_args, dim_args, backend, rtol, seed, say, precision=precision, atol=atol,
                                  inputs=load_npy_inputs(list(inputs)), values=value_args,
                                  calibration_inputs=load_calibration_inputs(calibration_inputs),
-                                 precision_tolerance=precision_tolerance)
+                                 precision_tolerance=precision_tolerance, reference=reference)
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs':>10s} {'max-rel':>10s} {'rel-L2':>10s}")
     for r in results:
         click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:10.3g} {r.max_rel:10.3g} {r.rel:10.3g} "
@@ -326,7 +329,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
     bad = sum(not r.ok for r in results)
     verdict = "PASS" if not bad else f"FAIL ({bad} output(s) outside atol {atol:g} + rtol {rtol:g}*|ref|)"
     click.echo(f"{verdict}: {os.path.basename(model)} in {precision} on the {backend} backend ({t_run * 1e3:.0f} ms) "
-               f"vs onnxruntime CPU (fp32), atol {atol:g}, rtol {rtol:g}")
+               f"vs {'onnxruntime CPU' if reference == 'onnxruntime' else 'onnx.reference'} (fp32), atol {atol:g}, rtol {rtol:g}")
     sys.exit(1 if bad else 0)
 
 

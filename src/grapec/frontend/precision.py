@@ -25,7 +25,11 @@ from .proto import all_nodes, copy_model, subgraphs
 FP16_MAX = 65504.0
 HALF_TYPES = {"fp16": TensorProto.FLOAT16, "bf16": TensorProto.BFLOAT16}
 # (op, input index) that ONNX requires to stay float32 whatever T is.
-KEEP_FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
+KEEP_FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1),
+                       # quantization scales: rounding them to half moves every requantized value
+                       ("QuantizeLinear", 1), ("DequantizeLinear", 1),
+                       ("QLinearConv", 1), ("QLinearConv", 4), ("QLinearConv", 6),
+                       ("QLinearMatMul", 1), ("QLinearMatMul", 4), ("QLinearMatMul", 6)}
 DTYPE_ATTR_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Multinomial"}
 # Op types computed in float32 whatever the calibration says, and why (onnxruntime's float16
 # converter blocks the same ones for the same reasons).
@@ -37,6 +41,9 @@ FP32_OPS = {
     "RoiAlign": "box coordinates need float32",
     "ReduceSumSquare": "a sum of squares overflows float16",
     "ReduceProd": "a product overflows or underflows in half",
+    "QuantizeLinear": "float32 scales; a half input moves values across quantization steps",
+    "DequantizeLinear": "float32 scales (opsets before 19 take float32 only)",
+    "DynamicQuantizeLinear": "takes float32 and gives a float32 scale by definition",
 }
 
 

@@ -1,0 +1,160 @@
+"""The real-model test set: small models made by the public exporters and quantizers users run.
+
+    python models/real.py --out models/real                # the torch and onnxruntime ones
+    /path/to/tf-venv/bin/python models/real.py keras_cnn   # the Keras one (tensorflow-cpu, tf2onnx)
+
+| model          | made by                                                    | what it exercises                      |
+|----------------|------------------------------------------------------------|----------------------------------------|
+| textdet_head   | torch.onnx.export (TorchScript exporter)                   | a text-detection (DBNet-style) head:   |
+|                |                                                            | Conv, BatchNorm, ConvTranspose upsampling |
+| lstm_tagger    | torch.onnx.export (TorchScript exporter)                   | Embedding + bidirectional LSTM tagger  |
+| bert_int8      | onnxruntime.quantization.quantize_dynamic of tiny BERT     | DynamicQuantizeLinear, MatMulInteger   |
+| resnet_qlinear | onnxruntime.quantization.quantize_static (QOperator) of    | QuantizeLinear, QLinearConv,           |
+|                | tiny ResNet-50                                             | DequantizeLinear                       |
+| keras_cnn      | tf2onnx.convert.from_function of a Keras 3 model           | NHWC Transposes, Conv, BatchNorm,      |
+|                |                                                            | Conv2DTranspose, Dense, Softmax        |
+
+Weights are seeded random; every file is committed (each well under 1 MB). The models are
+written as the tools write them: no cleanup, whatever opset and naming the tool chose.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def textdet_head(path):
+    import torch
+    from torch import nn
+
+    def block(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    class DBHead(nn.Module):
+        """Backbone (stride 4) and the DBNet probability head: conv, then two stride-2 transposed
+        convolutions back to full resolution, then a sigmoid."""
+
+        def __init__(self):
+            super().__init__()
+            self.backbone = nn.Sequential(block(3, 16, 2), block(16, 32, 2), block(32, 32, 1))
+            self.head = nn.Sequential(
+                block(32, 8, 1),
+                nn.ConvTranspose2d(8, 8, 2, 2), nn.BatchNorm2d(8), nn.ReLU(),
+                nn.ConvTranspose2d(8, 1, 2, 2))
+
+        def forward(self, image):
+            return torch.sigmoid(self.head(self.backbone(image)))
+
+    torch.manual_seed(0)
+    model = _calibrated(DBHead(), torch.randn(4, 3, 64, 64))
+    torch.onnx.export(model, (torch.randn(1, 3, 64, 64),), path, input_names=["image"], output_names=["prob_map"],
+                      dynamic_axes={"image": {0: "batch"}, "prob_map": {0: "batch"}}, opset_version=17, dynamo=False)
+
+
+def lstm_tagger(path):
+    import torch
+    from torch import nn
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(100, 16)
+            self.lstm = nn.LSTM(16, 24, batch_first=True, bidirectional=True)
+            self.out = nn.Linear(48, 5)
+
+        def forward(self, tokens):
+            h, _ = self.lstm(self.embed(tokens))
+            return self.out(h)
+
+    torch.manual_seed(0)
+    model = Tagger().eval()
+    torch.onnx.export(model, (torch.randint(0, 100, (1, 12)),), path, input_names=["tokens"], output_names=["tags"],
+                      dynamic_axes={"tokens": {0: "batch", 1: "seq"}, "tags": {0: "batch", 1: "seq"}},
+                      opset_version=17, dynamo=False)
+
+
+def bert_int8(path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    quantize_dynamic(os.path.join(HERE, "tiny", "bert.onnx"), path, weight_type=QuantType.QInt8)
+
+
+def resnet_qlinear(path):
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Images(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{"input": rng.standard_normal((1, 3, 64, 64)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(os.path.join(HERE, "tiny", "resnet50.onnx"), path, Images(), quant_format=QuantFormat.QOperator,
+                    op_types_to_quantize=["Conv"], activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    per_channel=True)
+
+
+def keras_cnn(path):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tf2onnx
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((32, 32, 3), name="pixels")
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="relu")(inp)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2DTranspose(16, 2, strides=2, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(32, activation="swish")(x)   # tf2onnx has no Erfc, so no gelu
+    out = keras.layers.Dense(10, activation="softmax", name="probs")(x)
+    model = keras.Model(inp, out)
+    model(np.random.default_rng(0).standard_normal((8, 32, 32, 3)).astype(np.float32), training=True)  # BN statistics move
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 32, 32, 3], tf.float32, name="pixels")])
+    def serve(pixels):
+        return {"probs": model(pixels, training=False)}
+
+    tf2onnx.convert.from_function(serve, input_signature=serve.input_signature, opset=17, output_path=path)
+
+
+def _calibrated(model, x):
+    """BatchNorm running statistics from a few forward passes (random init leaves them at 0/1)."""
+    import torch
+    model.train()
+    with torch.no_grad():
+        for _ in range(4):
+            model(x)
+    return model.eval()
+
+
+MODELS = {"textdet_head": textdet_head, "lstm_tagger": lstm_tagger, "bert_int8": bert_int8,
+          "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn}
+DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]   # keras_cnn needs tensorflow
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help=f"models to build [default: {' '.join(DEFAULT)}]")
+    ap.add_argument("--out", default=os.path.join(HERE, "real"))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    warnings.filterwarnings("ignore")
+    for name in args.names or DEFAULT:
+        if name not in MODELS:
+            sys.exit(f"unknown model {name}; choose from {', '.join(MODELS)}")
+        path = os.path.join(args.out, f"{name}.onnx")
+        MODELS[name](path)
+        print(f"{path}: {os.path.getsize(path) / 1e3:.0f} kB")
+
+
+if __name__ == "__main__":
+    main()
