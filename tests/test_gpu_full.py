@@ -50,13 +50,18 @@ def test_tiny_zoo_in_fp16_on_gpu(name):
 def test_tiny_cnns_in_fp16_on_gpu_match_as_well_as_pytorch_fp16(name):
     """The tiny random CNNs are ill-conditioned: rounding only their weights and input to fp16 and
     computing in fp32 moves the logits 1.9% (ResNet) and 2.4% (GoogLeNet), so no fp16 engine is
-    within 1e-2 of the fp32 answer (the full-size ResNet-50 is, in the test above). The yardstick
-    here is PyTorch's own fp16 run of the same module: grapec's fp16 error against onnxruntime fp32
-    must be within 1e-2 or no more than 1.25x PyTorch's."""
+    within 1e-2 of the fp32 answer (the full-size ResNet-50 is, in the test above). So `--precision
+    fp16` refuses them at its default tolerance, naming where the error grows. Accepted with
+    --precision-tolerance 5e-2, the yardstick is PyTorch's own fp16 run of the same module: grapec's
+    fp16 error against onnxruntime fp32 must be within 1e-2 or no more than 1.25x PyTorch's."""
     import torch
     from grapec.bench import zoo_module
+    from grapec.calibrate import PrecisionError
     path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
-    results, _ = check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16")
+    with pytest.raises(PrecisionError, match="grows most at"):
+        check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16")
+    results, _ = check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16",
+                             precision_tolerance=5e-2)
     import grapec
     b = grapec.compile(path, dims=ZOO_DIMS[name])
     infos = b.manifest["inputs"]
