@@ -60,3 +60,11 @@ def test_the_set_covers_what_the_issue_names():
     assert {"MatMulInteger", "DynamicQuantizeLinear"} <= ops["bert_int8"] and "QLinearConv" in ops["resnet_qlinear"]
     producers = {name: onnx.load(os.path.join(REAL, f"{name}.onnx")).producer_name for name in REAL_MODELS}
     assert producers["keras_cnn"] == "tf2onnx" and producers["textdet_head"] == "pytorch"
+
+
+def test_check_against_onnx_reference_from_the_cli():
+    from click.testing import CliRunner
+    from grapec.cli import main
+    r = CliRunner().invoke(main, ["check", os.path.join(REAL, "resnet_qlinear.onnx"), "--dim", "batch=1",
+                                  "--reference", "onnx", "-q"])
+    assert r.exit_code == 0 and "vs onnx.reference (fp32)" in r.output, r.output

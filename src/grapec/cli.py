@@ -255,6 +255,12 @@ def inspect(bundle, as_json):
         click.echo(f"  note: {n}")
 
 
+def _int8_ops(model_path) -> list:
+    import onnx
+    ops = {n.op_type for n in onnx.load(model_path, load_external_data=False).graph.node}
+    return sorted(ops & {"QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"})
+
+
 def _library_ops(plan) -> dict:
     from .plan import LibraryStep, walk_steps
     lib: dict = {}
@@ -328,6 +334,9 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
                    f"{'ok' if r.ok else 'MISMATCH'} {r.note}".rstrip())
     bad = sum(not r.ok for r in results)
     verdict = "PASS" if not bad else f"FAIL ({bad} output(s) outside atol {atol:g} + rtol {rtol:g}*|ref|)"
+    if bad and reference == "onnxruntime" and _int8_ops(model):
+        click.echo(f"note: the model has {', '.join(_int8_ops(model))}; onnxruntime's x86 u8s8 kernels saturate "
+                   "intermediate sums, so it can be the one that is off: compare with --reference onnx", err=True)
     click.echo(f"{verdict}: {os.path.basename(model)} in {precision} on the {backend} backend ({t_run * 1e3:.0f} ms) "
                f"vs {'onnxruntime CPU' if reference == 'onnxruntime' else 'onnx.reference'} (fp32), atol {atol:g}, rtol {rtol:g}")
     sys.exit(1 if bad else 0)
