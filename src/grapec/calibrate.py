@@ -18,6 +18,7 @@ store, float32 GEMM accumulation), so what diverges here diverges there.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,7 +69,7 @@ class MixedPrecision:
         errs = ", ".join(f"{k} {v:.1e}" for k, v in self.output_errors.items())
         if not self.kept:
             return f"{self.precision}: every node in {self.precision} (calibrated on {self.samples}; output error {errs})"
-        ops = ", ".join(f"{n} {op}" for op, n in _count(k.op for k in self.kept))
+        ops = ", ".join(f"{n} {op}" for op, n in Counter(k.op for k in self.kept).most_common())
         return (f"{self.precision}: {len(self.kept)} node(s) kept in float32 ({ops}; calibrated on {self.samples}; "
                 f"output error {errs}); `grapec inspect` lists them")
 
@@ -142,8 +143,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
                    for i in flagged if i in kept for x in nodes[i].input
                    if (p := producers.get(x)) is not None and p in candidates and p not in kept}
         say(f"{precision} calibration round {rnd}: {len(kept)} node(s) in float32, output error "
-            + ", ".join(f"{o} {err[o]:.1e}" for o in outputs) + (f"; {len(new)} more to float32" if new else ""))
-        if not new:
+            + ", ".join(f"{o} {err[o]:.1e}" for o in outputs) + (f"; {len(new)} more to float32" if new and rnd < MAX_ROUNDS else ""))
+        if not new or rnd == MAX_ROUNDS:   # `half` is then the model these errors were measured on
             break
         kept.update(new)
     report.kept = [KeptNode(names[i], nodes[i].op_type, kept[i]) for i in sorted(kept)]
@@ -152,7 +153,7 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
         if accumulates:
             flagged = {i: why for _, i, why in sorted(growth, reverse=True)[:5]}
         raise PrecisionError(_refusal(report, flagged, names, nodes, candidates, tol, accumulates))
-    return to_half(proto, precision, set(kept), types), report
+    return half, report
 
 
 def _refusal(report, flagged, names, nodes, candidates, tol, accumulates) -> str:
@@ -290,11 +291,6 @@ def _rel_err(got, ref) -> float:
     den = float(np.linalg.norm(np.where(fin_r, r, 0.0)))
     num = float(np.linalg.norm(d))
     return num / den if den else (0.0 if num == 0 else float("inf"))
-
-
-def _count(items):
-    from collections import Counter
-    return [(k, v) for k, v in Counter(items).most_common()]
 
 
 def _json_float(v):

@@ -77,6 +77,12 @@ def broadcast_shapes(*shapes, what: str = "operands") -> tuple:
         raise ShapeError(f"{what}: shapes {' and '.join(str(list(s)) for s in shapes)} do not broadcast") from None
 
 
+def broadcast_index(shape, ix) -> tuple:
+    """Index an operand of `shape` at the trailing output coordinates ix (numpy broadcasting)."""
+    ix = tuple(ix)[len(ix) - len(shape):]
+    return tuple(K.const(0, "int64") if d == 1 else i for d, i in zip(shape, ix))
+
+
 def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise ShapeError(f"{what} {axis} out of range for rank {rank}")

@@ -32,7 +32,12 @@ def numpy_matmul(ctx, a, b, dtype: str, a_shape=None, b_shape=None):
     a_shape, b_shape = a_shape or a.shape, b_shape or b.shape
     a2, b2, out = matmul_shape(a_shape, b_shape)
     y = ctx.library("matmul", [reshape(a, a2), reshape(b, b2)], {}, out, dtype)
-    final = list(out)
+    return demote_matmul_result(y, a_shape, b_shape)
+
+
+def demote_matmul_result(y: T, a_shape, b_shape) -> T:
+    """Drop the dims numpy.matmul added for 1-D operands from the product y."""
+    final = list(y.shape)
     if len(b_shape) == 1:
         final.pop(-1)
     if len(a_shape) == 1:
@@ -54,12 +59,7 @@ def matmul(ctx):
     a2, b2, out = matmul_shape(a_eff, b_eff)
     a_st, b_st = swap(a2) if ta else a2, swap(b2) if tb else b2
     y = ctx.library("matmul", [reshape(a, a_st), reshape(b, b_st)], {"trans_a": ta, "trans_b": tb}, out, a.dtype)
-    final = list(out)
-    if len(b_eff) == 1:
-        final.pop(-1)
-    if len(a_eff) == 1:
-        final.pop(-2 if len(b_eff) != 1 else -1)
-    return [reshape(y, final)]
+    return [demote_matmul_result(y, a_eff, b_eff)]
 
 
 @op("Gemm")

@@ -13,10 +13,10 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.tensor import T, cast, map_, norm_axis, reshape
+from ..ir.tensor import T, broadcast_index, cast, map_, norm_axis, reshape
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
-from .nn import _window_params, conv_as_gemm, matmul_shape
+from .nn import _window_params, conv_as_gemm, demote_matmul_result, matmul_shape
 
 F32 = "float32"
 
@@ -142,22 +142,10 @@ def integer_matmul(a32: T, b32: T, a_shape, b_shape) -> T:
     def at(ix):
         r = K.ridx(depth)
         batch = ix[:-2]
-        a_ix = _broadcast_at(a2[:-2], batch) + (ix[-2], r)
-        b_ix = _broadcast_at(b2[:-2], batch) + (r, ix[-1])
+        a_ix = broadcast_index(a2[:-2], batch) + (ix[-2], r)
+        b_ix = broadcast_index(b2[:-2], batch) + (r, ix[-1])
         return K.reduce("sum", K.binary("mul", a.at(a_ix), b.at(b_ix)), (r,))
-    y = T(out, "int32", at)
-    final = list(out)
-    if len(b_shape) == 1:
-        final.pop(-1)
-    if len(a_shape) == 1:
-        final.pop(-2 if len(b_shape) != 1 else -1)
-    return reshape(y, final)
-
-
-def _broadcast_at(shape, ix) -> tuple:
-    """An operand's batch index for output batch coordinates ix (numpy broadcasting)."""
-    ix = tuple(ix)[len(ix) - len(shape):] if shape else ()
-    return tuple(K.const(0, "int64") if d == 1 else i for d, i in zip(shape, ix))
+    return demote_matmul_result(T(out, "int32", at), a_shape, b_shape)
 
 
 def _requantize(acc: T, a_s: T, b_s: T, y_s: T, y_z: T | None, in_dt: str) -> T:

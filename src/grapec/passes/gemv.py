@@ -22,6 +22,7 @@ import numpy as np
 from .. import dtypes
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_source
+from ..ir.tensor import broadcast_index
 
 GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
@@ -73,7 +74,7 @@ def _as_gemv(g: Graph, node: Node, source, readers):
     out_rank = len(y.shape)
     r = K.ridx(depth)
     ix = [K.idx(i) for i in range(out_rank)]
-    a_ix = _broadcast_index(a.shape[:-1], ix[:-1]) + (r,)
+    a_ix = broadcast_index(a.shape[:-1], ix[:-1]) + (r,)
     prod = K.cast(K.load(0, a_ix, a.dtype), acc) * K.cast(K.load(1, (ix[-1], r), y.dtype), acc)
     body = K.reduce("sum", prod, (r,))
     alpha = float(attrs.get("alpha", 1.0))
@@ -83,7 +84,7 @@ def _as_gemv(g: Graph, node: Node, source, readers):
     slots = [names[0], wt.name]
     if c is not None:
         beta = float(attrs.get("beta", 1.0))
-        term = K.cast(K.load(len(slots), _broadcast_index(c.shape, ix), c.dtype), acc)
+        term = K.cast(K.load(len(slots), broadcast_index(c.shape, ix), c.dtype), acc)
         body = body + (term * K.const(beta, acc) if beta != 1.0 else term)
         inputs.append((tuple(c.shape), c.dtype))
         slots.append(names[2])
@@ -94,9 +95,3 @@ def _as_gemv(g: Graph, node: Node, source, readers):
     kernel = K.Kernel(tuple(y.shape), y.dtype, K.cast(body, y.dtype), tuple(inputs))
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(node.origin))
-
-
-def _broadcast_index(shape, ix) -> tuple:
-    """Index an operand of `shape` at the trailing output coordinates ix (numpy broadcasting)."""
-    ix = ix[len(ix) - len(shape):]
-    return tuple(K.const(0, "int64") if d == 1 else i for d, i in zip(shape, ix))
