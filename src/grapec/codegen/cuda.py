@@ -22,6 +22,48 @@ __device__ __forceinline__ f16 f2h(float f) { f16 h; asm("{ cvt.rn.f16.f32 %0, %
 __device__ __forceinline__ float b2f(bf16 h) { return __uint_as_float(((unsigned int)h) << 16); }
 __device__ __forceinline__ bf16 f2b(float f) { bf16 h; asm("{ cvt.rn.bf16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
 """
+# Narrow types are bytes. Minifloats (float8, float4) are decoded and encoded (round to nearest even)
+# by one template over the format: E exponent bits, M mantissa bits, bias B, and the kind of special
+# values K: 0 inf and NaN at the top exponent (e5m2), 1 NaN at all ones and no inf (e4m3fn), 2 NaN at
+# 0x80, no inf and no -0 (the fnuz types), 3 none (e2m1). Out-of-range values become what ml_dtypes
+# (and so onnx's reference) gives: inf for e5m2, NaN for e4m3fn and fnuz, the largest value for e2m1;
+# Cast's saturation is a clamp before this. Sub-byte integers are kept in the low bits.
+NARROW_CONVERSIONS = r"""
+template <int E, int M, int B, int K> __device__ __forceinline__ float g_mf_decode(unsigned char b) {
+  const unsigned sbit = 1u << (E + M), mag = b & (sbit - 1u), e = mag >> M, m = mag & ((1u << M) - 1u);
+  const float sign = (b & sbit) ? -1.0f : 1.0f;
+  if ((K == 2 && b == sbit) || (K == 1 && mag == sbit - 1u) || (K == 0 && e == (1u << E) - 1u && m))
+    return G_NAN;
+  if (K == 0 && e == (1u << E) - 1u) return sign * G_INF;
+  return sign * (e ? ldexpf((float)((1u << M) | m), (int)e - B - M) : ldexpf((float)m, 1 - B - M));
+}
+template <int E, int M, int B, int K> __device__ __forceinline__ unsigned char g_mf_encode(float x) {
+  const unsigned sbit = 1u << (E + M), s = (__float_as_uint(x) >> 31) ? sbit : 0u;
+  const unsigned maxmag = K == 0 ? ((((1u << E) - 1u) << M) - 1u) : K == 1 ? sbit - 2u : sbit - 1u;
+  if (x != x) return (unsigned char)(K == 2 ? sbit : K == 3 ? (s ^ sbit) : (s | (K == 0 ? sbit - 2u : sbit - 1u)));
+  const float a = fabsf(x);
+  unsigned mag = 0xffffffffu;
+  if (a != G_INF) {
+    int e;
+    frexpf(a, &e);
+    const int lead = e - 1;   /* a = 1.f * 2^lead */
+    if (a == 0.0f || lead < 1 - B) mag = (unsigned)rintf(ldexpf(a, B - 1 + M));   /* subnormal steps */
+    else mag = ((unsigned)(lead + B) << M) + ((unsigned)rintf(ldexpf(a, M - lead)) - (1u << M));  /* a carry bumps e */
+  }
+  if (mag > maxmag) {
+    if (K == 3) mag = maxmag;
+    else if (K == 0) mag = maxmag + 1u;
+    else return (unsigned char)(K == 2 ? sbit : (s | (sbit - 1u)));
+  }
+  return (unsigned char)(K == 2 && mag == 0u ? 0u : (s | mag));
+}
+template <int BITS> __device__ __forceinline__ signed char g_int_decode(unsigned char b) {
+  const int m = (1 << BITS) - 1, top = 1 << (BITS - 1);
+  return (signed char)(((b & m) ^ top) - top);
+}
+template <int BITS> __device__ __forceinline__ unsigned char g_uint_decode(unsigned char b) { return b & ((1u << BITS) - 1u); }
+template <int BITS> __device__ __forceinline__ unsigned char g_int_encode(long long v) { return (unsigned char)(v & ((1 << BITS) - 1)); }
+"""
 COMMON = r"""
 #define G_INF __int_as_float(0x7f800000)
 #define G_NAN __int_as_float(0x7fffffff)
@@ -89,17 +131,23 @@ template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best,
 TYPES = "typedef long long i64;\ntypedef unsigned short f16;\ntypedef unsigned short bf16;\n"
 # L2 prefetch of an address a kernel will read later (codegen of row mode: _prefetch_column_loads)
 PREFETCH = '#define G_PREFETCH(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))\n'
-PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + PREFETCH + BLOCK_REDUCE + BLOCK_ARGREDUCE
+PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + BLOCK_REDUCE + BLOCK_ARGREDUCE
 
 MAX_UNROLLED_VECTOR_STEPS = 16
 
 # vector reads: bytes -> the CUDA vector type moved in one instruction
 _VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}
 
-# storage type in memory -> type computations use
-_COMPUTE = {"float16": "float", "bfloat16": "float"}
-# 16-bit float storage type -> (to float, from float)
-_HALF_CONVERT = {"float16": ("h2f", "f2h"), "bfloat16": ("b2f", "f2b")}
+# minifloat -> its (E, M, B, K) in g_mf_decode/g_mf_encode
+_MINIFLOAT = {"float8e4m3fn": (4, 3, 7, 1), "float8e4m3fnuz": (4, 3, 8, 2), "float8e5m2": (5, 2, 15, 0),
+              "float8e5m2fnuz": (5, 2, 16, 2), "float4e2m1": (2, 1, 1, 3)}
+# encoded storage type -> (decode to the compute type, encode from it)
+_CONVERT = {"float16": ("h2f", "f2h"), "bfloat16": ("b2f", "f2b")}
+_CONVERT.update({dt: (f"g_mf_decode<{p}>", f"g_mf_encode<{p}>")
+                 for dt, p in ((dt, ", ".join(map(str, f))) for dt, f in _MINIFLOAT.items())})
+_SUBBYTE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
+_CONVERT.update({dt: (f"g_{'u' if dt.startswith('u') else ''}int_decode<{bits}>", f"g_int_encode<{bits}>")
+                 for dt, bits in _SUBBYTE_BITS.items()})
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "eq": "==", "ne": "!=", "lt": "<",
           "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||", "xor": "!=", "bitand": "&",
@@ -115,7 +163,7 @@ def ctype(dt: str) -> str:
 
 
 def compute_type(dt: str) -> str:
-    return _COMPUTE.get(dt, ctype(dt))
+    return ctype(dtypes.accumulation(dt))
 
 
 class _Scope:
@@ -205,11 +253,12 @@ class CudaRenderer:
         if op == "cast":
             x = self.emit(e.args[0])
             src = e.args[0].dtype
+            wide = "i64" if dtypes.is_int(dt) and dt in _CONVERT else compute_type(dt)
             if dtypes.is_float(src) and dtypes.is_int(dt):
-                return f"(({compute_type(dt)})({x} == {x} && !g_isinf({x}) ? {x} : 0))"
-            if dt in _HALF_CONVERT:   # held in a float register, but a cast to half rounds
-                to_f, from_f = _HALF_CONVERT[dt]
-                return f"{to_f}({from_f}((float){x}))"
+                x = f"(({wide})({x} == {x} && !g_isinf({x}) ? {x} : 0))"
+            if dt in _CONVERT:   # held in a wider register, but a cast to an encoded type rounds (or wraps)
+                decode, encode = _CONVERT[dt]
+                return f"{decode}({encode}(({wide}){x}))"
             return f"(({compute_type(dt)}){x})"
         if op == "where":
             c, a, b = (self.emit(x) for x in e.args)
@@ -256,8 +305,8 @@ class CudaRenderer:
         slot, index, mask, other = e.args
         shape, dt = self.k.inputs[slot]
         read = self.vector_reads.get(e) or f"in{slot}[{self.flat_offset(index, shape)}]"
-        if dt in _HALF_CONVERT:
-            read = f"{_HALF_CONVERT[dt][0]}({read})"
+        if dt in _CONVERT:
+            read = f"{_CONVERT[dt][0]}({read})"
         if mask is None:
             return read
         return f"({self.emit(mask)} ? {read} : {self.emit(other)})"
@@ -470,8 +519,8 @@ class CudaRenderer:
                 *scope.lines, "  }"]
 
     def _store(self, v: str) -> str:
-        if self.k.dtype in _HALF_CONVERT:
-            return f"{_HALF_CONVERT[self.k.dtype][1]}({v})"
+        if self.k.dtype in _CONVERT:
+            return f"{_CONVERT[self.k.dtype][1]}({v})"
         return f"({ctype(self.k.dtype)}){v}"
 
     def _unravel(self, flat: str, axes, indent: str = "  ") -> list:

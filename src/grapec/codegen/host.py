@@ -12,7 +12,7 @@ import os
 import subprocess
 import tempfile
 
-from .cuda import COMMON, TYPES
+from .cuda import COMMON, NARROW_CONVERSIONS, TYPES
 from .module import CudaModule, build_module, scalar_literal
 
 HOST_SHIM = r"""
@@ -28,6 +28,7 @@ static grapec_dim3 blockIdx, threadIdx, blockDim;
 static inline float grapec_h2f(unsigned short h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
 static inline unsigned short grapec_f2h(float f) { _Float16 v = (_Float16)f; unsigned short h; std::memcpy(&h, &v, 2); return h; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 static inline float h2f(unsigned short h) { return grapec_h2f(h); }
 static inline unsigned short f2h(float f) { return grapec_f2h(f); }
 template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { return v; }  // one thread per block
@@ -60,7 +61,7 @@ class HostModule:
             wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
                             f"  for (unsigned long long t = 0; t < {blocks}ULL; ++t) {{ blockIdx.x = t; {module.names[i]}({args}); }}\n}}")
-        src = HOST_SHIM + TYPES + COMMON + "\n\n".join(module.bodies) + "\n" + "\n".join(wrappers)
+        src = HOST_SHIM + TYPES + COMMON + NARROW_CONVERSIONS + "\n\n".join(module.bodies) + "\n" + "\n".join(wrappers)
         tag = hashlib.sha1(src.encode()).hexdigest()[:16]
         d = workdir or tempfile.mkdtemp(prefix="grapec-host-")
         cpp, so = os.path.join(d, f"m{tag}.cpp"), os.path.join(d, f"m{tag}.so")

@@ -81,15 +81,17 @@ def apply_op(op: str, vals: list):
 
 
 def _compute_dtype(dt: str) -> np.dtype:
-    """float16 and bfloat16 values are computed in float32 and rounded when stored, as the CUDA code does."""
+    """16-, 8- and 4-bit floats are computed in float32 and rounded when stored, as the CUDA code
+    does; 4- and 2-bit integers in 8 bits."""
     return dtypes.np_dtype(dtypes.accumulation(dt))
 
 
-_HALF_NP = {dtypes.np_dtype(d) for d in dtypes.HALF}
+_ENCODED_NP = {dtypes.np_dtype(d): _compute_dtype(d) for d in dtypes.ENCODED}
 
 
 def _widen(val: np.ndarray) -> np.ndarray:
-    return val.astype(np.float32) if val.dtype in _HALF_NP else val
+    wide = _ENCODED_NP.get(val.dtype)
+    return val if wide is None else val.astype(wide)
 
 
 def _init(op, dt: np.dtype):
@@ -142,7 +144,8 @@ class _Evaluator:
                 x = self.ev(e.args[0], rvars)
                 if dt.kind in "iu" and x.dtype.kind == "f":
                     x = np.trunc(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
-                r = x.astype(dtypes.np_dtype(e.dtype)).astype(dt) if dtypes.is_half(e.dtype) else x.astype(dt)  # rounds
+                # to an encoded type: round (or wrap) now, as the stored value will be
+                r = x.astype(dtypes.np_dtype(e.dtype)).astype(dt) if dtypes.is_encoded(e.dtype) else x.astype(dt)
         elif op == "reduce":
             r = self.reduce(e, rvars, rank)
         else:
@@ -221,11 +224,16 @@ def run_kernel(kernel: Kernel, inputs: list, out: np.ndarray | None = None) -> n
         stop = min(rows, start + step)
         ev = _Evaluator(kernel, inputs, (start, stop) if step < rows else None)
         part = ev.ev(kernel.body, ())
-        if step < rows:
-            out[start:stop] = np.broadcast_to(part, (stop - start,) + tuple(kernel.shape[1:]))
-        else:
-            out[...] = np.broadcast_to(part, kernel.shape)
+        with np.errstate(over="ignore", invalid="ignore"):   # a store to float8 that overflows is NaN or inf by definition
+            _store(out, part, kernel.shape, (start, stop) if step < rows else None)
     return out
+
+
+def _store(out: np.ndarray, part: np.ndarray, shape: tuple, rows: tuple | None):
+    if rows is not None:
+        out[rows[0]:rows[1]] = np.broadcast_to(part, (rows[1] - rows[0],) + tuple(shape[1:]))
+    else:
+        out[...] = np.broadcast_to(part, shape)
 
 
 def loads_of(kernel: Kernel) -> set:

@@ -83,6 +83,24 @@ def isinf(ctx):
     return [map_(lambda a: K.unary(k, a), ctx.input(0))]
 
 
+# Cast's `saturate` (default 1) applies to these: out-of-range values and infinities clamp to the
+# largest finite value, as onnx.numpy_helper.saturate_cast does. Otherwise they become NaN (or inf
+# for float8e5m2).
+SATURATING = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
+
+
+def saturate(x: K.Expr, dt: str) -> K.Expr:
+    """Clamp a float32 value into dt's finite range; NaN stays NaN."""
+    m = dtypes.float_max(dt)
+    return K.binary("min", K.binary("max", x, K.const(-m, "float32")), K.const(m, "float32"))
+
+
+def _cast_to(ctx, x: T, dt: str) -> T:
+    if dt in SATURATING and ctx.attr("saturate", 1) and x.dtype != dt:
+        return map_(lambda a: K.cast(saturate(K.cast(a, "float32"), dt), dt), x, dtype=dt)
+    return cast(x, dt)
+
+
 @op("Cast")
 def cast_(ctx):
     to = ctx.attr("to")
@@ -90,12 +108,12 @@ def cast_(ctx):
         dt = dtypes.from_onnx(to)
     except KeyError:
         ctx.fail(f"cast to {dtypes.onnx_name(to)} is not supported")
-    return [cast(ctx.input(0), dt)]
+    return [_cast_to(ctx, ctx.input(0), dt)]
 
 
 @op("CastLike")
 def cast_like(ctx):
-    return [cast(ctx.input(0), ctx.dtype(1))]
+    return [_cast_to(ctx, ctx.input(0), ctx.dtype(1))]
 
 
 @op("Where")

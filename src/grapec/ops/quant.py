@@ -16,9 +16,13 @@ from ..ir import kernel as K
 from ..ir.tensor import T, broadcast_index, cast, map_, norm_axis, reshape
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
+from .elementwise import SATURATING
+from .elementwise import saturate as saturate_float
 from .nn import _window_params, conv_as_gemm, demote_matmul_result, matmul_shape
 
 F32 = "float32"
+QUANTIZED = ("uint8", "int8", "uint16", "int16", "int32", "uint32", "int4", "uint4", "int2", "uint2",
+             "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1")
 
 
 def _param_at(p: T, x_shape: tuple, axis: int, block: int):
@@ -32,13 +36,17 @@ def _param_at(p: T, x_shape: tuple, axis: int, block: int):
     return lambda ix: p.at((ix[axis],))
 
 
-def _quantize(v: K.Expr, zp: K.Expr | None, out_dt: str) -> K.Expr:
-    """saturate(rint(v) + zp) into out_dt; v in float32."""
-    info = np.iinfo(dtypes.np_dtype(out_dt))
+def _quantize(v: K.Expr, zp: K.Expr | None, out_dt: str, saturate: bool = True) -> K.Expr:
+    """Into out_dt, v in float32. Integers: saturate(rint(v) + zp). Floats (float8, float4): the
+    cast's own round-to-nearest-even of v + zp, saturated unless `saturate` is off."""
+    if dtypes.is_float(out_dt):
+        q = v if zp is None else K.binary("add", v, K.cast(zp, F32))
+        return K.cast(saturate_float(q, out_dt) if saturate and out_dt in SATURATING else q, out_dt)
+    lo, hi = dtypes.int_range(out_dt)
     q = K.unary("round", v)
     if zp is not None:
         q = K.binary("add", q, K.cast(zp, F32))
-    q = K.binary("min", K.binary("max", q, K.const(float(info.min), F32)), K.const(float(info.max), F32))
+    q = K.binary("min", K.binary("max", q, K.const(float(lo), F32)), K.const(float(hi), F32))
     return K.cast(q, out_dt)
 
 
@@ -51,15 +59,15 @@ def quantize_linear(ctx):
     x, scale, zp = ctx.input(0), ctx.input(1), ctx.input(2)
     out_dt = zp.dtype if zp is not None else (dtypes.from_onnx(ctx.attr("output_dtype")) if ctx.attr("output_dtype")
                                               else "uint8")
-    if out_dt not in ("uint8", "int8", "uint16", "int16", "int32", "uint32"):
-        ctx.fail(f"quantizing to {out_dt} is not supported (int8/uint8/int16/uint16)")
+    if out_dt not in QUANTIZED:
+        ctx.fail(f"quantizing to {out_dt} is not supported ({', '.join(QUANTIZED)})")
     axis, block = _axis_block(ctx, x)
     s_at = _param_at(scale, x.shape, axis, block)
     z_at = _param_at(zp, x.shape, axis, block) if zp is not None else None
 
     def fn(ix):
         v = K.binary("div", K.cast(x.at(ix), F32), K.cast(s_at(ix), F32))
-        return _quantize(v, z_at(ix) if z_at else None, out_dt)
+        return _quantize(v, z_at(ix) if z_at else None, out_dt, bool(ctx.attr("saturate", 1)))
     return [T(x.shape, out_dt, fn)]
 
 
