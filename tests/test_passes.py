@@ -1,4 +1,4 @@
-"""Each pass alone: specialize, simplify (folding, BatchNorm into Conv, dead code), predicate, lower."""
+"""Each pass alone: specialize, simplify (folding, BatchNorm into Conv, dead code), lower."""
 import numpy as np
 import onnx
 import pytest
@@ -8,7 +8,6 @@ from grapec.errors import ShapeError
 from grapec.frontend.onnx_import import import_model, load_model
 from grapec.frontend.shapes import parse_dims, parse_shapes, resolve_input_shapes
 from grapec.passes.lower import lower_graph
-from grapec.passes.predicate import predicate
 from grapec.passes.simplify import simplify
 from grapec.passes.specialize import specialize
 from grapec.plan import regions
@@ -71,16 +70,51 @@ def test_lower_makes_views_for_reshapes_and_one_kernel_per_op():
     assert [n.op for n in low.nodes] == ["Kernel", "View", "Kernel"]
 
 
-def test_predicate_inlines_if_with_known_condition():
+def test_specialize_inlines_if_with_known_condition():
     then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [tinfo("t")])
     else_g = helper.make_graph([helper.make_node("Exp", ["x"], ["e"])], "else", [], [tinfo("e")])
     mdl = model([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
                 [tinfo("x", shape=[3])], [tinfo("y")], [init("c", np.array(True))])
-    pred = predicate(simplify(specialize(import_model(mdl), {"x": (3,)})))
-    assert [n.op for n in pred.nodes] == ["Neg", "Identity"]
+    spec = simplify(specialize(import_model(mdl), {"x": (3,)}))
+    assert [n.op for n in spec.nodes] == ["Neg", "Identity"]
     x = np.array([1.0, -2.0, 3.0], np.float32)
     out, _ = compile_and_run(mdl, {"x": x})
     np.testing.assert_array_equal(out["y"], -x)
+
+
+def test_if_on_a_shape_may_have_branches_of_different_shapes():
+    """Exporters branch on ranks (torch's and onnx's function expansions do): the condition follows
+    from shapes, so only the taken branch is compiled, and the other may disagree on shapes, even
+    nested, even with a shape that then feeds a Reshape."""
+    inner_then = helper.make_graph([helper.make_node("Constant", [], ["s1"], value_ints=[-1])], "it", [], [tinfo("s1", TensorProto.INT64)])
+    inner_else = helper.make_graph([helper.make_node("Constant", [], ["s2"], value_ints=[2, -1])], "ie", [], [tinfo("s2", TensorProto.INT64)])
+    then_g = helper.make_graph([helper.make_node("If", ["c2"], ["s"], then_branch=inner_then, else_branch=inner_else)],
+                               "then", [], [tinfo("s", TensorProto.INT64)])
+    else_g = helper.make_graph([helper.make_node("Constant", [], ["r"], value_ints=[1, 1, -1])], "else", [], [tinfo("r", TensorProto.INT64)])
+    nodes = [helper.make_node("Shape", ["x"], ["shp"]), helper.make_node("Size", ["shp"], ["rank"]),
+             helper.make_node("Equal", ["rank", "two"], ["c"]), helper.make_node("Equal", ["rank", "one"], ["c2"]),
+             helper.make_node("If", ["c"], ["target"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    mdl = model(nodes, [tinfo("x", shape=["a", "b"])], [tinfo("y")],
+                [init("two", np.array(2, np.int64)), init("one", np.array(1, np.int64))])
+    x = np.random.default_rng(3).standard_normal((2, 6)).astype(np.float32)
+    out, _ = compile_and_run(mdl, {"x": x})
+    np.testing.assert_array_equal(out["y"], x.reshape(2, -1))
+
+
+def test_loop_body_inputs_may_be_untyped():
+    """ONNX lets a body leave its inputs' types out (the Loop's inputs give them); onnx's own
+    function expansions do."""
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Add", ["acc_in", "x"], ["acc_out"])], "body",
+                             [tinfo("i", TensorProto.INT64, []), tinfo("cond_in", TensorProto.BOOL, []),
+                              helper.make_value_info("acc_in", onnx.TypeProto())],
+                             [tinfo("cond_out", TensorProto.BOOL, []), tinfo("acc_out")])
+    mdl = model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+                [tinfo("x", shape=[4])], [tinfo("y")], [init("n", np.array(3, np.int64))])
+    x = np.random.default_rng(4).standard_normal(4).astype(np.float32)
+    out, _ = compile_and_run(mdl, {"x": x})
+    np.testing.assert_allclose(out["y"], 4 * x, rtol=1e-6)
 
 
 def test_if_with_runtime_condition_runs_both_ways():

@@ -2,9 +2,9 @@
 
     import_model                  frontend/onnx_import.py
     for each bucket:
-        specialize                concrete shapes; constants evaluated (Shape chains fold)
+        specialize                concrete shapes; constants evaluated (Shape chains fold); an If
+                                  with a known condition replaced by the branch it takes
         simplify                  constant folding, BatchNorm into Conv, dead code
-        predicate                 If with a known condition inlined; other regions kept
         lower                     ONNX ops -> Kernel / Library / View / region nodes (bodies compiled alike)
         small_matmuls_as_kernels  few-row matmuls against weights become gemv kernels (they fuse)
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
@@ -38,7 +38,7 @@ from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
 from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
-from .passes.predicate import form_regions, predicate, regions
+from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
 from .passes.simplify import simplify
 from .passes.strided_operands import strided_operands
@@ -53,7 +53,6 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     input_values: graph inputs fixed to these values (constants from here on)."""
     g = specialize(graph, input_shapes, parent, input_values)
     g = simplify(g)
-    g = predicate(g)
     g = lower_graph(g)
     if fusion:
         g = small_matmuls_as_kernels(g)

@@ -117,7 +117,10 @@ def _import_graph(gp, parent, opset, problems, unsupported_ops) -> Graph:
     for inp in gp.input:
         if inp.name in inits:
             continue  # IR < 4 lists weights as inputs too; they are constants here
-        g.values[inp.name] = _value_from_info(inp, problems, "input")
+        if parent is not None and inp.type.WhichOneof("value") is None:
+            g.values[inp.name] = Value(inp.name)   # a body may leave its inputs untyped: Loop/Scan/If type them
+        else:
+            g.values[inp.name] = _value_from_info(inp, problems, "input")
         g.inputs.append(inp.name)
     for info in list(gp.value_info) + list(gp.output):
         if info.name not in g.values:

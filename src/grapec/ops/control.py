@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from ..errors import UnsupportedError
-from ..ir.graph import Node, Value, view_source
+from ..errors import NeedsValueError, UnsupportedError
+from ..ir.graph import Node, Value, outer_reads, view_source
 from . import op
 
 
@@ -19,8 +19,28 @@ def compile_body(ctx, body, input_shapes: dict):
     from ..compiler import compile_graph
     try:
         return compile_graph(body, input_shapes, parent=ctx.graph)
+    except NeedsValueError as e:   # keep the kind: the enclosing graph may trace it to its own inputs
+        raise NeedsValueError(f"in the body of node '{ctx.node.name}' ({ctx.node.op}): {e.problems[0]}",
+                              e.value_name, (), e.depends_on + _outer_sources(body, e.value_name)) from None
     except UnsupportedError as e:
         raise UnsupportedError([f"in the body of node '{ctx.node.name}' ({ctx.node.op}): {p}" for p in e.problems]) from None
+
+
+def _outer_sources(body, name: str) -> tuple:
+    """The enclosing-scope values that `name`, a value of `body`, is computed from."""
+    producers = body.producers()
+    found, seen, todo = [], set(), [name]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in producers:
+            node = producers[n]
+            todo.extend(i for i in list(node.inputs) + sorted(outer_reads(node)) if i)
+        elif n not in body.inputs and n not in body.values:
+            found.append(n)
+    return tuple(found)
 
 
 def _define_outputs(ctx, shapes_dtypes):

@@ -1,8 +1,8 @@
 """predicate: control flow.
 
-Before lowering, an If whose condition is known at compile time is replaced by the branch it takes.
-After lowering, `form_regions` puts the remaining If/Loop region nodes into the form both backends
-run (plan.py, LoopStep/IfStep):
+(An If whose condition is known at compile time is already gone: `specialize` put the branch it
+takes in its place.) `form_regions` puts the remaining If/Loop region nodes into the form both
+backends run (plan.py, LoopStep/IfStep):
 
   - every value a body hands back (an If branch's results, a Loop's carried values and scan rows)
     is computed by the body itself, once, so the memory planner can give it its destination's bytes:
@@ -17,28 +17,6 @@ from __future__ import annotations
 
 from ..ir.graph import Graph, Node, view_source
 from .build_plan import copy_kernel
-
-
-def predicate(g: Graph) -> Graph:
-    nodes = []
-    for n in g.nodes:
-        cond = g.lookup(n.inputs[0]) if n.op == "If" else None
-        if cond is not None and cond.const is not None and cond.const.size == 1:
-            branch = n.subgraphs["then_branch" if bool(cond.const.reshape(-1)[0]) else "else_branch"]
-            nodes.extend(_inline(branch, n, g))
-        else:
-            nodes.append(n)
-    return Graph(nodes, list(g.inputs), list(g.outputs), g.values, g.name, g.parent, g.opset)
-
-
-def _inline(branch: Graph, if_node: Node, g: Graph) -> list:
-    for name, v in branch.values.items():
-        g.values.setdefault(name, v)
-    out = [Node(m.op, list(m.inputs), list(m.outputs), m.name, m.attrs, m.subgraphs, m.domain) for m in branch.nodes]
-    for src, dst in zip(branch.outputs, if_node.outputs):
-        if dst:
-            out.append(Node("Identity", [src], [dst], f"{if_node.name}/out", {}, {}, ""))
-    return out
 
 
 HOST_CONTROL = "--host-control asked for the control on the host"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import NeedsValueError, ShapeError
-from ..ir.graph import Graph, Value, outer_reads
+from ..ir.graph import Graph, Node, Value, outer_reads
 from ..ir.interpret import eval_nodes
 from .lower import NONDETERMINISTIC, lower_node
 
@@ -37,15 +37,37 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, in
         arr = fixed.get(name)
         shape = tuple(arr.shape) if arr is not None else tuple(int(d) for d in input_shapes[name])
         spec.values[name] = Value(name, v.dtype, shape, arr)
-    for node in graph.nodes:
+    todo = list(reversed(graph.nodes))
+    spec.nodes = []
+    while todo:
+        node = todo.pop()
+        taken = _taken_branch(node, spec)
+        if taken is not None:   # the branch's nodes take the If's place, so its shapes need not match the other's
+            todo.extend(reversed(taken))
+            continue
+        spec.nodes.append(node)
         try:
             specialize_node(node, spec)
-        except NeedsValueError as e:
-            raise _with_input_hint(e, spec) from None
+        except NeedsValueError as e:   # a body's inputs cannot be fixed: the top level names what can
+            raise (e if parent is not None else _with_input_hint(e, spec)) from None
     for o in spec.outputs:
         if spec.lookup(o) is None or spec.lookup(o).shape is None:
             raise ShapeError(f"graph output '{o}' is not produced by any node")
     return spec
+
+
+def _taken_branch(node, spec: Graph) -> list | None:
+    """For an If whose condition is known now (exporters branch on ranks and shapes): the nodes of
+    the branch it takes, then an Identity per output. None for any other node."""
+    cond = spec.lookup(node.inputs[0]) if node.op == "If" else None
+    if cond is None or cond.const is None or cond.const.size != 1:
+        return None
+    branch = node.subgraphs["then_branch" if bool(cond.const.reshape(-1)[0]) else "else_branch"]
+    for name, v in branch.values.items():
+        if v.const is not None:
+            spec.values.setdefault(name, Value(name, v.dtype, v.shape, v.const))
+    return list(branch.nodes) + [Node("Identity", [src], [dst], f"{node.name}/out", {}, {}, "")
+                                 for src, dst in zip(branch.outputs, node.outputs) if dst]
 
 
 def specialize_node(node, spec: Graph):
@@ -73,7 +95,7 @@ def specialize_node(node, spec: Graph):
 def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:
     """Name the graph inputs a runtime shape parameter comes from, and how to fix their values."""
     producers = spec.producers()
-    found, seen, todo = set(), set(), [e.value_name]
+    found, seen, todo = set(), set(), [e.value_name, *e.depends_on]
     while todo:
         name = todo.pop()
         v = spec.lookup(name)
