@@ -5,6 +5,7 @@
     movement.py      Reshape, Transpose, Slice, Concat, Split, Gather*, Scatter*, Pad, Expand, Tile...
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
     nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, Einsum, Attention (Library nodes)
+    sample.py        GridSample, AffineGrid
     quant.py         QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger
     control.py       If, Loop (regions)
 
@@ -42,7 +43,7 @@ def _load_all():
         return
     _loaded = True
     import importlib
-    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "quant", "control"):
+    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "quant", "sample", "control"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:
