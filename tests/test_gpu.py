@@ -81,9 +81,16 @@ def test_onnx_node_tests_cuda_backend():
     buf = io.StringIO()
     results = run_suite(backend="cuda", out=buf)
     print(buf.getvalue())
-    from test_onnx_node import PINNED_PASSES as cpu_pinned
+    from test_onnx_node import KNOWN_FAILURES
     passed = sum(1 for s, _ in results.values() if s == "pass")
-    assert passed >= 0.9 * cpu_pinned, buf.getvalue()
+    failed = {k: d for k, (s, d) in results.items() if s == "fail" and k not in KNOWN_FAILURES}
+    assert not failed, "wrong answers:\n" + "\n".join(f"{k}: {d}" for k, d in sorted(failed.items()))
+    assert passed >= PINNED_CUDA_PASSES, buf.getvalue()
+
+
+# Raised as more pass; the CPU backend's count is pinned in test_onnx_node.py. What passes there but
+# not here is refused at compile time (GPU gaps: TopK, a matmul broadcast cuBLASLt cannot batch).
+PINNED_CUDA_PASSES = 1623   # H100, 2026-11-23
 
 
 class GpuStepChecker:

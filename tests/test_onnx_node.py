@@ -7,7 +7,7 @@ import io
 
 from grapec.onnx_backend import run_suite
 
-PINNED_PASSES = 1653   # + narrow types, untyped body inputs, If on a known condition, GridSample, AffineGrid (2026-11-23)
+PINNED_PASSES = 1669   # + narrow types, If on a known condition, GridSample, AffineGrid, DFT, STFT, windows (2026-11-23)
 # Known wrong answers, each with its reason; anything else failing is a regression.
 KNOWN_FAILURES = {
     "test_attention_4d_causal_fp16_expanded":
@@ -20,6 +20,10 @@ KNOWN_FAILURES = {
     "test_resize_downsample_scales_linear_align_corners":
         "align_corners with scales: the reference divides by the unrounded resized length (in * scale); "
         "onnxruntime and PyTorch divide by the integer output length, and so do we (our output equals onnxruntime's)",
+    "test_dft_inverse":
+        "the expected output carries numpy's complex64 FFT rounding (1.9e-7 where the answer is 0); we sum "
+        "in float64: against a float64 FFT of the same input our max error is 4.4e-7, the reference's 1.5e-6",
+    "test_dft_inverse_opset19": "as test_dft_inverse",
     "test_resize_downsample_scales_cubic_align_corners":
         "as test_resize_downsample_scales_linear_align_corners: we match onnxruntime, not the reference",
 }

@@ -6,6 +6,7 @@
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
     nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, Einsum, Attention (Library nodes)
     sample.py        GridSample, AffineGrid
+    spectral.py      DFT, STFT, Hann/Hamming/BlackmanWindow
     quant.py         QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger
     control.py       If, Loop (regions)
 
@@ -43,7 +44,7 @@ def _load_all():
         return
     _loaded = True
     import importlib
-    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "quant", "sample", "control"):
+    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "quant", "sample", "spectral", "control"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:
