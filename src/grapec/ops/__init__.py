@@ -5,7 +5,7 @@
     movement.py      Reshape, Transpose, Slice, Concat, Split, Gather*, Scatter*, Pad, Expand, Tile...
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
     nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, Einsum, Attention (Library nodes)
-    sample.py        GridSample, AffineGrid
+    sample.py        GridSample, AffineGrid, RoiAlign
     spectral.py      DFT, STFT, Hann/Hamming/BlackmanWindow
     quant.py         QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger
     control.py       If, Loop (regions)

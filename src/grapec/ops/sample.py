@@ -1,10 +1,14 @@
-"""Sampling at computed coordinates: GridSample and AffineGrid (spatial transformers, optical flow).
+"""Sampling at computed coordinates: GridSample and AffineGrid (spatial transformers, optical flow),
+RoiAlign (two-stage detectors).
 
     AffineGrid   grid[n, *o, :] = theta[n] @ (x_D-1.., x_0, 1), x_d the normalized position of o_d
                  in [-1, 1] (pixel centres, or corners with align_corners)
     GridSample   y[n, c, *o] = interpolate(X[n, c], denormalize(grid[n, *o]))
                  mode nearest | linear | cubic (Keys, a = -0.75), taps outside X read per
                  padding_mode: zeros, border (clamped) or reflection
+    RoiAlign     y[r, c, i, j] = avg (or max) over a sampling_ratio^2 grid of bilinear samples of
+                 X[batch_indices[r], c] inside bin (i, j) of roi r (onnxruntime's algorithm, which
+                 onnx.reference follows: max mode takes the max of the weighted corner values)
 
 Any number of spatial dims. The grid's last axis lists coordinates innermost dim first (x, y[, z]),
 as onnx.reference does. Every output element reads its taps at runtime indices: one kernel.
@@ -175,3 +179,66 @@ def affine_grid(ctx):
         return K.cast(total, theta.dtype)
     return [T((n, *spatial, nd), theta.dtype, fn)]
 
+
+
+@op("RoiAlign")
+def roi_align(ctx):
+    x, rois, batch = ctx.input(0), ctx.input(1), ctx.input(2)
+    mode = ctx.attr("mode", "avg")
+    ph, pw = int(ctx.attr("output_height", 1)), int(ctx.attr("output_width", 1))
+    grid = int(ctx.attr("sampling_ratio", 0))
+    scale = float(ctx.attr("spatial_scale", 1.0))
+    half_pixel = ctx.attr("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    if grid <= 0:
+        ctx.fail("sampling_ratio 0 takes a number of samples per bin that depends on each roi's size "
+                 "(runtime data); export with a fixed sampling_ratio (torchvision's default is 2 in most detectors)")
+    if x.ndim != 4 or rois.shape[-1] != 4:
+        ctx.fail(f"X {list(x.shape)} and rois {list(rois.shape)}: expected [N, C, H, W] and [R, 4]")
+    height, width = x.shape[2:]
+    F64 = "float64"
+    d = lambda v: K.const(float(v), F64)   # noqa: E731
+
+    def corner(r, k):
+        return _sub(_mul(K.cast(rois.at((r, K.const(k, I64))), F64), d(scale)), d(0.5 if half_pixel else 0.0))
+
+    def axis_taps(start, size, pooled, o, t, extent):
+        """Sample t of bin o along one axis: (low index, high index, weight of high, inside)."""
+        extent_f = d(extent)
+        bin_size = K.binary("div", size, d(pooled))
+        v = _add(_add(start, _mul(K.cast(o, F64), bin_size)),
+                 _mul(_add(K.cast(t, F64), d(0.5)), K.binary("div", bin_size, d(grid))))
+        inside = K.binary("and", K.binary("ge", v, d(-1.0)), K.binary("le", v, extent_f))
+        v = K.binary("max", v, d(0.0))
+        low = K.cast(v, I64)
+        at_edge = K.binary("ge", low, K.const(extent - 1, I64))
+        low = K.where(at_edge, K.const(extent - 1, I64), low)
+        high = K.where(at_edge, low, K.binary("add", low, K.const(1, I64)))
+        frac = K.where(at_edge, d(0.0), _sub(v, K.cast(low, F64)))
+        return low, high, frac, inside
+
+    def fn(ix):
+        r, c, i, j = ix
+        b = K.cast(batch.at((r,)), I64)
+        x1, y1, x2, y2 = (corner(r, k) for k in range(4))
+        roi_w, roi_h = _sub(x2, x1), _sub(y2, y1)
+        if not half_pixel:
+            roi_w, roi_h = K.binary("max", roi_w, d(1.0)), K.binary("max", roi_h, d(1.0))
+        ty, tx = K.ridx(grid), K.ridx(grid)
+        y0, y1_, ly, in_y = axis_taps(y1, roi_h, ph, i, ty, height)
+        x0, x1_, lx, in_x = axis_taps(x1, roi_w, pw, j, tx, width)
+        hy, hx = _sub(d(1.0), ly), _sub(d(1.0), lx)
+        terms = [_mul(_mul(wy, wx), K.cast(x.at((b, c, yy, xx)), F64))
+                 for wy, yy in ((hy, y0), (ly, y1_)) for wx, xx in ((hx, x0), (lx, x1_))]
+        if mode == "avg":
+            sample = _add(_add(terms[0], terms[1]), _add(terms[2], terms[3]))
+        else:
+            sample = K.binary("max", K.binary("max", terms[0], terms[1]), K.binary("max", terms[2], terms[3]))
+        sample = K.where(K.binary("and", in_y, in_x), sample, d(0.0))
+        if mode == "avg":
+            out = K.binary("div", K.reduce("sum", sample, (ty, tx)), d(grid * grid))
+        else:
+            out = K.reduce("max", sample, (ty, tx))
+        return K.cast(out, x.dtype)
+    if mode not in ("avg", "max"):
+        ctx.fail(f"mode '{mode}' is not avg or max")
+    return [T((rois.shape[0], x.shape[1], ph, pw), x.dtype, fn)]
