@@ -116,3 +116,19 @@ def outer_reads(node: Node) -> set:
             if o not in defined:
                 names.add(o)
     return names
+
+
+def upstream(g: Graph, names, stop=lambda name: False) -> set:
+    """The given values and every value they are computed from through g's nodes (a region node's
+    outer reads included). The walk neither takes nor passes a name for which stop(name) holds."""
+    producers = g.producers()
+    seen, todo = set(), list(names)
+    while todo:
+        n = todo.pop()
+        if n in seen or stop(n):
+            continue
+        seen.add(n)
+        node = producers.get(n)
+        if node is not None:
+            todo.extend(i for i in list(node.inputs) + sorted(outer_reads(node)) if i)
+    return seen

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..errors import NeedsValueError, UnsupportedError
-from ..ir.graph import Node, Value, outer_reads, view_source
+from ..ir.graph import Node, Value, upstream, view_source
 from . import op
 
 
@@ -28,19 +28,7 @@ def compile_body(ctx, body, input_shapes: dict):
 
 def _outer_sources(body, name: str) -> tuple:
     """The enclosing-scope values that `name`, a value of `body`, is computed from."""
-    producers = body.producers()
-    found, seen, todo = [], set(), [name]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if n in producers:
-            node = producers[n]
-            todo.extend(i for i in list(node.inputs) + sorted(outer_reads(node)) if i)
-        elif n not in body.inputs and n not in body.values:
-            found.append(n)
-    return tuple(found)
+    return tuple(sorted(n for n in upstream(body, [name]) if n not in body.values))
 
 
 def _define_outputs(ctx, shapes_dtypes):

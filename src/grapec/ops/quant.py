@@ -9,8 +9,6 @@ reductions, on both backends) with QLinearMatMul's and QLinearConv's requantizat
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .. import dtypes
 from ..ir import kernel as K
 from ..ir.tensor import T, broadcast_index, cast, map_, norm_axis, reshape
@@ -162,13 +160,13 @@ def _requantize(acc: T, a_s: T, b_s: T, y_s: T, y_z: T | None, in_dt: str) -> T:
     factor = map_(lambda x, y, z: K.cast(K.binary("div", K.binary("mul", x, y), z), "float64"),
                   a_s, b_s, reshape(y_s, ()))
     out_dt = y_z.dtype if y_z is not None else in_dt
-    info = np.iinfo(dtypes.np_dtype(out_dt))
+    lo, hi = dtypes.int_range(out_dt)
 
     def requantize(c, f, *zp):
         v = K.binary("mul", K.cast(c, "float64"), f)
         if zp:
             v = K.binary("add", v, K.cast(zp[0], "float64"))
-        v = K.binary("min", K.binary("max", K.unary("round", v), K.const(info.min, "float64")), K.const(info.max, "float64"))
+        v = K.binary("min", K.binary("max", K.unary("round", v), K.const(lo, "float64")), K.const(hi, "float64"))
         return K.cast(v, out_dt)
     return map_(requantize, acc, factor, *([reshape(y_z, ())] if y_z is not None else []))
 

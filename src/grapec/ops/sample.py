@@ -21,6 +21,7 @@ from .. import dtypes
 from ..ir import kernel as K
 from ..ir.tensor import T
 from . import op
+from .movement import _clamp, _in_range
 
 I64 = "int64"
 
@@ -122,13 +123,11 @@ def grid_sample(ctx):
     def pixel_index(i, d):
         """-> (index to read, valid) for an integer tap index along dim d."""
         if padding == "zeros":
-            ok = K.binary("and", K.binary("ge", i, K.const(0, I64)), K.binary("lt", i, K.const(dims[d], I64)))
-            return K.binary("min", K.binary("max", i, K.const(0, I64)), K.const(dims[d] - 1, I64)), ok
-        if padding == "border":
-            return K.binary("min", K.binary("max", i, K.const(0, I64)), K.const(dims[d] - 1, I64)), None
-        lo, hi = bounds[d]
-        r = K.cast(_reflect(K.cast(i, "float32"), lo, hi), I64)
-        return K.binary("min", K.binary("max", r, K.const(0, I64)), K.const(dims[d] - 1, I64)), None
+            return _clamp(i, dims[d]), _in_range(i, dims[d])
+        if padding == "reflection":
+            lo, hi = bounds[d]
+            i = K.cast(_reflect(K.cast(i, "float32"), lo, hi), I64)
+        return _clamp(i, dims[d]), None
 
     def fn(ix):
         per_dim = [_taps(source(ix, d), mode) for d in range(nd)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..errors import NeedsValueError, ShapeError
-from ..ir.graph import Graph, Node, Value, outer_reads
+from ..ir.graph import Graph, Node, Value, outer_reads, upstream
 from ..ir.interpret import eval_nodes
 from .lower import NONDETERMINISTIC, lower_node
 
@@ -94,19 +94,10 @@ def specialize_node(node, spec: Graph):
 
 def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:
     """Name the graph inputs a runtime shape parameter comes from, and how to fix their values."""
-    producers = spec.producers()
-    found, seen, todo = set(), set(), [e.value_name, *e.depends_on]
-    while todo:
-        name = todo.pop()
+    def is_const(name):
         v = spec.lookup(name)
-        if name in seen or (v is not None and v.const is not None):
-            continue
-        seen.add(name)
-        if name in spec.inputs:
-            found.add(name)
-        elif name in producers:
-            node = producers[name]
-            todo.extend(i for i in list(node.inputs) + sorted(outer_reads(node)) if i)
+        return v is not None and v.const is not None
+    found = {n for n in upstream(spec, [e.value_name, *e.depends_on], stop=is_const) if n in spec.inputs}
     names = sorted(found)
     if not names:
         return e
