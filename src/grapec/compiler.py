@@ -11,6 +11,7 @@
         fuse                      producer kernels inlined into consumers (reductions stitched)
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
+        fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
         plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
@@ -33,6 +34,7 @@ from .frontend.shapes import resolve_input_shapes, resolve_input_values
 from .inputs import value_ranges
 from .ir.graph import Graph
 from .plan import walk_steps
+from .passes.attention import fuse_attention
 from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
@@ -46,11 +48,12 @@ from .passes.specialize import specialize
 
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool = True,
-                  host_control: bool = False, input_values: dict | None = None) -> Graph:
+                  host_control: bool = False, input_values: dict | None = None, notes: list | None = None) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion=False keeps one kernel per lowered op; host_control: If/Loop control on the host;
-    input_values: graph inputs fixed to these values (constants from here on)."""
+    input_values: graph inputs fixed to these values (constants from here on); notes: where
+    to report what fusion left alone."""
     g = specialize(graph, input_shapes, parent, input_values)
     g = simplify(g)
     g = lower_graph(g)
@@ -60,6 +63,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = fuse(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
         g = strided_operands(g)
+        g = fuse_attention(g, notes)
     g = schedule(g)
     return form_regions(g, host_control) if parent is None else g
 
@@ -134,7 +138,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     plans, bucket_meta, notes = [], [], []
     for bi, ishapes in enumerate(bucket_shapes):
         t1 = time.perf_counter()
-        low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed)
+        low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed, notes=notes)
         for node in regions(low):
             if not node.attrs["graphed"]:
                 note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"

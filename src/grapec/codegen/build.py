@@ -17,7 +17,6 @@ import re
 
 from ..plan import ScanStoreStep, kernel_steps, regions, walk_steps
 from .control import SCAN_STORE, build_control_cubin
-from .cuda import PRELUDE
 from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
 
@@ -28,7 +27,7 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     source = module.source
     if any(isinstance(st, ScanStoreStep) for p in plans for st in walk_steps(p.steps)):
         source += SCAN_STORE
-    line_of, line = [], PRELUDE.count("\n") + 1
+    line_of, line = [], module.prelude.count("\n") + 1
     for body, first in zip(module.bodies, module.first_user):
         line_of.append((line, first))
         line += body.count("\n") + 2

@@ -19,8 +19,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ..ir.kernel import Kernel
+from ..ir.attention import AttentionKernel, kernel_from_json
 from ..plan import kernel_steps
+from .attention import ATTENTION_PRELUDE, attention_launch, render_attention
 from .cuda import PRELUDE, CudaRenderer
 from .launch import plan_launch
 
@@ -36,28 +37,40 @@ class CudaModule:
     scalars: list = field(default_factory=list)    # per bundle kernel: [[type, value]..] after the pointers
     launches: list = field(default_factory=list)   # per bundle kernel: its Launch
     first_user: list = field(default_factory=list)  # per body: the first bundle kernel that runs it
+    attention: bool = False                        # some kernel is an AttentionKernel (tensor-core helpers)
+
+    @property
+    def prelude(self) -> str:
+        return PRELUDE + (ATTENTION_PRELUDE if self.attention else "")
 
     @property
     def source(self) -> str:
-        return PRELUDE + "\n\n".join(self.bodies) + "\n"
+        return self.prelude + "\n\n".join(self.bodies) + "\n"
 
 
 def build_module(kernels: list, users: list | None = None) -> CudaModule:
     """kernels: Kernel objects (or their JSON), in bundle order. users: per kernel, the set of buckets
     whose plans run it; kernels that look alike are merged only when they span two buckets or more."""
-    kernels = [k if isinstance(k, Kernel) else Kernel.from_json(k) for k in kernels]
+    kernels = [kernel_from_json(k) if isinstance(k, dict) else k for k in kernels]
     users = users or [{0}] * len(kernels)
     launches, texts = [], []
     for k in kernels:
-        launch = plan_launch(k)
+        if isinstance(k, AttentionKernel):
+            launch = attention_launch(k)
+            texts.append(render_attention(k, launch, _NAME))
+        else:
+            launch = plan_launch(k)
+            texts.append(CudaRenderer(k, launch).render(_NAME)[1])
         launches.append(launch)
-        texts.append(CudaRenderer(k, launch).render(_NAME)[1])
 
     groups: dict = {}   # template (numbers blanked) -> kernel indices
     for i, text in enumerate(texts):
-        groups.setdefault(_NUMBER.sub("#", text), []).append(i)
+        # an attention kernel's numbers size its shared arrays and registers: it never takes them as arguments
+        key = text if isinstance(kernels[i], AttentionKernel) else _NUMBER.sub("#", text)
+        groups.setdefault(key, []).append(i)
 
-    m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=launches)
+    m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=launches,
+                   attention=any(isinstance(k, AttentionKernel) for k in kernels))
     body_index: dict = {}   # function name -> index into m.bodies
 
     def add(name, body, first):

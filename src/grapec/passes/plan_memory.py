@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, outer_reads
-from ..ir.kernel import walk
+from ..ir.kernel import Kernel, walk
 
 ALIGN = 256
 
@@ -302,9 +302,9 @@ def _updates_in_place(g, find, prod, desc, vin: str, vout: str) -> bool:
     slots = [s for s, name in enumerate(writer.inputs) if name in aliases]
     if not slots:
         return True
-    if writer.op != "Kernel":
+    k = writer.attrs.get("kernel")
+    if not isinstance(k, Kernel):   # a library call or an attention kernel: its reads are not element-wise
         return False
-    k = writer.attrs["kernel"]
     identity = tuple(range(len(k.shape)))
     for e in walk(k.body):
         if e.op == "load" and e.args[0] in slots:

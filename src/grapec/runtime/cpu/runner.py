@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import dtypes
 from ...ir.interpret import run_kernel
-from ...ir.kernel import Kernel
+from ...ir.attention import kernel_from_json
 from ...ir.library import run_library, view_array
 from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region
@@ -19,7 +19,7 @@ from ..walker import run_region
 class CpuPlanRunner:
     def __init__(self, bundle):
         self.bundle = bundle
-        self.kernels = [Kernel.from_json(k) for k in bundle.kernels]
+        self.kernels = [kernel_from_json(k) for k in bundle.kernels]
         self.weights = np.frombuffer(bundle.weights, np.uint8)
         arena_bytes = max((p.arena_bytes for p in bundle.plans), default=0)
         self.arena = np.zeros(arena_bytes, np.uint8)   # one arena shared by all buckets

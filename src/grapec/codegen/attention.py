@@ -1,0 +1,219 @@
+"""AttentionKernel -> one flash-attention CUDA kernel on fp16/bf16 tensor cores (mma.sync m16n8k16).
+
+Each warp owns 16 query rows; a block of WARPS warps walks the keys in tiles of BC: the tile's k rows
+and v rows go to shared memory (v transposed, so that both products read their B fragments as one
+32-bit load), the warp computes S = Q Kᵀ for its rows in registers, applies the model's own score
+expression (rendered from kernel IR by the element renderer, called per score with its coordinates),
+and updates the online softmax: running max m, running sum l, output O scaled by exp(m_old - m_new).
+The probabilities go from the S accumulators straight into the A fragments of P·V: the m16n8 f32
+accumulator layout of two neighbouring n-tiles is the m16k16 A layout. Scores and probabilities never
+touch memory; out = O / l is written through the output's strides.
+
+Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
+    A (16x16): a0a1 (g, 2t..2t+1)  a2a3 (g+8, 2t..)  a4a5 (g, 2t+8..)  a6a7 (g+8, 2t+8..)
+    B (16x8):  b0b1 (k = 2t..2t+1, n = g)  b2b3 (k = 2t+8.., n = g)
+    C (16x8):  c0c1 (g, 2t..2t+1)  c2c3 (g+8, 2t..2t+1)
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir.attention import AttentionKernel
+from .cuda import CudaRenderer, ctype
+from .launch import Launch
+
+SMS = 132            # H100/H200 SMs: the warp count per block shrinks until the grid fills them
+MAX_WARPS = 4
+MAX_KEY_TILE = 64
+
+ATTENTION_PRELUDE = r"""
+__device__ __forceinline__ unsigned g_pack2(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+#define G_MMA(TY, c, a0, a1, a2, a3, b0, b1) \
+  asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" \
+      : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+"""
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def attention_launch(k: AttentionKernel) -> Launch:
+    z = math.prod(k.batch)
+    warps = MAX_WARPS
+    while warps > 1 and z * _ceil(k.seq_q, 16 * warps) < SMS:
+        warps //= 2
+    return Launch("attention", z * _ceil(k.seq_q, 16 * warps), 32 * warps)
+
+
+class _ScoreRenderer(CudaRenderer):
+    """The score kernel as a device function of (raw product, coordinates, extra inputs)."""
+
+    def load(self, e):
+        if e.args[0] == 0:
+            return "s"
+        return super().load(e)
+
+    def render_function(self, name: str) -> str:
+        k = self.k
+        params = ["float s"] + [f"const i64 i{a}" for a in range(len(k.shape))]
+        params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs) if i > 0]
+        root = self.push((), "  ")
+        v = self.emit(k.body)
+        return "\n".join([f"__device__ __forceinline__ float {name}({', '.join(params)}) {{", *root.lines,
+                          f"  return (float){v};", "}"])
+
+
+def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
+    """-> CUDA C for the kernel (its score function first), named `name`."""
+    ty = ctype(k.dtype)
+    mma = "f16" if k.dtype == "float16" else "bf16"
+    from_f = "f2h" if k.dtype == "float16" else "f2b"
+    warps = launch.block // 32
+    rows = 16 * warps
+    qtiles = _ceil(k.seq_q, rows)
+    s, t, d, dv = k.seq_q, k.seq_k, k.head_dim, k.value_dim
+    dp, dvp = _ceil(d, 16) * 16, _ceil(dv, 16) * 16
+    bc = min(MAX_KEY_TILE, _ceil(t, 16) * 16)
+    nb = len(k.batch)
+    extras = len(k.inputs) - 3
+    score_fn = f"{name}_score"
+    L = [_ScoreRenderer(k.score).render_function(score_fn), ""]
+    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+    L.append(f'extern "C" __global__ void __launch_bounds__({launch.block}) {name}({", ".join(params)}) {{')
+    L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")
+    L.append(f"  __shared__ __align__(16) {ty} g_vt[{dvp}][{bc + 8}];  /* value dims x key rows */")
+    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;")
+    L.append(f"  const i64 z = blockIdx.x / {qtiles}, q0 = (i64)(blockIdx.x % {qtiles}) * {rows} + warp * 16;")
+    rest = "z"
+    for a in range(nb - 1, -1, -1):
+        L.append(f"  const i64 i{a} = {rest} % {k.batch[a]};" if a else f"  const i64 i{a} = {rest};")
+        if a:
+            L.append(f"  const i64 z{a} = {rest} / {k.batch[a]};")
+            rest = f"z{a}"
+    for tag, op in (("q", k.q), ("k", k.k), ("v", k.v), ("o", k.out)):
+        base = " + ".join([str(op.offset)] + [f"i{a} * {op.strides[a]}LL" for a in range(nb) if op.strides[a]])
+        L.append(f"  const i64 {tag}z = {base};")
+    qr, qc = k.q.strides[-2:]
+    kr, kc = k.k.strides[-2:]
+    vr, vc = k.v.strides[-2:]
+    orow, ocol = k.out.strides[-2:]
+    # q fragments, once: rows q0+g and q0+g+8, head dims 16kk + 2t (+1, +8, +9)
+    L.append(f"  unsigned qa[{dp // 16}][4];")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int kk = 0; kk < {dp // 16}; ++kk) {{")
+    L.append("    #pragma unroll")
+    L.append("    for (int h = 0; h < 4; ++h) {")
+    L.append("      const i64 r = q0 + g + (h & 1) * 8, c = kk * 16 + t2 + (h >> 1) * 8;")
+    L.append(f"      const {ty} x0 = (r < {s} && c < {d}) ? in0[qz + r * {qr}LL + c * {qc}LL] : ({ty})0;")
+    L.append(f"      const {ty} x1 = (r < {s} && c + 1 < {d}) ? in0[qz + r * {qr}LL + (c + 1) * {qc}LL] : ({ty})0;")
+    L.append("      qa[kk][h] = g_pack2(x0, x1);")
+    L.append("    }")
+    L.append("  }")
+    L.append(f"  float o[{dvp // 8}][4];")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int n = 0; n < {dvp // 8}; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;")
+    L.append("  float m[2] = {-G_INF, -G_INF}, l[2] = {0.f, 0.f};")
+    L.append(f"  for (i64 k0 = 0; k0 < {t}; k0 += {bc}) {{")
+    L.append("    __syncthreads();   /* the previous tile's readers are done */")
+    L += _tile_loads(k, bc, dp, dvp, ty)
+    L.append("    __syncthreads();")
+    L.append(f"    float sc[{bc // 8}][4];")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
+    L.append("      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;")
+    L.append("      #pragma unroll")
+    L.append(f"      for (int kk = 0; kk < {dp // 16}; ++kk) {{")
+    L.append("        const unsigned b0 = *(const unsigned*)&g_k[n * 8 + g][kk * 16 + t2];")
+    L.append("        const unsigned b1 = *(const unsigned*)&g_k[n * 8 + g][kk * 16 + 8 + t2];")
+    L.append(f'        G_MMA("{mma}", sc[n], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);')
+    L.append("      }")
+    L.append("    }")
+    coords = ", ".join([f"i{a}" for a in range(nb)] + ["r", "j"])
+    extra_args = "".join(f", in{3 + e}" for e in range(extras))
+    L.append("    float mx[2] = {-G_INF, -G_INF};")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
+    L.append("      #pragma unroll")
+    L.append("      for (int h = 0; h < 4; ++h) {")
+    L.append("        const i64 r = q0 + g + (h >> 1) * 8, j = k0 + n * 8 + t2 + (h & 1);")
+    L.append(f"        const float x = j >= {t} ? -G_INF : r >= {s} ? 0.f : {score_fn}(sc[n][h], {coords}{extra_args});")
+    L.append("        sc[n][h] = x;")
+    L.append("        mx[h >> 1] = fmaxf(mx[h >> 1], x);")
+    L.append("      }")
+    L.append("    }")
+    L.append("    float base[2], alpha[2];")
+    L.append("    #pragma unroll")
+    L.append("    for (int h = 0; h < 2; ++h) {   /* the four lanes of a quad share a row */")
+    L.append("      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));")
+    L.append("      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));")
+    L.append("      const float mn = fmaxf(m[h], mx[h]);")
+    L.append("      base[h] = mn == -G_INF ? 0.f : mn;   /* a row masked so far: exp(-inf) = 0, not NaN */")
+    L.append("      alpha[h] = exp2f((m[h] - base[h]) * 1.4426950408889634f);")
+    L.append("      m[h] = mn;")
+    L.append("      l[h] *= alpha[h];")
+    L.append("    }")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int n = 0; n < {dvp // 8}; ++n) {{ o[n][0] *= alpha[0]; o[n][1] *= alpha[0]; o[n][2] *= alpha[1]; o[n][3] *= alpha[1]; }}")
+    L.append(f"    unsigned pa[{bc // 16}][4];")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
+    L.append("      #pragma unroll")
+    L.append("      for (int h = 0; h < 4; ++h) {")
+    L.append("        sc[n][h] = exp2f((sc[n][h] - base[h >> 1]) * 1.4426950408889634f);")
+    L.append("        l[h >> 1] += sc[n][h];")
+    L.append("      }")
+    L.append(f"      pa[n >> 1][(n & 1) * 2] = g_pack2({from_f}(sc[n][0]), {from_f}(sc[n][1]));")
+    L.append(f"      pa[n >> 1][(n & 1) * 2 + 1] = g_pack2({from_f}(sc[n][2]), {from_f}(sc[n][3]));")
+    L.append("    }")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int kk = 0; kk < {bc // 16}; ++kk) {{")
+    L.append("      #pragma unroll")
+    L.append(f"      for (int n = 0; n < {dvp // 8}; ++n) {{")
+    L.append("        const unsigned b0 = *(const unsigned*)&g_vt[n * 8 + g][kk * 16 + t2];")
+    L.append("        const unsigned b1 = *(const unsigned*)&g_vt[n * 8 + g][kk * 16 + 8 + t2];")
+    L.append(f'        G_MMA("{mma}", o[n], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b0, b1);')
+    L.append("      }")
+    L.append("    }")
+    L.append("  }")
+    L.append("  #pragma unroll")
+    L.append("  for (int h = 0; h < 2; ++h) {   /* each lane summed its own columns: add the quad's */")
+    L.append("    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);")
+    L.append("    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);")
+    L.append("  }")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int n = 0; n < {dvp // 8}; ++n) {{")
+    L.append("    #pragma unroll")
+    L.append("    for (int h = 0; h < 4; ++h) {")
+    L.append("      const i64 r = q0 + g + (h >> 1) * 8, c = n * 8 + t2 + (h & 1);")
+    L.append(f"      if (r < {s} && c < {dv}) out[oz + r * {orow}LL + c * {ocol}LL] = {from_f}(o[n][h] / l[h >> 1]);")
+    L.append("    }")
+    L.append("  }")
+    L.append("}")
+    return "\n".join(L)
+
+
+def _tile_loads(k: AttentionKernel, bc: int, dp: int, dvp: int, ty: str) -> list:
+    """Statements filling g_k and g_vt with keys k0.. (zeros past the end): 16-byte loads where the
+    rows are contiguous and aligned, element loads otherwise."""
+    lines = []
+    for tag, op, width, dim, padded, slot in (("k", k.k, k.head_dim, "g_k", dp, 1), ("v", k.v, k.value_dim, "g_vt", dvp, 2)):
+        row, col = op.strides[-2:]
+        vec = col == 1 and width % 8 == 0 and all(x % 8 == 0 for x in (op.offset, row, *op.strides[:-2]))
+        step = 8 if vec else 1
+        per_row = padded // step
+        store = (f"{dim}[j][c + u]" if tag == "k" else f"{dim}[c + u][j]")
+        lines.append(f"    for (int e = threadIdx.x; e < {bc * per_row}; e += blockDim.x) {{")
+        lines.append(f"      const int j = e / {per_row}, c = (e % {per_row}) * {step};")
+        lines.append(f"      const bool ok = k0 + j < {k.seq_k} && c < {width};")
+        if vec:
+            lines.append("      uint4 w; w.x = w.y = w.z = w.w = 0u;")
+            lines.append(f"      if (ok) w = *(const uint4*)(in{slot} + {tag}z + (k0 + j) * {row}LL + c);")
+            lines.append(f"      const {ty}* x = (const {ty}*)&w;")
+            lines.append("      #pragma unroll")
+            lines.append(f"      for (int u = 0; u < 8; ++u) {store} = x[u];")
+        else:
+            lines.append("      const int u = 0;")
+            lines.append(f"      {store} = ok ? in{slot}[{tag}z + (k0 + j) * {row}LL + c * {col}LL] : ({ty})0;")
+        lines.append("    }")
+    return lines

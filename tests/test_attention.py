@@ -1,0 +1,176 @@
+"""Fused attention (passes/attention.py, ir/attention.py, codegen/attention.py).
+
+The models are attention as exporters write it (MatMul, Mul by a scale, a mask, Softmax, MatMul), in
+float16 and bfloat16, checked against a float64 numpy reference: on the CPU backend here, and on the
+GPU (marker gpu) against the CPU backend too, which runs the same semantics."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.ir.attention import AttentionKernel, kernel_from_json
+from helpers import init, model, rel_err, tinfo
+
+ML = {"float16": (TensorProto.FLOAT16, np.float16), "bfloat16": (TensorProto.BFLOAT16, None)}
+
+# name: (batch, heads, S, T, D, Dv, mask)
+CASES = {
+    "plain-odd-sizes": (1, 3, 37, 37, 64, 64, None),
+    "causal-two-tiles": (1, 2, 100, 100, 64, 64, "causal"),
+    "additive-padding": (2, 4, 16, 70, 32, 32, "additive"),
+    "first-tile-masked": (1, 2, 24, 130, 64, 48, "late_keys"),
+    "decode-one-row": (1, 12, 1, 80, 64, 64, None),
+    "head-dim-80": (1, 2, 20, 20, 80, 80, "causal"),
+}
+
+
+def attention_model(b, h, s, t, d, dv, mask, dtype="float16"):
+    """Q, K, V (and an additive mask) as inputs; a boolean mask (causal / late keys) as a constant."""
+    onnx_type = ML[dtype][0]
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Mul", ["qk", "scale"], ["scores"])]
+    scale = np.array(1 / np.sqrt(d), np.float32)
+    inits = [helper.make_tensor("scale", onnx_type, [], [float(scale)]) if dtype == "bfloat16"
+             else init("scale", scale.astype(np.float16))]
+    inputs = [tinfo("q", onnx_type, [b, h, s, d]), tinfo("k", onnx_type, [b, h, t, d]), tinfo("v", onnx_type, [b, h, t, dv])]
+    last = "scores"
+    if mask == "additive":
+        inputs.append(tinfo("m", onnx_type, [b, 1, 1, t]))
+        nodes.append(helper.make_node("Add", ["scores", "m"], ["masked"]))
+        last = "masked"
+    elif mask in ("causal", "late_keys"):
+        inits.append(init("keep", boolean_mask(mask, s, t)))
+        inits.append(helper.make_tensor("ninf", onnx_type, [], [float("-inf")]))
+        nodes.append(helper.make_node("Where", ["keep", "scores", "ninf"], ["masked"]))
+        last = "masked"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    return model(nodes, inputs, [tinfo("y", onnx_type, [b, h, s, dv])], inits, opset=17)
+
+
+def boolean_mask(kind, s, t):
+    i, j = np.arange(s)[:, None], np.arange(t)[None, :]
+    if kind == "causal":
+        return j <= i + (t - s)
+    return (j >= 64 + (i % 3)) | (i % 2 == 0)   # odd rows see nothing in the first 64 keys
+
+
+def inputs_for(b, h, s, t, d, dv, mask, seed=0):
+    rng = np.random.default_rng(seed)
+    feeds = {"q": rng.standard_normal((b, h, s, d)), "k": rng.standard_normal((b, h, t, d)),
+             "v": rng.standard_normal((b, h, t, dv))}
+    if mask == "additive":
+        m = np.zeros((b, 1, 1, t))
+        m[..., t - 1 - rng.integers(0, t // 2, size=b)[:, None, None]] = -10000.0
+        m[1:, ..., t // 2:] = -10000.0
+        feeds["m"] = m
+    return {k: v.astype(np.float16) for k, v in feeds.items()}
+
+
+def reference(feeds, mask, s, t, d):
+    q, k, v = (feeds[n].astype(np.float64) for n in "qkv")
+    x = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+    if mask == "additive":
+        x = x + feeds["m"].astype(np.float64)
+    elif mask:
+        x = np.where(boolean_mask(mask, s, t), x, -np.inf)
+    x = np.exp(x - x.max(-1, keepdims=True))
+    return (x / x.sum(-1, keepdims=True)) @ v
+
+
+def compile_case(case, targets=()):
+    b, h, s, t, d, dv, mask = CASES[case]
+    m = attention_model(b, h, s, t, d, dv, mask)
+    feeds = inputs_for(b, h, s, t, d, dv, mask)
+    bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=list(targets))
+    return Bundle.from_bytes(bundle.to_bytes()), feeds
+
+
+def attention_kernels(bundle) -> list:
+    return [k for k in map(kernel_from_json, bundle.kernels) if isinstance(k, AttentionKernel)]
+
+
+# fp16 inputs, fp32 accumulation, p rounded to half for the second product (as in flash attention):
+# the reference is float64 on the same half inputs, so what remains is half rounding of p and of y.
+TOL = dict(rel=3e-3, atol=4e-3, rtol=2e-2)
+
+
+def assert_close(got, ref, what):
+    got = got.astype(np.float64)
+    err = rel_err(got, ref)
+    assert err < TOL["rel"], f"{what}: rel-L2 {err:.3g}, max-abs {np.abs(got - ref).max():.3g}"
+    np.testing.assert_allclose(got, ref, atol=TOL["atol"], rtol=TOL["rtol"], err_msg=what)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_attention_is_one_kernel_on_the_cpu_backend(case):
+    bundle, feeds = compile_case(case)
+    b, h, s, t, d, dv, mask = CASES[case]
+    steps = bundle.plans[0].steps
+    assert len(attention_kernels(bundle)) == 1
+    assert not [st for st in steps if st.op == "library"], "both products went into the fused kernel"
+    got = grapec.load(bundle, backend="cpu").run(feeds)["y"]
+    assert_close(got, reference(feeds, mask, s, t, d), case)
+
+
+def test_fully_masked_row_is_nan_like_onnx_softmax():
+    """A row with every score -inf: ONNX's Softmax gives NaN, and so does the fused form (0 / 0)."""
+    m = attention_model(1, 1, 4, 8, 16, 16, "causal")
+    keep = np.tril(np.ones((4, 8), bool))
+    keep[2] = False
+    for t in m.graph.initializer:
+        if t.name == "keep":
+            t.CopyFrom(init("keep", keep))
+    feeds = inputs_for(1, 1, 4, 8, 16, 16, None)
+    bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    assert len(attention_kernels(bundle)) == 1
+    got = grapec.load(bundle, backend="cpu").run(feeds)["y"]
+    assert np.isnan(got[0, 0, 2]).all() and np.isfinite(np.delete(got, 2, axis=2)).all()
+
+
+def test_float32_attention_stays_three_steps_and_says_why():
+    m = attention_model(1, 2, 8, 8, 16, 16, None)
+    for vi in list(m.graph.input) + list(m.graph.output):
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    m.graph.initializer[0].CopyFrom(init("scale", np.array(0.25, np.float32)))
+    bundle = grapec.compile(m, shapes={"q": (1, 2, 8, 16), "k": (1, 2, 8, 16), "v": (1, 2, 8, 16)}, targets=[])
+    assert not attention_kernels(bundle)
+    assert any("stays GEMM + softmax + GEMM: float32" in n for n in bundle.manifest["notes"])
+
+
+@pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 1, "seq": 8}), ("bert", {"batch": 1, "seq": 8}),
+                                       ("wav2vec2", {"batch": 1, "samples": 1600})])
+def test_zoo_attention_fuses_in_fp16(name, dims):
+    """The exporters' own spellings (GPT-2's causal mask, BERT's padding mask, Wav2Vec2's scaled q)."""
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "tiny", f"{name}.onnx")
+    bundle = grapec.compile(path, dims=dims, precision="fp16", targets=[])
+    used = {st.kernel for st in bundle.plans[0].steps if st.op == "kernel"}
+    fused = [i for i, k in enumerate(bundle.kernels) if k.get("kind") == "attention"]
+    assert fused and set(fused) <= used
+    assert sum(1 for st in bundle.plans[0].steps if st.op == "kernel" and st.kernel in fused) == 2   # 2 layers
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fused_attention_kernel_on_gpu(case):
+    b, h, s, t, d, dv, mask = CASES[case]
+    bundle, feeds = compile_case(case, targets=["sm_90"])
+    got = grapec.load(bundle, backend="cuda").run(feeds)["y"]
+    cpu = grapec.load(bundle, backend="cpu").run(feeds)["y"]
+    assert_close(got, reference(feeds, mask, s, t, d), f"{case} (cuda vs float64)")
+    assert rel_err(got, cpu) < 2e-3, f"{case}: cuda vs cpu backend {rel_err(got, cpu):.3g}"
+
+
+@pytest.mark.gpu
+def test_fused_attention_bf16_on_gpu():
+    b, h, s, t, d, dv, mask = 1, 4, 40, 90, 64, 64, "causal"
+    m = attention_model(b, h, s, t, d, dv, mask, dtype="bfloat16")
+    import ml_dtypes
+    feeds = {k: v.astype(np.float32).astype(ml_dtypes.bfloat16) for k, v in inputs_for(b, h, s, t, d, dv, mask).items()}
+    bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=["sm_90"])
+    assert len(attention_kernels(bundle)) == 1
+    got = grapec.load(bundle, backend="cuda").run(feeds)["y"].astype(np.float64)
+    ref = reference({k: v.astype(np.float64) for k, v in feeds.items()}, mask, s, t, d)
+    assert rel_err(got, ref) < 1.5e-2   # bfloat16: 8 bits of mantissa, p and y rounded to it
