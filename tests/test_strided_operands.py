@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import grapec
+from grapec.ir.attention import kernel_from_json
 from grapec.bundle.format import Bundle
 from grapec.check import check_model
 from grapec.errors import BundleError
@@ -48,7 +49,16 @@ def test_batched_heads_without_one_batch_stride_keep_their_copy():
 def test_fp16_attention_reads_in_place_too():
     results, _ = check_model(GPT2, dims={"batch": 1, "seq": 8}, backend="cpu", rtol=1e-2, seed=4, precision="fp16")
     assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
-    assert views_of(grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[], precision="fp16"))
+    # in half, attention is one kernel (passes/attention.py) that reads q, k and v from the one QKV
+    # projection buffer through the views the GEMMs had, and writes merged heads in place
+    b = grapec.compile(GPT2, dims={"batch": 1, "seq": 8}, targets=[], precision="fp16")
+    fused = [(st, kernel_from_json(b.kernels[st.kernel])) for st in b.plans[0].steps if st.op == "kernel"
+             and b.kernels[st.kernel].get("kind") == "attention"]
+    assert len(fused) == 2
+    for st, k in fused:
+        assert len(set(st.args[:3])) == 1, "q, k, v are slices of one buffer"
+        assert [k.q.offset, k.k.offset, k.v.offset] == [0, 64, 128]   # tiny GPT-2: hidden 64
+        assert k.out.strides[-2] == 64 and k.out.strides[-3] == 16     # [1, 8, 4, 16]: heads merged in place
 
 
 def test_a_view_reaching_past_its_buffer_is_refused_at_load():

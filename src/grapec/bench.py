@@ -43,7 +43,9 @@ TOKENS_OUTPUT_KEY = "grapec.generated_tokens_output"
 COUNT_OUTPUT_KEY = "grapec.generated_count_output"
 
 
-def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0) -> dict:
+def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0,
+                 per_step: bool = False) -> dict:
+    """per_step: also time every top-level step alone (runtime/cuda/profile.py) into res["steps"]."""
     import grapec
     from .runtime.cuda.driver import Device
     probe = Device(device)
@@ -84,6 +86,9 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
         res["generated"] = int(np.asarray(first[meta[COUNT_OUTPUT_KEY]]).reshape(-1)[0])
         if meta.get(TOKENS_OUTPUT_KEY) in first:
             res["tokens"] = [int(t) for t in np.asarray(first[meta[TOKENS_OUTPUT_KEY]]).reshape(-1)[:res["generated"]]]
+    if per_step:
+        from .runtime.cuda.profile import profile_steps
+        res["steps"] = [t.to_json() for t in profile_steps(r, bucket)]
     sess._runner.close()
     return res
 

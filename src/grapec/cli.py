@@ -74,7 +74,7 @@ def _shape_options(f):
 
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
-             host_control=False, values=(), calibration_inputs=(), precision_tolerance=None):
+             host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full"):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs
@@ -83,7 +83,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
                          targets=targets, progress=say, precision=precision, host_control=host_control,
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
-                         precision_tolerance=precision_tolerance,
+                         precision_tolerance=precision_tolerance, fusion=fusion,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
 
@@ -94,6 +94,10 @@ PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs 
                   "diverging, reports them, and refuses the model if its outputs still differ from float32 "
                   "by more than 1e-2 (||out-ref||/||ref||). bf16: the same in bfloat16 (float32's range, fewer "
                   "mantissa bits; tolerance 3e-2).")
+FUSION_HELP = ("full: producers inlined into consumers, reductions stitched (LayerNorm, softmax as one kernel), "
+               "epilogues folded into GEMMs, attention as one flash-attention kernel (fp16/bf16); rules: all of "
+               "that but attention, which stays GEMM + softmax + GEMM; none: one kernel per lowered op, every GEMM "
+               "plain (a baseline to measure fusion against). If/Loop bodies are fused in every mode.")
 CALIBRATION_HELP = ("For fp16 and bf16: an .npz with one array per model input, shaped like the largest bucket, to "
                     "calibrate on instead of random inputs (repeatable: one sample per file).")
 
@@ -124,10 +128,11 @@ def _precision_option(f):
                    "--bucket seq=128). Each bucket gets its own plan; kernels that differ only in sizes "
                    "share one GPU function.")
 @_precision_option
+@click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision,
-            calibration_inputs, precision_tolerance, force, quiet):
+            calibration_inputs, precision_tolerance, fusion, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
@@ -146,7 +151,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
-                      buckets, host_control, values, calibration_inputs, precision_tolerance)
+                      buckets, host_control, values, calibration_inputs, precision_tolerance, fusion)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -360,9 +365,14 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy|NAME=NUMBER",
               help="Feed an input from a .npy file, or a scalar input its value, e.g. --input max_new_tokens=128 "
                    "(others are random, within the ranges the model declares).")
+@click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True,
+              help="For an .onnx MODEL: how much to fuse (see grapec compile --help).")
+@click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
+              "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
+              "against one replay.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs,
-          precision_tolerance, seed, inputs, as_json):
+          precision_tolerance, seed, inputs, fusion, per_step, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -384,12 +394,13 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     from .inputs import load_calibration_inputs
     calib = load_calibration_inputs(calibration_inputs)
     bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, values=value_args,
-                            calibration_inputs=calib, precision_tolerance=precision_tolerance) if model.endswith(".onnx") else Bundle.read(model)
+                            calibration_inputs=calib, precision_tolerance=precision_tolerance,
+                            fusion=fusion) if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
     feeds = _feeds(cpu, inputs, seed)
     cpu.check_feeds(feeds)   # bad --input: a clear error before any GPU work
-    res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup)}
+    res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup, per_step=per_step > 0)}
     if "torch" in peers:
         name, _, size = (zoo_name or "").partition(":")
         if not zoo_name:
@@ -430,6 +441,22 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     for k, v in res.items():
         if k.startswith("_") and k.endswith(" error"):
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
+    if per_step:
+        _print_steps(g["steps"], g["replay"]["median_ms"], per_step)
+
+
+def _print_steps(steps: list, replay_ms: float, top: int):
+    total = sum(s["us"] for s in steps)
+    by_kind: dict = {}
+    for s in steps:
+        n, us = by_kind.get(s["kind"], (0, 0.0))
+        by_kind[s["kind"]] = (n + 1, us + s["us"])
+    click.echo(f"\nsteps alone: {len(steps)} steps, {total / 1e3:.4f} ms in all (one replay: {replay_ms:.4f} ms)")
+    click.echo("  " + ", ".join(f"{k} {n} x {us / n:.1f} us = {us / 1e3:.3f} ms" for k, (n, us) in
+                                sorted(by_kind.items(), key=lambda kv: -kv[1][1])))
+    click.echo(f"{'step':>6s} {'us':>8s} {'share':>6s}  {'kind':12s} onnx nodes")
+    for s in sorted(steps, key=lambda s: -s["us"])[:top]:
+        click.echo(f"{s['index']:6d} {s['us']:8.2f} {s['us'] / total:6.1%}  {s['kind']:12s} {', '.join(s['origin'])}")
 
 
 def _parse(shapes, dims, values=()):

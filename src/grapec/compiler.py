@@ -47,23 +47,29 @@ from .passes.strided_operands import strided_operands
 from .passes.specialize import specialize
 
 
-def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool = True,
+FUSION_LEVELS = ("full", "rules", "none")
+
+
+def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
-    fusion=False keeps one kernel per lowered op; host_control: If/Loop control on the host;
+    fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
+    True are "none" and "full"); host_control: If/Loop control on the host;
     input_values: graph inputs fixed to these values (constants from here on); notes: where
     to report what fusion left alone."""
     g = specialize(graph, input_shapes, parent, input_values)
     g = simplify(g)
     g = lower_graph(g)
-    if fusion:
+    level = {True: "full", False: "none"}.get(fusion, fusion)
+    if level != "none":
         g = small_matmuls_as_kernels(g)
         g = fold_epilogues(g)
         g = fuse(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
         g = strided_operands(g)
-        g = fuse_attention(g, notes)
+        if level == "full":
+            g = fuse_attention(g, notes)
     g = schedule(g)
     return form_regions(g, host_control) if parent is None else g
 
@@ -75,7 +81,8 @@ HALF_PRECISIONS = ("fp16", "bf16")
 def compile_model(model, shapes: dict | None = None, dims: dict | None = None, buckets: list | None = None,
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
                   precision: str = "fp32", host_control: bool = False, values: dict | None = None,
-                  calibration_inputs: list | None = None, precision_tolerance: float | None = None) -> Bundle:
+                  calibration_inputs: list | None = None, precision_tolerance: float | None = None,
+                  fusion: str = "full") -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -101,12 +108,16 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              inputs valid for the model), shaped like the largest bucket.
     precision_tolerance: for fp16/bf16, the largest ||out - ref|| / ||ref|| accepted per output
              against float32 (default 1e-2 fp16, 3e-2 bf16).
+    fusion:  "full" (default), "rules" (attention stays GEMM + softmax + GEMM) or "none" (one kernel
+             per lowered op: the baseline fusion is measured against); If/Loop bodies always fuse.
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
     t0 = time.perf_counter()
     if precision not in PRECISIONS:
         raise GrapecError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    if fusion not in FUSION_LEVELS:
+        raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
     proto = load_model(model)
     graph = import_model(proto, where)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
@@ -138,7 +149,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     plans, bucket_meta, notes = [], [], []
     for bi, ishapes in enumerate(bucket_shapes):
         t1 = time.perf_counter()
-        low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed, notes=notes)
+        low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed, notes=notes,
+                            fusion=fusion)
         for node in regions(low):
             if not node.attrs["graphed"]:
                 note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -166,6 +178,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "model": os.path.basename(where),
         "opset": opset_of(proto),
         "precision": precision,
+        "fusion": fusion,
         "inputs": [dict(_io_meta(graph, n, bucket_shapes), value_range=ranges[n].to_json() if n in ranges else None)
                    for n in graph.inputs if n not in fixed],
         "fixed_inputs": [{"name": n, "dtype": graph.values[n].dtype, "shape": list(a.shape), "value": a.tolist()}

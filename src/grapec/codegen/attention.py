@@ -2,7 +2,7 @@
 
 Each warp owns 16 query rows; a block of WARPS warps walks the keys in tiles of BC: the tile's k rows
 and v rows go to shared memory (v transposed, so that both products read their B fragments as one
-32-bit load), the warp computes S = Q Kᵀ for its rows in registers, applies the model's own score
+32-bit load; the next tile is read into registers while this one is computed), the warp computes S = Q Kᵀ for its rows in registers, applies the model's own score
 expression (rendered from kernel IR by the element renderer, called per score with its coordinates),
 and updates the online softmax: running max m, running sum l, output O scaled by exp(m_old - m_new).
 The probabilities go from the S accumulators straight into the A fragments of P·V: the m16n8 f32
@@ -25,6 +25,7 @@ from .launch import Launch
 SMS = 132            # H100/H200 SMs: the warp count per block shrinks until the grid fills them
 MAX_WARPS = 4
 MAX_KEY_TILE = 64
+MAX_PREFETCH = 8
 
 ATTENTION_PRELUDE = r"""
 __device__ __forceinline__ unsigned g_pack2(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }
@@ -74,7 +75,9 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     qtiles = _ceil(k.seq_q, rows)
     s, t, d, dv = k.seq_q, k.seq_k, k.head_dim, k.value_dim
     dp, dvp = _ceil(d, 16) * 16, _ceil(dv, 16) * 16
-    bc = min(MAX_KEY_TILE, _ceil(t, 16) * 16)
+    # the next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per operand
+    fits = MAX_PREFETCH * launch.block * 8 // max(dp, dvp) // 16 * 16
+    bc = max(16, min(MAX_KEY_TILE, _ceil(t, 16) * 16, fits))
     nb = len(k.batch)
     extras = len(k.inputs) - 3
     score_fn = f"{name}_score"
@@ -114,10 +117,19 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("  #pragma unroll")
     L.append(f"  for (int n = 0; n < {dvp // 8}; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;")
     L.append("  float m[2] = {-G_INF, -G_INF}, l[2] = {0.f, 0.f};")
+    copies = [_TileCopy("k", k.k, d, dp, 1, "g_k", False, k, bc, launch.block, ty),
+              _TileCopy("v", k.v, dv, dvp, 2, "g_vt", True, k, bc, launch.block, ty)]
+    for cp in copies:
+        L += cp.declare() + cp.fetch("0", "  ")
     L.append(f"  for (i64 k0 = 0; k0 < {t}; k0 += {bc}) {{")
     L.append("    __syncthreads();   /* the previous tile's readers are done */")
-    L += _tile_loads(k, bc, dp, dvp, ty)
+    for cp in copies:
+        L += cp.stash("    ")
     L.append("    __syncthreads();")
+    L.append(f"    if (k0 + {bc} < {t}) {{   /* the next tile's loads fly while this one is computed */")
+    for cp in copies:
+        L += cp.fetch(f"(k0 + {bc})", "      ")
+    L.append("    }")
     L.append(f"    float sc[{bc // 8}][4];")
     L.append("    #pragma unroll")
     L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
@@ -193,27 +205,49 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     return "\n".join(L)
 
 
-def _tile_loads(k: AttentionKernel, bc: int, dp: int, dvp: int, ty: str) -> list:
-    """Statements filling g_k and g_vt with keys k0.. (zeros past the end): 16-byte loads where the
-    rows are contiguous and aligned, element loads otherwise."""
-    lines = []
-    for tag, op, width, dim, padded, slot in (("k", k.k, k.head_dim, "g_k", dp, 1), ("v", k.v, k.value_dim, "g_vt", dvp, 2)):
+class _TileCopy:
+    """Moving one operand's key tile from global memory to shared memory in two halves, so that the
+    next tile's loads are in flight while the warp computes on this one (a software pipeline):
+    fetch(k0) reads into registers, stash() writes them to shared memory. 16-byte reads where the
+    rows are contiguous and aligned, element reads otherwise; zeros past the last key."""
+
+    def __init__(self, tag, op, width, padded, slot, smem, transposed, k: AttentionKernel, bc: int, block: int, ty: str):
         row, col = op.strides[-2:]
-        vec = col == 1 and width % 8 == 0 and all(x % 8 == 0 for x in (op.offset, row, *op.strides[:-2]))
-        step = 8 if vec else 1
-        per_row = padded // step
-        store = (f"{dim}[j][c + u]" if tag == "k" else f"{dim}[c + u][j]")
-        lines.append(f"    for (int e = threadIdx.x; e < {bc * per_row}; e += blockDim.x) {{")
-        lines.append(f"      const int j = e / {per_row}, c = (e % {per_row}) * {step};")
-        lines.append(f"      const bool ok = k0 + j < {k.seq_k} && c < {width};")
-        if vec:
-            lines.append("      uint4 w; w.x = w.y = w.z = w.w = 0u;")
-            lines.append(f"      if (ok) w = *(const uint4*)(in{slot} + {tag}z + (k0 + j) * {row}LL + c);")
-            lines.append(f"      const {ty}* x = (const {ty}*)&w;")
-            lines.append("      #pragma unroll")
-            lines.append(f"      for (int u = 0; u < 8; ++u) {store} = x[u];")
+        self.vec = col == 1 and width % 8 == 0 and all(x % 8 == 0 for x in (op.offset, row, *op.strides[:-2]))
+        self.step = 8 if self.vec else 1
+        self.per_row = padded // self.step
+        self.total = bc * self.per_row
+        self.n = _ceil(self.total, block)
+        self.tag, self.op, self.width, self.slot, self.smem, self.transposed = tag, op, width, slot, smem, transposed
+        self.seq_k, self.block, self.ty = k.seq_k, block, ty
+        self.reg = f"g_{tag}buf"
+
+    def declare(self) -> list:
+        return [f"  {'uint4' if self.vec else self.ty} {self.reg}[{self.n}];"]
+
+    def _loop(self, indent: str) -> list:
+        guard = f"if (e < {self.total}) " if self.total % self.block else ""
+        return [f"{indent}#pragma unroll", f"{indent}for (int it = 0; it < {self.n}; ++it) {{",
+                f"{indent}  const int e = threadIdx.x + it * {self.block}, j = e / {self.per_row}, c = (e % {self.per_row}) * {self.step};",
+                f"{indent}  {guard}{{"]
+
+    def fetch(self, k0: str, indent: str) -> list:
+        row, col = self.op.strides[-2:]
+        ok = f"{k0} + j < {self.seq_k} && c < {self.width}"
+        src = f"in{self.slot} + {self.tag}z + ({k0} + j) * {row}LL + c"
+        if self.vec:
+            body = [f"{indent}    {self.reg}[it].x = {self.reg}[it].y = {self.reg}[it].z = {self.reg}[it].w = 0u;",
+                    f"{indent}    if ({ok}) {self.reg}[it] = *(const uint4*)({src});"]
         else:
-            lines.append("      const int u = 0;")
-            lines.append(f"      {store} = ok ? in{slot}[{tag}z + (k0 + j) * {row}LL + c * {col}LL] : ({ty})0;")
-        lines.append("    }")
-    return lines
+            body = [f"{indent}    {self.reg}[it] = ({ok}) ? in{self.slot}[{self.tag}z + ({k0} + j) * {row}LL + c * {col}LL] : ({self.ty})0;"]
+        return self._loop(indent) + body + [f"{indent}  }}", f"{indent}}}"]
+
+    def stash(self, indent: str) -> list:
+        at = f"{self.smem}[c + u][j]" if self.transposed else f"{self.smem}[j][c + u]"
+        if self.vec:
+            body = [f"{indent}    const {self.ty}* x = (const {self.ty}*)&{self.reg}[it];",
+                    f"{indent}    #pragma unroll",
+                    f"{indent}    for (int u = 0; u < 8; ++u) {at} = x[u];"]
+        else:
+            body = [f"{indent}    const int u = 0;", f"{indent}    {at} = {self.reg}[it];"]
+        return self._loop(indent) + body + [f"{indent}  }}", f"{indent}}}"]
