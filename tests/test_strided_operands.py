@@ -67,3 +67,24 @@ def test_a_view_reaching_past_its_buffer_is_refused_at_load():
     st.attrs["views"]["1"][0] += 10**6
     with pytest.raises(BundleError, match="view 1.*reaches element"):
         Bundle.from_bytes(b.to_bytes())
+
+
+@pytest.mark.parametrize("precision,ld", [("fp32", 260), ("fp16", 264)])
+def test_gemm_with_odd_rows_writes_padded_rows_for_its_kernel_readers(precision, ld):
+    """cuBLASLt wants 16-byte aligned rows: 257 columns are written with a padded leading dimension,
+    and the kernel that reads them (a softmax over the logits, here) reads the padded buffer."""
+    from helpers import init, model, tinfo
+    from onnx import helper
+    rng = np.random.default_rng(0)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Softmax", ["y"], ["z"], axis=-1)],
+              [tinfo("x", shape=[1, 8, 64])], [tinfo("z", shape=[1, 8, 257])],
+              [init("w", rng.standard_normal((64, 257)).astype(np.float32) / 8)])
+    x = rng.standard_normal((1, 8, 64)).astype(np.float32)
+    b = grapec.compile(m, shapes={"x": x.shape}, targets=[], precision=precision)
+    mm = [st for st in b.plans[0].steps if st.op == "library"]
+    assert len(mm) == 1 and mm[0].attrs["views"]["out"][2] == ld
+    assert b.plans[0].buffers[mm[0].out].shape[-1] == ld
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run({"x": x})["z"]
+    from helpers import ort_run, rel_err
+    ref = ort_run(m, {"x": x})["z"]
+    assert rel_err(got, ref) < (1e-5 if precision == "fp32" else 2e-3)

@@ -12,6 +12,7 @@
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
+        aligned_gemm_outputs      a GEMM with rows of odd length writes padded rows (cuBLASLt's fast kernels)
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
         plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
@@ -43,7 +44,7 @@ from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
 from .passes.simplify import simplify
-from .passes.strided_operands import strided_operands
+from .passes.strided_operands import aligned_gemm_outputs, strided_operands
 from .passes.specialize import specialize
 
 
@@ -70,6 +71,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = strided_operands(g)
         if level == "full":
             g = fuse_attention(g, notes)
+        g = aligned_gemm_outputs(g)
     g = schedule(g)
     return form_regions(g, host_control) if parent is None else g
 
