@@ -174,8 +174,9 @@ def _row_major(shape) -> list:
 
 def aligned_gemm_outputs(g: Graph) -> Graph:
     """A GEMM whose rows are not a multiple of 16 bytes (GPT-2's 50257 logits) writes into a buffer
-    with padded rows, through an output view, and the kernels that read it (also through reshapes
-    that keep the rows) read the padded buffer. cuBLASLt's tensor-core kernels need 16-byte aligned
+    with padded rows, and the kernels that read it (also through reshapes that keep the rows) read
+    the padded buffer. Against a constant weight, the weight gets zero columns and the GEMM computes
+    the padded width; otherwise it writes the odd width through an output view. cuBLASLt's tensor-core kernels need 16-byte aligned
     rows; with odd ones it takes slow paths (the GPT-2 vocabulary projection at 8 rows: 53 us on an
     H100, where its weights take 23 to read). Only where every reader is a kernel: a graph output or
     a library operand stays dense."""
@@ -197,8 +198,9 @@ def aligned_gemm_outputs(g: Graph) -> Graph:
         cols = -(-out.shape[-1] // per_vector) * per_vector
         padded = {name: g.add_value(f"{name}_padded", out.dtype, (*g.lookup(name).shape[:-1], cols)).name
                   for name in chain}
-        node.attrs = dict(node.attrs, views={**(node.attrs.get("views") or {}),
-                                             "out": [0, out.shape[-2] * cols, cols, list(out.shape)]})
+        if not _pad_weight(g, node, cols):   # else the GEMM still computes the odd width, into padded rows
+            node.attrs = dict(node.attrs, views={**(node.attrs.get("views") or {}),
+                                                 "out": [0, out.shape[-2] * cols, cols, list(out.shape)]})
         node.outputs[0] = padded[out.name]
         for name in chain:
             for u in readers.get(name, []):
@@ -211,6 +213,26 @@ def aligned_gemm_outputs(g: Graph) -> Graph:
                     u.outputs = [padded[u.outputs[0]]]
                 u.inputs = [padded.get(i, i) for i in u.inputs]
     return g
+
+
+def _pad_weight(g: Graph, node, cols: int) -> bool:
+    """When B (and the bias, if any) are constants, pad them with zeros to `cols` output columns, so
+    that the GEMM itself has an aligned width (cuBLASLt's fast kernels want N a multiple of 8 too)."""
+    b = g.lookup(node.inputs[1])
+    bias = g.lookup(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
+    if (b.const is None or len(b.shape) != 2 or (bias is not None and bias.const is None)
+            or (node.attrs.get("views") or {}).get("1")):
+        return False
+    w = np.asarray(b.const).reshape(b.shape)
+    axis = 0 if node.attrs.get("trans_b") else 1
+    widths = [(0, 0), (0, 0)]
+    widths[axis] = (0, cols - w.shape[axis])
+    w = np.pad(w, widths)
+    node.inputs[1] = g.add_value(f"{node.inputs[1]}_padded", b.dtype, w.shape, w).name
+    if bias is not None:
+        v = np.pad(np.asarray(bias.const).reshape(-1), (0, cols - bias.shape[-1]))
+        node.inputs[3] = g.add_value(f"{node.inputs[3]}_padded", bias.dtype, v.shape, v).name
+    return True
 
 
 def _row_keeping_readers(g: Graph, name: str, readers: dict):
