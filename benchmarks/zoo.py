@@ -2,12 +2,18 @@
 
     python benchmarks/zoo.py [--out DIR] [--only gpt2-s8,bert-s128] [--precision fp16,fp32]
                              [--iterations 200] [--no-compile] [--bundles DIR [--compile-only]]
+                             [--per-step] [--fusion-levels none,rules]
 
 Builds missing full-size models into models/full (models/build.py), compiles each with grapec,
 measures grapec's CUDA-graph replay and PyTorch eager / CUDA graph / torch.compile on the same
 weights and inputs (and onnxruntime's CUDA provider where it is installed), and writes
 DIR/results.json, DIR/table.md and DIR/plot.png (when matplotlib is there). Each configuration's
 results are written as soon as they exist.
+
+--per-step: also time every step of grapec's plan alone (results.json: grapec.steps), the per-kernel
+measurements the cost model is checked against. --fusion-levels: also compile and time grapec with
+these --fusion levels (none: one kernel per lowered op; rules: no fused attention), for the fusion
+table (fusion.md: kernels + GEMMs and time per level).
 
 --bundles DIR: use DIR/<config>-<precision>.grape where it exists instead of compiling (bundles
 compiled elsewhere, e.g. on a machine without a GPU); with --compile-only, compile them into DIR
@@ -44,6 +50,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (it takes a minute a model)")
     ap.add_argument("--bundles", help="folder of precompiled bundles <config>-<precision>.grape")
     ap.add_argument("--compile-only", action="store_true", help="compile the bundles into --bundles and stop")
+    ap.add_argument("--per-step", action="store_true", help="time every grapec step alone too")
+    ap.add_argument("--fusion-levels", default="", help="comma-separated extra --fusion levels to measure: none, rules")
     a = ap.parse_args()
     if a.compile_only and not a.bundles:
         ap.error("--compile-only needs --bundles DIR")
@@ -77,8 +85,13 @@ def main():
             print(f"{pre}: {t_compile:.0f}s", flush=True)
             continue
         feeds = bundle_inputs(bundle.manifest, 0, 0)
-        r = {"grapec": bench_grapec(bundle, feeds, a.iterations), "compile_s": t_compile, "bundle": origin,
-             "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
+        r = {"grapec": bench_grapec(bundle, feeds, a.iterations, per_step=a.per_step), "compile_s": t_compile,
+             "bundle": origin, "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
+        r["fusion"] = {"full": {"ms": r["grapec"]["replay"]["median_ms"], "steps": r["steps"]}}
+        for level in filter(None, a.fusion_levels.split(",")):
+            other = grapec.compile(path, dims=dims, precision=precision, fusion=level)
+            r["fusion"][level] = {"ms": bench_grapec(other, feeds, a.iterations)["replay"]["median_ms"],
+                                  "steps": other.manifest["buckets"][0]["steps"]}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")
         module = zoo_module(name, "full")
         r["torch_rel_err_vs_ort"] = torch_accuracy(module, path, feeds, precision)
@@ -95,6 +108,11 @@ def main():
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(table)
     print(table)
+    if a.fusion_levels:
+        fusion = render_fusion(results)
+        with open(os.path.join(a.out, "fusion.md"), "w") as f:
+            f.write(fusion)
+        print(fusion)
     plot(results, os.path.join(a.out, "plot.png"))
 
 
@@ -153,6 +171,25 @@ def render(results):
     return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster). " \
         "Errors: worst ||out - ref|| / ||ref|| over the outputs, ref = onnxruntime CPU fp32.\n\n" + \
         head + "\n".join(row(k, v, peers) for k, v in results.items()) + "\n"
+
+
+def render_fusion(results) -> str:
+    """Kernels + GEMMs and time per --fusion level, against one op per kernel (none)."""
+    levels = [lv for lv in ("none", "rules", "full") if any(lv in r.get("fusion", {}) for r in results.values())]
+    head = "| model / precision | " + " | ".join(f"{lv}: kernels + GEMMs, ms" for lv in levels)
+    head += " | full vs none: nodes | full vs none: time | torch.compile / full |\n|" + "---|" * (len(levels) + 4) + "\n"
+    rows = []
+    for label, r in results.items():
+        f = r.get("fusion", {})
+        cells = [f"{f[lv]['steps'].get('kernel', 0)} + {f[lv]['steps'].get('library', 0)}, {f[lv]['ms']:.3f}"
+                 if lv in f else "-" for lv in levels]
+        nodes = {lv: sum(f[lv]["steps"].values()) for lv in f}
+        less = f"{1 - nodes['full'] / nodes['none']:.0%} fewer" if "none" in nodes else "-"
+        faster = f"{f['none']['ms'] / f['full']['ms']:.2f}x" if "none" in f else "-"
+        tc = r.get("torch.compile + CUDA graph", {}).get("median_ms")
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {less} | {faster} | "
+                    + (f"{tc / f['full']['ms']:.2f}x" if tc else "-") + " |")
+    return head + "\n".join(rows) + "\n"
 
 
 def plot(results, path):
