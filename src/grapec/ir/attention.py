@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import dtypes
 from .kernel import Kernel
+from .library import strided
 
 KIND = "attention"
 
@@ -43,9 +44,7 @@ class Operand:
     strides: tuple   # one per batch dim, then the row stride, then the column stride
 
     def view(self, buf: np.ndarray, shape: tuple) -> np.ndarray:
-        flat = buf.reshape(-1)
-        return np.lib.stride_tricks.as_strided(flat[self.offset:], tuple(shape),
-                                               tuple(s * flat.itemsize for s in self.strides))
+        return strided(buf, self.offset, shape, self.strides)
 
     def to_json(self) -> list:
         return [self.offset, list(self.strides)]

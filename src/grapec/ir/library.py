@@ -79,11 +79,10 @@ LIBRARY = {
 }
 
 
-def view_array(buf: np.ndarray, view: list) -> np.ndarray:
-    """A matmul operand seen through a view [offset, batch_stride, ld, shape] (passes/strided_operands.py):
-    row r, column c of batch b at flat element offset + b * batch_stride + r * ld + c of buf."""
+def view_strides(view: list) -> tuple:
+    """A view [offset, batch_stride, ld, shape] (passes/strided_operands.py) -> (offset, shape, element
+    strides per dim): row r, column c of batch b at offset + b * batch_stride + r * ld + c."""
     offset, batch_stride, ld, shape = view
-    flat = buf.reshape(-1)
     strides = [0] * len(shape)
     strides[-1], strides[-2] = 1, ld
     s = batch_stride
@@ -91,7 +90,18 @@ def view_array(buf: np.ndarray, view: list) -> np.ndarray:
         if shape[i] > 1:
             strides[i] = s
             s *= shape[i]
+    return offset, tuple(shape), strides
+
+
+def strided(buf: np.ndarray, offset: int, shape, strides) -> np.ndarray:
+    """The elements of buf at offset + sum(index * stride), strides in elements, as an array view."""
+    flat = buf.reshape(-1)
     return np.lib.stride_tricks.as_strided(flat[offset:], tuple(shape), [x * flat.itemsize for x in strides])
+
+
+def view_array(buf: np.ndarray, view: list) -> np.ndarray:
+    """A matmul operand seen through a view (view_strides)."""
+    return strided(buf, *view_strides(view))
 
 
 def run_library(attrs: dict, arrays: list) -> np.ndarray:

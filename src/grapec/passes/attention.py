@@ -21,7 +21,8 @@ from collections import Counter
 
 from ..ir import kernel as K
 from ..ir.attention import AttentionKernel, Operand
-from ..ir.graph import Graph, Node, outer_reads
+from ..ir.library import view_strides
+from ..ir.graph import Graph, Node
 from .fuse import drop_unused
 
 HALF_TYPES = ("float16", "bfloat16")
@@ -30,7 +31,7 @@ MAX_HEAD_DIM = 128    # q·k and p·v accumulators live in registers: 16 rows x 
 
 def fuse_attention(g: Graph, notes: list | None = None) -> Graph:
     producers = g.producers()
-    readers = Counter(i for n in g.nodes for i in set(n.inputs) | outer_reads(n) if i)
+    readers = Counter({name: len(users) for name, users in g.consumers().items()})
     pinned = set(g.outputs)
     for node in list(g.nodes):
         if not _is_matmul(node):
@@ -191,16 +192,8 @@ def _output(g: Graph, node: Node, batch: list):
 
 
 def _layout(buf_shape: tuple, view, trans: bool, batch: list):
-    if view is not None:   # [offset, batch_stride, ld, shape]: passes/strided_operands.py
-        offset, batch_stride, ld, shape = view
-        shape = tuple(shape)
-        strides = [0] * len(shape)
-        strides[-1], strides[-2] = 1, ld
-        acc = batch_stride
-        for i in range(len(shape) - 3, -1, -1):
-            if shape[i] > 1:
-                strides[i] = acc
-                acc *= shape[i]
+    if view is not None:
+        offset, shape, strides = view_strides(view)
     else:
         offset, shape = 0, buf_shape
         if len(shape) < 2:

@@ -176,14 +176,11 @@ def aligned_gemm_outputs(g: Graph) -> Graph:
     """A GEMM whose rows are not a multiple of 16 bytes (GPT-2's 50257 logits) writes into a buffer
     with padded rows, and the kernels that read it (also through reshapes that keep the rows) read
     the padded buffer. Against a constant weight, the weight gets zero columns and the GEMM computes
-    the padded width; otherwise it writes the odd width through an output view. cuBLASLt's tensor-core kernels need 16-byte aligned
-    rows; with odd ones it takes slow paths (the GPT-2 vocabulary projection at 8 rows: 53 us on an
-    H100, where its weights take 23 to read). Only where every reader is a kernel: a graph output or
-    a library operand stays dense."""
-    readers: dict = {}
-    for n in g.nodes:
-        for i in set(n.inputs):
-            readers.setdefault(i, []).append(n)
+    the padded width; otherwise it writes the odd width through an output view. cuBLASLt's
+    tensor-core kernels need 16-byte aligned rows and widths; with odd ones it takes slow paths (the
+    GPT-2 vocabulary projection at 8 rows: 53 us on an H100, where its weights take 23 to read).
+    Only where every reader is a kernel: a graph output, a library operand or a region stays dense."""
+    readers = g.consumers()
     for node in g.nodes:
         if node.op != "Library" or node.attrs.get("op") != "matmul" or "out" in (node.attrs.get("views") or {}) \
                 or [i for i in node.inputs[2:3] if i]:
