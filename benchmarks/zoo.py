@@ -2,7 +2,7 @@
 
     python benchmarks/zoo.py [--out DIR] [--only gpt2-s8,bert-s128] [--precision fp16,fp32]
                              [--iterations 200] [--no-compile] [--bundles DIR [--compile-only]]
-                             [--per-step] [--fusion-levels none,rules]
+                             [--per-step] [--fusion-levels none,rules] [--device-profile NAME|FILE]
 
 Builds missing full-size models into models/full (models/build.py), compiles each with grapec,
 measures grapec's CUDA-graph replay and PyTorch eager / CUDA graph / torch.compile on the same
@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--compile-only", action="store_true", help="compile the bundles into --bundles and stop")
     ap.add_argument("--per-step", action="store_true", help="time every grapec step alone too")
     ap.add_argument("--fusion-levels", default="", help="comma-separated extra --fusion levels to measure: none, rules")
+    ap.add_argument("--device-profile", default="h100", help="the cost model's device profile: a name or a file from grapec calibrate")
     a = ap.parse_args()
     if a.compile_only and not a.bundles:
         ap.error("--compile-only needs --bundles DIR")
@@ -78,7 +79,8 @@ def main():
         if a.bundles and os.path.exists(pre) and not a.compile_only:
             bundle, origin = Bundle.read(pre), f"precompiled {pre}"
         else:
-            bundle, origin = grapec.compile(path, dims=dims, precision=precision), "compiled here"
+            bundle, origin = grapec.compile(path, dims=dims, precision=precision,
+                                            device_profile=a.device_profile), "compiled here"
         t_compile = time.perf_counter() - t0
         if a.compile_only:
             bundle.write(pre)
@@ -88,8 +90,13 @@ def main():
         r = {"grapec": bench_grapec(bundle, feeds, a.iterations, per_step=a.per_step), "compile_s": t_compile,
              "bundle": origin, "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         r["fusion"] = {"full": {"ms": r["grapec"]["replay"]["median_ms"], "steps": r["steps"]}}
+        estimates = {e["step"]: e for e in bundle.manifest["buckets"][0].get("fusion_report", [])}
+        for st in r["grapec"].get("steps", []):   # the cost model's estimate next to each measured step
+            if st["index"] in estimates:
+                st["est_us"], st["est_kind"] = estimates[st["index"]]["us"], estimates[st["index"]]["kind"]
+        r["device_profile"] = bundle.manifest.get("device_profile")
         for level in filter(None, a.fusion_levels.split(",")):
-            other = grapec.compile(path, dims=dims, precision=precision, fusion=level)
+            other = grapec.compile(path, dims=dims, precision=precision, fusion=level, device_profile=a.device_profile)
             r["fusion"][level] = {"ms": bench_grapec(other, feeds, a.iterations)["replay"]["median_ms"],
                                   "steps": other.manifest["buckets"][0]["steps"]}
         modes = ("eager", "cuda_graph") if a.no_compile else ("eager", "cuda_graph", "compile")

@@ -56,7 +56,7 @@ def test_tiny_cnns_in_fp16_on_gpu_match_as_well_as_pytorch_fp16(name):
     fp16 error against onnxruntime fp32 must be within 1e-2 or no more than 1.25x PyTorch's."""
     import torch
     from grapec.bench import zoo_module
-    from grapec.calibrate import PrecisionError
+    from grapec.mixed_precision import PrecisionError
     path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
     with pytest.raises(PrecisionError, match="grows most at"):
         check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16")

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from grapec.calibrate import PrecisionError
+from grapec.mixed_precision import PrecisionError
 from grapec.check import TOLERANCES, check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -74,7 +74,8 @@ def _shape_options(f):
 
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
-             host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full"):
+             host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
+             device_profile=None):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs
@@ -83,7 +84,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
                          targets=targets, progress=say, precision=precision, host_control=host_control,
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
-                         precision_tolerance=precision_tolerance, fusion=fusion,
+                         precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
 
 
@@ -95,9 +96,12 @@ PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs 
                   "by more than 1e-2 (||out-ref||/||ref||). bf16: the same in bfloat16 (float32's range, fewer "
                   "mantissa bits; tolerance 3e-2).")
 FUSION_HELP = ("full: producers inlined into consumers, reductions stitched (LayerNorm, softmax as one kernel), "
-               "epilogues folded into GEMMs, attention as one flash-attention kernel (fp16/bf16); rules: all of "
-               "that but attention, which stays GEMM + softmax + GEMM; none: one kernel per lowered op, every GEMM "
+               "epilogues folded into GEMMs, attention as one flash-attention kernel (fp16/bf16), and each kernel's "
+               "thread mapping (block, warp or thread per row) chosen by the cost model for --device-profile; rules: "
+               "the same fusion with the fixed mapping rules, and attention as GEMM + softmax + GEMM; none: one kernel per lowered op, every GEMM "
                "plain (a baseline to measure fusion against). If/Loop bodies are fused in every mode.")
+PROFILE_HELP = ("The GPU the cost model plans for: a shipped profile (h100, h200) or a file written by "
+                "`grapec calibrate` on the target GPU. `grapec inspect --fusion` shows what it estimated.")
 CALIBRATION_HELP = ("For fp16 and bf16: an .npz with one array per model input, shaped like the largest bucket, to "
                     "calibrate on instead of random inputs (repeatable: one sample per file).")
 
@@ -129,10 +133,11 @@ def _precision_option(f):
                    "share one GPU function.")
 @_precision_option
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
+@click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision,
-            calibration_inputs, precision_tolerance, fusion, force, quiet):
+            calibration_inputs, precision_tolerance, fusion, device_profile, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
@@ -151,7 +156,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
-                      buckets, host_control, values, calibration_inputs, precision_tolerance, fusion)
+                      buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -220,11 +225,16 @@ def run(bundle, backend, inputs, seed, save, shapes, dims, values):
 @main.command()
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest and plan summaries as JSON.")
-def inspect(bundle, as_json):
+@click.option("--fusion", "fusion", is_flag=True, help="Show the planner's account instead: every fusion group "
+              "(step) with its stitch scheme, thread mapping and estimated time, and the mappings that lost.")
+def inspect(bundle, as_json, fusion):
     """Show what a BUNDLE holds: inputs, outputs, buckets, kernels, arena, ops."""
     from .bundle.format import Bundle
     b = Bundle.read(bundle)
     m = b.manifest
+    if fusion:
+        _print_fusion_report(m, as_json)
+        return
     summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes", "kernels")}
     plans = [{"shapes": bucket["shapes"], "steps": bucket["steps"], "library_ops": _library_ops(p),
               "regions": _describe_regions(p.steps), **p.memory} for bucket, p in zip(m["buckets"], b.plans)]
@@ -258,6 +268,29 @@ def inspect(bundle, as_json):
     click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
     for n in m.get("notes", []):
         click.echo(f"  note: {n}")
+
+
+def _print_fusion_report(manifest: dict, as_json: bool):
+    buckets = manifest.get("buckets", [])
+    if as_json:
+        click.echo(json.dumps([{"shapes": bk["shapes"], "estimated_us": bk.get("estimated_us"),
+                                "groups": bk.get("fusion_report", [])} for bk in buckets], indent=1))
+        return
+    if not any("fusion_report" in bk for bk in buckets):
+        raise GrapecError("this bundle has no fusion report (compiled by a grapec before the cost model); recompile it")
+    click.echo(f"fusion {manifest.get('fusion')}, cost model for device profile '{manifest.get('device_profile')}' "
+               "(estimates are the model's, not measurements: grapec bench --per-step measures)")
+    for i, bk in enumerate(buckets):
+        shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in bk["shapes"].items())
+        rows = bk.get("fusion_report", [])
+        click.echo(f"bucket {i} ({shp}): {len(rows)} groups, estimated {bk.get('estimated_us', 0):.1f} us in all")
+        click.echo(f"  {'step':>4}  {'kind':<9} {'ops':>3}  {'estimated':>9}  {'bound':<12} scheme; mapping  <- ONNX nodes")
+        for r in rows:
+            click.echo(f"  {r['step']:>4}  {r['kind']:<9} {r['ops']:>3}  {r['us']:>6.2f} us  {r['bound']:<12} "
+                       f"{r['scheme']}; {r['mapping']}  <- {', '.join(r['origin'])}")
+            if r["alternatives"]:
+                click.echo("        lost: " + "; ".join(f"{a['mapping']} ({a['scheme']}) {a['us']:.2f} us"
+                                                   for a in r["alternatives"]))
 
 
 def _int8_ops(model_path) -> list:
@@ -372,7 +405,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
               "against one replay.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs,
-          precision_tolerance, seed, inputs, fusion, per_step, as_json):
+          precision_tolerance, seed, inputs, fusion, device_profile, per_step, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -443,6 +476,43 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
     if per_step:
         _print_steps(g["steps"], g["replay"]["median_ms"], per_step)
+
+
+@main.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Profile file to write [default: grapec-profile-<gpu>.json in the current folder].")
+@click.option("--name", help="The profile's name [default: the GPU model, e.g. h100].")
+@click.option("--device", default=0, show_default=True, help="GPU ordinal to measure.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def calibrate(output, name, device, quiet):
+    """Measure this GPU for the cost model and write a device profile (needs a GPU, about a minute).
+
+    \b
+    A calibration model of ~120 kernels (element-wise, LayerNorm, softmax, reductions, gathers,
+    GEMMs, attention) is compiled, each of its steps is timed alone as a CUDA-graph node, and the
+    cost model's coefficients are fitted to the times. Use the profile when compiling for this GPU,
+    on any machine:
+
+    \b
+      grapec calibrate -o h100.json            # on the GPU machine
+      grapec compile model.onnx --device-profile h100.json
+    """
+    from .calibrate import calibrate as run_calibration
+    from .devices import gpu_count
+    if not gpu_count():
+        raise GrapecError("calibrate measures a GPU, and no NVIDIA GPU was found here; "
+                          f"compile with a shipped profile instead (--device-profile {', '.join(_profiles())})")
+    say = (lambda *_: None) if quiet else (lambda msg: click.echo(f"[grapec] {msg}", err=True))
+    profile = run_calibration(device, name, say)
+    out = output or f"grapec-profile-{profile.name}.json"
+    profile.write(out)
+    fit = ", ".join(f"{k} {v['median_error']:.0%} over {v['samples']}" for k, v in profile.measured["fit"].items())
+    click.echo(f"wrote {out}: {profile.device}, {profile.sms} SMs; fit median error per kind: {fit}")
+
+
+def _profiles() -> list:
+    from .cost.device import shipped_profiles
+    return shipped_profiles()
 
 
 def _print_steps(steps: list, replay_ms: float, top: int):

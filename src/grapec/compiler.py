@@ -40,6 +40,8 @@ from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
+from .passes.mappings import choose_mappings
+from .cost.report import plan_report
 from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
@@ -52,13 +54,15 @@ FUSION_LEVELS = ("full", "rules", "none")
 
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
-                  host_control: bool = False, input_values: dict | None = None, notes: list | None = None) -> Graph:
+                  host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
+                  profile=None) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
     True are "none" and "full"); host_control: If/Loop control on the host;
     input_values: graph inputs fixed to these values (constants from here on); notes: where
-    to report what fusion left alone."""
+    to report what fusion left alone; profile: the target's DeviceProfile, for the cost model
+    (fusion "full" only: it picks every kernel's thread mapping)."""
     g = specialize(graph, input_shapes, parent, input_values)
     g = simplify(g)
     g = lower_graph(g)
@@ -72,6 +76,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         if level == "full":
             g = fuse_attention(g, notes)
         g = aligned_gemm_outputs(g)
+        if level == "full" and profile is not None:
+            g = choose_mappings(g, profile)
     g = schedule(g)
     return form_regions(g, host_control) if parent is None else g
 
@@ -84,7 +90,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
                   precision: str = "fp32", host_control: bool = False, values: dict | None = None,
                   calibration_inputs: list | None = None, precision_tolerance: float | None = None,
-                  fusion: str = "full") -> Bundle:
+                  fusion: str = "full", device_profile: str | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -103,7 +109,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     precision: "fp32" (default, exact float32 GEMMs), "tf32" (float32 GEMMs on TF32 tensor cores) or
              "fp16" (weights and activations in float16, float32 accumulation; the model's inputs
              and outputs keep their types). fp16 keeps in float32 the op types that break in half
-             and the nodes a calibration run on the CPU backend finds diverging (calibrate.py), and
+             and the nodes a calibration run on the CPU backend finds diverging (mixed_precision.py), and
              refuses (PrecisionError) when the outputs still diverge. "bf16": the same with bfloat16
              (float32's range, 8 bits of mantissa).
     calibration_inputs: for fp16, a list of {input name: array} samples to calibrate on (else random
@@ -112,6 +118,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              against float32 (default 1e-2 fp16, 3e-2 bf16).
     fusion:  "full" (default), "rules" (attention stays GEMM + softmax + GEMM) or "none" (one kernel
              per lowered op: the baseline fusion is measured against); If/Loop bodies always fuse.
+    device_profile: the GPU to plan for: a shipped profile's name (h100, h200) or a file written by
+             `grapec calibrate` [default: h100]. The cost model prices every kernel's thread mapping
+             with it (fusion "full"), and the manifest holds the estimated time of every step.
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -120,6 +129,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if fusion not in FUSION_LEVELS:
         raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
+    from .cost.device import load_profile
+    profile = load_profile(device_profile)
     proto = load_model(model)
     graph = import_model(proto, where)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
@@ -140,7 +151,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
     mixed = None
     if precision in HALF_PRECISIONS:
-        from .calibrate import choose_precision
+        from .mixed_precision import choose_precision
         largest = max(bucket_shapes, key=lambda b: sum(int(np.prod(s)) for s in b.values()))
         proto, mixed = choose_precision(proto, graph, precision, largest, fixed, calibration_inputs, say,
                                         precision_tolerance)
@@ -152,7 +163,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     for bi, ishapes in enumerate(bucket_shapes):
         t1 = time.perf_counter()
         low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed, notes=notes,
-                            fusion=fusion)
+                            fusion=fusion, profile=profile)
         for node in regions(low):
             if not node.attrs["graphed"]:
                 note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -161,8 +172,10 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         plan = PlanBuilder(weights, kernels).build(low)
         plans.append(plan)
         counts = Counter(st.op for st in walk_steps(plan.steps))
+        report = plan_report(kernels.kernels, plan, profile)
         bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items() if k not in fixed},
-                            "arena_bytes": plan.arena_bytes, "steps": dict(counts)})
+                            "arena_bytes": plan.arena_bytes, "steps": dict(counts),
+                            "estimated_us": round(sum(r["us"] for r in report), 1), "fusion_report": report})
         mem = plan.memory
         say(f"bucket {bi} {_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
             f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
@@ -181,6 +194,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "opset": opset_of(proto),
         "precision": precision,
         "fusion": fusion,
+        "device_profile": profile.name,
         "inputs": [dict(_io_meta(graph, n, bucket_shapes), value_range=ranges[n].to_json() if n in ranges else None)
                    for n in graph.inputs if n not in fixed],
         "fixed_inputs": [{"name": n, "dtype": graph.values[n].dtype, "shape": list(a.shape), "value": a.tolist()}

@@ -65,6 +65,15 @@ class _ScoreRenderer(CudaRenderer):
                           f"  return (float){v};", "}"])
 
 
+def key_tile(k: AttentionKernel, launch: Launch | None = None) -> int:
+    """Keys per tile of the kernel's main loop. The next tile waits in registers: at most
+    MAX_PREFETCH 16-byte vectors a thread per operand."""
+    launch = launch or attention_launch(k)
+    dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
+    fits = MAX_PREFETCH * launch.block * 8 // max(dp, dvp) // 16 * 16
+    return max(16, min(MAX_KEY_TILE, _ceil(k.seq_k, 16) * 16, fits))
+
+
 def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     """-> CUDA C for the kernel (its score function first), named `name`."""
     ty = ctype(k.dtype)
@@ -75,9 +84,7 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     qtiles = _ceil(k.seq_q, rows)
     s, t, d, dv = k.seq_q, k.seq_k, k.head_dim, k.value_dim
     dp, dvp = _ceil(d, 16) * 16, _ceil(dv, 16) * 16
-    # the next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per operand
-    fits = MAX_PREFETCH * launch.block * 8 // max(dp, dvp) // 16 * 16
-    bc = max(16, min(MAX_KEY_TILE, _ceil(t, 16) * 16, fits))
+    bc = key_tile(k, launch)
     nb = len(k.batch)
     extras = len(k.inputs) - 3
     score_fn = f"{name}_score"

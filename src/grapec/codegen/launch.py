@@ -21,6 +21,8 @@ ELEMENT_BLOCK = 256
 WARP_MODE_MIN_ROWS = 256     # fewer rows than this keep a block each (a warp per row would idle SMs)
 WARP_MODE_MAX_WORK = 4096    # ... and a longer row keeps a block (a warp would loop too long)
 WARP_BLOCK = 128           # 4 rows a block: a narrow gemv (768 rows) still spreads over every SM
+BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
+WARP_ROWS = (1, 2, 4, 8)
 COOPERATIVE_OPS = ("sum", "prod", "max", "min", "argmax", "argmin", "argmax_last", "argmin_last")
 COOPERATIVE_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 
@@ -66,17 +68,66 @@ def extent(rvars) -> int:
 
 
 def plan_launch(kernel: Kernel) -> Launch:
-    size = max(kernel.size, 1)
-    element = Launch("element", (size + ELEMENT_BLOCK - 1) // ELEMENT_BLOCK, ELEMENT_BLOCK)
+    """The kernel's launch: the mapping the planner recorded in it (passes/mappings.py), else the
+    default rules below."""
+    if kernel.mapping:
+        return mapped_launch(kernel, *kernel.mapping)
+    return default_launch(kernel)
+
+
+def row_split(kernel: Kernel) -> tuple:
+    """(split, rows, cols, longest row reduction) of a kernel with row reductions; None without."""
     memo: dict = {}
     reds = row_reductions(kernel.body, memo)
     if not reds or kernel.size == 0:
-        return element
+        return None
     deps = [a.args[0] for r in reds for a in free_vars(r, memo) if a.op == "idx"]
     split = 1 + max(deps, default=-1)
-    rows = math.prod(kernel.shape[:split])
-    cols = math.prod(kernel.shape[split:])
-    longest = max(extent(r.args[2]) for r in reds)
+    return (split, math.prod(kernel.shape[:split]), math.prod(kernel.shape[split:]),
+            max(extent(r.args[2]) for r in reds))
+
+
+def mapped_launch(kernel: Kernel, mode: str, n: int) -> Launch:
+    """mode "element" (n threads a block), "row" (a block of n threads per row) or "warp" (a warp
+    per row, n rows a block). ValueError for a mapping the kernel cannot take."""
+    size = max(kernel.size, 1)
+    if mode == "element" and n in BLOCK_SIZES:
+        return Launch("element", (size + n - 1) // n, n)
+    rs = row_split(kernel)
+    if rs is None or mode not in ("row", "warp"):
+        raise ValueError(f"mapping {mode}/{n}: the kernel has no row reduction to map rows of")
+    split, rows, cols, _ = rs
+    if mode == "row" and n in BLOCK_SIZES:
+        return Launch("row", rows, n, split, rows, cols)
+    if mode == "warp" and n in WARP_ROWS:
+        return Launch("warp", (rows + n - 1) // n, 32 * n, split, rows, cols)
+    raise ValueError(f"mapping {mode}/{n}: unknown mapping")
+
+
+def candidate_mappings(kernel: Kernel) -> list:
+    """Every mapping worth pricing for the kernel: a block per row at each block size up to the
+    row's work, a warp per row at 1-8 rows a block, and a thread per element where each element's
+    own loop is short or there is one column per row."""
+    rs = row_split(kernel)
+    if rs is None:
+        return [("element", ELEMENT_BLOCK)]
+    _, rows, cols, longest = rs
+    work = max(cols, longest)
+    out = [("row", b) for b in BLOCK_SIZES if b >= 32 and (b <= work or b == 32)]
+    out += [("warp", n) for n in WARP_ROWS if n == 1 or rows >= 2 * n]
+    if cols == 1 or longest < 32:
+        out.append(("element", ELEMENT_BLOCK))
+    return out
+
+
+def default_launch(kernel: Kernel) -> Launch:
+    """The rules used where no cost model chose (--fusion rules, If/Loop bodies)."""
+    size = max(kernel.size, 1)
+    element = Launch("element", (size + ELEMENT_BLOCK - 1) // ELEMENT_BLOCK, ELEMENT_BLOCK)
+    rs = row_split(kernel)
+    if rs is None:
+        return element
+    split, rows, cols, longest = rs
     if longest < 32 and rows > MAX_ROWS_FOR_SHORT_REDUCTIONS:
         return element
     work = max(cols, longest)

@@ -9,7 +9,7 @@ statistics in float32), and cuBLASLt accumulates half GEMMs in float32.
 
 Some nodes stay float32 (`keep_fp32`): op types that are known to overflow or lose too much in
 half (FP32_OPS, as onnxruntime's float16 converter blocks them), and the nodes that the calibration
-run (calibrate.py) finds diverging. Such a node reads float32 weights and constants, reads float32
+run (mixed_precision.py) finds diverging. Such a node reads float32 weights and constants, reads float32
 graph inputs directly, reads the float32 output of another kept node directly, and gets a Cast
 from half for anything else; its float outputs are cast back to half for the rest of the graph.
 """

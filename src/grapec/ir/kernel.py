@@ -243,25 +243,33 @@ def _eval_const(op, args, dtype):
 
 @dataclass(frozen=True)
 class Kernel:
-    """out[idx] = body for idx in ndindex(shape). inputs[s] = (shape, dtype) of slot s."""
+    """out[idx] = body for idx in ndindex(shape). inputs[s] = (shape, dtype) of slot s.
+    mapping: how threads cover the output, when the planner chose it (codegen/launch.py:
+    ("element", threads per block), ("row", threads per block), ("warp", rows per block));
+    empty: the default rules pick."""
 
     shape: tuple
     dtype: str
     body: Expr
     inputs: tuple
+    mapping: tuple = ()
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
 
     def to_json(self) -> dict:
-        return {"shape": list(self.shape), "dtype": self.dtype,
-                "inputs": [[list(s), d] for s, d in self.inputs], "body": expr_to_json(self.body)}
+        d = {"shape": list(self.shape), "dtype": self.dtype,
+             "inputs": [[list(s), d] for s, d in self.inputs], "body": expr_to_json(self.body)}
+        if self.mapping:
+            d["mapping"] = list(self.mapping)
+        return d
 
     @staticmethod
     def from_json(d: dict) -> "Kernel":
+        mapping = d.get("mapping") or ()
         return Kernel(tuple(d["shape"]), d["dtype"], expr_from_json(d["body"]),
-                      tuple((tuple(s), dt) for s, dt in d["inputs"]))
+                      tuple((tuple(s), dt) for s, dt in d["inputs"]), (str(mapping[0]), int(mapping[1])) if mapping else ())
 
 
 def walk(e: Expr):

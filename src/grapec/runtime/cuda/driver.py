@@ -55,6 +55,7 @@ class Device:
         self.cc = (call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev),
                    call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev))
         self.name = call("cuDeviceGetName", 256, self.dev).split(b"\0")[0].decode()
+        self.sms = call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev)
         self.stream = call("cuStreamCreate", 0)
 
     def make_current(self):

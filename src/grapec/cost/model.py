@@ -1,0 +1,62 @@
+"""The cost model: a graph node's time on a device, from its work (cost/work.py) and a profile.
+
+    time = sum over features f of  coefficient[kind][f] * feature_f(work, device)
+
+The features are physical and scale with the device:
+
+    node        1: what any graph node costs (launch, first instruction, last store seen)
+    phase       dependent memory round trips: a reduction's result must exist before its readers run
+    block_sync  block-wide reductions (shared memory, barriers); warp_sync: warp-shuffle ones
+    serial      the longest loop one thread (warp, tile) runs, times the waves of the grid
+    dram_mb     DRAM traffic over the fraction of SMs the grid occupies (a small grid cannot pull
+                the full bandwidth); cache_mb: bytes read again; gflop: arithmetic, likewise
+    unaligned_gflop  a GEMM's arithmetic when an operand's rows are not 16-byte aligned (cuBLASLt
+                then runs kernels without vector loads)
+
+The coefficients are fitted per kind (kernel, attention, gemm) by `grapec calibrate` on kernels that
+are not the zoo's; the zoo's measured steps then check the model (benchmarks/cost_model.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .device import DeviceProfile
+from .work import Work
+
+FEATURES = {
+    "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "dram_mb", "cache_mb", "gflop"),
+    "attention": ("node", "serial", "dram_mb", "cache_mb", "gflop"),
+    "gemm": ("node", "serial", "dram_mb", "gflop", "unaligned_gflop"),
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    us: float
+    terms: dict          # feature -> microseconds it contributes
+    work: Work
+
+    @property
+    def bound(self) -> str:
+        """The term that dominates: what to attack to make the node faster."""
+        names = {"node": "launch", "phase": "latency", "block_sync": "latency", "warp_sync": "latency",
+                 "serial": "serial loop", "dram_mb": "memory", "cache_mb": "cache", "gflop": "compute",
+                 "unaligned_gflop": "unaligned operands"}
+        return names[max(self.terms, key=self.terms.get)] if self.terms else "launch"
+
+
+def features(work: Work, sms: int) -> dict:
+    # cuBLASLt splits K or picks smaller tiles when its tiles would not fill the GPU, so a GEMM's
+    # bandwidth and arithmetic are not scaled down by its tile count
+    active = 1.0 if work.kind == "gemm" else work.active(sms)
+    return {"node": 1.0, "phase": float(work.phases), "block_sync": float(work.block_syncs),
+            "warp_sync": float(work.warp_syncs), "serial": work.serial * work.waves(sms),
+            "dram_mb": work.dram_mb / active, "cache_mb": work.cache_mb / active, "gflop": work.gflop / active,
+            "unaligned_gflop": 0.0 if work.aligned else work.gflop}
+
+
+def estimate(work: Work, profile: DeviceProfile) -> Estimate:
+    coef = profile.coefficients.get(work.kind, {})
+    x = features(work, profile.sms)
+    terms = {f: coef.get(f, 0.0) * x[f] for f in FEATURES[work.kind]}
+    return Estimate(sum(terms.values()), terms, work)

@@ -1,0 +1,58 @@
+"""The planner's account of a plan: each step (a fusion group) with its stitch scheme, thread
+mapping, estimated time and the alternatives that lost. Stored in the bundle's manifest and shown
+by `grapec inspect --fusion`."""
+from __future__ import annotations
+
+from .device import DeviceProfile
+from .model import estimate
+from .work import kernel_work, step_work
+
+MAX_ALTERNATIVES = 4
+
+
+def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
+    """[{step, kind, ops, origin, scheme, mapping, us, bound, alternatives}] for every top-level
+    step the model prices (kernels: the bundle's kernel JSON entries)."""
+    from ..codegen.launch import candidate_mappings, mapped_launch, plan_launch
+    from ..ir.attention import kernel_from_json
+    from ..plan import KernelStep
+    rows = []
+    for i, st in enumerate(plan.steps):
+        work = step_work(kernels, plan, st)
+        if work is None:
+            continue
+        est = estimate(work, profile)
+        row = {"step": i, "kind": work.kind, "ops": len(st.origin), "origin": st.origin[:3],
+               "scheme": _scheme(work, st), "mapping": work.mapping, "us": round(est.us, 2), "bound": est.bound,
+               "alternatives": []}
+        if isinstance(st, KernelStep) and work.kind == "kernel":
+            k = kernel_from_json(kernels[st.kernel])
+            chosen = plan_launch(k)
+            alts = []
+            for m in candidate_mappings(k):
+                launch = mapped_launch(k, *m)
+                if launch == chosen:
+                    continue
+                w = kernel_work(k, launch)
+                alts.append({"mapping": w.mapping, "scheme": _scheme(w, st), "us": round(estimate(w, profile).us, 2)})
+            row["alternatives"] = sorted(alts, key=lambda a: a["us"])[:MAX_ALTERNATIVES]
+        rows.append(row)
+    return rows
+
+
+def _scheme(work, step) -> str:
+    """How the group's intermediate values meet: FusionStitching's stitch schemes."""
+    if work.kind == "gemm":
+        args = list(step.args) + [-1, -1]
+        epilogue = (["residual"] if args[2] >= 0 else []) + (["bias"] if args[3] >= 0 else [])
+        epilogue += [step.attrs["act"]] if step.attrs.get("act") not in (None, "", "none") else []
+        return "cuBLASLt" + (f" + epilogue ({', '.join(epilogue)})" if epilogue else "")
+    if work.kind == "attention":
+        return "flash attention: scores in registers, keys and values through shared memory"
+    if work.block_syncs:
+        return "shared memory (block reductions)"
+    if work.warp_syncs:
+        return "warp shuffle"
+    if work.serial > 1:
+        return "registers (each thread loops over its reduction)"
+    return "registers"

@@ -1,0 +1,208 @@
+"""What a kernel asks of the GPU: the counts the cost model prices (cost/model.py).
+
+Each record holds physical quantities of one graph node, derived from the IR alone (no GPU needed):
+bytes that must come from DRAM, bytes re-read from cache, arithmetic, the longest serial loop a
+thread runs, how many dependent memory round trips and block-wide reductions stand between its
+launch and its last store, and how many SMs its grid can occupy.
+
+    kernel_work(kernel, launch)      a generated kernel in its thread mapping (codegen/launch.py)
+    attention_work(kernel)           a fused attention kernel (ir/attention.py)
+    gemm_work(m, n, k, batch, ...)   a cuBLASLt matmul, as cuBLASLt tiles it at small M
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from .. import dtypes
+from ..codegen.launch import Launch, row_reductions
+from ..ir import kernel as K
+
+THREADS_PER_SM = 2048
+BLOCKS_PER_SM = 32
+ARITH = K.ELEMENTWISE | {"cast"}
+TRANSCENDENTAL = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "erf", "pow", "sigmoid", "div",
+                  "reciprocal", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2"}
+GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K = 64, 128, 64   # a typical cuBLASLt tile at small M (fp16, sm_90)
+
+
+@dataclass(frozen=True)
+class Work:
+    """One graph node's demands. `kind` picks the coefficients it is priced with."""
+    kind: str              # kernel | attention | gemm
+    dram_mb: float         # unique bytes read + bytes written, MB
+    cache_mb: float        # bytes read again (from L1/L2), MB
+    gflop: float           # arithmetic, 1e9 operations (transcendentals count 4)
+    serial: float          # the longest chain of loop iterations one thread (warp) runs, per wave
+    phases: int            # dependent memory round trips (a reduction's result before its readers)
+    block_syncs: int       # block-wide reductions (shared memory and barriers)
+    warp_syncs: int        # warp-shuffle reductions
+    blocks: int            # blocks (tiles) in the grid
+    block: int             # threads per block
+    mapping: str = ""      # the thread mapping (launch mode), for reports
+    aligned: bool = True   # gemm: every operand's rows start 16-byte aligned (else cuBLASLt's slow path)
+
+    def waves(self, sms: int) -> int:
+        per_sm = max(1, min(BLOCKS_PER_SM, THREADS_PER_SM // max(self.block, 1)))
+        return max(1, math.ceil(self.blocks / (sms * per_sm)))
+
+    def active(self, sms: int) -> float:
+        """The fraction of SMs the grid keeps busy: bandwidth and arithmetic scale with it."""
+        return min(1.0, max(self.blocks, 1) / sms)
+
+
+def kernel_work(kernel: K.Kernel, launch: Launch) -> Work:
+    memo: dict = {}
+    size = max(kernel.size, 1)
+    rowwise = launch.mode in ("row", "warp")
+    row_level = set(row_reductions(kernel.body, memo)) if rowwise else set()
+    reads: Counter = Counter()
+    ops = [0.0]
+    serial = [0.0]
+    lanes = 32 if launch.mode == "warp" else launch.block
+
+    def scope(root: K.Expr, executions: float, per_thread: float):
+        """Loads and arithmetic of one loop body (reductions nested in it are scopes of their own)."""
+        loads, reduces, arith = _scope_nodes(root)
+        for ld in loads:
+            reads[ld.args[0]] += executions
+        ops[0] += executions * arith
+        serial[0] += per_thread
+        for r in reduces:
+            n = _extent(r)
+            if r in row_level:   # the whole block (warp) strides over it, once per row
+                scope(r.args[1], launch.rows * n, math.ceil(n / lanes))
+            else:
+                scope(r.args[1], executions * n, per_thread * n)
+
+    if rowwise:
+        scope(kernel.body, size, math.ceil(launch.cols / lanes))
+    else:
+        scope(kernel.body, size, 1)
+    unique = cached = 0.0
+    for slot, n in reads.items():
+        shape, dt = kernel.inputs[slot]
+        numel = math.prod(shape)
+        unique += min(n, numel) * dtypes.itemsize(dt)
+        cached += max(0.0, n - numel) * dtypes.itemsize(dt)
+    written = size * dtypes.itemsize(kernel.dtype)
+    depth = _reduction_depth(kernel.body, row_level) if rowwise else 0
+    gathers = _gather_depth(kernel.body)
+    syncs = len(row_level)
+    block_syncs = syncs if launch.mode == "row" and launch.block > 32 else 0
+    return Work("kernel", (unique + written) / 1e6, cached / 1e6, ops[0] / 1e9, serial[0],
+                1 + depth + gathers, block_syncs, syncs - block_syncs, launch.grid, launch.block,
+                _mapping_name(launch))
+
+
+def attention_work(kernel) -> Work:
+    """Flash attention (codegen/attention.py): each warp owns 16 query rows and walks the key tiles."""
+    from ..codegen.attention import attention_launch, key_tile
+    launch = attention_launch(kernel)
+    isz = dtypes.itemsize(kernel.dtype)
+    heads = math.prod(kernel.batch)
+    q = heads * kernel.seq_q * kernel.head_dim
+    kv = heads * kernel.seq_k * (kernel.head_dim + kernel.value_dim)
+    out = heads * kernel.seq_q * kernel.value_dim
+    extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[3:])
+    warps_per_head = math.ceil(kernel.seq_q / 16)
+    cached = kv * isz * max(0, warps_per_head - 1)   # every warp of a head reads the head's keys and values
+    tiles = math.ceil(kernel.seq_k / key_tile(kernel))
+    return Work("attention", ((q + kv + out) * isz + extras) / 1e6, cached / 1e6, kernel.flops / 1e9, tiles,
+                1, 0, 0, launch.grid, launch.block, f"{launch.block // 32} warp(s) per block")
+
+
+def gemm_work(m: int, n: int, k: int, batch: int, dtype: str, c: bool = False, bias: bool = False,
+              a_elems: int | None = None, b_elems: int | None = None, lds: tuple = ()) -> Work:
+    """A cuBLASLt matmul. Without the algorithm it will pick (chosen on the GPU at load time) it is
+    described by a typical small-M tile: tiles of the output run in waves, each walking K serially."""
+    isz = dtypes.itemsize(dtype)
+    a = batch * m * k if a_elems is None else a_elems
+    b = batch * k * n if b_elems is None else b_elems
+    out = batch * m * n
+    nbytes = (a + b + out * (2 if c else 1) + (n if bias else 0)) * isz
+    tiles = batch * math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
+    k_steps = math.ceil(k / GEMM_TILE_K)
+    aligned = all(ld * isz % 16 == 0 for ld in lds)
+    return Work("gemm", nbytes / 1e6, 0.0, 2.0 * batch * m * n * k / 1e9, k_steps, 1, 0, 0, tiles, 128,
+                f"tiles {GEMM_TILE_M}x{GEMM_TILE_N}" + ("" if aligned else ", unaligned rows"), aligned)
+
+
+def _scope_nodes(root: K.Expr) -> tuple:
+    """(loads, outermost reductions, arithmetic count) reachable from root without entering a reduce."""
+    loads, reduces, arith, seen, stack = [], [], 0.0, set(), [root]
+    while stack:
+        e = stack.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        if e.op == "reduce":
+            reduces.append(e)
+            continue
+        if e.op == "load":
+            loads.append(e)
+        elif e.op in ARITH:
+            arith += 4 if e.op in TRANSCENDENTAL else 1
+        stack.extend(K.children(e))
+    return loads, reduces, arith
+
+
+def _extent(r: K.Expr) -> int:
+    return math.prod(v.args[1] for v in r.args[2])
+
+
+def _reduction_depth(body: K.Expr, row_level: set) -> int:
+    """The longest chain of row reductions each needing the one before (LayerNorm: mean, variance)."""
+    depth: dict = {}
+    for e in K.walk(body):   # children first
+        below = max((depth[c] for c in K.children(e) if c in depth), default=0)
+        depth[e] = below + (1 if e in row_level else 0)
+    return depth.get(body, 0)
+
+
+def _gather_depth(body: K.Expr) -> int:
+    """Loads whose address is itself loaded (an embedding lookup): one more round trip each level."""
+    return 1 if any(e.op == "load" and K.indirect_index(e) for e in K.walk(body)) else 0
+
+
+def _mapping_name(launch: Launch) -> str:
+    if launch.mode == "element":
+        return f"thread per element, {launch.block} threads"
+    if launch.mode == "warp":
+        return f"warp per row, {launch.block // 32} rows per block"
+    return f"block per row, {launch.block} threads"
+
+
+def step_work(kernels: list, plan, step) -> Work | None:
+    """The work of one top-level plan step (kernels: the bundle's kernel JSON entries), or None for
+    steps the model does not price (If/Loop regions, scan stores)."""
+    from ..codegen.launch import plan_launch
+    from ..ir.attention import KIND as ATTENTION, kernel_from_json
+    from ..plan import KernelStep, LibraryStep
+    if isinstance(step, KernelStep):
+        k = kernel_from_json(kernels[step.kernel])
+        return attention_work(k) if kernels[step.kernel].get("kind") == ATTENTION else kernel_work(k, plan_launch(k))
+    if isinstance(step, LibraryStep) and step.attrs.get("op") == "matmul":
+        return matmul_step_work(step.attrs, [plan.buffers[i].shape if i >= 0 else None for i in step.args],
+                                plan.buffers[step.out].shape, plan.buffers[step.out].dtype)
+    return None
+
+
+def matmul_step_work(attrs: dict, shapes: list, out_shape: tuple, dtype: str) -> Work:
+    """A `matmul` library step (ir/library.py), its operands seen through their views."""
+    shapes = list(shapes)
+    lds = {"0": shapes[0][-1], "1": shapes[1][-1], "out": out_shape[-1]}   # dense rows
+    for key, (_offset, _stride, ld, shape) in (attrs.get("views") or {}).items():
+        lds[key] = ld
+        if key == "out":
+            out_shape = tuple(shape)
+        else:
+            shapes[int(key)] = tuple(shape)
+    a, b = shapes[0], shapes[1]
+    m, n = out_shape[-2], out_shape[-1]
+    k = a[-2] if attrs.get("trans_a") else a[-1]
+    batch = math.prod(out_shape[:-2])
+    has_c = len(shapes) > 2 and shapes[2] is not None
+    has_bias = len(shapes) > 3 and shapes[3] is not None
+    return gemm_work(m, n, k, batch, dtype, has_c, has_bias, math.prod(a), math.prod(b), tuple(lds.values()))

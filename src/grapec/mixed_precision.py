@@ -1,0 +1,297 @@
+"""Mixed precision for --precision fp16 / bf16: which nodes stay float32, found by running the model.
+
+1. Op types that are known to break in half stay float32 (frontend/precision.py, FP32_OPS).
+2. A calibration run on the CPU backend: the model runs in float32 and in half on the same inputs
+   (random ones valid for the model, or the user's), with every float intermediate exposed. Per
+   node, the relative error of its output against float32 is set against the error of its inputs.
+   - A value that float16 cannot hold (beyond +-65504 in the float32 run): its producer and its
+     readers stay float32.
+   - A node whose output turns non-finite where float32 is finite stays float32.
+   - While an output of the model is off by more than the tolerance, a node whose error jumps
+     (JUMP_FACTOR times its inputs' error, and above JUMP_MIN) stays float32. A kept node that
+     still diverges was handed inputs already wrong: its producers follow it into float32.
+3. The rounds stop when the outputs agree within OUTPUT_TOLERANCE. If they never do, compilation
+   is refused, naming the outputs and the nodes that diverge, rather than shipping a wrong model.
+
+The CPU backend computes half exactly as the CUDA one does (float32 registers, rounding at every
+store, float32 GEMM accumulation), so what diverges here diverges there.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from . import dtypes
+from .errors import GrapecError, InputError
+from .frontend.precision import FP16_MAX, FP32_OPS, to_half
+
+OUTPUT_TOLERANCE = {"fp16": 1e-2, "bf16": 3e-2}   # ||out - ref|| / ||ref|| per output, as `grapec check` reports it
+JUMP_FACTOR = 8.0
+JUMP_MIN = {"fp16": 1e-2, "bf16": 4e-2}
+ERROR_FLOOR = {"fp16": 1e-3, "bf16": 8e-3}   # an input's own rounding error: a jump is measured against at least this
+MAX_ROUNDS = 8
+
+
+class PrecisionError(GrapecError):
+    """Half precision breaks the model's accuracy even with the divergent nodes kept in float32."""
+
+
+@dataclass
+class KeptNode:
+    name: str
+    op: str
+    why: str
+
+    def to_json(self):
+        return {"node": self.name, "op": self.op, "why": self.why}
+
+
+@dataclass
+class MixedPrecision:
+    """What the calibration decided: the nodes kept in float32, and how close the outputs came."""
+    precision: str
+    kept: list = field(default_factory=list)            # KeptNode, in graph order
+    output_errors: dict = field(default_factory=dict)   # output -> ||half - fp32|| / ||fp32||
+    samples: str = ""
+    rounds: int = 0
+    tolerance: float = 0.0
+
+    def to_json(self):
+        return {"precision": self.precision, "kept_fp32": [k.to_json() for k in self.kept],
+                "output_rel_err": {k: _json_float(v) for k, v in self.output_errors.items()},
+                "calibration": {"samples": self.samples, "rounds": self.rounds, "tolerance": self.tolerance}}
+
+    def summary(self) -> str:
+        errs = ", ".join(f"{k} {v:.1e}" for k, v in self.output_errors.items())
+        if not self.kept:
+            return f"{self.precision}: every node in {self.precision} (calibrated on {self.samples}; output error {errs})"
+        ops = ", ".join(f"{n} {op}" for op, n in Counter(k.op for k in self.kept).most_common())
+        return (f"{self.precision}: {len(self.kept)} node(s) kept in float32 ({ops}; calibrated on {self.samples}; "
+                f"output error {errs}); `grapec inspect` lists them")
+
+
+def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes: dict, fixed: dict,
+                     samples: list | None = None, say=lambda msg: None, tolerance: float | None = None):
+    """-> (the model rewritten to half with some nodes kept float32, MixedPrecision).
+    graph: the imported float32 model; input_shapes: the bucket to calibrate on; fixed: --value inputs;
+    samples: list of {input name: array} (--calibration-inputs), else one random sample;
+    tolerance: the largest ||out - ref|| / ||ref|| accepted per output (--precision-tolerance)."""
+    from .passes.specialize import specialize
+    spec = specialize(graph, input_shapes, None, fixed)
+    types = {n: dtypes.to_onnx(v.dtype) for n, v in spec.values.items() if v.dtype}
+    nodes = list(proto.graph.node)
+    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)]
+    outputs = [o.name for o in proto.graph.output]
+    probes = [o for n in nodes for o in n.output
+              if o and types.get(o) == TensorProto.FLOAT and spec.values[o].const is None and o not in outputs]
+    candidates = {i for i, n in enumerate(nodes) if n.op_type != "Constant"
+                  and (_computes_float(n, types) or n.op_type in FP32_OPS and _reads_float(n, types))
+                  and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)}
+    kept = {i: f"op type: {FP32_OPS[nodes[i].op_type]}" for i in sorted(candidates) if nodes[i].op_type in FP32_OPS}
+    for i in _quantized_glue(nodes, types):
+        if i in candidates:
+            kept.setdefault(i, "float math between a Dequantize and a Quantize: rounding it to half moves "
+                               "values across quantization steps")
+
+    ref_bundle = _compile_cpu(_exposing(proto, probes, types), input_shapes, fixed)
+    feeds_list, where = _samples(ref_bundle, samples)
+    refs = _run(ref_bundle, feeds_list)
+    tol = OUTPUT_TOLERANCE[precision] if tolerance is None else tolerance
+    floor, jump_min = ERROR_FLOOR[precision], JUMP_MIN[precision]
+    report = MixedPrecision(precision, samples=where, tolerance=tol)
+    producers = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    consumers = {}
+    for i, n in enumerate(nodes):
+        for x in n.input:
+            consumers.setdefault(x, []).append(i)
+    if precision == "fp16":
+        for i, why in _overflows(nodes, spec, probes + outputs, feeds_list, refs, consumers).items():
+            if i in candidates:
+                kept.setdefault(i, why)
+    for rnd in range(1, MAX_ROUNDS + 1):
+        half = to_half(proto, precision, set(kept), types)
+        own = [o + "__fp32" for i in kept for o in nodes[i].output if o in probes]   # kept nodes' float32 results
+        got = _run(_compile_cpu(_exposing(half, probes + own, types, precision), input_shapes, fixed), feeds_list)
+        err = {name: max(_rel_err(g[name], r[name.removesuffix("__fp32")]) for g, r in zip(got, refs))
+               for name in probes + own + outputs}
+        report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
+        bad_outputs = [o for o in outputs if not err[o] <= tol]
+        flagged, growth = {}, []
+        for i, n in enumerate(nodes):
+            e_out = max((err.get(o + "__fp32" if i in kept and o in probes else o, 0.0) for o in n.output if o),
+                        default=0.0)
+            e_in = max([err.get(x + "__fp32" if i in kept and producers.get(x) in kept and x in probes else x, 0.0)
+                        for x in n.input if x] + [floor])
+            if np.isinf(e_out) and not np.isinf(e_in):
+                flagged[i] = "non-finite in half where float32 is finite"
+            elif e_out > jump_min and e_out > JUMP_FACTOR * e_in and bad_outputs:
+                flagged[i] = f"error {e_out:.1e} in half from inputs off by {e_in:.1e}"
+            if e_out > e_in and np.isfinite(e_out):
+                growth.append((e_out / e_in, i, f"error {e_in:.1e} at its inputs, {e_out:.1e} at its output"))
+            if i in kept:   # a float32 result that half cannot hold: its readers stay float32 too
+                for o in n.output:
+                    if o in probes and np.isinf(err[o]) and not np.isinf(err[o + "__fp32"]):
+                        flagged.update({c: f"reads '{o}', which overflows {precision}"
+                                        for c in consumers.get(o, []) if c in candidates and c not in kept})
+        new = {i: why for i, why in flagged.items() if i not in kept and i in candidates}
+        if not new and bad_outputs:   # kept nodes still diverge: their inputs were already wrong
+            new = {p: f"feeds '{names[i]}', which diverges in float32 on half inputs"
+                   for i in flagged if i in kept for x in nodes[i].input
+                   if (p := producers.get(x)) is not None and p in candidates and p not in kept}
+        say(f"{precision} calibration round {rnd}: {len(kept)} node(s) in float32, output error "
+            + ", ".join(f"{o} {err[o]:.1e}" for o in outputs) + (f"; {len(new)} more to float32" if new and rnd < MAX_ROUNDS else ""))
+        if not new or rnd == MAX_ROUNDS:   # `half` is then the model these errors were measured on
+            break
+        kept.update(new)
+    report.kept = [KeptNode(names[i], nodes[i].op_type, kept[i]) for i in sorted(kept)]
+    if any(not report.output_errors[o] <= tol for o in outputs):
+        accumulates = not flagged   # no node stands out: name where the error grows most
+        if accumulates:
+            flagged = {i: why for _, i, why in sorted(growth, reverse=True)[:5]}
+        raise PrecisionError(_refusal(report, flagged, names, nodes, candidates, tol, accumulates))
+    return half, report
+
+
+def _refusal(report, flagged, names, nodes, candidates, tol, accumulates) -> str:
+    outs = "; ".join(f"'{o}' off by {e:.2g} (||out-ref||/||ref||, tolerance {tol:g})"
+                     for o, e in report.output_errors.items() if not e <= tol)
+    worst = [f"'{names[i]}' ({nodes[i].op_type}): {why}" + ("" if i in candidates else
+             " (control flow and nodes without float outputs are not kept in float32)") for i, why in list(flagged.items())[:10]]
+    kept = f"{len(report.kept)} node(s) already kept in float32. " if report.kept else ""
+    head = ("no single node diverges: rounding error accumulates over the model; it grows most at"
+            if accumulates else "diverging nodes")
+    where = (f"\n  {head}:\n    " + "\n    ".join(worst)) if worst else ""
+    return (f"--precision {report.precision} breaks this model's accuracy, so no bundle was written: {outs}. "
+            f"{kept}Compile with --precision fp32 (or tf32 for fast float32 GEMMs), give --calibration-inputs "
+            f"if random inputs are not representative, or accept a larger error with --precision-tolerance.{where}")
+
+
+def _overflows(nodes, spec, values, feeds_list, refs, consumers) -> dict:
+    """Nodes that write or read a value float16 cannot hold (beyond +-65504 in the float32 run) ->
+    why. An overflow counts where computation makes it, from inputs in range or from another such
+    value, and not where it comes from a constant beyond the range: an exporter's -3.4e38 attention
+    mask is clamped to -65504 in half and does its job there."""
+    peak = {}
+    for v in list(spec.inputs) + values:
+        arrays = [s[v] for s in feeds_list if v in s] + [r[v] for r in refs if v in r]
+        if arrays and np.asarray(arrays[0]).dtype.kind == "f":
+            peak[v] = max(float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a))) for a in arrays)
+    computed = {x for x in spec.inputs if peak.get(x, 0.0) > FP16_MAX}   # user data beyond the range
+    masks, out = set(), {}   # masks: beyond the range because a constant is (-3.4e38 and what it flows into)
+    for x in computed:
+        for c in consumers.get(x, []):
+            out.setdefault(c, f"reads input '{x}' ({peak[x]:.3g}), beyond float16's {FP16_MAX:g}")
+    for i, n in enumerate(nodes):
+        for v in n.output:
+            if peak.get(v, 0.0) <= FP16_MAX:
+                continue
+            if not any(x in computed for x in n.input) and any(x in masks or _big_const(spec, x) for x in n.input):
+                masks.add(v)
+            else:
+                computed.add(v)
+                why = f"'{v}' reaches {peak[v]:.3g}, beyond float16's {FP16_MAX:g}"
+                for j in [i] + consumers.get(v, []):
+                    out.setdefault(j, why)
+    return out
+
+
+QUANTIZE_OPS = ("QuantizeLinear", "DynamicQuantizeLinear")
+
+
+def _quantized_glue(nodes, types) -> set:
+    """Nodes on a float path from a DequantizeLinear output to a (Dynamic)QuantizeLinear input: the
+    float32 'glue' of a quantized model (activations, residual adds, LayerNorms between int8 GEMMs)."""
+    after = set()   # float values downstream of a dequantize
+    for n in nodes:
+        if n.op_type == "DequantizeLinear" or any(x in after for x in n.input):
+            after.update(o for o in n.output if types.get(o) == TensorProto.FLOAT)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    before, stack = set(), [x for n in nodes if n.op_type in QUANTIZE_OPS for x in n.input[:1]]
+    while stack:   # float values upstream of a quantize
+        v = stack.pop()
+        if v in before or types.get(v) != TensorProto.FLOAT:
+            continue
+        before.add(v)
+        if v in producer:
+            stack.extend(nodes[producer[v]].input)
+    return {i for i, n in enumerate(nodes) if n.op_type not in QUANTIZE_OPS + ("DequantizeLinear",)
+            and any(o in after and o in before for o in n.output)}
+
+
+def _big_const(spec, name) -> bool:
+    v = spec.values.get(name)
+    if v is None or v.const is None or np.asarray(v.const).dtype.kind != "f":
+        return False
+    c = np.asarray(v.const)
+    return float(np.max(np.abs(c), initial=0.0, where=np.isfinite(c))) > FP16_MAX
+
+
+def _computes_float(n: onnx.NodeProto, types: dict) -> bool:
+    return any(types.get(o) == TensorProto.FLOAT for o in n.output if o)
+
+
+def _reads_float(n: onnx.NodeProto, types: dict) -> bool:
+    return any(types.get(x) == TensorProto.FLOAT for x in n.input if x)
+
+
+def _exposing(proto: onnx.ModelProto, names: list, types: dict, precision: str | None = None) -> onnx.ModelProto:
+    """A copy of the model with `names` as extra graph outputs (half-typed in a half model)."""
+    from .frontend.proto import copy_model
+    from .frontend.precision import HALF_TYPES
+    m = copy_model(proto)
+    elem = HALF_TYPES[precision] if precision else TensorProto.FLOAT
+    for n in names:
+        t = TensorProto.FLOAT if n.endswith("__fp32") else elem if types.get(n) == TensorProto.FLOAT else types[n]
+        m.graph.output.append(helper.make_tensor_value_info(n, t, None))
+    return m
+
+
+def _compile_cpu(proto, input_shapes, fixed):
+    from .compiler import compile_model
+    return compile_model(proto, shapes={k: v for k, v in input_shapes.items() if k not in fixed},
+                         values=fixed or None, targets=[])
+
+
+def _samples(bundle, given):
+    from .inputs import bundle_inputs
+    if not given:
+        return [bundle_inputs(bundle.manifest, 0, seed=0)], "1 random sample"
+    names = {i["name"]: tuple(i["shapes"][0]) for i in bundle.manifest["inputs"]}
+    for k, sample in enumerate(given):
+        for name, shape in names.items():
+            if name not in sample:
+                raise InputError(f"--calibration-inputs sample {k}: no array for input '{name}'")
+            if tuple(np.shape(sample[name])) != shape:
+                raise InputError(f"--calibration-inputs sample {k}: input '{name}' has shape "
+                                 f"{list(np.shape(sample[name]))}, the calibrated bucket expects {list(shape)}")
+    return [{n: s[n] for n in names} for s in given], f"{len(given)} given sample(s)"
+
+
+def _run(bundle, feeds_list):
+    from .runtime.session import Session
+    sess = Session(bundle, backend="cpu")
+    return [sess.run(f) for f in feeds_list]
+
+
+def _rel_err(got, ref) -> float:
+    """||got - ref|| / ||ref|| over the elements float16 can hold; inf where got is non-finite and
+    ref is not. An element beyond float16's range (a -3.4e38 mask value) counts as right when got
+    saturates the same way (-65504 or -inf)."""
+    g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    saturated = (np.abs(r) > FP16_MAX) & (np.abs(g) >= FP16_MAX) & (np.sign(g) == np.sign(r))
+    g, r = np.where(saturated, 0.0, g), np.where(saturated, 0.0, r)
+    fin_r = np.isfinite(r)
+    if (fin_r & ~np.isfinite(g)).any():
+        return float("inf")
+    d = np.where(fin_r, g - r, 0.0)
+    den = float(np.linalg.norm(np.where(fin_r, r, 0.0)))
+    num = float(np.linalg.norm(d))
+    return num / den if den else (0.0 if num == 0 else float("inf"))
+
+
+def _json_float(v):
+    return v if np.isfinite(v) else str(v)
