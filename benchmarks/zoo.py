@@ -22,6 +22,7 @@ and stop (no GPU needed).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -64,6 +65,7 @@ def main():
     if not a.compile_only and not with_ort:
         print("onnxruntime's CUDA provider is not installed: onnxruntime is not measured")
     from grapec.inputs import bundle_inputs
+    from grapec.cost.work import step_work
     only = set(filter(None, a.only.split(",")))
     results = {}
     for (label0, name, dims), precision in [(c, p) for p in a.precision.split(",") for c in CONFIGS]:
@@ -91,9 +93,11 @@ def main():
              "bundle": origin, "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         r["fusion"] = {"full": {"ms": r["grapec"]["replay"]["median_ms"], "steps": r["steps"]}}
         estimates = {e["step"]: e for e in bundle.manifest["buckets"][0].get("fusion_report", [])}
-        for st in r["grapec"].get("steps", []):   # the cost model's estimate next to each measured step
+        for st in r["grapec"].get("steps", []):   # the cost model's estimate (and work) next to each measured step
             if st["index"] in estimates:
                 st["est_us"], st["est_kind"] = estimates[st["index"]]["us"], estimates[st["index"]]["kind"]
+                work = step_work(bundle.kernels, bundle.plans[0], bundle.plans[0].steps[st["index"]])
+                st["work"] = dataclasses.asdict(work)
         r["device_profile"] = bundle.manifest.get("device_profile")
         for level in filter(None, a.fusion_levels.split(",")):
             other = grapec.compile(path, dims=dims, precision=precision, fusion=level, device_profile=a.device_profile)

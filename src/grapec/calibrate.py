@@ -96,6 +96,13 @@ def fit_profile(device_name: str, sms: int, samples: list, name: str | None = No
                          {k: {f: round(c, 6) for f, c in v.items()} for k, v in coefficients.items()}, measured)
 
 
-def calibrate(device: int = 0, name: str | None = None, say: Callable = print) -> DeviceProfile:
+def calibrate(device: int = 0, name: str | None = None, say: Callable = print, samples_path: str | None = None) -> DeviceProfile:
+    """samples_path: also write every (work, measured us) pair there, to refit or study offline."""
     device_name, sms, samples = measure_samples(device, say)
+    if samples_path:
+        import dataclasses
+        import json
+        with open(samples_path, "w") as f:
+            json.dump({"device": device_name, "sms": sms,
+                       "samples": [{"work": dataclasses.asdict(w), "us": us} for w, us in samples]}, f)
     return fit_profile(device_name, sms, samples, name)

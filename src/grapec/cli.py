@@ -483,8 +483,10 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
               help="Profile file to write [default: grapec-profile-<gpu>.json in the current folder].")
 @click.option("--name", help="The profile's name [default: the GPU model, e.g. h100].")
 @click.option("--device", default=0, show_default=True, help="GPU ordinal to measure.")
+@click.option("--save-samples", type=click.Path(dir_okay=False), help="Also write every measured kernel's work "
+              "and time (JSON), to study the fit offline.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def calibrate(output, name, device, quiet):
+def calibrate(output, name, device, save_samples, quiet):
     """Measure this GPU for the cost model and write a device profile (needs a GPU, about a minute).
 
     \b
@@ -503,7 +505,7 @@ def calibrate(output, name, device, quiet):
         raise GrapecError("calibrate measures a GPU, and no NVIDIA GPU was found here; "
                           f"compile with a shipped profile instead (--device-profile {', '.join(_profiles())})")
     say = (lambda *_: None) if quiet else (lambda msg: click.echo(f"[grapec] {msg}", err=True))
-    profile = run_calibration(device, name, say)
+    profile = run_calibration(device, name, say, save_samples)
     out = output or f"grapec-profile-{profile.name}.json"
     profile.write(out)
     fit = ", ".join(f"{k} {v['median_error']:.0%} over {v['samples']}" for k, v in profile.measured["fit"].items())
