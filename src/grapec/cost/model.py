@@ -7,7 +7,10 @@ The features are physical and scale with the device:
     node        1: what any graph node costs (launch, first instruction, last store seen)
     phase       dependent memory round trips: a reduction's result must exist before its readers run
     block_sync  block-wide reductions (shared memory, barriers); warp_sync: warp-shuffle ones
-    serial      the longest loop one thread (warp, tile) runs, times the waves of the grid
+    serial      the longest loop one thread (warp, tile) runs, times the waves of the grid; a loop
+                that loads 16 bytes a lane and keeps later loads in flight (warp mode) is
+                vector_serial, a block's strided loop over a row is row_serial, priced apart:
+                the first's iterations overlap, the second's each wait on memory
     dram_mb     DRAM traffic over the fraction of SMs the grid occupies (a small grid cannot pull
                 the full bandwidth); cache_mb: bytes read again; gflop: arithmetic, likewise
     unaligned_gflop  a GEMM's arithmetic when an operand's rows are not 16-byte aligned (cuBLASLt
@@ -24,7 +27,8 @@ from .device import DeviceProfile
 from .work import Work
 
 FEATURES = {
-    "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "dram_mb", "cache_mb", "gflop"),
+    "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "row_serial", "vector_serial", "dram_mb",
+               "cache_mb", "gflop"),
     "attention": ("node", "serial", "dram_mb", "cache_mb", "gflop"),
     "gemm": ("node", "serial", "dram_mb", "gflop", "unaligned_gflop"),
 }
@@ -40,7 +44,7 @@ class Estimate:
     def bound(self) -> str:
         """The term that dominates: what to attack to make the node faster."""
         names = {"node": "launch", "phase": "latency", "block_sync": "latency", "warp_sync": "latency",
-                 "serial": "serial loop", "dram_mb": "memory", "cache_mb": "cache", "gflop": "compute",
+                 "serial": "serial loop", "row_serial": "serial loop", "vector_serial": "serial loop", "dram_mb": "memory", "cache_mb": "cache", "gflop": "compute",
                  "unaligned_gflop": "unaligned operands"}
         return names[max(self.terms, key=self.terms.get)] if self.terms else "launch"
 
@@ -49,8 +53,16 @@ def features(work: Work, sms: int) -> dict:
     # cuBLASLt splits K or picks smaller tiles when its tiles would not fill the GPU, so a GEMM's
     # bandwidth and arithmetic are not scaled down by its tile count
     active = 1.0 if work.kind == "gemm" else work.active(sms)
-    return {"node": 1.0, "phase": float(work.phases), "block_sync": float(work.block_syncs),
-            "warp_sync": float(work.warp_syncs), "serial": work.serial * work.waves(sms),
+    waves = work.waves(sms)
+    serial = work.serial * waves
+    # a row kernel's blocks wait out their reductions' round trips together: each wave pays them
+    rounds_in_rows = bool(work.block_syncs or work.warp_syncs)
+    rounds = waves if rounds_in_rows else 1
+    return {"node": 1.0, "phase": float(work.phases * rounds), "block_sync": float(work.block_syncs * rounds),
+            "warp_sync": float(work.warp_syncs * rounds),
+            "serial": serial if not work.vectorized and not rounds_in_rows else 0.0,
+            "row_serial": serial if rounds_in_rows and not work.vectorized else 0.0,
+            "vector_serial": serial if work.vectorized else 0.0,
             "dram_mb": work.dram_mb / active, "cache_mb": work.cache_mb / active, "gflop": work.gflop / active,
             "unaligned_gflop": 0.0 if work.aligned else work.gflop}
 

@@ -22,6 +22,7 @@ GEMMS = [(m, k, n) for m in (8, 48, 256, 1024) for k, n in ((512, 512), (1024, 4
 GEMMS += [(16, 256, 8192), (3000, 576, 128), (196, 2304, 256), (8, 1024, 32768), (1, 2048, 2048)]
 UNALIGNED = ((512, 1536, 399), (64, 1000, 333))
 BATCHED = ((16, 64, 96, 200), (48, 32, 4096, 24))
+CONVS = ((48, 40, 96, 3), (160, 20, 160, 3), (24, 80, 32, 5))   # (channels in, height = width, channels out, kernel)
 ATTENTION = ((8, 16), (12, 64), (16, 200), (12, 384), (4, 1024))   # (heads, sequence), head dim 64
 
 
@@ -88,6 +89,9 @@ def calibration_model(seed: int = 0) -> onnx.ModelProto:
         g.output(g.node("MatMul", [g.input([m, k]), g.input([k, n])]))
     for b, m, k, n in BATCHED:
         g.output(g.node("MatMul", [g.input([b, m, k]), g.input([b, k, n])]))
+    for c_in, size, c_out, k in CONVS:   # im2col gathers (cache-heavy reads) and their GEMMs
+        w = g.weight(g.rng.standard_normal((c_out, c_in, k, k)) / np.sqrt(c_in * k * k))
+        g.output(g.node("Relu", [g.node("Conv", [g.input([1, c_in, size, size]), w], pads=[k // 2] * 4)]))
     for heads, seq in ATTENTION:
         q, k, v = (g.input([1, heads, seq, 64]) for _ in range(3))
         scores = g.node("Mul", [g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])]), g.weight(0.125)])

@@ -42,6 +42,7 @@ class Work:
     block: int             # threads per block
     mapping: str = ""      # the thread mapping (launch mode), for reports
     aligned: bool = True   # gemm: every operand's rows start 16-byte aligned (else cuBLASLt's slow path)
+    vectorized: bool = False   # the loops load 16 bytes a lane and keep later loads in flight (warp mode)
 
     def waves(self, sms: int) -> int:
         per_sm = max(1, min(BLOCKS_PER_SM, THREADS_PER_SM // max(self.block, 1)))
@@ -93,7 +94,7 @@ def kernel_work(kernel: K.Kernel, launch: Launch) -> Work:
     block_syncs = syncs if launch.mode == "row" and launch.block > 32 else 0
     return Work("kernel", (unique + written) / 1e6, cached / 1e6, ops[0] / 1e9, serial[0],
                 1 + depth + gathers, block_syncs, syncs - block_syncs, launch.grid, launch.block,
-                _mapping_name(launch))
+                _mapping_name(launch), vectorized=launch.mode == "warp")
 
 
 def attention_work(kernel) -> Work:
