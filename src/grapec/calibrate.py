@@ -106,3 +106,17 @@ def calibrate(device: int = 0, name: str | None = None, say: Callable = print, s
             json.dump({"device": device_name, "sms": sms,
                        "samples": [{"work": dataclasses.asdict(w), "us": us} for w, us in samples]}, f)
     return fit_profile(device_name, sms, samples, name)
+
+
+def refit(samples_path: str, name: str | None = None) -> DeviceProfile:
+    """A profile fitted again to samples `calibrate(samples_path=...)` saved: no GPU needed."""
+    import json
+    from .cost.work import Work
+    from .errors import InputError
+    try:
+        with open(samples_path) as f:
+            d = json.load(f)
+        samples = [(Work(**s["work"]), float(s["us"])) for s in d["samples"]]
+        return fit_profile(str(d["device"]), int(d["sms"]), samples, name)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"{samples_path}: not a samples file from `grapec calibrate --save-samples` ({e})") from None

@@ -485,8 +485,10 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
 @click.option("--device", default=0, show_default=True, help="GPU ordinal to measure.")
 @click.option("--save-samples", type=click.Path(dir_okay=False), help="Also write every measured kernel's work "
               "and time (JSON), to study the fit offline.")
+@click.option("--from-samples", type=click.Path(exists=True, dir_okay=False), help="Refit a profile from samples an "
+              "earlier run saved (--save-samples), without a GPU: after a change to the cost model's features.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def calibrate(output, name, device, save_samples, quiet):
+def calibrate(output, name, device, save_samples, from_samples, quiet):
     """Measure this GPU for the cost model and write a device profile (needs a GPU, about a minute).
 
     \b
@@ -499,13 +501,16 @@ def calibrate(output, name, device, save_samples, quiet):
       grapec calibrate -o h100.json            # on the GPU machine
       grapec compile model.onnx --device-profile h100.json
     """
-    from .calibrate import calibrate as run_calibration
+    from .calibrate import calibrate as run_calibration, refit
     from .devices import gpu_count
-    if not gpu_count():
+    if from_samples:
+        profile = refit(from_samples, name)
+    elif not gpu_count():
         raise GrapecError("calibrate measures a GPU, and no NVIDIA GPU was found here; "
                           f"compile with a shipped profile instead (--device-profile {', '.join(_profiles())})")
-    say = (lambda *_: None) if quiet else (lambda msg: click.echo(f"[grapec] {msg}", err=True))
-    profile = run_calibration(device, name, say, save_samples)
+    else:
+        say = (lambda *_: None) if quiet else (lambda msg: click.echo(f"[grapec] {msg}", err=True))
+        profile = run_calibration(device, name, say, save_samples)
     out = output or f"grapec-profile-{profile.name}.json"
     profile.write(out)
     fit = ", ".join(f"{k} {v['median_error']:.0%} over {v['samples']}" for k, v in profile.measured["fit"].items())

@@ -420,27 +420,7 @@ class CudaRenderer:
         return acc
 
     def _vector_loads(self, rvars, body) -> tuple:
-        """-> (width, loads) for a cooperative reduction whose loads run along its one variable with
-        unit stride from a row start that a vector of `width` elements divides: those loads are read
-        `width` elements at a time (16 bytes per thread: what it takes to keep DRAM busy with few
-        warps). Buffers start 256-byte aligned (plan_memory, the weight store). (1, []) otherwise."""
-        if len(rvars) != 1:
-            return 1, []
-        r = rvars[0]
-        loads = []
-        for e in walk(body):
-            if e.op != "load" or e.args[2] is not None or not dtypes.is_float(e.dtype) or not e.args[1]:
-                continue
-            *rest, last = e.args[1]
-            if last is r and not any(r in free_vars(i, self.deps) for i in rest):
-                loads.append(e)
-        if not loads:
-            return 1, []
-        width = min(16 // dtypes.itemsize(e.dtype) for e in loads)
-        loads = [e for e in loads if self.k.inputs[e.args[0]][0][-1] % width == 0]
-        if width < 2 or r.args[1] % width or not loads:
-            return 1, []
-        return width, loads
+        return vector_loads(self.k, rvars, body, self.deps)
 
     def _lane(self) -> str:
         return "g_lane" if self.launch.mode == "warp" else "threadIdx.x"
@@ -536,3 +516,29 @@ class CudaRenderer:
                 lines.append(f"{indent}const i64 t{a} = {rest} / {d}LL;")
                 rest = f"t{a}"
         return lines
+
+
+def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple:
+    """-> (width, loads) for a cooperative reduction whose loads run along its one variable with
+    unit stride from a row start that a vector of `width` elements divides: those loads are read
+    `width` elements at a time (16 bytes per thread: what it takes to keep DRAM busy with few
+    warps). Buffers start 256-byte aligned (plan_memory, the weight store). (1, []) otherwise.
+    The cost model asks the same question (cost/work.py): such a loop keeps its loads in flight."""
+    memo = {} if memo is None else memo
+    if len(rvars) != 1:
+        return 1, []
+    r = rvars[0]
+    loads = []
+    for e in walk(body):
+        if e.op != "load" or e.args[2] is not None or not dtypes.is_float(e.dtype) or not e.args[1]:
+            continue
+        *rest, last = e.args[1]
+        if last is r and not any(r in free_vars(i, memo) for i in rest):
+            loads.append(e)
+    if not loads:
+        return 1, []
+    width = min(16 // dtypes.itemsize(e.dtype) for e in loads)
+    loads = [e for e in loads if kernel.inputs[e.args[0]][0][-1] % width == 0]
+    if width < 2 or r.args[1] % width or not loads:
+        return 1, []
+    return width, loads

@@ -13,6 +13,8 @@ The features are physical and scale with the device:
                 the first's iterations overlap, the second's each wait on memory
     dram_mb     DRAM traffic over the fraction of SMs the grid occupies (a small grid cannot pull
                 the full bandwidth); cache_mb: bytes read again; gflop: arithmetic, likewise
+    thread_kops the arithmetic one thread does, in thousands of operations: a warp that computes
+                a whole row's expensive expression (an inlined GELU) waits on its own ALU chain
     unaligned_gflop  a GEMM's arithmetic when an operand's rows are not 16-byte aligned (cuBLASLt
                 then runs kernels without vector loads)
 
@@ -28,7 +30,7 @@ from .work import Work
 
 FEATURES = {
     "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "row_serial", "vector_serial", "dram_mb",
-               "cache_mb", "gflop"),
+               "cache_mb", "gflop", "thread_kops"),
     "attention": ("node", "serial", "dram_mb", "cache_mb", "gflop"),
     "gemm": ("node", "serial", "dram_mb", "gflop", "unaligned_gflop"),
 }
@@ -45,7 +47,7 @@ class Estimate:
         """The term that dominates: what to attack to make the node faster."""
         names = {"node": "launch", "phase": "latency", "block_sync": "latency", "warp_sync": "latency",
                  "serial": "serial loop", "row_serial": "serial loop", "vector_serial": "serial loop", "dram_mb": "memory", "cache_mb": "cache", "gflop": "compute",
-                 "unaligned_gflop": "unaligned operands"}
+                 "unaligned_gflop": "unaligned operands", "thread_kops": "compute"}
         return names[max(self.terms, key=self.terms.get)] if self.terms else "launch"
 
 
@@ -60,11 +62,12 @@ def features(work: Work, sms: int) -> dict:
     rounds = waves if rounds_in_rows else 1
     return {"node": 1.0, "phase": float(work.phases * rounds), "block_sync": float(work.block_syncs * rounds),
             "warp_sync": float(work.warp_syncs * rounds),
-            "serial": serial if not work.vectorized and not rounds_in_rows else 0.0,
+            "serial": serial if not rounds_in_rows else 0.0,
             "row_serial": serial if rounds_in_rows and not work.vectorized else 0.0,
             "vector_serial": serial if work.vectorized else 0.0,
             "dram_mb": work.dram_mb / active, "cache_mb": work.cache_mb / active, "gflop": work.gflop / active,
-            "unaligned_gflop": 0.0 if work.aligned else work.gflop}
+            "unaligned_gflop": 0.0 if work.aligned else work.gflop,
+            "thread_kops": work.gflop * 1e6 / max(1, work.blocks * work.block) * waves}
 
 
 def estimate(work: Work, profile: DeviceProfile) -> Estimate:

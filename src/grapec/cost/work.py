@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .. import dtypes
+from ..codegen.cuda import vector_loads
 from ..codegen.launch import Launch, row_reductions
 from ..ir import kernel as K
 
@@ -42,7 +43,7 @@ class Work:
     block: int             # threads per block
     mapping: str = ""      # the thread mapping (launch mode), for reports
     aligned: bool = True   # gemm: every operand's rows start 16-byte aligned (else cuBLASLt's slow path)
-    vectorized: bool = False   # the loops load 16 bytes a lane and keep later loads in flight (warp mode)
+    vectorized: bool = False   # its row loops load 16 bytes a lane, later loads in flight (warp mode, rows read in order)
 
     def waves(self, sms: int) -> int:
         per_sm = max(1, min(BLOCKS_PER_SM, THREADS_PER_SM // max(self.block, 1)))
@@ -92,9 +93,12 @@ def kernel_work(kernel: K.Kernel, launch: Launch) -> Work:
     gathers = _gather_depth(kernel.body)
     syncs = len(row_level)
     block_syncs = syncs if launch.mode == "row" and launch.block > 32 else 0
+    # warp mode reads a row 16 bytes a lane with later loads in flight, where the loads run along it
+    vectorized = launch.mode == "warp" and bool(row_level) and all(
+        vector_loads(kernel, r.args[2], r.args[1], memo)[1] for r in row_level)
     return Work("kernel", (unique + written) / 1e6, cached / 1e6, ops[0] / 1e9, serial[0],
                 1 + depth + gathers, block_syncs, syncs - block_syncs, launch.grid, launch.block,
-                _mapping_name(launch), vectorized=launch.mode == "warp")
+                _mapping_name(launch), vectorized=vectorized)
 
 
 def attention_work(kernel) -> Work:
