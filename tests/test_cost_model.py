@@ -206,3 +206,16 @@ def test_every_mapping_computes_the_same_on_the_gpu():
                     assert np.array_equal(got[name], ref[name]), (rows, cols, m, name)
                 else:
                     assert rel_err(got[name], ref[name]) < 1e-5, (rows, cols, m, name)
+
+
+def test_bench_takes_a_device_profile_and_refuses_without_a_gpu(tmp_path):
+    """Every option reaches the command (a signature mismatch is an internal error, exit 1)."""
+    from click.testing import CliRunner
+    from grapec.cli import main
+    from grapec.devices import gpu_count
+    if gpu_count():
+        pytest.skip("this checks the no-GPU message")
+    import onnx
+    onnx.save(row_model(4, 64), tmp_path / "m.onnx")
+    r = CliRunner().invoke(main, ["bench", str(tmp_path / "m.onnx"), "--device-profile", "h100"])
+    assert r.exit_code == 2 and "needs an NVIDIA GPU" in r.output, r.output

@@ -100,7 +100,7 @@ FUSION_HELP = ("full: producers inlined into consumers, reductions stitched (Lay
                "thread mapping (block, warp or thread per row) chosen by the cost model for --device-profile; rules: "
                "the same fusion with the fixed mapping rules, and attention as GEMM + softmax + GEMM; none: one kernel per lowered op, every GEMM "
                "plain (a baseline to measure fusion against). If/Loop bodies are fused in every mode.")
-PROFILE_HELP = ("The GPU the cost model plans for: a shipped profile (h100, h200) or a file written by "
+PROFILE_HELP = ("The GPU the cost model plans for: a shipped profile (h100) or a file written by "
                 "`grapec calibrate` on the target GPU. `grapec inspect --fusion` shows what it estimated.")
 CALIBRATION_HELP = ("For fp16 and bf16: an .npz with one array per model input, shaped like the largest bucket, to "
                     "calibrate on instead of random inputs (repeatable: one sample per file).")
@@ -400,6 +400,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
                    "(others are random, within the ranges the model declares).")
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True,
               help="For an .onnx MODEL: how much to fuse (see grapec compile --help).")
+@click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
               "against one replay.")

@@ -118,7 +118,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              against float32 (default 1e-2 fp16, 3e-2 bf16).
     fusion:  "full" (default), "rules" (attention stays GEMM + softmax + GEMM) or "none" (one kernel
              per lowered op: the baseline fusion is measured against); If/Loop bodies always fuse.
-    device_profile: the GPU to plan for: a shipped profile's name (h100, h200) or a file written by
+    device_profile: the GPU to plan for: a shipped profile's name (h100) or a file written by
              `grapec calibrate` [default: h100]. The cost model prices every kernel's thread mapping
              with it (fusion "full"), and the manifest holds the estimated time of every step.
     """
