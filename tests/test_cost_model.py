@@ -14,7 +14,7 @@ from grapec.cost.model import estimate
 from grapec.cost.work import gemm_work, kernel_work
 from grapec.errors import InputError
 from grapec.ir.kernel import Kernel
-from grapec.passes.mappings import price_mappings
+from grapec.cost.model import price_mappings
 from grapec.plan import KernelStep
 from helpers import init, model, rel_err, tinfo
 

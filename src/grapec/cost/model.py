@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..codegen.launch import candidate_mappings, mapped_launch
 from .device import DeviceProfile
-from .work import Work
+from .work import Work, kernel_work
 
 FEATURES = {
     "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "row_serial", "vector_serial", "dram_mb",
@@ -75,3 +76,9 @@ def estimate(work: Work, profile: DeviceProfile) -> Estimate:
     x = features(work, profile.sms)
     terms = {f: coef.get(f, 0.0) * x[f] for f in FEATURES[work.kind]}
     return Estimate(sum(terms.values()), terms, work)
+
+
+def price_mappings(kernel, profile: DeviceProfile) -> list:
+    """[(mapping, Estimate)] for every candidate thread mapping of a generated kernel, cheapest first."""
+    priced = [(m, estimate(kernel_work(kernel, mapped_launch(kernel, *m)), profile)) for m in candidate_mappings(kernel)]
+    return sorted(priced, key=lambda p: p[1].us)

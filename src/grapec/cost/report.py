@@ -3,9 +3,12 @@ mapping, estimated time and the alternatives that lost. Stored in the bundle's m
 by `grapec inspect --fusion`."""
 from __future__ import annotations
 
+from ..codegen.launch import mapped_launch, plan_launch
+from ..ir.attention import kernel_from_json
+from ..plan import KernelStep
 from .device import DeviceProfile
-from .model import estimate
-from .work import kernel_work, step_work
+from .model import estimate, price_mappings
+from .work import step_work
 
 MAX_ALTERNATIVES = 4
 
@@ -13,9 +16,6 @@ MAX_ALTERNATIVES = 4
 def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
     """[{step, kind, ops, origin, scheme, mapping, us, bound, alternatives}] for every top-level
     step the model prices (kernels: the bundle's kernel JSON entries)."""
-    from ..codegen.launch import candidate_mappings, mapped_launch, plan_launch
-    from ..ir.attention import kernel_from_json
-    from ..plan import KernelStep
     rows = []
     for i, st in enumerate(plan.steps):
         work = step_work(kernels, plan, st)
@@ -28,14 +28,9 @@ def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
         if isinstance(st, KernelStep) and work.kind == "kernel":
             k = kernel_from_json(kernels[st.kernel])
             chosen = plan_launch(k)
-            alts = []
-            for m in candidate_mappings(k):
-                launch = mapped_launch(k, *m)
-                if launch == chosen:
-                    continue
-                w = kernel_work(k, launch)
-                alts.append({"mapping": w.mapping, "scheme": _scheme(w, st), "us": round(estimate(w, profile).us, 2)})
-            row["alternatives"] = sorted(alts, key=lambda a: a["us"])[:MAX_ALTERNATIVES]
+            row["alternatives"] = [{"mapping": e.work.mapping, "scheme": _scheme(e.work, st), "us": round(e.us, 2)}
+                                   for m, e in price_mappings(k, profile)
+                                   if mapped_launch(k, *m) != chosen][:MAX_ALTERNATIVES]
         rows.append(row)
     return rows
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 from .. import dtypes
 from ..codegen.cuda import vector_loads
-from ..codegen.launch import Launch, row_reductions
+from ..codegen.launch import Launch, plan_launch, row_reductions
 from ..ir import kernel as K
+from ..ir.attention import KIND as ATTENTION, kernel_from_json
+from ..plan import KernelStep, LibraryStep
 
 THREADS_PER_SM = 2048
 BLOCKS_PER_SM = 32
@@ -182,9 +184,6 @@ def _mapping_name(launch: Launch) -> str:
 def step_work(kernels: list, plan, step) -> Work | None:
     """The work of one top-level plan step (kernels: the bundle's kernel JSON entries), or None for
     steps the model does not price (If/Loop regions, scan stores)."""
-    from ..codegen.launch import plan_launch
-    from ..ir.attention import KIND as ATTENTION, kernel_from_json
-    from ..plan import KernelStep, LibraryStep
     if isinstance(step, KernelStep):
         k = kernel_from_json(kernels[step.kernel])
         return attention_work(k) if kernels[step.kernel].get("kind") == ATTENTION else kernel_work(k, plan_launch(k))

@@ -14,18 +14,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..codegen.launch import candidate_mappings, mapped_launch
 from ..cost.device import DeviceProfile
-from ..cost.model import estimate
-from ..cost.work import kernel_work
+from ..cost.model import price_mappings
 from ..ir.graph import Graph
 from ..ir.kernel import Kernel
-
-
-def price_mappings(kernel, profile: DeviceProfile) -> list:
-    """[(mapping, Estimate)] for every candidate mapping of the kernel, cheapest first."""
-    priced = [(m, estimate(kernel_work(kernel, mapped_launch(kernel, *m)), profile)) for m in candidate_mappings(kernel)]
-    return sorted(priced, key=lambda p: p[1].us)
 
 
 def choose_mappings(g: Graph, profile: DeviceProfile) -> Graph:
