@@ -5,6 +5,7 @@
         specialize                concrete shapes; constants evaluated (Shape chains fold); an If
                                   with a known condition replaced by the branch it takes
         simplify                  constant folding, BatchNorm into Conv, dead code
+        merge_sibling_matmuls     matmuls of one input against weights (Q, K, V) as one GEMM + Split
         lower                     ONNX ops -> Kernel / Library / View / region nodes (bodies compiled alike)
         small_matmuls_as_kernels  few-row matmuls against weights become gemv kernels (they fuse)
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
@@ -12,7 +13,7 @@
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
-        aligned_gemm_outputs      a GEMM with rows of odd length writes padded rows (cuBLASLt's fast kernels)
+        aligned_rows              GEMM rows padded to 16 bytes, through the kernels that write and read them
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
         plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
@@ -45,8 +46,10 @@ from .cost.report import plan_report
 from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
+from .passes.siblings import merge_sibling_matmuls
 from .passes.simplify import simplify
-from .passes.strided_operands import aligned_gemm_outputs, strided_operands
+from .passes.aligned_rows import aligned_rows
+from .passes.strided_operands import strided_operands
 from .passes.specialize import specialize
 
 
@@ -65,8 +68,10 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     (fusion "full" only: it picks every kernel's thread mapping)."""
     g = specialize(graph, input_shapes, parent, input_values)
     g = simplify(g)
-    g = lower_graph(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
+    if level != "none":
+        g = merge_sibling_matmuls(g)
+    g = lower_graph(g)
     if level != "none":
         g = small_matmuls_as_kernels(g)
         g = fold_epilogues(g)
@@ -75,7 +80,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = strided_operands(g)
         if level == "full":
             g = fuse_attention(g, notes)
-        g = aligned_gemm_outputs(g)
+        g = aligned_rows(g)
         if level == "full" and profile is not None:
             g = choose_mappings(g, profile)
     g = schedule(g)

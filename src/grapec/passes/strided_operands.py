@@ -23,7 +23,6 @@ import math
 
 import numpy as np
 
-from .. import dtypes
 from ..ir import kernel as K
 from ..ir.graph import Graph
 from ..ir.interpret import run_kernel
@@ -170,81 +169,3 @@ def _row_major(shape) -> list:
         out.append(s)
         s *= d
     return out[::-1]
-
-
-def aligned_gemm_outputs(g: Graph) -> Graph:
-    """A GEMM whose rows are not a multiple of 16 bytes (GPT-2's 50257 logits) writes into a buffer
-    with padded rows, and the kernels that read it (also through reshapes that keep the rows) read
-    the padded buffer. Against a constant weight, the weight gets zero columns and the GEMM computes
-    the padded width; otherwise it writes the odd width through an output view. cuBLASLt's
-    tensor-core kernels need 16-byte aligned rows and widths; with odd ones it takes slow paths (the
-    GPT-2 vocabulary projection at 8 rows: 53 us on an H100, where its weights take 23 to read).
-    Only where every reader is a kernel: a graph output, a library operand or a region stays dense."""
-    readers = g.consumers()
-    for node in g.nodes:
-        if node.op != "Library" or node.attrs.get("op") != "matmul" or "out" in (node.attrs.get("views") or {}) \
-                or [i for i in node.inputs[2:3] if i]:
-            continue
-        out = g.lookup(node.outputs[0])
-        per_vector = 16 // dtypes.itemsize(out.dtype)
-        if len(out.shape) < 2 or out.shape[-1] % per_vector == 0 or not out.shape[-1]:
-            continue
-        chain = _row_keeping_readers(g, out.name, readers)
-        if chain is None:
-            continue
-        cols = -(-out.shape[-1] // per_vector) * per_vector
-        padded = {name: g.add_value(f"{name}_padded", out.dtype, (*g.lookup(name).shape[:-1], cols)).name
-                  for name in chain}
-        if not _pad_weight(g, node, cols):   # else the GEMM still computes the odd width, into padded rows
-            node.attrs = dict(node.attrs, views={**(node.attrs.get("views") or {}),
-                                                 "out": [0, out.shape[-2] * cols, cols, list(out.shape)]})
-        node.outputs[0] = padded[out.name]
-        for name in chain:
-            for u in readers.get(name, []):
-                if u.op == "Kernel":
-                    k = u.attrs["kernel"]
-                    inputs = tuple(((*shape[:-1], cols), dt) if u.inputs[s] in padded else (shape, dt)
-                                   for s, (shape, dt) in enumerate(k.inputs))
-                    u.attrs = dict(u.attrs, kernel=K.Kernel(k.shape, k.dtype, k.body, inputs))
-                else:
-                    u.outputs = [padded[u.outputs[0]]]
-                u.inputs = [padded.get(i, i) for i in u.inputs]
-    return g
-
-
-def _pad_weight(g: Graph, node, cols: int) -> bool:
-    """When B (and the bias, if any) are constants, pad them with zeros to `cols` output columns, so
-    that the GEMM itself has an aligned width (cuBLASLt's fast kernels want N a multiple of 8 too)."""
-    b = g.lookup(node.inputs[1])
-    bias = g.lookup(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-    if (b.const is None or len(b.shape) != 2 or (bias is not None and bias.const is None)
-            or (node.attrs.get("views") or {}).get("1")):
-        return False
-    w = np.asarray(b.const).reshape(b.shape)
-    axis = 0 if node.attrs.get("trans_b") else 1
-    widths = [(0, 0), (0, 0)]
-    widths[axis] = (0, cols - w.shape[axis])
-    w = np.pad(w, widths)
-    node.inputs[1] = g.add_value(f"{node.inputs[1]}_padded", b.dtype, w.shape, w).name
-    if bias is not None:
-        v = np.pad(np.asarray(bias.const).reshape(-1), (0, cols - bias.shape[-1]))
-        node.inputs[3] = g.add_value(f"{node.inputs[3]}_padded", bias.dtype, v.shape, v).name
-    return True
-
-
-def _row_keeping_readers(g: Graph, name: str, readers: dict):
-    """name and the Views of it (transitively) that keep its rows, when all their other readers are
-    kernel-IR kernels and none is a graph output; else None."""
-    cols, chain, todo = g.lookup(name).shape[-1], [], [name]
-    while todo:
-        v = todo.pop()
-        users = readers.get(v, [])
-        if v in g.outputs or not users:
-            return None
-        chain.append(v)
-        for u in users:
-            if u.op == "View" and g.lookup(u.outputs[0]).shape[-1:] == (cols,):
-                todo.append(u.outputs[0])
-            elif u.op != "Kernel" or not isinstance(u.attrs["kernel"], K.Kernel):
-                return None
-    return chain

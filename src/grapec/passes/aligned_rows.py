@@ -1,0 +1,236 @@
+"""aligned_rows: GEMM rows padded to 16 bytes, through the kernels that write and read them.
+
+cuBLASLt's tensor-core kernels want every operand's rows to start on 16 bytes; with other leading
+dimensions it takes slow paths. Odd widths are common: GPT-2's 50257 logits, and every convolution
+on a 14x14 or 7x7 image (196 and 49 columns of [C, H*W]), where ResNet-50 spent 219 of its 430 us of
+kernel time on an H100 in unaligned GEMMs.
+
+For a matmul whose output rows are not a multiple of 16 bytes, the pass gathers its *row group*:
+the values that must share the padded row so that no copy is needed.
+  * The output, and the B operand when B is not transposed (its rows are the output's columns).
+  * Views of those that keep the rows: they may reshape the dims before the row or split the row
+    into trailing dims, as a convolution's [C, H*W] output is the next layer's [1, C, H, W].
+  * The kernel that writes a value of the group then writes padded rows (the tail masked to zero);
+    an im2col kernel or the ReLU before a 1x1 convolution.
+  * A kernel that reads one reads the padded buffer (its loads re-indexed). A matmul that reads one
+    as B computes the padded width too, so its output (and its C) joins the group.
+  * A constant gets zero columns (a transposed constant B, zero rows).
+Every value of the group is then stored as [lead dims.., padded row]. Where the group reaches
+anything else (a graph output, an attention kernel, a region, a matmul reading it as A), it is
+tried again without the starting matmul's B: the GEMM then writes its odd width through an output
+view into padded rows, when the readers alone allow it. Otherwise nothing changes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..ir import kernel as K
+from ..ir.graph import Graph, Node
+from ..ir.tensor import substitute_loads
+
+
+def aligned_rows(g: Graph) -> Graph:
+    for node in list(g.nodes):
+        if not _is_matmul(node) or "out" in (node.attrs.get("views") or {}):
+            continue
+        out = g.lookup(node.outputs[0])
+        per_vector = 16 // dtypes.itemsize(out.dtype)
+        width = out.shape[-1] if len(out.shape) >= 2 else 0
+        if not width or width % per_vector == 0:
+            continue
+        cols = -(-width // per_vector) * per_vector
+        group = _row_group(g, node, width, through_b=True) or _row_group(g, node, width, through_b=False)
+        if group is not None:
+            _pad(g, group, width, cols, node)
+    return g
+
+
+def _is_matmul(node: Node) -> bool:
+    return node.op == "Library" and node.attrs.get("op") == "matmul"
+
+
+def _lead(shape: tuple, width: int) -> tuple | None:
+    """The dims before the row: shape = lead + tail with prod(tail) == width (the shortest tail)."""
+    for n in range(1, len(shape) + 1):
+        if math.prod(shape[-n:]) == width:
+            return tuple(shape[:-n])
+        if math.prod(shape[-n:]) > width:
+            return None
+    return None
+
+
+class _Group:
+    def __init__(self):
+        self.lead: dict = {}      # value name -> its dims before the row
+        self.gemms: list = []     # matmuls that compute the padded width
+        self.view_gemm = None     # the matmul that writes its odd width through an output view
+
+
+def _row_group(g: Graph, start: Node, width: int, through_b: bool) -> _Group | None:
+    producers, readers = g.producers(), g.consumers()
+    group = _Group()
+    todo = [start.outputs[0]]
+    if through_b:
+        if not _computes_padded(g, start):
+            return None
+        group.gemms.append(start)
+        todo += _row_operands(start)
+    else:
+        group.view_gemm = start
+    while todo:
+        name = todo.pop()
+        if name in group.lead:
+            continue
+        v = g.lookup(name)
+        lead = _lead(v.shape, width) if v.shape else None
+        if lead is None or name in g.outputs or name in g.inputs:
+            return None
+        group.lead[name] = lead
+        p = producers.get(name)
+        if p is None:
+            if v.const is None:
+                return None
+        elif p.op == "View":
+            todo.append(p.inputs[0])
+        elif _is_matmul(p) and p.outputs[0] == name:
+            if p is not start and p not in group.gemms:
+                return None     # a GEMM writing a row of the group must be one computing the padded width
+        elif not (p.op == "Kernel" and isinstance(p.attrs["kernel"], K.Kernel)):
+            return None
+        for u in readers.get(name, []):
+            if u.op == "View":
+                todo.append(u.outputs[0])
+            elif u.op == "Kernel" and isinstance(u.attrs["kernel"], K.Kernel):
+                if any(s != tuple(g.lookup(i).shape) for s, i in zip((s for s, _ in u.attrs["kernel"].inputs), u.inputs)
+                       if i == name):
+                    return None
+            elif _is_matmul(u) and u is not start and _computes_padded(g, u) and name in _row_operands(u):
+                if u not in group.gemms:
+                    group.gemms.append(u)
+                    todo += [u.outputs[0]] + _row_operands(u)
+            elif not (u is start and through_b and name in _row_operands(start)):
+                return None
+    gemm_rows = [i for mm in group.gemms for i in [mm.outputs[0]] + _row_operands(mm)]
+    if any(g.lookup(i).shape[-1] != width for i in gemm_rows) \
+            or any(mm.inputs[0] in group.lead for mm in group.gemms + [start]):
+        return None     # a GEMM must see the row as its last dim, and never read it as A
+    return group
+
+
+def _row_operands(mm: Node) -> list:
+    """The operands of mm whose rows are its output's: B untransposed, and C."""
+    ins = list(mm.inputs) + [""] * (3 - len(mm.inputs))
+    return [i for i in ([] if mm.attrs.get("trans_b") else [ins[1]]) + [ins[2]] if i]
+
+
+def _computes_padded(g: Graph, mm: Node) -> bool:
+    """mm can compute the padded width: no views, a constant bias, B not transposed or constant."""
+    views = mm.attrs.get("views") or {}
+    if "1" in views or "out" in views:
+        return False
+    ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
+    if ins[3] and g.lookup(ins[3]).const is None:
+        return False
+    b = g.lookup(ins[1])
+    return not mm.attrs.get("trans_b") or (b.const is not None and len(b.shape) == 2)
+
+
+def _pad(g: Graph, group: _Group, width: int, cols: int, start: Node):
+    new = {}
+    for name, lead in group.lead.items():
+        v = g.lookup(name)
+        const = None
+        if v.const is not None:
+            arr = np.asarray(v.const).reshape(*lead, width)
+            const = np.pad(arr, [(0, 0)] * len(lead) + [(0, cols - width)])
+        new[name] = g.add_value(f"{name}_rows", v.dtype, (*lead, cols), const).name
+    for mm in group.gemms:
+        _pad_transposed_weight_and_bias(g, mm, cols)
+    if group.view_gemm is not None:
+        out = g.lookup(start.outputs[0])
+        start.attrs = dict(start.attrs, views={**(start.attrs.get("views") or {}),
+                                               "out": [0, out.shape[-2] * cols, cols, list(out.shape)]})
+    for node in g.nodes:
+        touched = [s for s, i in enumerate(node.inputs) if i in new]
+        writes = bool(node.outputs) and node.outputs[0] in new
+        if not touched and not writes:
+            continue
+        if node.op == "Kernel":
+            k = node.attrs["kernel"]
+            slots = {s: len(group.lead[node.inputs[s]]) for s in touched}
+            out_lead = len(group.lead[node.outputs[0]]) if writes else None
+            node.attrs = dict(node.attrs, kernel=_padded_kernel(k, slots, out_lead, width, cols))
+        node.inputs = [new.get(i, i) for i in node.inputs]
+        node.outputs = [new.get(o, o) for o in node.outputs]
+
+
+def _pad_transposed_weight_and_bias(g: Graph, mm: Node, cols: int):
+    """The GEMM's other operands of the padded width: a transposed constant B ([N, K] stored) gets
+    zero rows and a bias zero entries (B untransposed and C are values of the group)."""
+    ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
+    if mm.attrs.get("trans_b"):
+        b = g.lookup(ins[1])
+        w = np.asarray(b.const).reshape(b.shape)
+        ins[1] = g.add_value(f"{ins[1]}_rows", b.dtype, (cols, w.shape[1]),
+                             np.pad(w, [(0, cols - w.shape[0]), (0, 0)])).name
+    if ins[3]:
+        bias = g.lookup(ins[3])
+        v = np.asarray(bias.const).reshape(-1)
+        ins[3] = g.add_value(f"{ins[3]}_rows", bias.dtype, (cols,), np.pad(v, (0, cols - v.shape[0]))).name
+    mm.inputs = ins[:len(mm.inputs)]
+
+
+def _padded_kernel(k: K.Kernel, slots: dict, out_lead: int | None, width: int, cols: int) -> K.Kernel:
+    """k reading the given input slots as [lead.., cols] rows (slot -> len(lead)) and, when out_lead
+    is given, writing its output as [lead.., cols], the tail zero."""
+    inputs = list(k.inputs)
+    body = k.body
+    if slots:
+        def reindex(ld: K.Expr) -> K.Expr:
+            slot, ix, mask, other = ld.args
+            if slot not in slots:
+                return ld
+            n = slots[slot]
+            row = _flat(ix[n:], k.inputs[slot][0][n:])
+            return K.load(slot, (*ix[:n], row), ld.dtype, mask, other)
+        body = K.rebuild(body, None, reindex)
+        for s, n in slots.items():
+            inputs[s] = ((*k.inputs[s][0][:n], cols), k.inputs[s][1])
+    shape = k.shape
+    if out_lead is not None:
+        j = K.idx(out_lead)
+        index = tuple(K.idx(a) if d != 1 else K.const(0, "int64") for a, d in enumerate(k.shape[:out_lead]))
+        body = K.rebuild(body, index + _unravel(j, k.shape[out_lead:]))
+        inside = K.binary("lt", j, K.const(width, "int64"))
+        body = K.where(inside, _guard_row_loads(body, j, inside), K.const(0, k.dtype))
+        shape = (*k.shape[:out_lead], cols)
+    return K.Kernel(tuple(shape), k.dtype, body, tuple(inputs), k.mapping)
+
+
+def _guard_row_loads(body: K.Expr, j: K.Expr, inside: K.Expr) -> K.Expr:
+    """Mask the loads whose address moves with the padded coordinate j; the others (a row
+    statistic reduced over another axis, say) stay unmasked, so they stay hoistable."""
+    def f(ld: K.Expr) -> K.Expr:
+        if j not in K.free_vars(ld):
+            return ld
+        slot, index, mask, other = ld.args
+        return K.load(slot, index, ld.dtype, inside if mask is None else K.binary("and", mask, inside), other)
+    return substitute_loads(body, f)
+
+
+def _flat(ix: tuple, dims: tuple) -> K.Expr:
+    flat = K.const(0, "int64")
+    for i, d in zip(ix, dims):
+        flat = flat * d + i
+    return flat
+
+
+def _unravel(flat: K.Expr, dims: tuple) -> tuple:
+    out = []
+    for n, d in enumerate(reversed(dims)):
+        out.append(flat % d if n < len(dims) - 1 else flat)
+        flat = flat // d
+    return tuple(reversed(out))

@@ -1,0 +1,87 @@
+"""passes/aligned_rows.py: GEMM rows padded to 16 bytes through the kernels that write and read them.
+
+A ResNet bottleneck on a 14x14 map: every convolution is a GEMM whose rows are 196 columns (392
+bytes in fp16, 784 in fp32: neither a multiple of 16 bytes in fp16). After the pass every GEMM
+operand and output has aligned rows, the count of steps is unchanged (the padding is written by the
+kernels that were there: the im2col gather and the ReLU/residual kernels), and the answers match
+onnxruntime."""
+import numpy as np
+import pytest
+from onnx import helper
+
+import grapec
+from grapec.bundle.format import Bundle
+from helpers import init, model, ort_run, rel_err, tinfo
+
+
+def bottleneck(hw: int, c: int = 32, mid: int = 16, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32)  # noqa: E731
+    b = lambda n: (rng.standard_normal(n) * 0.1).astype(np.float32)  # noqa: E731
+    nodes = [
+        helper.make_node("Relu", ["x"], ["x_relu"]),
+        helper.make_node("Conv", ["x_relu", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["c3", "x_relu"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    inits = [init("w1", w(mid, c, 1, 1)), init("b1", b(mid)), init("w2", w(mid, mid, 3, 3)), init("b2", b(mid)),
+             init("w3", w(c, mid, 1, 1)), init("b3", b(c))]
+    m = model(nodes, [tinfo("x", shape=[1, c, hw, hw])], [tinfo("y", shape=[1, c, hw, hw])], inits)
+    return m, {"x": rng.standard_normal((1, c, hw, hw)).astype(np.float32)}
+
+
+def gemm_rows(b, itemsize):
+    """-> (row widths of every GEMM's B operand and output buffer, how many are not 16-byte rows)."""
+    bufs = b.plans[0].buffers
+    widths = [bufs[a].shape[-1] for st in b.plans[0].steps if st.op == "library" for a in [st.out, st.args[1]]]
+    return widths, sum(w * itemsize % 16 != 0 for w in widths)
+
+
+@pytest.mark.parametrize("precision,itemsize,tol", [("fp32", 4, 1e-5), ("fp16", 2, 3e-3)])
+@pytest.mark.parametrize("hw", [14, 7])
+def test_convolutions_on_odd_maps_get_aligned_rows_and_the_same_answers(hw, precision, itemsize, tol):
+    m, feeds = bottleneck(hw)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision=precision)
+    widths, unaligned = gemm_rows(b, itemsize)
+    assert len(widths) == 6 and unaligned == 0, widths
+    assert min(widths) >= hw * hw
+    plain = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision=precision, fusion="rules")
+    assert len(b.plans[0].steps) == len(plain.plans[0].steps), "no copy kernels were added"
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["y"]
+    ref = ort_run(m, feeds)["y"]
+    assert rel_err(got, ref) < tol
+    assert np.allclose(got, ref, rtol=10 * tol, atol=10 * tol)
+
+
+def test_a_graph_output_read_as_a_gemm_operand_keeps_its_rows():
+    """The 1x1 convolution reads the graph input straight (no kernel writes it): its B operand
+    cannot be padded, so that GEMM writes its odd width through an output view instead."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((8, 16, 1, 1)) / 4).astype(np.float32)
+    m = model([helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]), helper.make_node("Sigmoid", ["c"], ["y"])],
+              [tinfo("x", shape=[1, 16, 7, 7])], [tinfo("y", shape=[1, 8, 7, 7])], [init("w", w)])
+    x = rng.standard_normal((1, 16, 7, 7)).astype(np.float32)
+    b = grapec.compile(m, shapes={"x": x.shape}, targets=[])   # fp32: no cast kernel writes x
+    mm = next(st for st in b.plans[0].steps if st.op == "library")
+    assert mm.attrs["views"]["out"] == [0, 8 * 52, 52, [1, 8, 49]]
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run({"x": x})["y"]
+    assert rel_err(got, ort_run(m, {"x": x})["y"]) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hw", [14, 7])
+def test_padded_rows_on_the_gpu_match_onnxruntime(hw, tmp_path):
+    """The kernels that write padded rows (the tail masked to zero) and read them, and the GEMMs on
+    the padded width, as CUDA code and cuBLASLt."""
+    import onnx
+    from grapec.check import check_model
+    m, feeds = bottleneck(hw, c=64, mid=32)
+    onnx.save(m, tmp_path / "m.onnx")
+    for precision, tol in (("fp32", 1e-4), ("fp16", 1e-2)):
+        results, _ = check_model(str(tmp_path / "m.onnx"), shapes={"x": feeds["x"].shape}, backend="cuda",
+                                 rtol=tol, seed=4, precision=precision)
+        assert all(r.ok for r in results), [(precision, r.name, r.rel) for r in results]
