@@ -252,3 +252,29 @@ def test_fp16_float32_islands_run_on_gpu():
 def test_real_model_on_gpu(name, precision):
     from test_real_models import assert_real_model_passes
     assert_real_model_passes(name, precision, backend="cuda")
+
+
+def test_gemms_are_tuned_at_load_and_added_as_kernel_nodes():
+    """runtime/cuda/blas.py times cuBLASLt's candidates once per GEMM signature (before the inputs are
+    written); graph.py adds the captured call's one kernel as a plain kernel node. Outputs still
+    match the CPU backend."""
+    from cuda.bindings import driver
+    from grapec.inputs import bundle_inputs
+    from grapec.runtime.cuda.driver import call
+    from grapec.runtime.cuda.graph import GraphBuilder
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims={"batch": 1, "seq": 8}, precision="fp16")
+    feeds = bundle_inputs(b.manifest, 0, 3)
+    sess = grapec.load(b, backend="cuda")
+    got, ref = sess.run(feeds), grapec.load(b, backend="cpu").run(feeds)
+    for name in ref:
+        rel = np.linalg.norm(got[name].astype(np.float64) - ref[name]) / np.linalg.norm(ref[name].astype(np.float64))
+        assert rel < 1e-2, (name, rel)
+    r = sess._runner
+    assert r.blas._choices, "no GEMM algorithm was tuned"
+    st = next(st for st in b.plans[0].steps if st.op == "library")
+    graph = call("cuGraphCreate", 0)
+    GraphBuilder(r, 0).add_steps(graph, [st], [])
+    _, n = call("cuGraphGetNodes", graph, 0)
+    nodes, _ = call("cuGraphGetNodes", graph, n)
+    assert n == 1 and call("cuGraphNodeGetType", nodes[0]) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+    call("cuGraphDestroy", graph)

@@ -42,7 +42,9 @@ def aligned_rows(g: Graph) -> Graph:
         if not width or width % per_vector == 0:
             continue
         cols = -(-width // per_vector) * per_vector
-        group = _row_group(g, node, width, through_b=True) or _row_group(g, node, width, through_b=False)
+        group = _row_group(g, node, width, through_b=True)
+        if group is None and not (len(node.inputs) > 2 and node.inputs[2]):   # cuBLASLt: no C with an output view
+            group = _row_group(g, node, width, through_b=False)
         if group is not None:
             _pad(g, group, width, cols, node)
     return g

@@ -1,6 +1,13 @@
 """Library `matmul` nodes on the GPU: cuBLASLt through nvmath-python's bindings, recorded into the
 CUDA graph at load time (captured on a side stream into a child graph).
 
+The algorithm is tuned at load: cuBLASLt's heuristic ranks up to TUNE_CANDIDATES algorithms for
+the shape, and each is timed on this GPU as a CUDA graph of TUNE_REPEATS calls (timing calls
+launched one by one from Python would time Python). The heuristic's first choice is often not the
+fastest at the small M of batch-1 inference: GPT-2's [8, 3072] x [3072, 768] projection took 6 us
+with it on an H100, where a split-K algorithm exists. GRAPEC_GEMM_TUNING=0 keeps the heuristic's
+first choice (faster load, no timing runs).
+
 Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T, so B is cuBLASLt's first
 operand and A its second; batches are strided (stride 0 for an operand without batch dims).
 fp32 computes in fp32 (no TF32 unless asked), fp16 accumulates in fp32.
@@ -8,6 +15,7 @@ fp32 computes in fp32 (no TF32 unless asked), fp16 accumulates in fp32.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -20,6 +28,8 @@ OP_N, OP_T = 0, 1
 # cublasLtEpilogue_t; cuBLASLt's GELU is the tanh approximation, so erf-GELU stays a kernel.
 EPILOGUE = {"none": 1, "relu": 2, "gelu_tanh": 32}
 EPILOGUE_BIAS = 4
+TUNE_CANDIDATES = 8
+TUNE_REPEATS = 20
 
 
 class Blas:
@@ -36,6 +46,9 @@ class Blas:
         self.tf32 = tf32
         self.capture_stream = call("cuStreamCreate", 0)
         self._keep: list = []     # descriptors and scalars referenced by captured work
+        self._choices: dict = {}  # GEMM signature -> index of the tuned algorithm in the heuristic's list
+        self.tuned = 0            # shapes whose algorithm was timed, and those where it beat the heuristic's
+        self.improved = 0
 
     def _layout(self, dtype, rows, cols, ld, batch, stride):
         lt = self.lt
@@ -49,10 +62,11 @@ class Blas:
         return lay
 
     def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int,
-                     layouts: dict | None = None):
+                     layouts: dict | None = None, tune: bool = False):
         """A child graph computing one `matmul` step. shapes/ptrs: A, B, optional C and bias (0 when
         absent); attrs["act"] picks the epilogue. layouts: {"0" (A) | "1" (B) | "out": (ld, batch
-        stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise."""
+        stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise.
+        tune: time the candidate algorithms (the caller vouches that nothing lives in the output yet)."""
         layouts = layouts or {}
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16/bfloat16/float64)")
@@ -92,14 +106,60 @@ class Blas:
             raise BackendError(f"matmul: C of shape {list(shapes[2])} must match the output {list(out_shape)}")
         self._keep += [alpha, beta, op_first, op_second]
         self._epilogue(desc, attrs.get("act", ""), ptrs[3] if len(ptrs) > 3 else 0, dtype)
-        algo = self._heuristic(desc, b_lay, a_lay, d_lay)
+
+        def launch(algo, stream):
+            lt.matmul(self.handle, desc, alpha.ctypes.data, ptrs[1], b_lay, ptrs[0], a_lay, beta.ctypes.data,
+                      c_ptr, d_lay, out_ptr, d_lay, algo, self.workspace, self.workspace_bytes, int(stream))
+        # the same GEMM (GPT-2's 12 layers, a step profiled alone) reuses the choice: one tuning per shape
+        key = (repr(sorted(attrs.items())), repr(shapes), dtype, repr(out_shape), repr(layouts),
+               tuple(p % 256 for p in ptrs + [out_ptr] if p))
+        enabled = os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
+        known = enabled and key in self._choices
+        algos = self._heuristic(desc, b_lay, a_lay, d_lay, TUNE_CANDIDATES if enabled and (tune or known) else 1)
+        if enabled and tune and not known:
+            self._choices[key] = self._fastest(algos, launch)
+        return self._capture(launch, algos[min(self._choices.get(key, 0), len(algos) - 1) if enabled else 0])
+
+    def _capture(self, launch, algo: int, repeats: int = 1):
         call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
         try:
-            lt.matmul(self.handle, desc, alpha.ctypes.data, ptrs[1], b_lay, ptrs[0], a_lay, beta.ctypes.data,
-                      c_ptr, d_lay, out_ptr, d_lay, algo, self.workspace, self.workspace_bytes, int(self.capture_stream))
+            for _ in range(repeats):
+                launch(algo, self.capture_stream)
         finally:
             graph = call("cuStreamEndCapture", self.capture_stream)
         return graph
+
+    def _fastest(self, algos: list, launch) -> int:
+        """Index of the algorithm of the fewest microseconds per call, each timed as a graph of
+        repeated calls. The calls write the step's own output buffer, which holds nothing yet."""
+        if len(algos) == 1:
+            return 0
+        times = [self._time(launch, a) for a in algos]
+        best = min(range(len(algos)), key=lambda i: times[i])
+        self.tuned += 1
+        self.improved += best != 0
+        return best
+
+    def _time(self, launch, algo: int) -> float:
+        try:
+            graph = self._capture(launch, algo, TUNE_REPEATS)
+        except Exception:  # noqa: BLE001 - an algorithm cuBLASLt ranked but cannot run here is not a choice
+            return math.inf
+        exec_ = call("cuGraphInstantiate", graph, 0)
+        start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
+        try:
+            call("cuGraphLaunch", exec_, self.capture_stream)
+            call("cuEventRecord", start, self.capture_stream)
+            for _ in range(3):
+                call("cuGraphLaunch", exec_, self.capture_stream)
+            call("cuEventRecord", end, self.capture_stream)
+            call("cuEventSynchronize", end)
+            return call("cuEventElapsedTime", start, end)
+        finally:
+            for e in (start, end):
+                call("cuEventDestroy", e)
+            call("cuGraphExecDestroy", exec_)
+            call("cuGraphDestroy", graph)
 
     def _epilogue(self, desc, act: str, bias_ptr: int, dtype: str):
         """Bias (a vector over the output's columns, which are cuBLASLt's rows) and activation."""
@@ -119,19 +179,20 @@ class Blas:
             lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.BIAS_POINTER, bp.ctypes.data, 8)
             self._keep.append(bp)
 
-    def _heuristic(self, desc, a_lay, b_lay, d_lay) -> int:
+    def _heuristic(self, desc, a_lay, b_lay, d_lay, n: int) -> list:
+        """Addresses of up to n algorithms for the shape, cuBLASLt's best guess first."""
         lt = self.lt
         pref = lt.matmul_preference_create()
         self._keep.append(pref)
         ws = np.array([self.workspace_bytes], np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, 8)
-        res = np.zeros(1, dtype=lt.matmul_heuristic_result_dtype)
+        res = np.zeros(n, dtype=lt.matmul_heuristic_result_dtype)
         count = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(self.handle, desc, a_lay, b_lay, d_lay, d_lay, pref, 1, res.ctypes.data, count.ctypes.data)
+        lt.matmul_algo_get_heuristic(self.handle, desc, a_lay, b_lay, d_lay, d_lay, pref, n, res.ctypes.data, count.ctypes.data)
         if count[0] < 1:
             raise BackendError("cuBLASLt found no algorithm for a matmul of this shape")
         self._keep.append(res)
-        return res.ctypes.data + res.dtype.fields["algo"][1]
+        return [res.ctypes.data + i * res.itemsize + res.dtype.fields["algo"][1] for i in range(int(count[0]))]
 
 
 def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, dtype: str) -> tuple:

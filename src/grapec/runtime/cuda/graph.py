@@ -2,7 +2,8 @@
 
 One builder serves the top level and every region body, so a body holds the same kinds of node:
     KernelStep      a kernel node
-    LibraryStep     a child graph: the cuBLASLt call captured once at build time (blas.py)
+    LibraryStep     the cuBLASLt call captured once at build time (blas.py): its one kernel as a
+                    kernel node (launch attributes copied), else the captured child graph
     ScanStoreStep   a kernel node of grapec_scan_store (the row index is read on the device)
     IfStep          grapec_if_cond (sets the handle from the condition tensor), then a conditional
                     IF node with two bodies: then and else
@@ -75,9 +76,29 @@ class GraphBuilder:
         ptrs = [self.ptr(a) for a in st.args]
         out = self.bufs[st.out]
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), out.dtype)
-        child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts)
+        child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts,
+                                                      tune=self.r.tuning)
         self.r.keep(child)
+        if self.r.flat_gemms:
+            node = self.inlined(graph, deps, child)
+            if node is not None:
+                return node
         return call("cuGraphAddChildGraphNode", graph, deps, len(deps), child)
+
+    def inlined(self, graph, deps, child):
+        """A captured child graph of one kernel node, added as a kernel node of graph (its launch
+        attributes, thread-block clusters included, copied); None for anything else."""
+        from cuda.bindings import driver
+        nodes, count = call("cuGraphGetNodes", child, 0)
+        if count != 1:
+            return None
+        nodes, _ = call("cuGraphGetNodes", child, count)
+        if call("cuGraphNodeGetType", nodes[0]) != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+            return None
+        params = call("cuGraphKernelNodeGetParams", nodes[0])
+        node = call("cuGraphAddKernelNode", graph, deps, len(deps), params)
+        call("cuGraphKernelNodeCopyAttributes", node, nodes[0])
+        return node
 
     def conditional(self, graph, deps, kind: str, n_bodies: int, setter: str, pointers: list) -> tuple:
         """setter kernel (its first argument the new handle) -> conditional node; (node, bodies)."""

@@ -9,6 +9,8 @@ runs on the host between launches through the walker the CPU backend uses (runti
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ... import dtypes
@@ -80,6 +82,10 @@ class CudaPlanRunner:
         self._graphs: dict = {}
         self._keep: list = []
         self._pending: list = []
+        # a captured cuBLASLt call of one kernel becomes a plain kernel node, not a child graph: 1-2% per
+        # replay on the zoo (benchmarks/gemm_nodes.py); GRAPEC_FLAT_GEMMS=0 keeps child graphs
+        self.flat_gemms = os.environ.get("GRAPEC_FLAT_GEMMS", "1") != "0"
+        self.tuning = False   # True while a bucket's graphs are built ahead of its run (GEMM tuning may write the arena)
         self.launched = 0   # cuGraphLaunch calls of the last run: 1 for a fully graphed plan; host-driven
                             # loops launch their body once per iteration
 
@@ -181,6 +187,20 @@ class CudaPlanRunner:
             self._graphs[key] = items
         return self._graphs[key]
 
+    def prepare(self, bucket: int):
+        """Build the bucket's graphs before its inputs are written: tuning a GEMM's algorithm at build
+        time runs it on arena bytes, which may be an input's. Graphs built later (the bodies of
+        host-driven regions, mid-run) keep cuBLASLt's first choice."""
+        steps = self.bundle.plans[bucket].steps
+        if (bucket, id(steps)) in self._graphs:
+            return
+        self.dev.synchronize()   # a run in flight still uses the arena
+        self.tuning = True
+        try:
+            self.program(bucket, steps)
+        finally:
+            self.tuning = False
+
     def _segment(self, bucket: int, steps: list) -> _Segment:
         graph = call("cuGraphCreate", 0)
         GraphBuilder(self, bucket).add_steps(graph, steps, [])
@@ -226,6 +246,7 @@ class CudaPlanRunner:
         self.dev.make_current()
         self._pending = []
         self.launched = 0
+        self.prepare(bucket)
         for name, b in plan.inputs:
             self.feed(bucket, name, b, feeds[name])
         self.execute(bucket, plan.steps)
@@ -236,6 +257,7 @@ class CudaPlanRunner:
 
     def input_buffer(self, bucket: int, name: str):
         self.dev.make_current()
+        self.prepare(bucket)   # before the caller writes the buffer
         plan = self.bundle.plans[bucket]
         b = dict(plan.inputs)[name]
         return DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
