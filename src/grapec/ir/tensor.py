@@ -70,6 +70,15 @@ def index_vars(shape) -> tuple:
 
 # --- shape helpers -------------------------------------------------------------------------------
 
+def unravel(flat: K.Expr, dims) -> tuple:
+    """Row-major coordinates of a flat index over dims (index Exprs)."""
+    out = []
+    for n, d in enumerate(reversed(list(dims))):
+        out.append(flat % d if n < len(dims) - 1 else flat)
+        flat = flat // d
+    return tuple(reversed(out))
+
+
 def broadcast_shapes(*shapes, what: str = "operands") -> tuple:
     try:
         return tuple(np.broadcast_shapes(*[tuple(s) for s in shapes]))

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.tensor import T, broadcast_shapes, cast, expand, guard_loads, map_, norm_axis, reshape, transpose
+from ..ir.tensor import T, broadcast_shapes, cast, expand, guard_loads, map_, norm_axis, reshape, transpose, unravel
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
 
@@ -181,8 +181,8 @@ def conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp, gemm=None):
             g, r, q = ix
             ci, kidx = r // kk, r % kk
             img, p = q // ohw, q % ohw
-            koff = _unravel(kidx, kernel)
-            ooff = _unravel(p, out_sp)
+            koff = unravel(kidx, kernel)
+            ooff = unravel(p, out_sp)
             pos = [ooff[i] * strides[i] + koff[i] * dil[i] - pads[i] for i in range(nd)]
             valid = None
             for i in range(nd):
@@ -201,15 +201,6 @@ def conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp, gemm=None):
     if b is not None:
         out = map_(lambda v, bias: K.binary("add", v, bias), out, reshape(b, (1, m) + (1,) * nd))
     return out
-
-
-def _unravel(flat, dims):
-    """Row-major coordinates of a flat index over dims (index Exprs)."""
-    out = []
-    for d in reversed(dims):
-        out.append(flat % d if len(out) < len(dims) - 1 else flat)
-        flat = flat // d
-    return out[::-1]
 
 
 @op("ConvTranspose")
@@ -280,7 +271,7 @@ def conv_transpose_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp):
         img, ch, o = ix[0], ix[1], ix[2:]
         g, m = ch // mg, ch % mg
         tap = K.ridx(kk)
-        koff = _unravel(tap, kernel)
+        koff = unravel(tap, kernel)
         pos, valid = [], None
         for i in range(nd):
             t = o[i] + K.const(pads[i], "int64") - koff[i] * dil[i]

@@ -23,13 +23,14 @@ view into padded rows, when the readers alone allow it. Otherwise nothing change
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
-from ..ir.tensor import substitute_loads
+from ..ir.tensor import substitute_loads, unravel
 
 
 def aligned_rows(g: Graph) -> Graph:
@@ -64,16 +65,17 @@ def _lead(shape: tuple, width: int) -> tuple | None:
     return None
 
 
-class _Group:
-    def __init__(self):
-        self.lead: dict = {}      # value name -> its dims before the row
-        self.gemms: list = []     # matmuls that compute the padded width
-        self.view_gemm = None     # the matmul that writes its odd width through an output view
+@dataclass
+class RowGroup:
+    """Values stored with one padded row, and the GEMMs that compute it."""
+    lead: dict = field(default_factory=dict)     # value name -> its dims before the row
+    gemms: list = field(default_factory=list)    # matmuls that compute the padded width
+    view_gemm: Node | None = None                # the matmul writing its odd width through an output view
 
 
-def _row_group(g: Graph, start: Node, width: int, through_b: bool) -> _Group | None:
+def _row_group(g: Graph, start: Node, width: int, through_b: bool) -> RowGroup | None:
     producers, readers = g.producers(), g.consumers()
-    group = _Group()
+    group = RowGroup()
     todo = [start.outputs[0]]
     if through_b:
         if not _computes_padded(g, start):
@@ -140,7 +142,7 @@ def _computes_padded(g: Graph, mm: Node) -> bool:
     return not mm.attrs.get("trans_b") or (b.const is not None and len(b.shape) == 2)
 
 
-def _pad(g: Graph, group: _Group, width: int, cols: int, start: Node):
+def _pad(g: Graph, group: RowGroup, width: int, cols: int, start: Node):
     new = {}
     for name, lead in group.lead.items():
         v = g.lookup(name)
@@ -205,7 +207,7 @@ def _padded_kernel(k: K.Kernel, slots: dict, out_lead: int | None, width: int, c
     if out_lead is not None:
         j = K.idx(out_lead)
         index = tuple(K.idx(a) if d != 1 else K.const(0, "int64") for a, d in enumerate(k.shape[:out_lead]))
-        body = K.rebuild(body, index + _unravel(j, k.shape[out_lead:]))
+        body = K.rebuild(body, index + unravel(j, k.shape[out_lead:]))
         inside = K.binary("lt", j, K.const(width, "int64"))
         body = K.where(inside, _guard_row_loads(body, j, inside), K.const(0, k.dtype))
         shape = (*k.shape[:out_lead], cols)
@@ -228,11 +230,3 @@ def _flat(ix: tuple, dims: tuple) -> K.Expr:
     for i, d in zip(ix, dims):
         flat = flat * d + i
     return flat
-
-
-def _unravel(flat: K.Expr, dims: tuple) -> tuple:
-    out = []
-    for n, d in enumerate(reversed(dims)):
-        out.append(flat % d if n < len(dims) - 1 else flat)
-        flat = flat // d
-    return tuple(reversed(out))

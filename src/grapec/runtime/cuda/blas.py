@@ -3,10 +3,10 @@ CUDA graph at load time (captured on a side stream into a child graph).
 
 The algorithm is tuned at load: cuBLASLt's heuristic ranks up to TUNE_CANDIDATES algorithms for
 the shape, and each is timed on this GPU as a CUDA graph of TUNE_REPEATS calls (timing calls
-launched one by one from Python would time Python). The heuristic's first choice is often not the
-fastest at the small M of batch-1 inference: GPT-2's [8, 3072] x [3072, 768] projection took 6 us
-with it on an H100, where a split-K algorithm exists. GRAPEC_GEMM_TUNING=0 keeps the heuristic's
-first choice (faster load, no timing runs).
+launched one by one from Python would time Python). The heuristic's first choice is not always the
+fastest at the small M of batch-1 inference; on the zoo the tuned choices made a replay 1-3% faster
+(benchmarks/gemm_nodes.py, H100). GRAPEC_GEMM_TUNING=0 keeps the heuristic's first choice (faster
+load, no timing runs).
 
 Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T, so B is cuBLASLt's first
 operand and A its second; batches are strided (stride 0 for an operand without batch dims).
