@@ -83,7 +83,7 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
            "arena_mib": r.arena_bytes / 2**20, "weights_mib": len(bundle.weights) / 2**20,
            "load_and_first_run_s": load_s, "device": r.dev.name, "code": r.code, "launches": launches}
     if r.blas is not None:   # the process's shared cuBLASLt state: counts over every session so far
-        res["gemm_tuning"] = {"shapes_timed": r.blas.tuned, "beat_first_choice": r.blas.improved}
+        res["gemm_tuning"] = r.blas.tuning_counts()
     if meta.get(COUNT_OUTPUT_KEY) in first:   # a generation model: users compare the time per generated token
         res["generated"] = int(np.asarray(first[meta[COUNT_OUTPUT_KEY]]).reshape(-1)[0])
         if meta.get(TOKENS_OUTPUT_KEY) in first:

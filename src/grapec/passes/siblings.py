@@ -92,5 +92,3 @@ def _merge(g: Graph, members: list, readers: dict):
     gone = {id(m) for m in members} | {id(b[0]) for b in biases if b}
     at = g.nodes.index(first)
     g.nodes = [n for n in g.nodes[:at] if id(n) not in gone] + nodes + [n for n in g.nodes[at:] if id(n) not in gone]
-    for name in (m.outputs[0] for m, b in zip(members, biases) if b):
-        g.values.pop(name, None)

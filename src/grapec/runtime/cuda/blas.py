@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from ...errors import BackendError
-from .driver import call
+from .driver import call, graph_ms
 
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1, "bfloat16": 14}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -47,8 +47,6 @@ class Blas:
         self.capture_stream = call("cuStreamCreate", 0)
         self._keep: list = []     # descriptors and scalars referenced by captured work
         self._choices: dict = {}  # GEMM signature -> index of the tuned algorithm in the heuristic's list
-        self.tuned = 0            # shapes whose algorithm was timed, and those where it beat the heuristic's
-        self.improved = 0
 
     def _layout(self, dtype, rows, cols, ld, batch, stride):
         lt = self.lt
@@ -114,11 +112,10 @@ class Blas:
         key = (repr(sorted(attrs.items())), repr(shapes), dtype, repr(out_shape), repr(layouts),
                tuple(p % 256 for p in ptrs + [out_ptr] if p))
         enabled = os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
-        known = enabled and key in self._choices
-        algos = self._heuristic(desc, b_lay, a_lay, d_lay, TUNE_CANDIDATES if enabled and (tune or known) else 1)
-        if enabled and tune and not known:
+        algos = self._heuristic(desc, b_lay, a_lay, d_lay, TUNE_CANDIDATES if enabled else 1)
+        if enabled and tune and key not in self._choices:
             self._choices[key] = self._fastest(algos, launch)
-        return self._capture(launch, algos[min(self._choices.get(key, 0), len(algos) - 1) if enabled else 0])
+        return self._capture(launch, algos[self._choices.get(key, 0) if enabled else 0])
 
     def _capture(self, launch, algo: int, repeats: int = 1):
         call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
@@ -135,31 +132,18 @@ class Blas:
         if len(algos) == 1:
             return 0
         times = [self._time(launch, a) for a in algos]
-        best = min(range(len(algos)), key=lambda i: times[i])
-        self.tuned += 1
-        self.improved += best != 0
-        return best
+        return min(range(len(algos)), key=lambda i: times[i])
 
     def _time(self, launch, algo: int) -> float:
         try:
             graph = self._capture(launch, algo, TUNE_REPEATS)
         except Exception:  # noqa: BLE001 - an algorithm cuBLASLt ranked but cannot run here is not a choice
             return math.inf
-        exec_ = call("cuGraphInstantiate", graph, 0)
-        start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
-        try:
-            call("cuGraphLaunch", exec_, self.capture_stream)
-            call("cuEventRecord", start, self.capture_stream)
-            for _ in range(3):
-                call("cuGraphLaunch", exec_, self.capture_stream)
-            call("cuEventRecord", end, self.capture_stream)
-            call("cuEventSynchronize", end)
-            return call("cuEventElapsedTime", start, end)
-        finally:
-            for e in (start, end):
-                call("cuEventDestroy", e)
-            call("cuGraphExecDestroy", exec_)
-            call("cuGraphDestroy", graph)
+        return graph_ms(graph, self.capture_stream, 3)
+
+    def tuning_counts(self) -> dict:
+        """GEMM signatures tuned so far, and those where a candidate beat cuBLASLt's first choice."""
+        return {"shapes_timed": len(self._choices), "beat_first_choice": sum(i != 0 for i in self._choices.values())}
 
     def _epilogue(self, desc, act: str, bias_ptr: int, dtype: str):
         """Bias (a vector over the output's columns, which are cuBLASLt's rows) and activation."""

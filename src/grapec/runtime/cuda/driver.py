@@ -98,6 +98,26 @@ class Device:
         call("cuStreamSynchronize", self.stream)
 
 
+def graph_ms(graph, stream, launches: int) -> float:
+    """GPU milliseconds per launch of graph on stream (after one warm launch: code loaded, caches
+    as in a replay); the graph is destroyed."""
+    exec_ = call("cuGraphInstantiate", graph, 0)
+    start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
+    try:
+        call("cuGraphLaunch", exec_, stream)
+        call("cuEventRecord", start, stream)
+        for _ in range(launches):
+            call("cuGraphLaunch", exec_, stream)
+        call("cuEventRecord", end, stream)
+        call("cuEventSynchronize", end)
+        return float(call("cuEventElapsedTime", start, end)) / launches
+    finally:
+        for e in (start, end):
+            call("cuEventDestroy", e)
+        call("cuGraphExecDestroy", exec_)
+        call("cuGraphDestroy", graph)
+
+
 _SCALAR_TYPES = {"i64": ctypes.c_int64, "f64": ctypes.c_double}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...plan import KernelStep, LibraryStep
-from .driver import call
+from .driver import call, graph_ms
 from .graph import GraphBuilder
 
 REPEAT = 16
@@ -44,19 +44,6 @@ def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = I
     for i, st in enumerate(steps):
         graph = call("cuGraphCreate", 0)
         GraphBuilder(runner, bucket).add_steps(graph, [st] * repeat, [])
-        exec_ = call("cuGraphInstantiate", graph, 0)
-        stream = runner.dev.stream
-        call("cuGraphLaunch", exec_, stream)   # warm: code loaded, caches as in a replay
-        start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
-        call("cuEventRecord", start, stream)
-        for _ in range(iterations):
-            call("cuGraphLaunch", exec_, stream)
-        call("cuEventRecord", end, stream)
-        call("cuEventSynchronize", end)
-        ms = float(call("cuEventElapsedTime", start, end))
-        for x in (start, end):
-            call("cuEventDestroy", x)
-        call("cuGraphExecDestroy", exec_)
-        call("cuGraphDestroy", graph)
-        out.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / (iterations * repeat)))
+        ms = graph_ms(graph, runner.dev.stream, iterations)
+        out.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
     return out
