@@ -9,7 +9,8 @@ from onnx import TensorProto, helper
 
 import grapec
 from grapec.bundle.format import Bundle
-from grapec.ir.attention import AttentionKernel, kernel_from_json
+from grapec.ir.attention import AttentionKernel
+from grapec.ir.kinds import kernel_from_json
 from helpers import init, model, rel_err, tinfo
 
 ML = {"float16": (TensorProto.FLOAT16, np.float16), "bfloat16": (TensorProto.BFLOAT16, None)}

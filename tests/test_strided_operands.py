@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import grapec
-from grapec.ir.attention import kernel_from_json
+from grapec.ir.kinds import kernel_from_json
 from grapec.bundle.format import Bundle
 from grapec.check import check_model
 from grapec.errors import BundleError

@@ -13,6 +13,8 @@
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
+        small_gemms               few-row GEMMs against weights as one kernel each, with the LayerNorm
+                                  before them as prologue and bias/activation/residual as epilogue
         aligned_rows              GEMM rows padded to 16 bytes, through the kernels that write and read them
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
@@ -47,6 +49,7 @@ from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
 from .passes.siblings import merge_sibling_matmuls
+from .passes.small_gemm import small_gemms
 from .passes.simplify import simplify
 from .passes.aligned_rows import aligned_rows
 from .passes.strided_operands import strided_operands
@@ -80,6 +83,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = strided_operands(g)
         if level == "full":
             g = fuse_attention(g, notes)
+            g = small_gemms(g)
         g = aligned_rows(g)
         if level == "full" and profile is not None:
             g = choose_mappings(g, profile)

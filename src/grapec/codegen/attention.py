@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from ..ir.attention import AttentionKernel
-from .cuda import CudaRenderer, ctype
+from .cuda import ValueFunctionRenderer, ctype
 from .launch import Launch
 
 SMS = 132            # H100/H200 SMs: the warp count per block shrinks until the grid fills them
@@ -47,24 +47,6 @@ def attention_launch(k: AttentionKernel) -> Launch:
     return Launch("attention", z * _ceil(k.seq_q, 16 * warps), 32 * warps)
 
 
-class _ScoreRenderer(CudaRenderer):
-    """The score kernel as a device function of (raw product, coordinates, extra inputs)."""
-
-    def load(self, e):
-        if e.args[0] == 0:
-            return "s"
-        return super().load(e)
-
-    def render_function(self, name: str) -> str:
-        k = self.k
-        params = ["float s"] + [f"const i64 i{a}" for a in range(len(k.shape))]
-        params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs) if i > 0]
-        root = self.push((), "  ")
-        v = self.emit(k.body)
-        return "\n".join([f"__device__ __forceinline__ float {name}({', '.join(params)}) {{", *root.lines,
-                          f"  return (float){v};", "}"])
-
-
 def key_tile(k: AttentionKernel, launch: Launch | None = None) -> int:
     """Keys per tile of the kernel's main loop. The next tile waits in registers: at most
     MAX_PREFETCH 16-byte vectors a thread per operand."""
@@ -88,7 +70,7 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     nb = len(k.batch)
     extras = len(k.inputs) - 3
     score_fn = f"{name}_score"
-    L = [_ScoreRenderer(k.score).render_function(score_fn), ""]
+    L = [ValueFunctionRenderer(k.score).render_function(score_fn), ""]
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     L.append(f'extern "C" __global__ void __launch_bounds__({launch.block}) {name}({", ".join(params)}) {{')
     L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")

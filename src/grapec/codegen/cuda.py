@@ -441,27 +441,16 @@ class CudaRenderer:
         params = [f"{ctype(k.dtype)}* __restrict__ out"]
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
         lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{']
-        root = self.push((), "  ")
         if self.launch.mode in ("row", "warp"):
-            split, row = self.launch.split, "(i64)blockIdx.x"
+            row = "(i64)blockIdx.x"
             if self.launch.mode == "warp":   # one row per warp; a warp past the last row has nothing to do
                 row = "g_row"
                 lines += ["  const i64 g_row = (i64)blockIdx.x * (blockDim.x / G_WARP) + threadIdx.x / G_WARP;",
                           f"  if (g_row >= {self.launch.rows}LL) return;",
                           "  const int g_lane = threadIdx.x % G_WARP;"]
-            lines += self._unravel(row, range(split))
-            self._prefetch_row_loads(split)
-            if self.launch.mode == "row":
-                root.lines += self._prefetch_column_loads(split)
-            col = self.push([idx(a) for a in range(split, len(k.shape))], "    ")
-            col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
-            v = self.emit(k.body)
-            lines += root.lines
-            lines.append(f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{")
-            lines += col.lines
-            lines.append(f"    out[{row} * {self.launch.cols}LL + c] = {self._store(v)};")
-            lines.append("  }")
+            lines += self.row_program(row, f"out[{row} * {self.launch.cols}LL + c]")
         else:
+            root = self.push((), "  ")
             lines += ["  const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;",
                       f"  if (tid >= {k.size}LL) return;"]
             lines += self._unravel("tid", range(len(k.shape)))
@@ -470,6 +459,25 @@ class CudaRenderer:
             lines.append(f"  out[tid] = {self._store(v)};")
         lines.append("}")
         return name, "\n".join(lines)
+
+    def row_program(self, row: str, store_at: str) -> list:
+        """Row or warp mode: the statements that compute row `row` (a flat row index) and store its
+        column c at `store_at`."""
+        k, split = self.k, self.launch.split
+        root = self.push((), "  ")
+        lines = self._unravel(row, range(split))
+        self._prefetch_row_loads(split)
+        if self.launch.mode == "row":
+            root.lines += self._prefetch_column_loads(split)
+        col = self.push([idx(a) for a in range(split, len(k.shape))], "    ")
+        col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
+        v = self.emit(k.body)
+        lines += root.lines
+        lines.append(f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{")
+        lines += col.lines
+        lines.append(f"    {store_at} = {self._store(v)};")
+        lines.append("  }")
+        return lines
 
     def _prefetch_row_loads(self, split: int):
         """Issue the row's own loads (a gemv's bias, a residual element) first, so that their latency
@@ -516,6 +524,42 @@ class CudaRenderer:
                 lines.append(f"{indent}const i64 t{a} = {rest} / {d}LL;")
                 rest = f"t{a}"
         return lines
+
+
+class ValueFunctionRenderer(CudaRenderer):
+    """A kernel as a device function of (the value at slot 0, the output coordinates, the other
+    slots): an attention score, a GEMM epilogue. Slot 0's load is the value itself; the function
+    returns the body in float."""
+
+    def load(self, e):
+        if e.args[0] == 0:
+            return "s"
+        return super().load(e)
+
+    def render_function(self, name: str) -> str:
+        k = self.k
+        params = ["float s"] + [f"const i64 i{a}" for a in range(len(k.shape))]
+        params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs) if i > 0]
+        root = self.push((), "  ")
+        v = self.emit(k.body)
+        return "\n".join([f"__device__ __forceinline__ float {name}({', '.join(params)}) {{", *root.lines,
+                          f"  return (float){v};", "}"])
+
+
+class RowFunctionRenderer(CudaRenderer):
+    """A kernel as a device function that one warp calls to compute one row (its leading axes) into
+    `out`[0..cols): a GEMM prologue (a LayerNorm staged into shared memory). Row reductions are warp
+    reductions, loads 16 bytes a lane where they run along the row (warp mode)."""
+
+    def __init__(self, kernel: Kernel, rows: int, cols: int):
+        super().__init__(kernel, Launch("warp", 1, 32, len(kernel.shape) - 1, rows, cols))
+
+    def render_function(self, name: str) -> str:
+        k = self.k
+        params = [f"{ctype(k.dtype)}* __restrict__ out", "const i64 g_row", "const int g_lane"]
+        params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+        return "\n".join([f"__device__ __forceinline__ void {name}({', '.join(params)}) {{",
+                          *self.row_program("g_row", "out[c]"), "}"])
 
 
 def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple:

@@ -19,11 +19,16 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ..ir.attention import AttentionKernel, kernel_from_json
+from ..ir.attention import AttentionKernel
+from ..ir.kinds import kernel_from_json
+from ..ir.small_gemm import SmallGemmKernel
 from ..plan import kernel_steps
 from .attention import ATTENTION_PRELUDE, attention_launch, render_attention
 from .cuda import PRELUDE, CudaRenderer
 from .launch import plan_launch
+from .small_gemm import render_small_gemm, small_gemm_launch
+
+TENSOR_CORE_KINDS = (AttentionKernel, SmallGemmKernel)
 
 _NAME = "__grapec_kernel__"
 # A numeric literal that is not part of a name (in0, r3, f16) nor of another number.
@@ -37,11 +42,11 @@ class CudaModule:
     scalars: list = field(default_factory=list)    # per bundle kernel: [[type, value]..] after the pointers
     launches: list = field(default_factory=list)   # per bundle kernel: its Launch
     first_user: list = field(default_factory=list)  # per body: the first bundle kernel that runs it
-    attention: bool = False                        # some kernel is an AttentionKernel (tensor-core helpers)
+    tensor_cores: bool = False                     # some kernel uses the mma helpers
 
     @property
     def prelude(self) -> str:
-        return PRELUDE + (ATTENTION_PRELUDE if self.attention else "")
+        return PRELUDE + (ATTENTION_PRELUDE if self.tensor_cores else "")
 
     @property
     def source(self) -> str:
@@ -58,6 +63,9 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
         if isinstance(k, AttentionKernel):
             launch = attention_launch(k)
             texts.append(render_attention(k, launch, _NAME))
+        elif isinstance(k, SmallGemmKernel):
+            launch = small_gemm_launch(k)
+            texts.append(render_small_gemm(k, _NAME))
         else:
             launch = plan_launch(k)
             texts.append(CudaRenderer(k, launch).render(_NAME)[1])
@@ -65,12 +73,12 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
 
     groups: dict = {}   # template (numbers blanked) -> kernel indices
     for i, text in enumerate(texts):
-        # an attention kernel's numbers size its shared arrays and registers: it never takes them as arguments
-        key = text if isinstance(kernels[i], AttentionKernel) else _NUMBER.sub("#", text)
+        # a tensor-core kernel's numbers size its shared arrays and registers: it never takes them as arguments
+        key = text if isinstance(kernels[i], TENSOR_CORE_KINDS) else _NUMBER.sub("#", text)
         groups.setdefault(key, []).append(i)
 
     m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=launches,
-                   attention=any(isinstance(k, AttentionKernel) for k in kernels))
+                   tensor_cores=any(isinstance(k, TENSOR_CORE_KINDS) for k in kernels))
     body_index: dict = {}   # function name -> index into m.bodies
 
     def add(name, body, first):

@@ -33,6 +33,7 @@ FEATURES = {
     "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "row_serial", "vector_serial", "dram_mb",
                "cache_mb", "gflop", "thread_kops"),
     "attention": ("node", "serial", "dram_mb", "cache_mb", "gflop"),
+    "small_gemm": ("node", "phase", "serial", "dram_mb", "cache_mb", "gflop"),
     "gemm": ("node", "serial", "dram_mb", "gflop", "unaligned_gflop"),
 }
 

@@ -4,7 +4,7 @@ by `grapec inspect --fusion`."""
 from __future__ import annotations
 
 from ..codegen.launch import mapped_launch, plan_launch
-from ..ir.attention import kernel_from_json
+from ..ir.kinds import kernel_from_json
 from ..plan import KernelStep
 from .device import DeviceProfile
 from .model import estimate, price_mappings
@@ -42,6 +42,8 @@ def _scheme(work, step) -> str:
         epilogue = (["residual"] if args[2] >= 0 else []) + (["bias"] if args[3] >= 0 else [])
         epilogue += [step.attrs["act"]] if step.attrs.get("act") not in (None, "", "none") else []
         return "cuBLASLt" + (f" + epilogue ({', '.join(epilogue)})" if epilogue else "")
+    if work.kind == "small_gemm":
+        return "rows staged in shared memory (prologue computed there), weights streamed to tensor cores"
     if work.kind == "attention":
         return "flash attention: scores in registers, keys and values through shared memory"
     if work.block_syncs:

@@ -7,6 +7,7 @@ launch and its last store, and how many SMs its grid can occupy.
 
     kernel_work(kernel, launch)      a generated kernel in its thread mapping (codegen/launch.py)
     attention_work(kernel)           a fused attention kernel (ir/attention.py)
+    small_gemm_work(kernel)          a few-row GEMM kernel with its prologue (ir/small_gemm.py)
     gemm_work(m, n, k, batch, ...)   a cuBLASLt matmul, as cuBLASLt tiles it at small M
 """
 from __future__ import annotations
@@ -19,7 +20,9 @@ from .. import dtypes
 from ..codegen.cuda import vector_loads
 from ..codegen.launch import Launch, plan_launch, row_reductions
 from ..ir import kernel as K
-from ..ir.attention import KIND as ATTENTION, kernel_from_json
+from ..ir.attention import KIND as ATTENTION
+from ..ir.kinds import kernel_from_json
+from ..ir.small_gemm import KIND as SMALL_GEMM
 from ..plan import KernelStep, LibraryStep
 
 THREADS_PER_SM = 2048
@@ -33,7 +36,7 @@ GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K = 64, 128, 64   # a typical cuBLASLt tile 
 @dataclass(frozen=True)
 class Work:
     """One graph node's demands. `kind` picks the coefficients it is priced with."""
-    kind: str              # kernel | attention | gemm
+    kind: str              # kernel | attention | small_gemm | gemm
     dram_mb: float         # unique bytes read + bytes written, MB
     cache_mb: float        # bytes read again (from L1/L2), MB
     gflop: float           # arithmetic, 1e9 operations (transcendentals count 4)
@@ -120,6 +123,24 @@ def attention_work(kernel) -> Work:
                 1, 0, 0, launch.grid, launch.block, f"{launch.block // 32} warp(s) per block")
 
 
+def small_gemm_work(kernel) -> Work:
+    """A few-row GEMM kernel (codegen/small_gemm.py): every block stages A's rows (through the
+    prologue), then streams its weight tiles; the rows are read again by every block, from L2."""
+    from ..codegen.small_gemm import small_gemm_tiling
+    t = small_gemm_tiling(kernel)
+    isz = dtypes.itemsize(kernel.dtype)
+    a_bytes = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[:kernel.a_slots])
+    a_bytes = min(a_bytes, 4 * kernel.rows * kernel.depth * isz)   # a gather reads rows, not its table
+    w_bytes = kernel.cols * kernel.depth * isz
+    extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[kernel.a_slots + 1:])
+    out = kernel.rows * kernel.cols * isz
+    reductions = len(row_reductions(kernel.prologue.body)) if kernel.prologue is not None else 0
+    serial = t.steps * math.ceil(t.block_tiles / t.grid)
+    return Work(SMALL_GEMM, (a_bytes + w_bytes + extras + out) / 1e6, a_bytes * (t.grid - 1) / 1e6,
+                kernel.flops / 1e9, serial, 1 + reductions, 0, reductions, t.grid, t.block,
+                f"{t.col_tiles} tile(s) x {t.k_slices} k-slice(s) a block, {t.steps} steps")
+
+
 def gemm_work(m: int, n: int, k: int, batch: int, dtype: str, c: bool = False, bias: bool = False,
               a_elems: int | None = None, b_elems: int | None = None, lds: tuple = ()) -> Work:
     """A cuBLASLt matmul. Without the algorithm it will pick (chosen on the GPU at load time) it is
@@ -186,7 +207,10 @@ def step_work(kernels: list, plan, step) -> Work | None:
     steps the model does not price (If/Loop regions, scan stores)."""
     if isinstance(step, KernelStep):
         k = kernel_from_json(kernels[step.kernel])
-        return attention_work(k) if kernels[step.kernel].get("kind") == ATTENTION else kernel_work(k, plan_launch(k))
+        kind = kernels[step.kernel].get("kind")
+        if kind == ATTENTION:
+            return attention_work(k)
+        return small_gemm_work(k) if kind == SMALL_GEMM else kernel_work(k, plan_launch(k))
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "matmul":
         return matmul_step_work(step.attrs, [plan.buffers[i].shape if i >= 0 else None for i in step.args],
                                 plan.buffers[step.out].shape, plan.buffers[step.out].dtype)

@@ -112,8 +112,3 @@ class AttentionKernel:
             o = (rounded @ v) / p.sum(axis=-1, keepdims=True)
         self.out.view(out, (*b, s, self.value_dim))[...] = o.astype(out.dtype)
         return out
-
-
-def kernel_from_json(d: dict):
-    """A bundle's kernel entry -> Kernel or AttentionKernel."""
-    return AttentionKernel.from_json(d) if d.get("kind") == KIND else Kernel.from_json(d)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import dtypes
 from ...ir.interpret import run_kernel
-from ...ir.attention import kernel_from_json
+from ...ir.kinds import kernel_from_json
 from ...ir.library import run_library, view_array
 from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region

@@ -1,0 +1,152 @@
+"""SmallGemmKernel -> one CUDA kernel on fp16/bf16 tensor cores (mma.sync m16n8k16).
+
+A block of WARPS warps:
+  1. stages A's M rows (at most 16) in shared memory: each warp computes whole rows of the prologue
+     (a LayerNorm: warp reductions, 16-byte loads; rendered from kernel IR) or copies them;
+  2. walks column tiles of 8 (grid-stride over the tiles, so that a long N reuses the staged rows):
+     its warps split into `col_tiles` tiles side by side times `k_slices` slices of K. Each lane
+     issues all its weight loads for the tile first (16 bytes = 8 consecutive k of one weight row),
+     then feeds the tensor cores. The mma only needs lanes to agree on which k they multiply, not
+     on the order: lane (g, t) holds k = 8t..8t+7 of a 32-wide step, and passes 8t, 8t+1 / 8t+2,
+     8t+3 where the fragment layout says 2t, 2t+1 / 2t+8, 2t+9 (then 8t+4.. in a second mma), for
+     A and W alike. A's rows g and g+8 are the fragment's rows; rows past M are zeros;
+  3. adds the k slices' partial tiles through shared memory and applies the epilogue (bias,
+     activation, residual; rendered from kernel IR) as the results are stored.
+
+Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
+    A (16x16): a0a1 (g, 2t..2t+1)  a2a3 (g+8, 2t..)  a4a5 (g, 2t+8..)  a6a7 (g+8, 2t+8..)
+    B (16x8):  b0b1 (k = 2t..2t+1, n = g)  b2b3 (k = 2t+8.., n = g)
+    C (16x8):  c0c1 (g, 2t..2t+1)  c2c3 (g+8, 2t..2t+1)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir.small_gemm import SmallGemmKernel
+from .cuda import RowFunctionRenderer, ValueFunctionRenderer, ctype
+from .launch import Launch
+
+SMS = 132              # H100/H200 SMs
+WARPS = 8
+MAX_STEPS = 16         # 32-wide k steps a lane holds in flight (4 registers each)
+BLOCKS_PER_SM = 2      # a long N loops over tiles in a grid of this many blocks per SM
+MAX_ROWS = 16          # one mma tile of rows
+SMEM_BYTES = 40 * 1024  # the staged rows, under the 48 KB a block gets without opting in
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class SmallGemmTiling:
+    col_tiles: int     # 8-column tiles a block computes side by side
+    k_slices: int      # warps that split one tile's K
+    steps: int         # 32-wide k steps per warp and tile
+    block_tiles: int   # groups of col_tiles tiles, walked by the grid
+    grid: int
+    lda: int           # the staged rows' stride in elements: 64 bytes past a multiple of 128, so
+    #                    that the 8 rows one load instruction touches fall in distinct banks
+
+    @property
+    def block(self) -> int:
+        return 32 * self.col_tiles * self.k_slices
+
+
+def lda_for(depth: int) -> int:
+    return depth + ((64 - 2 * depth % 128) % 128) // 2
+
+
+def staged_bytes(rows: int, depth: int) -> int:
+    return 2 * rows * lda_for(depth)
+
+
+def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
+    n_tiles, k_steps = _ceil(k.cols, 8), _ceil(k.depth, 32)
+    col_tiles = 1
+    while col_tiles < WARPS and _ceil(n_tiles, 2 * col_tiles) >= SMS:
+        col_tiles *= 2
+    while True:
+        k_slices = min(WARPS // col_tiles, k_steps)
+        steps = _ceil(k_steps, k_slices)
+        if steps <= MAX_STEPS or col_tiles == 1:
+            break
+        col_tiles //= 2
+    block_tiles = _ceil(n_tiles, col_tiles)
+    return SmallGemmTiling(col_tiles, k_slices, steps, block_tiles, min(block_tiles, SMS * BLOCKS_PER_SM),
+                           lda_for(k.depth))
+
+
+def small_gemm_launch(k: SmallGemmKernel) -> Launch:
+    t = small_gemm_tiling(k)
+    return Launch("small_gemm", t.grid, t.block)
+
+
+def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
+    """-> CUDA C for the kernel (its prologue and epilogue functions first), named `name`."""
+    t = small_gemm_tiling(k)
+    ty = ctype(k.dtype)
+    mma = "f16" if k.dtype == "float16" else "bf16"
+    store = "f2h" if k.dtype == "float16" else "f2b"
+    m, n, depth, lda, p = k.rows, k.cols, k.depth, t.lda, k.a_slots
+    w = f"in{p}"
+    L = []
+    if k.prologue is not None:
+        L += [RowFunctionRenderer(k.prologue, m, depth).render_function(f"{name}_prologue"), ""]
+    L += [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
+    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+    L.append(f'extern "C" __global__ void __launch_bounds__({t.block}) {name}({", ".join(params)}) {{')
+    L.append(f"  __shared__ __align__(16) {ty} g_a[{m * lda}];   /* A's rows, stride {lda} */")
+    if t.k_slices > 1:
+        L.append(f"  __shared__ float g_part[{(t.k_slices - 1) * t.col_tiles * 128}];   /* partial tiles of slices 1.. */")
+    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+    if k.prologue is not None:
+        args = "".join(f", in{i}" for i in range(p))
+        L.append(f"  for (int r = warp; r < {m}; r += {t.block // 32}) {name}_prologue(g_a + r * {lda}, r, lane{args});")
+    else:
+        per_row = depth // 8
+        L.append(f"  for (int e = threadIdx.x; e < {m * per_row}; e += {t.block}) {{")
+        L.append(f"    const int r = e / {per_row}, c = (e % {per_row}) * 8;")
+        L.append(f"    *(uint4*)(g_a + r * {lda} + c) = *(const uint4*)(in0 + (i64)r * {depth} + c);")
+        L.append("  }")
+    L.append("  __syncthreads();")
+    L.append(f"  const int ct = warp % {t.col_tiles}, ks = warp / {t.col_tiles};")
+    L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
+    L.append(f"  for (int bt = blockIdx.x; bt < {t.block_tiles}; bt += gridDim.x) {{")
+    L.append(f"    const i64 n0 = ((i64)bt * {t.col_tiles} + ct) * 8, wn = n0 + g;")
+    L.append(f"    uint4 wv[{t.steps}];")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int s = 0; s < {t.steps}; ++s) {{   /* every weight load in flight before the first mma */")
+    L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
+    L.append(f"      wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)({w} + wn * {depth}LL + kk) : zero;")
+    L.append("    }")
+    L.append("    float c[4] = {0.f, 0.f, 0.f, 0.f};")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int s = 0; s < {t.steps}; ++s) {{")
+    L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
+    L.append(f"      const uint4 lo = (g < {m} && kk < {depth}) ? *(const uint4*)(g_a + g * {lda} + kk) : zero;")
+    L.append(f"      const uint4 hi = (g + 8 < {m} && kk < {depth}) ? *(const uint4*)(g_a + (g + 8) * {lda} + kk) : zero;")
+    L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
+    L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
+    L.append("    }")
+    if t.k_slices > 1:
+        L.append(f"    if (ks > 0) *(float4*)(g_part + ((ks - 1) * {t.col_tiles} + ct) * 128 + lane * 4) = make_float4(c[0], c[1], c[2], c[3]);")
+        L.append("    __syncthreads();")
+        L.append("    if (ks == 0) {")
+        L.append(f"      for (int j = 0; j < {t.k_slices - 1}; ++j) {{")
+        L.append(f"        const float4 q = *(const float4*)(g_part + (j * {t.col_tiles} + ct) * 128 + lane * 4);")
+        L.append("        c[0] += q.x; c[1] += q.y; c[2] += q.z; c[3] += q.w;")
+        L.append("      }")
+        L.append("    }")
+        L.append("    __syncthreads();   /* the next tile's partials wait until these are read */")
+    extras = "".join(f", in{p + 1 + e}" for e in range(len(k.inputs) - p - 1))
+    L.append("    if (ks == 0) {")
+    L.append("      #pragma unroll")
+    L.append("      for (int h = 0; h < 4; ++h) {")
+    L.append("        const i64 r = g + (h >> 1) * 8, j = n0 + 2 * t + (h & 1);")
+    L.append(f"        if (r < {m} && j < {n}) out[r * {n}LL + j] = {store}({name}_epilogue(c[h], r, j{extras}));")
+    L.append("      }")
+    L.append("    }")
+    L.append("  }")
+    L.append("}")
+    return "\n".join(L)

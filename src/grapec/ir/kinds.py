@@ -1,0 +1,21 @@
+"""The plan's kinds of kernel, told apart by the "kind" of their JSON entry in a bundle:
+
+    (none)        Kernel            kernel IR (ir/kernel.py), rendered by codegen/cuda.py
+    attention     AttentionKernel   softmax(q kᵀ) v as one kernel (ir/attention.py)
+    small_gemm    SmallGemmKernel   a few-row GEMM with its prologue and epilogue (ir/small_gemm.py)
+
+The last two carry numpy semantics of their own (`run`), which the CPU backend executes.
+"""
+from __future__ import annotations
+
+from .attention import AttentionKernel
+from .kernel import Kernel
+from .small_gemm import SmallGemmKernel
+
+KINDS = {AttentionKernel.kind: AttentionKernel, SmallGemmKernel.kind: SmallGemmKernel}
+
+
+def kernel_from_json(d: dict):
+    """A bundle's kernel entry -> Kernel, AttentionKernel or SmallGemmKernel."""
+    kind = KINDS.get(d.get("kind"))
+    return kind.from_json(d) if kind else Kernel.from_json(d)

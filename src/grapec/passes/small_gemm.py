@@ -1,0 +1,152 @@
+"""small_gemms: a matmul of a few rows against a constant weight becomes a SmallGemmKernel, with the
+kernel that produced its A (a LayerNorm) as its prologue and its cuBLASLt epilogue (bias,
+activation, residual) as its epilogue (ir/small_gemm.py says why).
+
+Runs after fusion and fused attention, so A's producer is one fused kernel and the epilogue is
+already folded into the matmul's attributes. Conditions (anything else stays with cuBLASLt):
+  * fp16/bf16, no transposed A, no strided operand (views), a constant 2-D weight;
+  * M (the rows of A, batch dims flattened) at most 16, K a multiple of 8, A's rows fit in shared
+    memory (codegen/small_gemm.py);
+  * a weight stored [K, N] is transposed into a copy, so its only reader must be this matmul.
+The producer becomes the prologue when this matmul (through Views) is its only reader, it is not a
+graph output, it is a kernel-IR kernel of A's dtype and shape, and its reductions are all row
+reductions over at most K elements (each block recomputes the rows, so they must be cheap).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import kernel as K
+from ..ir.graph import Graph, Node, view_source
+from ..ir.small_gemm import SmallGemmKernel
+from ..codegen.launch import row_reductions, extent
+from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, staged_bytes
+
+DTYPES = ("float16", "bfloat16")
+
+
+def small_gemms(g: Graph) -> Graph:
+    source = view_source(g)
+    producers = g.producers()
+    consumers = g.consumers()
+    removed: set = set()
+    out = []
+    for node in g.nodes:
+        if node.op == "Library" and node.attrs.get("op") == "matmul":
+            made = _as_small_gemm(g, node, source, producers, consumers)
+            if made is not None:
+                kernel_node, dropped = made
+                removed.update(id(n) for n in dropped)
+                out.append(kernel_node)
+                continue
+        out.append(node)
+    g.nodes = [n for n in out if id(n) not in removed]
+    return g
+
+
+def _as_small_gemm(g: Graph, node: Node, source, producers, consumers):
+    attrs = node.attrs
+    if attrs.get("trans_a") or attrs.get("views"):
+        return None
+    names = list(node.inputs) + [""] * (4 - len(node.inputs))
+    a, b, c, bias = (g.lookup(n) if n else None for n in names)
+    w = g.lookup(source(names[1]))
+    y = g.lookup(node.outputs[0])
+    if (w is None or w.const is None or y.dtype not in DTYPES or a.dtype != y.dtype or b.dtype != y.dtype
+            or len(b.shape) != 2):
+        return None
+    rows, depth, cols = math.prod(y.shape[:-1]), a.shape[-1], y.shape[-1]
+    if not 1 <= rows <= MAX_ROWS or depth % 8 or staged_bytes(rows, depth) > SMEM_BYTES \
+            or math.prod(a.shape) != rows * depth:
+        return None
+    weight = np.asarray(w.const).reshape(b.shape)
+    if attrs.get("trans_b"):
+        w_name = w.name
+    else:
+        if len(consumers.get(w.name, ())) > 1 or w.name in g.outputs:
+            return None   # another reader wants the stored layout: keep one copy of the weight
+        w_name = g.add_value("small_gemm_weight", y.dtype, weight.T.shape, np.ascontiguousarray(weight.T)).name
+
+    prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
+    extras, epilogue = _epilogue(g, attrs, y, rows, cols, c, bias, names)
+    slots = a_names + [w_name] + extras
+    inputs = tuple((tuple(g.lookup(n).shape), g.lookup(n).dtype) for n in slots)
+    kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
+    origin = [o for d in dropped for o in d.origin] + list(node.origin)
+    return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
+                origin=list(dict.fromkeys(origin))), dropped
+
+
+def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, consumers):
+    """-> (prologue Kernel or None, the slots that feed A, the nodes it replaces)."""
+    src = source(a_name)
+    prod = producers.get(src)
+    chain = _view_chain(a_name, producers)
+    if prod is None or prod.op != "Kernel" or not isinstance(prod.attrs["kernel"], K.Kernel) or src in g.outputs:
+        return None, [a_name], []
+    k = prod.attrs["kernel"]
+    a = g.lookup(a_name)
+    if k.dtype != a.dtype or math.prod(k.shape) != rows * depth or k.shape[-1] != depth:
+        return None, [a_name], []
+    # nothing but the View chain to this matmul reads the producer's value
+    for name in [src] + [v.outputs[0] for v in chain[:-1]]:
+        users = consumers.get(name, ())
+        if len(users) != 1 or name in g.outputs:
+            return None, [a_name], []
+    reductions = [e for e in K.walk(k.body) if e.op == "reduce"]
+    row_level = row_reductions(k.body)
+    if len(reductions) != len(row_level) or any(extent(r.args[2]) > depth for r in reductions):
+        return None, [a_name], []
+    last = len(k.shape) - 1
+    if any(v.op == "idx" and v.args[0] == last for r in reductions for v in K.free_vars(r)):
+        return None, [a_name], []   # a reduction per column: not a row's
+    return k, list(prod.inputs), [prod] + chain
+
+
+def _view_chain(name: str, producers) -> list:
+    """The View nodes between a value and the source it views, innermost last."""
+    chain = []
+    node = producers.get(name)
+    while node is not None and node.op == "View":
+        chain.append(node)
+        node = producers.get(node.inputs[0])
+    return chain
+
+
+def _epilogue(g: Graph, attrs: dict, y, rows: int, cols: int, c, bias, names):
+    """-> (extra slot names, epilogue Kernel over [rows, cols]): act(alpha * s + beta * c + bias)."""
+    i, j = K.idx(0), K.idx(1)
+    body = K.load(0, (i, j), "float32")
+    alpha = float(attrs.get("alpha", 1.0))
+    if alpha != 1.0:
+        body = body * K.const(alpha, "float32")
+    inputs, extras = [((rows, cols), "float32")], []
+    if c is not None:
+        beta = float(attrs.get("beta", 1.0))
+        term = K.cast(K.load(len(inputs), (i, j), c.dtype), "float32")
+        body = body + (term * K.const(beta, "float32") if beta != 1.0 else term)
+        inputs.append(((rows, cols), c.dtype))
+        extras.append(names[2])
+    if bias is not None:
+        body = body + K.cast(K.load(len(inputs), (j,), bias.dtype), "float32")
+        inputs.append(((cols,), bias.dtype))
+        extras.append(names[3])
+    body = _activation(body, attrs.get("act") or "none")
+    return extras, K.Kernel((rows, cols), y.dtype, K.cast(body, y.dtype), tuple(inputs))
+
+
+def _activation(x: K.Expr, act: str) -> K.Expr:
+    """ir/library.py's activations, in kernel IR (float32)."""
+    f = "float32"
+    if act == "none":
+        return x
+    if act == "relu":
+        return K.binary("max", x, K.const(0.0, f))
+    if act == "gelu":
+        return K.const(0.5, f) * x * (K.const(1.0, f) + K.unary("erf", x * K.const(float(1 / np.sqrt(2)), f)))
+    if act == "gelu_tanh":
+        inner = K.const(float(np.sqrt(2 / np.pi)), f) * (x + K.const(0.044715, f) * x * x * x)
+        return K.const(0.5, f) * x * (K.const(1.0, f) + K.unary("tanh", inner))
+    raise ValueError(f"unknown activation {act}")

@@ -1,0 +1,132 @@
+"""passes/small_gemm.py: a few-row GEMM against a weight becomes one kernel, with the LayerNorm that
+feeds it as prologue and its bias / activation / residual as epilogue; answers unchanged."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import grapec
+from grapec.ir.kinds import kernel_from_json
+from grapec.ir.small_gemm import SmallGemmKernel
+from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
+
+
+def gelu_tanh(x: str, out: str) -> list:
+    """GELU as GPT-2's exporter spells it: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    n = helper.make_node
+    return [n("Pow", [x, "three"], [f"{out}_c"]), n("Mul", [f"{out}_c", "k0"], [f"{out}_d"]),
+            n("Add", [x, f"{out}_d"], [f"{out}_e"]), n("Mul", [f"{out}_e", "k1"], [f"{out}_f"]),
+            n("Tanh", [f"{out}_f"], [f"{out}_g"]), n("Add", [f"{out}_g", "one"], [f"{out}_h"]),
+            n("Mul", [x, f"{out}_h"], [f"{out}_i"]), n("Mul", [f"{out}_i", "half"], [out])]
+
+
+def block(rows=8, depth=64, cols=48, ln_is_output=False, seed=0):
+    """x -> LayerNorm -> MatMul + bias -> GELU -> MatMul + bias + x (a transformer MLP at batch 1)."""
+    rng = np.random.default_rng(seed)
+    w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)  # noqa: E731
+    n = helper.make_node
+    nodes = [n("LayerNormalization", ["x", "gamma", "beta"], ["h"], axis=-1, epsilon=1e-5),
+             n("MatMul", ["h", "w1"], ["u0"]), n("Add", ["u0", "b1"], ["u"]), *gelu_tanh("u", "a"),
+             n("MatMul", ["a", "w2"], ["v0"]), n("Add", ["v0", "b2"], ["v"]), n("Add", ["x", "v"], ["y"])]
+    outs = [tinfo("y", shape=[1, rows, depth])] + ([tinfo("h", shape=[1, rows, depth])] if ln_is_output else [])
+    consts = [init("gamma", 1 + rng.standard_normal(depth).astype(np.float32) / 4),
+              init("beta", rng.standard_normal(depth).astype(np.float32) / 4),
+              init("w1", w(depth, cols)), init("b1", rng.standard_normal(cols).astype(np.float32) / 4),
+              init("w2", w(cols, depth)), init("b2", rng.standard_normal(depth).astype(np.float32) / 4),
+              init("three", np.float32(3)), init("k0", np.float32(0.044715)),
+              init("k1", np.float32(np.sqrt(2 / np.pi))), init("one", np.float32(1)), init("half", np.float32(0.5))]
+    m = model(nodes, [tinfo("x", shape=[1, rows, depth])], outs, consts)
+    return m, {"x": rng.standard_normal((1, rows, depth)).astype(np.float32)}
+
+
+def small_gemms(bundle) -> list:
+    return [k for k in map(kernel_from_json, bundle.kernels) if isinstance(k, SmallGemmKernel)]
+
+
+@pytest.mark.parametrize("rows,depth,cols,precision", [
+    (8, 64, 48, "fp16"),      # GPT-2 at seq 8, in small
+    (12, 40, 20, "fp16"),     # rows past 8 (the mma's second row half), K not a multiple of 32, N of 8
+    (16, 256, 1000, "fp16"),  # 16 rows; N over many tiles: the grid walks them
+    (8, 64, 48, "bf16"),
+])
+def test_layernorm_and_gemms_are_two_kernels(rows, depth, cols, precision):
+    m, feeds = block(rows, depth, cols)
+    got, b = compile_and_run(m, feeds, precision=precision)
+    steps = b.plans[0].steps
+    # LayerNorm + GEMM + bias + GELU, GEMM + bias, then the residual add with the cast back to fp32;
+    # the second GEMM's K (= cols) must be a multiple of 8 (16-byte rows), else it stays with cuBLASLt
+    second_op = "kernel" if cols % 8 == 0 else "library"
+    assert [st.op for st in steps] == ["kernel", second_op, "kernel"], [(st.op, st.origin) for st in steps]
+    assert "LayerNormalization_1" in steps[0].origin and "MatMul_2" in steps[0].origin
+    first, *second = small_gemms(b)
+    assert first.prologue is not None and all(k.prologue is None for k in second)
+    assert first.depth == depth and first.cols == cols and first.rows == rows
+    ref = ort_run(m, feeds)["y"]
+    unfused, ub = compile_and_run(m, feeds, precision=precision, fusion="rules")
+    assert not small_gemms(ub)
+    limit = 1e-2 if precision == "fp16" else 3e-2
+    assert rel_err(got["y"], ref) < limit, rel_err(got["y"], ref)
+    # the same roundings as the unfused plan: only the summation order differs
+    assert rel_err(got["y"], unfused["y"]) < limit / 5, rel_err(got["y"], unfused["y"])
+    assert np.allclose(got["y"].astype(np.float32), ref, rtol=5e-2, atol=5e-2)
+
+
+def test_a_layernorm_someone_else_reads_stays_a_kernel():
+    m, feeds = block(ln_is_output=True)
+    got, b = compile_and_run(m, feeds, precision="fp16")
+    assert all(k.prologue is None for k in small_gemms(b)) and len(small_gemms(b)) == 2
+    steps = b.plans[0].steps
+    assert all(st.op == "kernel" for st in steps)
+    assert any("LayerNormalization_1" in st.origin and "MatMul_2" not in st.origin for st in steps)
+    ref = ort_run(m, feeds)
+    for name in ref:
+        assert rel_err(got[name], ref[name]) < 1e-2
+
+
+def test_many_rows_and_fp32_stay_with_cublaslt():
+    for rows, precision in ((32, "fp16"), (8, "fp32")):
+        m, feeds = block(rows=rows)
+        got, b = compile_and_run(m, feeds, precision=precision)
+        assert not small_gemms(b)
+        assert sum(st.op == "library" for st in b.plans[0].steps) == 2
+        assert rel_err(got["y"], ort_run(m, feeds)["y"]) < 1e-2
+
+
+def test_the_weight_is_stored_once():
+    """A [K, N] weight is transposed into the kernel's [N, K]: the original is not kept too."""
+    m, feeds = block(depth=256, cols=512)
+    fused = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision="fp16")
+    plain = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision="fp16", fusion="rules")
+    assert small_gemms(fused)
+    assert len(fused.weights) <= len(plain.weights) + 4096, (len(fused.weights), len(plain.weights))
+
+
+def test_cuda_source_compiles_for_sm90():
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (cuda-bindings) is not installed")
+    from grapec.codegen.nvrtc import NvrtcUnavailable, nvrtc_version
+    try:
+        nvrtc_version()
+    except NvrtcUnavailable as e:
+        pytest.skip(f"no NVRTC: {e}")
+    m, feeds = block(12, 40, 20)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16")
+    src = b.extra_sections["cuda.source"].decode()
+    assert "_prologue(" in src and "mma.sync.aligned.m16n8k16" in src
+    assert "cubin.sm_90" in b.extra_sections
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,depth,cols,precision", [(8, 768, 2304, "fp16"), (12, 40, 20, "fp16"),
+                                                       (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16")])
+def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, precision):
+    m, feeds = block(rows, depth, cols, seed=3)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision=precision)
+    assert len(small_gemms(b)) == (2 if cols % 8 == 0 else 1)
+    gpu = grapec.load(b, backend="cuda").run(feeds)["y"].astype(np.float32)
+    cpu = grapec.load(b, backend="cpu").run(feeds)["y"].astype(np.float32)
+    ref = ort_run(m, feeds)["y"]
+    limit = 1e-2 if precision == "fp16" else 3e-2
+    assert rel_err(gpu, ref) < limit, rel_err(gpu, ref)
+    # the GPU sums in another order than numpy; a handful of values round to the neighbouring fp16
+    assert rel_err(gpu, cpu) < limit / 5 and np.abs(gpu - cpu).max() < 0.05 * np.abs(cpu).max(), \
+        (rel_err(gpu, cpu), np.abs(gpu - cpu).max())
