@@ -1,12 +1,14 @@
 """SmallGemmKernel -> one CUDA kernel on fp16/bf16 tensor cores (mma.sync m16n8k16).
 
 A block of WARPS warps:
-  1. stages A's M rows (at most 16) in shared memory: each warp computes whole rows of the prologue
-     (a LayerNorm: warp reductions, 16-byte loads; rendered from kernel IR) or copies them;
+  1. issues its first weight tile's loads, then (with a prologue) stages A's M rows (at most 16) in
+     shared memory, each warp computing whole rows of the prologue (a LayerNorm: warp reductions,
+     16-byte loads; rendered from kernel IR) while the weights arrive; without one, A is read
+     where it lies;
   2. walks column tiles of 8 (grid-stride over the tiles, so that a long N reuses the staged rows):
      its warps split into `col_tiles` tiles side by side times `k_slices` slices of K. Each lane
      issues all its weight loads for the tile first (16 bytes = 8 consecutive k of one weight row),
-     then feeds the tensor cores. The mma only needs lanes to agree on which k they multiply, not
+     then feeds the tensor cores, then issues the next tile's loads. The mma only needs lanes to agree on which k they multiply, not
      on the order: lane (g, t) holds k = 8t..8t+7 of a 32-wide step, and passes 8t, 8t+1 / 8t+2,
      8t+3 where the fragment layout says 2t, 2t+1 / 2t+8, 2t+9 (then 8t+4.. in a second mma), for
      A and W alike. A's rows g and g+8 are the fragment's rows; rows past M are zeros;
@@ -31,7 +33,7 @@ WARPS = 8
 MAX_STEPS = 16         # 32-wide k steps a lane holds in flight (4 registers each)
 BLOCKS_PER_SM = 2      # a long N loops over tiles in a grid of this many blocks per SM
 MAX_ROWS = 16          # one mma tile of rows
-SMEM_BYTES = 40 * 1024  # the staged rows, under the 48 KB a block gets without opting in
+SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
 
 def _ceil(a: int, b: int) -> int:
@@ -96,39 +98,36 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L += [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     L.append(f'extern "C" __global__ void __launch_bounds__({t.block}) {name}({", ".join(params)}) {{')
-    L.append(f"  __shared__ __align__(16) {ty} g_a[{m * lda}];   /* A's rows, stride {lda} */")
     if t.k_slices > 1:
         L.append(f"  __shared__ float g_part[{(t.k_slices - 1) * t.col_tiles * 128}];   /* partial tiles of slices 1.. */")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-    if k.prologue is not None:
-        args = "".join(f", in{i}" for i in range(p))
-        L.append(f"  for (int r = warp; r < {m}; r += {t.block // 32}) {name}_prologue(g_a + r * {lda}, r, lane{args});")
-    else:
-        per_row = depth // 8
-        L.append(f"  for (int e = threadIdx.x; e < {m * per_row}; e += {t.block}) {{")
-        L.append(f"    const int r = e / {per_row}, c = (e % {per_row}) * 8;")
-        L.append(f"    *(uint4*)(g_a + r * {lda} + c) = *(const uint4*)(in0 + (i64)r * {depth} + c);")
-        L.append("  }")
-    L.append("  __syncthreads();")
     L.append(f"  const int ct = warp % {t.col_tiles}, ks = warp / {t.col_tiles};")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
-    L.append(f"  for (int bt = blockIdx.x; bt < {t.block_tiles}; bt += gridDim.x) {{")
-    L.append(f"    const i64 n0 = ((i64)bt * {t.col_tiles} + ct) * 8, wn = n0 + g;")
-    L.append(f"    uint4 wv[{t.steps}];")
-    L.append("    #pragma unroll")
-    L.append(f"    for (int s = 0; s < {t.steps}; ++s) {{   /* every weight load in flight before the first mma */")
-    L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
-    L.append(f"      wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)({w} + wn * {depth}LL + kk) : zero;")
-    L.append("    }")
+    L.append(f"  uint4 wv[{t.steps}];")
+    L.append("  int bt = blockIdx.x;")
+    L.append("  /* the weights do not wait for anything: the first tile's loads fly while A's rows are made */")
+    L += _load_weights(t, w, n, depth, "bt", "  ")
+    if k.prologue is not None:
+        args = "".join(f", in{i}" for i in range(p))
+        L.append(f"  __shared__ __align__(16) {ty} g_a[{m * lda}];   /* A's rows, stride {lda} */")
+        L.append(f"  for (int r = warp; r < {m}; r += {t.block // 32}) {name}_prologue(g_a + r * {lda}, r, lane{args});")
+        L.append("  __syncthreads();")
+        a_rows, a_ld = "g_a", lda
+    else:   # A is read where it lies (L1 and L2 serve the blocks after the first)
+        a_rows, a_ld = "in0", depth
+    L.append(f"  for (; bt < {t.block_tiles}; bt += gridDim.x) {{")
+    L.append(f"    const i64 n0 = ((i64)bt * {t.col_tiles} + ct) * 8;")
     L.append("    float c[4] = {0.f, 0.f, 0.f, 0.f};")
     L.append("    #pragma unroll")
     L.append(f"    for (int s = 0; s < {t.steps}; ++s) {{")
     L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
-    L.append(f"      const uint4 lo = (g < {m} && kk < {depth}) ? *(const uint4*)(g_a + g * {lda} + kk) : zero;")
-    L.append(f"      const uint4 hi = (g + 8 < {m} && kk < {depth}) ? *(const uint4*)(g_a + (g + 8) * {lda} + kk) : zero;")
+    L.append(f"      const uint4 lo = (g < {m} && kk < {depth}) ? *(const uint4*)({a_rows} + g * {a_ld} + kk) : zero;")
+    L.append(f"      const uint4 hi = (g + 8 < {m} && kk < {depth}) ? *(const uint4*)({a_rows} + (g + 8) * {a_ld} + kk) : zero;")
     L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
     L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
     L.append("    }")
+    L.append("    /* the next tile's weights fly while this one is summed and stored */")
+    L += _load_weights(t, w, n, depth, "bt + (int)gridDim.x", "    ")
     if t.k_slices > 1:
         L.append(f"    if (ks > 0) *(float4*)(g_part + ((ks - 1) * {t.col_tiles} + ct) * 128 + lane * 4) = make_float4(c[0], c[1], c[2], c[3]);")
         L.append("    __syncthreads();")
@@ -150,3 +149,15 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append("  }")
     L.append("}")
     return "\n".join(L)
+
+
+def _load_weights(t: SmallGemmTiling, w: str, n: int, depth: int, tile: str, indent: str) -> list:
+    """Tile `tile`'s weight loads into wv: this lane's row of W, 8 consecutive k per 32-wide step."""
+    return [f"{indent}if ({tile} < {t.block_tiles}) {{",
+            f"{indent}  const i64 wn = ((i64)({tile}) * {t.col_tiles} + ct) * 8 + g;",
+            f"{indent}  #pragma unroll",
+            f"{indent}  for (int s = 0; s < {t.steps}; ++s) {{",
+            f"{indent}    const int kk = (ks * {t.steps} + s) * 32 + 8 * t;",
+            f"{indent}    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)({w} + wn * {depth}LL + kk) : zero;",
+            f"{indent}  }}",
+            f"{indent}}}"]

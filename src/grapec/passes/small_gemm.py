@@ -5,12 +5,12 @@ activation, residual) as its epilogue (ir/small_gemm.py says why).
 Runs after fusion and fused attention, so A's producer is one fused kernel and the epilogue is
 already folded into the matmul's attributes. Conditions (anything else stays with cuBLASLt):
   * fp16/bf16, no transposed A, no strided operand (views), a constant 2-D weight;
-  * M (the rows of A, batch dims flattened) at most 16, K a multiple of 8, A's rows fit in shared
-    memory (codegen/small_gemm.py);
+  * M (the rows of A, batch dims flattened) at most 16, K a multiple of 8;
   * a weight stored [K, N] is transposed into a copy, so its only reader must be this matmul.
 The producer becomes the prologue when this matmul (through Views) is its only reader, it is not a
-graph output, it is a kernel-IR kernel of A's dtype and shape, and its reductions are all row
-reductions over at most K elements (each block recomputes the rows, so they must be cheap).
+graph output, it is a kernel-IR kernel of A's dtype and shape, its reductions are all row
+reductions over at most K elements (each block recomputes the rows, so they must be cheap), and
+A's rows fit in shared memory (codegen/small_gemm.py).
 """
 from __future__ import annotations
 
@@ -58,8 +58,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers):
             or len(b.shape) != 2):
         return None
     rows, depth, cols = math.prod(y.shape[:-1]), a.shape[-1], y.shape[-1]
-    if not 1 <= rows <= MAX_ROWS or depth % 8 or staged_bytes(rows, depth) > SMEM_BYTES \
-            or math.prod(a.shape) != rows * depth:
+    if not 1 <= rows <= MAX_ROWS or depth % 8 or math.prod(a.shape) != rows * depth:
         return None
     weight = np.asarray(w.const).reshape(b.shape)
     if attrs.get("trans_b"):
@@ -81,6 +80,8 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers):
 
 def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, consumers):
     """-> (prologue Kernel or None, the slots that feed A, the nodes it replaces)."""
+    if staged_bytes(rows, depth) > SMEM_BYTES:
+        return None, [a_name], []
     src = source(a_name)
     prod = producers.get(src)
     chain = _view_chain(a_name, producers)
