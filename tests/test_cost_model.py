@@ -152,7 +152,7 @@ def test_calibration_model_compiles_and_every_step_is_priced():
     plan = b.plans[0]
     works = [step_work(b.kernels, plan, st) for st in plan.steps]
     kinds = {w.kind for w in works if w}
-    assert kinds == {"kernel", "gemm", "attention"} and all(works)
+    assert kinds == {"kernel", "gemm", "attention", "small_gemm"} and all(works)
     assert added > 50 and len(plan.steps) == before + added
     assert any(not w.aligned for w in works if w.kind == "gemm")
     # a fit to times the provisional profile predicts, perturbed, comes back close

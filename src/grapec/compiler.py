@@ -83,7 +83,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = strided_operands(g)
         if level == "full":
             g = fuse_attention(g, notes)
-            g = small_gemms(g)
+            g = small_gemms(g, profile)
         g = aligned_rows(g)
         if level == "full" and profile is not None:
             g = choose_mappings(g, profile)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..codegen.launch import candidate_mappings, mapped_launch
 from .device import DeviceProfile
-from .work import Work, kernel_work
+from .work import Work, gemm_work, kernel_work, small_gemm_work
 
 FEATURES = {
     "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "row_serial", "vector_serial", "dram_mb",
@@ -83,3 +83,26 @@ def price_mappings(kernel, profile: DeviceProfile) -> list:
     """[(mapping, Estimate)] for every candidate thread mapping of a generated kernel, cheapest first."""
     priced = [(m, estimate(kernel_work(kernel, mapped_launch(kernel, *m)), profile)) for m in candidate_mappings(kernel)]
     return sorted(priced, key=lambda p: p[1].us)
+
+
+def without_prologue(kernel):
+    """A SmallGemmKernel reading A from memory instead of computing it (its prologue a kernel of its own)."""
+    from dataclasses import replace
+    a = (tuple(kernel.prologue.shape), kernel.prologue.dtype)
+    return replace(kernel, prologue=None, inputs=(a,) + tuple(kernel.inputs[kernel.a_slots:]))
+
+
+def price_small_gemm(kernel, profile: DeviceProfile) -> list:
+    """[(plan, us)] for a few-row GEMM (ir/small_gemm.py), cheapest first: "prologue" (one kernel,
+    A computed in it), "kernel" (A's producer a kernel of its own, then this one) and "cuBLASLt"
+    (the producer's kernel, if any, then cuBLASLt's GEMM with its epilogue)."""
+    producer = price_mappings(kernel.prologue, profile)[0][1].us if kernel.prologue is not None else 0.0
+    epilogue_inputs = [shape for shape, _ in kernel.epilogue.inputs[1:]]
+    library = gemm_work(kernel.rows, kernel.cols, kernel.depth, 1, kernel.dtype,
+                        c=(kernel.rows, kernel.cols) in epilogue_inputs, bias=(kernel.cols,) in epilogue_inputs)
+    plain = kernel if kernel.prologue is None else without_prologue(kernel)
+    options = [("kernel", producer + estimate(small_gemm_work(plain), profile).us),
+               ("cuBLASLt", producer + estimate(library, profile).us)]
+    if kernel.prologue is not None:
+        options.append(("prologue", estimate(small_gemm_work(kernel), profile).us))
+    return sorted(options, key=lambda o: o[1])

@@ -7,10 +7,13 @@ from ..codegen.launch import mapped_launch, plan_launch
 from ..ir.kinds import kernel_from_json
 from ..plan import KernelStep
 from .device import DeviceProfile
-from .model import estimate, price_mappings
+from .model import estimate, price_mappings, price_small_gemm
 from .work import step_work
 
 MAX_ALTERNATIVES = 4
+SMALL_GEMM_PLANS = {"prologue": "small GEMM kernel computing A (prologue)",
+                    "kernel": "A's producer as its own kernel, then the small GEMM kernel",
+                    "cuBLASLt": "A's producer (if any) as its own kernel, then cuBLASLt"}
 
 
 def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
@@ -25,6 +28,12 @@ def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
         row = {"step": i, "kind": work.kind, "ops": len(st.origin), "origin": st.origin[:3],
                "scheme": _scheme(work, st), "mapping": work.mapping, "us": round(est.us, 2), "bound": est.bound,
                "alternatives": []}
+        if isinstance(st, KernelStep) and work.kind == "small_gemm" and profile.coefficients.get("small_gemm"):
+            k = kernel_from_json(kernels[st.kernel])
+            plans = price_small_gemm(k, profile)
+            chosen = "prologue" if k.prologue is not None else "kernel"
+            row["alternatives"] = [{"mapping": SMALL_GEMM_PLANS[p], "scheme": SMALL_GEMM_PLANS[p], "us": round(us, 2)}
+                                   for p, us in plans if p != chosen]
         if isinstance(st, KernelStep) and work.kind == "kernel":
             k = kernel_from_json(kernels[st.kernel])
             chosen = plan_launch(k)

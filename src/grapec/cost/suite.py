@@ -20,6 +20,10 @@ SOFTMAX_SHAPES = ((4, 256), (96, 32), (1536, 256), (8192, 64), (40, 2048), (2, 3
 REDUCE_SHAPES = ((1, 65536), (64, 4096), (4096, 64), (20000, 16))
 GEMMS = [(m, k, n) for m in (8, 48, 256, 1024) for k, n in ((512, 512), (1024, 4096), (4096, 1024), (1536, 1536))]
 GEMMS += [(16, 256, 8192), (3000, 576, 128), (196, 2304, 256), (8, 1024, 32768), (1, 2048, 2048)]
+# few-row GEMMs against weights become small_gemm kernels (passes/small_gemm.py); against an input B
+# they stay cuBLASLt's, so both sides of that choice are measured; LN_GEMMS have a LayerNorm prologue
+SMALL_M_LIBRARY = [(m, k, n) for m, k, n in GEMMS if 4 < m <= 16]
+LN_GEMMS = ((8, 1024, 3072), (16, 512, 1536), (12, 2048, 512), (8, 256, 20000))
 UNALIGNED = ((512, 1535, 400), (64, 999, 336))   # odd K: A's rows stay unaligned (aligned_rows pads N only)
 BATCHED = ((16, 64, 96, 200), (48, 32, 4096, 24))
 CONVS = ((48, 40, 96, 3), (160, 20, 160, 3), (24, 80, 32, 5))   # (channels in, height = width, channels out, kernel)
@@ -85,6 +89,12 @@ def calibration_model(seed: int = 0) -> onnx.ModelProto:
         g.output(g.node("Gather", [table, g.input([1, n], TensorProto.INT64)], axis=0))
     for m, k, n in GEMMS:
         g.output(g.node("MatMul", [g.input([m, k]), g.weight(g.rng.standard_normal((k, n)) / np.sqrt(k))]))
+    for m, k, n in SMALL_M_LIBRARY:
+        g.output(g.node("MatMul", [g.input([m, k]), g.input([k, n])]))
+    for m, k, n in LN_GEMMS:
+        scale, bias = g.weight(1 + g.rng.standard_normal(k) / 4), g.weight(g.rng.standard_normal(k) / 4)
+        x = g.node("LayerNormalization", [g.input([m, k]), scale, bias], axis=-1, epsilon=1e-5)
+        g.output(g.node("MatMul", [x, g.weight(g.rng.standard_normal((k, n)) / np.sqrt(k))]))
     for m, k, n in UNALIGNED:
         g.output(g.node("MatMul", [g.input([m, k]), g.input([k, n])]))
     for b, m, k, n in BATCHED:

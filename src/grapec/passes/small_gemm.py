@@ -15,19 +15,24 @@ A's rows fit in shared memory (codegen/small_gemm.py).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_source
-from ..ir.small_gemm import SmallGemmKernel
+from ..cost.device import DeviceProfile
+from ..cost.model import price_small_gemm, without_prologue
+from ..ir.small_gemm import KIND as SMALL_GEMM, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
 from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, staged_bytes
 
 DTYPES = ("float16", "bfloat16")
 
 
-def small_gemms(g: Graph) -> Graph:
+def small_gemms(g: Graph, profile: DeviceProfile | None = None) -> Graph:
+    """profile: price each candidate against its alternatives (cost/model.py price_small_gemm) and
+    keep the cheapest; without one (or one with no small_gemm coefficients) every candidate is taken."""
     source = view_source(g)
     producers = g.producers()
     consumers = g.consumers()
@@ -35,7 +40,7 @@ def small_gemms(g: Graph) -> Graph:
     out = []
     for node in g.nodes:
         if node.op == "Library" and node.attrs.get("op") == "matmul":
-            made = _as_small_gemm(g, node, source, producers, consumers)
+            made = _as_small_gemm(g, node, source, producers, consumers, profile)
             if made is not None:
                 kernel_node, dropped = made
                 removed.update(id(n) for n in dropped)
@@ -46,7 +51,7 @@ def small_gemms(g: Graph) -> Graph:
     return g
 
 
-def _as_small_gemm(g: Graph, node: Node, source, producers, consumers):
+def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile):
     attrs = node.attrs
     if attrs.get("trans_a") or attrs.get("views"):
         return None
@@ -73,6 +78,13 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers):
     slots = a_names + [w_name] + extras
     inputs = tuple((tuple(g.lookup(n).shape), g.lookup(n).dtype) for n in slots)
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
+    if profile is not None and profile.coefficients.get(SMALL_GEMM):
+        plan = price_small_gemm(kernel, profile)[0][0]
+        if plan == "cuBLASLt":
+            return None
+        if plan == "kernel" and prologue is not None:
+            kernel = replace(without_prologue(kernel), inputs=((tuple(a.shape), a.dtype),) + inputs[len(a_names):])
+            slots, dropped = [names[0]] + slots[len(a_names):], []
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(dict.fromkeys(origin))), dropped
