@@ -43,15 +43,29 @@ def small_gemms(bundle) -> list:
     return [k for k in map(kernel_from_json, bundle.kernels) if isinstance(k, SmallGemmKernel)]
 
 
+def profile_file(tmp_path, small_gemm_scale=None) -> str:
+    """The shipped H100 profile without small_gemm coefficients (so every candidate becomes one,
+    prologue and all: these tests are about the kernel, not the choice), or with them scaled."""
+    from grapec.cost.device import load_profile
+    d = load_profile("h100").to_json()
+    if small_gemm_scale is None:
+        del d["coefficients"]["small_gemm"]
+    else:
+        d["coefficients"]["small_gemm"] = {f: c * small_gemm_scale for f, c in d["coefficients"]["small_gemm"].items()}
+    path = tmp_path / "profile.json"
+    path.write_text(__import__("json").dumps(d))
+    return str(path)
+
+
 @pytest.mark.parametrize("rows,depth,cols,precision", [
     (8, 64, 48, "fp16"),      # GPT-2 at seq 8, in small
     (12, 40, 20, "fp16"),     # rows past 8 (the mma's second row half), K not a multiple of 32, N of 8
     (16, 256, 1000, "fp16"),  # 16 rows; N over many tiles: the grid walks them
     (8, 64, 48, "bf16"),
 ])
-def test_layernorm_and_gemms_are_two_kernels(rows, depth, cols, precision):
+def test_layernorm_and_gemms_are_two_kernels(rows, depth, cols, precision, tmp_path):
     m, feeds = block(rows, depth, cols)
-    got, b = compile_and_run(m, feeds, precision=precision)
+    got, b = compile_and_run(m, feeds, precision=precision, device_profile=profile_file(tmp_path))
     steps = b.plans[0].steps
     # LayerNorm + GEMM + bias + GELU, GEMM + bias, then the residual add with the cast back to fp32;
     # the second GEMM's K (= cols) must be a multiple of 8 (16-byte rows), else it stays with cuBLASLt
@@ -71,9 +85,9 @@ def test_layernorm_and_gemms_are_two_kernels(rows, depth, cols, precision):
     assert np.allclose(got["y"].astype(np.float32), ref, rtol=5e-2, atol=5e-2)
 
 
-def test_a_layernorm_someone_else_reads_stays_a_kernel():
+def test_a_layernorm_someone_else_reads_stays_a_kernel(tmp_path):
     m, feeds = block(ln_is_output=True)
-    got, b = compile_and_run(m, feeds, precision="fp16")
+    got, b = compile_and_run(m, feeds, precision="fp16", device_profile=profile_file(tmp_path))
     assert all(k.prologue is None for k in small_gemms(b)) and len(small_gemms(b)) == 2
     steps = b.plans[0].steps
     assert all(st.op == "kernel" for st in steps)
@@ -92,6 +106,24 @@ def test_many_rows_and_fp32_stay_with_cublaslt():
         assert rel_err(got["y"], ort_run(m, feeds)["y"]) < 1e-2
 
 
+def test_the_cost_model_chooses_between_prologue_kernel_and_cublaslt(tmp_path):
+    """GPT-2's shapes at seq 8 (the shipped H100 profile): the LayerNorm becomes the prologue. When
+    the profile makes small GEMM kernels expensive, cuBLASLt keeps the GEMMs; `inspect --fusion`
+    (the plan report) lists the plans that lost with their estimates."""
+    from grapec.cost.device import load_profile
+    from grapec.cost.report import plan_report
+    m, feeds = block(8, 768, 2304)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision="fp16")
+    first = small_gemms(b)[0]
+    assert first.prologue is not None and first.cols == 2304
+    rows = [r for r in plan_report(b.kernels, b.plans[0], load_profile("h100")) if r["kind"] == "small_gemm"]
+    assert rows and all(r["alternatives"] for r in rows)
+    assert any("cuBLASLt" in a["scheme"] and a["us"] > rows[0]["us"] for a in rows[0]["alternatives"])
+    costly = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision="fp16",
+                            device_profile=profile_file(tmp_path, small_gemm_scale=10.0))
+    assert not small_gemms(costly) and sum(st.op == "library" for st in costly.plans[0].steps) == 2
+
+
 def test_the_weight_is_stored_once():
     """A [K, N] weight is transposed into the kernel's [N, K]: the original is not kept too."""
     m, feeds = block(depth=256, cols=512)
@@ -101,7 +133,7 @@ def test_the_weight_is_stored_once():
     assert len(fused.weights) <= len(plain.weights) + 4096, (len(fused.weights), len(plain.weights))
 
 
-def test_cuda_source_compiles_for_sm90():
+def test_cuda_source_compiles_for_sm90(tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (cuda-bindings) is not installed")
     from grapec.codegen.nvrtc import NvrtcUnavailable, nvrtc_version
     try:
@@ -109,7 +141,8 @@ def test_cuda_source_compiles_for_sm90():
     except NvrtcUnavailable as e:
         pytest.skip(f"no NVRTC: {e}")
     m, feeds = block(12, 40, 20)
-    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16")
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16",
+                       device_profile=profile_file(tmp_path))
     src = b.extra_sections["cuda.source"].decode()
     assert "_prologue(" in src and "mma.sync.aligned.m16n8k16" in src
     assert "cubin.sm_90" in b.extra_sections
@@ -118,9 +151,10 @@ def test_cuda_source_compiles_for_sm90():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,depth,cols,precision", [(8, 768, 2304, "fp16"), (12, 40, 20, "fp16"),
                                                        (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16")])
-def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, precision):
+def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, precision, tmp_path):
     m, feeds = block(rows, depth, cols, seed=3)
-    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision=precision)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision=precision,
+                       device_profile=profile_file(tmp_path))
     assert len(small_gemms(b)) == (2 if cols % 8 == 0 else 1)
     gpu = grapec.load(b, backend="cuda").run(feeds)["y"].astype(np.float32)
     cpu = grapec.load(b, backend="cpu").run(feeds)["y"].astype(np.float32)

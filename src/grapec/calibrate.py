@@ -8,6 +8,8 @@
    decide between mappings are measured on the same kernels.
 3. Every step of the plan is timed alone as a CUDA-graph node (runtime/cuda/profile.py).
 4. The cost model's coefficients are fitted to those times (cost/fit.py), per kind of node.
+5. The whole plan is replayed too: what it takes beyond the sum of its steps, per step, is the
+   node gap (a node's cost in a chain that timing it alone does not see).
 
 The profile is a small JSON file. Compilers on machines without a GPU read it
 (`grapec compile --device-profile FILE`); the profiles shipped in cost/profiles/ were written this way.
@@ -34,7 +36,8 @@ def profile_name(device_name: str) -> str:
 
 
 def measure_samples(device: int = 0, say: Callable = print) -> tuple:
-    """-> (device name, SM count, [(Work, measured us)]) for every step of the calibration model."""
+    """-> (device name, SM count, [(Work, measured us)] for every step of the calibration model, the
+    node gap: what the plan's replay takes beyond the sum of its steps alone, per step)."""
     from . import compiler
     from .bench import bench_grapec
     from .cost.suite import calibration_model
@@ -53,7 +56,9 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
         if w is not None:
             samples.append((w, measured["us"]))
     from .runtime.cuda.driver import Device
-    return res["device"], Device(device).sms, samples
+    alone = sum(m["us"] for m in res["steps"])
+    gap = max(0.0, (res["replay"]["median_ms"] * 1000 - alone) / max(1, len(res["steps"])))
+    return res["device"], Device(device).sms, samples, gap
 
 
 def add_mapping_variants(bundle) -> int:
@@ -82,7 +87,7 @@ def add_mapping_variants(bundle) -> int:
     return len(extra)
 
 
-def fit_profile(device_name: str, sms: int, samples: list, name: str | None = None) -> DeviceProfile:
+def fit_profile(device_name: str, sms: int, samples: list, name: str | None = None, node_gap_us: float = 0.0) -> DeviceProfile:
     coefficients = fit_coefficients(samples, sms)
     errors = relative_errors(samples, coefficients, sms)
     per_kind = {}
@@ -93,19 +98,20 @@ def fit_profile(device_name: str, sms: int, samples: list, name: str | None = No
     measured = {"date": datetime.date.today().isoformat(), "fit": per_kind,
                 "how": "grapec calibrate: the calibration model's steps, each timed alone as a graph node"}
     return DeviceProfile(name or profile_name(device_name), device_name, sms,
-                         {k: {f: round(c, 6) for f, c in v.items()} for k, v in coefficients.items()}, measured)
+                         {k: {f: round(c, 6) for f, c in v.items()} for k, v in coefficients.items()}, measured,
+                         round(node_gap_us, 4))
 
 
 def calibrate(device: int = 0, name: str | None = None, say: Callable = print, samples_path: str | None = None) -> DeviceProfile:
     """samples_path: also write every (work, measured us) pair there, to refit or study offline."""
-    device_name, sms, samples = measure_samples(device, say)
+    device_name, sms, samples, gap = measure_samples(device, say)
     if samples_path:
         import dataclasses
         import json
         with open(samples_path, "w") as f:
-            json.dump({"device": device_name, "sms": sms,
+            json.dump({"device": device_name, "sms": sms, "node_gap_us": gap,
                        "samples": [{"work": dataclasses.asdict(w), "us": us} for w, us in samples]}, f)
-    return fit_profile(device_name, sms, samples, name)
+    return fit_profile(device_name, sms, samples, name, gap)
 
 
 def refit(samples_path: str, name: str | None = None) -> DeviceProfile:
@@ -117,6 +123,6 @@ def refit(samples_path: str, name: str | None = None) -> DeviceProfile:
         with open(samples_path) as f:
             d = json.load(f)
         samples = [(Work(**s["work"]), float(s["us"])) for s in d["samples"]]
-        return fit_profile(str(d["device"]), int(d["sms"]), samples, name)
+        return fit_profile(str(d["device"]), int(d["sms"]), samples, name, float(d.get("node_gap_us", 0.0)))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{samples_path}: not a samples file from `grapec calibrate --save-samples` ({e})") from None

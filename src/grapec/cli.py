@@ -515,7 +515,8 @@ def calibrate(output, name, device, save_samples, from_samples, quiet):
     out = output or f"grapec-profile-{profile.name}.json"
     profile.write(out)
     fit = ", ".join(f"{k} {v['median_error']:.0%} over {v['samples']}" for k, v in profile.measured["fit"].items())
-    click.echo(f"wrote {out}: {profile.device}, {profile.sms} SMs; fit median error per kind: {fit}")
+    click.echo(f"wrote {out}: {profile.device}, {profile.sms} SMs; fit median error per kind: {fit}; "
+               f"node gap {profile.node_gap_us:.2f} us")
 
 
 def _profiles() -> list:

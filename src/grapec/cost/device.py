@@ -27,16 +27,18 @@ class DeviceProfile:
     sms: int
     coefficients: dict      # kind -> {feature: microseconds per unit}
     measured: dict = field(default_factory=dict)   # when, driver, calibration fit error per kind
+    node_gap_us: float = 0.0   # what a node adds to a chain's replay beyond its time measured alone:
+    #                            the cost of one more node, which fusing two kernels into one saves
 
     def to_json(self) -> dict:
         return {"name": self.name, "device": self.device, "sms": self.sms,
-                "coefficients": self.coefficients, "measured": self.measured}
+                "coefficients": self.coefficients, "node_gap_us": self.node_gap_us, "measured": self.measured}
 
     @staticmethod
     def from_json(d: dict) -> "DeviceProfile":
         return DeviceProfile(str(d["name"]), str(d["device"]), int(d["sms"]),
                              {k: {f: float(v) for f, v in c.items()} for k, c in d["coefficients"].items()},
-                             dict(d.get("measured") or {}))
+                             dict(d.get("measured") or {}), float(d.get("node_gap_us", 0.0)))
 
     def write(self, path: str):
         tmp = path + ".tmp"

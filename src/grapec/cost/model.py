@@ -95,14 +95,17 @@ def without_prologue(kernel):
 def price_small_gemm(kernel, profile: DeviceProfile) -> list:
     """[(plan, us)] for a few-row GEMM (ir/small_gemm.py), cheapest first: "prologue" (one kernel,
     A computed in it), "kernel" (A's producer a kernel of its own, then this one) and "cuBLASLt"
-    (the producer's kernel, if any, then cuBLASLt's GEMM with its epilogue)."""
+    (the producer's kernel, if any, then cuBLASLt's GEMM with its epilogue). Each node also costs
+    the profile's node gap: in a chain, a node costs more than it takes alone."""
     producer = price_mappings(kernel.prologue, profile)[0][1].us if kernel.prologue is not None else 0.0
     epilogue_inputs = [shape for shape, _ in kernel.epilogue.inputs[1:]]
     library = gemm_work(kernel.rows, kernel.cols, kernel.depth, 1, kernel.dtype,
                         c=(kernel.rows, kernel.cols) in epilogue_inputs, bias=(kernel.cols,) in epilogue_inputs)
     plain = kernel if kernel.prologue is None else without_prologue(kernel)
-    options = [("kernel", producer + estimate(small_gemm_work(plain), profile).us),
-               ("cuBLASLt", producer + estimate(library, profile).us)]
+    nodes = 1 + (kernel.prologue is not None)
+    gap = profile.node_gap_us
+    options = [("kernel", producer + estimate(small_gemm_work(plain), profile).us + nodes * gap),
+               ("cuBLASLt", producer + estimate(library, profile).us + nodes * gap)]
     if kernel.prologue is not None:
-        options.append(("prologue", estimate(small_gemm_work(kernel), profile).us))
+        options.append(("prologue", estimate(small_gemm_work(kernel), profile).us + gap))
     return sorted(options, key=lambda o: o[1])
