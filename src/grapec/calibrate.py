@@ -2,7 +2,7 @@
 
 1. The calibration model (cost/suite.py: element-wise kernels, LayerNorms, softmaxes, reductions,
    gathers, aligned and unaligned GEMMs, batched GEMMs and attention, at shapes that are not the
-   zoo's) is compiled in fp16.
+   zoo's) is compiled in fp16, every small GEMM candidate built (not chosen by an older profile).
 2. Each kernel that stitches a row reduction is added again in every other thread mapping it can
    take (a block, a warp or a thread per row: codegen/launch.py), so that the coefficients that
    decide between mappings are measured on the same kernels.
@@ -17,6 +17,7 @@ The profile is a small JSON file. Compilers on machines without a GPU read it
 from __future__ import annotations
 
 import datetime
+import os
 import re
 from typing import Callable
 
@@ -43,7 +44,11 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
     from .cost.suite import calibration_model
     from .inputs import bundle_inputs
     say("compiling the calibration model (fp16) ...")
-    bundle = compiler.compile_model(calibration_model(), precision="fp16")
+    unpriced = _unpriced_profile()
+    try:
+        bundle = compiler.compile_model(calibration_model(), precision="fp16", device_profile=unpriced)
+    finally:
+        os.unlink(unpriced)
     added = add_mapping_variants(bundle)
     say(f"{added} more steps: the row kernels in their other thread mappings; building their GPU code ...")
     feeds = bundle_inputs(bundle.manifest, 0, 0)
@@ -59,6 +64,21 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
     alone = sum(m["us"] for m in res["steps"])
     gap = max(0.0, (res["replay"]["median_ms"] * 1000 - alone) / max(1, len(res["steps"])))
     return res["device"], Device(device).sms, samples, gap
+
+
+def _unpriced_profile() -> str:
+    """The shipped profile without small_gemm coefficients, as a file: with it every small GEMM
+    candidate is built (passes/small_gemm.py), so the samples do not depend on the choices an older
+    profile would make (which would hide exactly the shapes it misprices)."""
+    import json
+    import tempfile
+    from .cost.device import load_profile
+    d = load_profile(None).to_json()
+    d["coefficients"].pop("small_gemm", None)
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="grapec-unpriced-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(d, f)
+    return path
 
 
 def add_mapping_variants(bundle) -> int:
