@@ -11,9 +11,9 @@ from .model import estimate, price_mappings, price_small_gemm
 from .work import step_work
 
 MAX_ALTERNATIVES = 4
-SMALL_GEMM_PLANS = {"prologue": "small GEMM kernel computing A (prologue)",
-                    "kernel": "A's producer as its own kernel, then the small GEMM kernel",
-                    "cuBLASLt": "A's producer (if any) as its own kernel, then cuBLASLt"}
+SMALL_GEMM_PLANS = {"prologue": "one small GEMM kernel, A computed in it",
+                    "kernel": "A's producer a kernel of its own, then the small GEMM kernel",
+                    "cuBLASLt": "A's producer (if any) a kernel of its own, then cuBLASLt"}
 
 
 def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
@@ -32,7 +32,8 @@ def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
             k = kernel_from_json(kernels[st.kernel])
             plans = price_small_gemm(k, profile)
             chosen = "prologue" if k.prologue is not None else "kernel"
-            row["alternatives"] = [{"mapping": SMALL_GEMM_PLANS[p], "scheme": SMALL_GEMM_PLANS[p], "us": round(us, 2)}
+            # priced with the node gap of each node; shown less one, like this row's own estimate
+            row["alternatives"] = [{"mapping": p, "scheme": SMALL_GEMM_PLANS[p], "us": round(us - profile.node_gap_us, 2)}
                                    for p, us in plans if p != chosen]
         if isinstance(st, KernelStep) and work.kind == "kernel":
             k = kernel_from_json(kernels[st.kernel])
@@ -52,7 +53,9 @@ def _scheme(work, step) -> str:
         epilogue += [step.attrs["act"]] if step.attrs.get("act") not in (None, "", "none") else []
         return "cuBLASLt" + (f" + epilogue ({', '.join(epilogue)})" if epilogue else "")
     if work.kind == "small_gemm":
-        return "rows staged in shared memory (prologue computed there), weights streamed to tensor cores"
+        if "prologue" in work.mapping:
+            return "A's rows computed into shared memory (prologue), weights streamed to tensor cores"
+        return "A's rows read in place, weights streamed to tensor cores"
     if work.kind == "attention":
         return "flash attention: scores in registers, keys and values through shared memory"
     if work.block_syncs:

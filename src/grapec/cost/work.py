@@ -138,7 +138,8 @@ def small_gemm_work(kernel) -> Work:
     serial = t.steps * math.ceil(t.block_tiles / t.grid)
     return Work(SMALL_GEMM, (a_bytes + w_bytes + extras + out) / 1e6, a_bytes * (t.grid - 1) / 1e6,
                 kernel.flops / 1e9, serial, 1 + reductions, 0, reductions, t.grid, t.block,
-                f"{t.col_tiles} tile(s) x {t.k_slices} k-slice(s) a block, {t.steps} steps")
+                f"{t.col_tiles} tile(s) x {t.k_slices} k-slice(s) a block, {t.steps} steps"
+                + (", A from its prologue" if kernel.prologue is not None else ""))
 
 
 def gemm_work(m: int, n: int, k: int, batch: int, dtype: str, c: bool = False, bias: bool = False,
