@@ -1,9 +1,8 @@
 """passes/small_gemm.py: a few-row GEMM against a weight becomes one kernel, with the LayerNorm that
 feeds it as prologue and its bias / activation / residual as epilogue; answers unchanged."""
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import grapec
 from grapec.ir.kinds import kernel_from_json

@@ -4,7 +4,7 @@ A profile is data, measured on the GPU by `grapec calibrate` (runtime/cuda/calib
 in cost/profiles/<name>.json, so a compiler on a machine without a GPU plans for the GPU the bundle
 will run on (`grapec compile --device-profile h100`).
 
-Each kind of node (kernel, attention, gemm) has its own coefficients, in microseconds per unit of
+Each kind of node (kernel, attention, small_gemm, gemm) has its own coefficients, in microseconds per unit of
 its feature (cost/model.py lists the features). They are fitted by non-negative least squares to the
 calibration kernels' times, measured as graph nodes, so they include what a node costs in a replay.
 """

@@ -18,8 +18,10 @@ The features are physical and scale with the device:
     unaligned_gflop  a GEMM's arithmetic when an operand's rows are not 16-byte aligned (cuBLASLt
                 then runs kernels without vector loads)
 
-The coefficients are fitted per kind (kernel, attention, gemm) by `grapec calibrate` on kernels that
-are not the zoo's; the zoo's measured steps then check the model (benchmarks/cost_model.py).
+The coefficients are fitted per kind (kernel, attention, small_gemm, gemm) by `grapec calibrate` on kernels that
+are not the zoo's; the zoo's measured steps then check the model (benchmarks/cost_model.py). A
+profile's node gap (what one more node adds to a chain's replay) prices plans with different node
+counts against each other (price_small_gemm).
 """
 from __future__ import annotations
 

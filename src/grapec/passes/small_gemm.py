@@ -103,8 +103,8 @@ def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, c
     a = g.lookup(a_name)
     if k.dtype != a.dtype or math.prod(k.shape) != rows * depth or k.shape[-1] != depth:
         return None, [a_name], []
-    # nothing but the View chain to this matmul reads the producer's value
-    for name in [src] + [v.outputs[0] for v in chain[:-1]]:
+    # nothing but the View chain to this matmul reads the producer's value, nor any value on the chain
+    for name in [src] + [v.outputs[0] for v in chain]:
         users = consumers.get(name, ())
         if len(users) != 1 or name in g.outputs:
             return None, [a_name], []
@@ -119,7 +119,8 @@ def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, c
 
 
 def _view_chain(name: str, producers) -> list:
-    """The View nodes between a value and the source it views, innermost last."""
+    """The View nodes between a value and the source it views: the one that makes `name` first, the
+    one that reads the source last."""
     chain = []
     node = producers.get(name)
     while node is not None and node.op == "View":
