@@ -224,14 +224,9 @@ def test_bench_takes_a_device_profile_and_refuses_without_a_gpu(tmp_path):
 def test_calibration_builds_every_small_gemm_candidate():
     """`grapec calibrate` compiles its model with small_gemm left unpriced, so both sides of that
     choice are sampled whatever the shipped profile would choose (calibrate.py)."""
-    import os
-    from grapec.calibrate import _unpriced_profile
+    from grapec.calibrate import unpriced_profile
     from grapec.cost.suite import GEMMS, LN_GEMMS, SMALL_M_LIBRARY, calibration_model
-    path = _unpriced_profile()
-    try:
-        b = grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=path)
-    finally:
-        os.unlink(path)
+    b = grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=unpriced_profile())
     kinds = [b.kernels[st.kernel].get("kind") for st in b.plans[0].steps if st.op == "kernel"]
     against_weights = [g for g in GEMMS if 4 < g[0] <= 16]
     assert kinds.count("small_gemm") == len(against_weights) + len(LN_GEMMS)

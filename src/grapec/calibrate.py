@@ -17,7 +17,6 @@ The profile is a small JSON file. Compilers on machines without a GPU read it
 from __future__ import annotations
 
 import datetime
-import os
 import re
 from typing import Callable
 
@@ -44,11 +43,7 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
     from .cost.suite import calibration_model
     from .inputs import bundle_inputs
     say("compiling the calibration model (fp16) ...")
-    unpriced = _unpriced_profile()
-    try:
-        bundle = compiler.compile_model(calibration_model(), precision="fp16", device_profile=unpriced)
-    finally:
-        os.unlink(unpriced)
+    bundle = compiler.compile_model(calibration_model(), precision="fp16", device_profile=unpriced_profile())
     added = add_mapping_variants(bundle)
     say(f"{added} more steps: the row kernels in their other thread mappings; building their GPU code ...")
     feeds = bundle_inputs(bundle.manifest, 0, 0)
@@ -66,19 +61,14 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
     return res["device"], Device(device).sms, samples, gap
 
 
-def _unpriced_profile() -> str:
-    """The shipped profile without small_gemm coefficients, as a file: with it every small GEMM
-    candidate is built (passes/small_gemm.py), so the samples do not depend on the choices an older
-    profile would make (which would hide exactly the shapes it misprices)."""
-    import json
-    import tempfile
+def unpriced_profile() -> DeviceProfile:
+    """The shipped profile without small_gemm coefficients: with it every small GEMM candidate is
+    built (passes/small_gemm.py), so the samples do not depend on the choices an older profile
+    would make (which would hide exactly the shapes it misprices)."""
+    from dataclasses import replace
     from .cost.device import load_profile
-    d = load_profile(None).to_json()
-    d["coefficients"].pop("small_gemm", None)
-    fd, path = tempfile.mkstemp(suffix=".json", prefix="grapec-unpriced-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(d, f)
-    return path
+    shipped = load_profile(None)
+    return replace(shipped, coefficients={k: v for k, v in shipped.coefficients.items() if k != "small_gemm"})
 
 
 def add_mapping_variants(bundle) -> int:

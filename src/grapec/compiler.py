@@ -44,6 +44,7 @@ from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
 from .passes.mappings import choose_mappings
+from .cost.device import DeviceProfile
 from .cost.report import plan_report
 from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
@@ -99,7 +100,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
                   precision: str = "fp32", host_control: bool = False, values: dict | None = None,
                   calibration_inputs: list | None = None, precision_tolerance: float | None = None,
-                  fusion: str = "full", device_profile: str | None = None) -> Bundle:
+                  fusion: str = "full", device_profile: str | DeviceProfile | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -127,8 +128,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              against float32 (default 1e-2 fp16, 3e-2 bf16).
     fusion:  "full" (default), "rules" (attention stays GEMM + softmax + GEMM) or "none" (one kernel
              per lowered op: the baseline fusion is measured against); If/Loop bodies always fuse.
-    device_profile: the GPU to plan for: a shipped profile's name (h100) or a file written by
-             `grapec calibrate` [default: h100]. The cost model prices every kernel's thread mapping
+    device_profile: the GPU to plan for: a shipped profile's name (h100), a file written by
+             `grapec calibrate` or a DeviceProfile [default: h100]. The cost model prices every kernel's thread mapping
              with it (fusion "full"), and the manifest holds the estimated time of every step.
     """
     say = progress or (lambda msg: None)

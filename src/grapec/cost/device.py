@@ -54,8 +54,11 @@ def shipped_profiles() -> list:
     return sorted(f[:-5] for f in os.listdir(PROFILE_DIR) if f.endswith(".json"))
 
 
-def load_profile(name_or_path: str | None = None) -> DeviceProfile:
-    """A shipped profile by name (h100, h200) or a profile file `grapec calibrate` wrote."""
+def load_profile(name_or_path: "str | DeviceProfile | None" = None) -> DeviceProfile:
+    """A shipped profile by name (h100, h200) or a profile file `grapec calibrate` wrote (a
+    DeviceProfile is returned as it is)."""
+    if isinstance(name_or_path, DeviceProfile):
+        return name_or_path
     name = name_or_path or DEFAULT_PROFILE
     path = name if name.endswith(".json") or os.sep in name else os.path.join(PROFILE_DIR, f"{name}.json")
     if not os.path.exists(path):

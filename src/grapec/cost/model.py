@@ -87,13 +87,6 @@ def price_mappings(kernel, profile: DeviceProfile) -> list:
     return sorted(priced, key=lambda p: p[1].us)
 
 
-def without_prologue(kernel):
-    """A SmallGemmKernel reading A from memory instead of computing it (its prologue a kernel of its own)."""
-    from dataclasses import replace
-    a = (tuple(kernel.prologue.shape), kernel.prologue.dtype)
-    return replace(kernel, prologue=None, inputs=(a,) + tuple(kernel.inputs[kernel.a_slots:]))
-
-
 def price_small_gemm(kernel, profile: DeviceProfile) -> list:
     """[(plan, us)] for a few-row GEMM (ir/small_gemm.py), cheapest first: "prologue" (one kernel,
     A computed in it), "kernel" (A's producer a kernel of its own, then this one) and "cuBLASLt"
@@ -103,7 +96,7 @@ def price_small_gemm(kernel, profile: DeviceProfile) -> list:
     epilogue_inputs = [shape for shape, _ in kernel.epilogue.inputs[1:]]
     library = gemm_work(kernel.rows, kernel.cols, kernel.depth, 1, kernel.dtype,
                         c=(kernel.rows, kernel.cols) in epilogue_inputs, bias=(kernel.cols,) in epilogue_inputs)
-    plain = kernel if kernel.prologue is None else without_prologue(kernel)
+    plain = kernel.without_prologue()
     nodes = 1 + (kernel.prologue is not None)
     gap = profile.node_gap_us
     options = [("kernel", producer + estimate(small_gemm_work(plain), profile).us + nodes * gap),

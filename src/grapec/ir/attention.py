@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
-from .kernel import Kernel
+from .kernel import Kernel, inputs_from_json, inputs_to_json
 from .library import strided
 
 KIND = "attention"
@@ -82,7 +82,7 @@ class AttentionKernel:
 
     def to_json(self) -> dict:
         return {"kind": KIND, "shape": list(self.shape), "dtype": self.dtype,
-                "inputs": [[list(s), d] for s, d in self.inputs], "batch": list(self.batch),
+                "inputs": inputs_to_json(self.inputs), "batch": list(self.batch),
                 "sizes": [self.seq_q, self.seq_k, self.head_dim, self.value_dim],
                 "operands": [o.to_json() for o in (self.q, self.k, self.v, self.out)],
                 "score": self.score.to_json()}
@@ -91,7 +91,7 @@ class AttentionKernel:
     def from_json(d: dict) -> "AttentionKernel":
         s, t, dq, dv = (int(x) for x in d["sizes"])
         q, k, v, out = (Operand.from_json(o) for o in d["operands"])
-        return AttentionKernel(tuple(d["shape"]), d["dtype"], tuple((tuple(sh), dt) for sh, dt in d["inputs"]),
+        return AttentionKernel(tuple(d["shape"]), d["dtype"], inputs_from_json(d["inputs"]),
                                tuple(int(b) for b in d["batch"]), s, t, dq, dv, q, k, v, out,
                                Kernel.from_json(d["score"]))
 

@@ -260,7 +260,7 @@ class Kernel:
 
     def to_json(self) -> dict:
         d = {"shape": list(self.shape), "dtype": self.dtype,
-             "inputs": [[list(s), d] for s, d in self.inputs], "body": expr_to_json(self.body)}
+             "inputs": inputs_to_json(self.inputs), "body": expr_to_json(self.body)}
         if self.mapping:
             d["mapping"] = list(self.mapping)
         return d
@@ -269,7 +269,16 @@ class Kernel:
     def from_json(d: dict) -> "Kernel":
         mapping = d.get("mapping") or ()
         return Kernel(tuple(d["shape"]), d["dtype"], expr_from_json(d["body"]),
-                      tuple((tuple(s), dt) for s, dt in d["inputs"]), (str(mapping[0]), int(mapping[1])) if mapping else ())
+                      inputs_from_json(d["inputs"]), (str(mapping[0]), int(mapping[1])) if mapping else ())
+
+
+def inputs_to_json(inputs: tuple) -> list:
+    """A kernel's slots [(shape, dtype)..] as JSON (every kind of kernel stores them so)."""
+    return [[list(s), d] for s, d in inputs]
+
+
+def inputs_from_json(rows: list) -> tuple:
+    return tuple((tuple(s), dt) for s, dt in rows)
 
 
 def walk(e: Expr):

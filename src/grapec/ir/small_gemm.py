@@ -25,12 +25,12 @@ Semantics, as both backends compute them:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import dtypes
-from .kernel import Kernel
+from .kernel import Kernel, inputs_from_json, inputs_to_json
 
 KIND = "small_gemm"
 
@@ -60,16 +60,23 @@ class SmallGemmKernel:
     def flops(self) -> int:
         return 2 * self.rows * self.cols * self.depth
 
+    def without_prologue(self) -> "SmallGemmKernel":
+        """This GEMM reading A from memory (its prologue then a kernel of its own)."""
+        if self.prologue is None:
+            return self
+        a = (tuple(self.prologue.shape), self.prologue.dtype)
+        return replace(self, prologue=None, inputs=(a,) + tuple(self.inputs[self.a_slots:]))
+
     def to_json(self) -> dict:
         return {"kind": KIND, "shape": list(self.shape), "dtype": self.dtype,
-                "inputs": [[list(s), d] for s, d in self.inputs], "sizes": [self.rows, self.cols, self.depth],
+                "inputs": inputs_to_json(self.inputs), "sizes": [self.rows, self.cols, self.depth],
                 "prologue": self.prologue.to_json() if self.prologue is not None else None,
                 "epilogue": self.epilogue.to_json()}
 
     @staticmethod
     def from_json(d: dict) -> "SmallGemmKernel":
         m, n, k = (int(x) for x in d["sizes"])
-        return SmallGemmKernel(tuple(d["shape"]), d["dtype"], tuple((tuple(sh), dt) for sh, dt in d["inputs"]),
+        return SmallGemmKernel(tuple(d["shape"]), d["dtype"], inputs_from_json(d["inputs"]),
                                m, n, k, Kernel.from_json(d["prologue"]) if d["prologue"] else None,
                                Kernel.from_json(d["epilogue"]))
 

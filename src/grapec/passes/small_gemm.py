@@ -22,7 +22,7 @@ import numpy as np
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_source
 from ..cost.device import DeviceProfile
-from ..cost.model import price_small_gemm, without_prologue
+from ..cost.model import price_small_gemm
 from ..ir.small_gemm import KIND as SMALL_GEMM, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
 from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, staged_bytes
@@ -65,26 +65,28 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile):
     rows, depth, cols = math.prod(y.shape[:-1]), a.shape[-1], y.shape[-1]
     if not 1 <= rows <= MAX_ROWS or depth % 8 or math.prod(a.shape) != rows * depth:
         return None
-    weight = np.asarray(w.const).reshape(b.shape)
-    if attrs.get("trans_b"):
-        w_name = w.name
-    else:
-        if len(consumers.get(w.name, ())) > 1 or w.name in g.outputs:
-            return None   # another reader wants the stored layout: keep one copy of the weight
-        w_name = g.add_value("small_gemm_weight", y.dtype, weight.T.shape, np.ascontiguousarray(weight.T)).name
+    transposed = not attrs.get("trans_b")
+    if transposed and (len(consumers.get(w.name, ())) > 1 or w.name in g.outputs):
+        return None   # another reader wants the stored layout: keep one copy of the weight
 
     prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
     extras, epilogue = _epilogue(g, attrs, y, rows, cols, c, bias, names)
-    slots = a_names + [w_name] + extras
-    inputs = tuple((tuple(g.lookup(n).shape), g.lookup(n).dtype) for n in slots)
+    slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
+    inputs = tuple(map(slot_of, a_names)) + (((cols, depth) if transposed else tuple(w.shape), y.dtype),) \
+        + tuple(map(slot_of, extras))
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
     if profile is not None and profile.coefficients.get(SMALL_GEMM):
         plan = price_small_gemm(kernel, profile)[0][0]
         if plan == "cuBLASLt":
             return None
         if plan == "kernel" and prologue is not None:
-            kernel = replace(without_prologue(kernel), inputs=((tuple(a.shape), a.dtype),) + inputs[len(a_names):])
-            slots, dropped = [names[0]] + slots[len(a_names):], []
+            kernel = replace(kernel.without_prologue(), inputs=(slot_of(names[0]),) + inputs[len(a_names):])
+            a_names, dropped = [names[0]], []
+    w_name = w.name
+    if transposed:   # only now that the kernel is taken: the copy of a large weight is not free
+        weight = np.asarray(w.const).reshape(b.shape)
+        w_name = g.add_value("small_gemm_weight", y.dtype, (cols, depth), np.ascontiguousarray(weight.T)).name
+    slots = a_names + [w_name] + extras
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(dict.fromkeys(origin))), dropped
