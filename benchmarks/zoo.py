@@ -42,6 +42,15 @@ CONFIGS = [  # (label, zoo name, dims)
 ]
 
 
+def full_model(name: str) -> str:
+    """models/full/<name>.onnx, built (models/build.py) where it is missing."""
+    path = os.path.join(ROOT, "models", "full", f"{name}.onnx")
+    if not os.path.exists(path):
+        subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full",
+                        "--out", os.path.dirname(path), name], check=True)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
@@ -72,10 +81,7 @@ def main():
         label = f"{label0}/{precision}"
         if only and label0 not in only and label not in only:
             continue
-        path = os.path.join(ROOT, "models", "full", f"{name}.onnx")
-        if not os.path.exists(path):
-            subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full",
-                            "--out", os.path.dirname(path), name], check=True)
+        path = full_model(name)
         t0 = time.perf_counter()
         pre = os.path.join(a.bundles or "", f"{label0}-{precision}.grape")
         if a.bundles and os.path.exists(pre) and not a.compile_only:

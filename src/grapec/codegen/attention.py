@@ -75,6 +75,7 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append(f'extern "C" __global__ void __launch_bounds__({launch.block}) {name}({", ".join(params)}) {{')
     L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")
     L.append(f"  __shared__ __align__(16) {ty} g_vt[{dvp}][{bc + 8}];  /* value dims x key rows */")
+    L.append("  G_AWAIT_PREDECESSOR();")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;")
     L.append(f"  const i64 z = blockIdx.x / {qtiles}, q0 = (i64)(blockIdx.x % {qtiles}) * {rows} + warp * 16;")
     rest = "z"

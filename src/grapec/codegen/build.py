@@ -9,7 +9,9 @@ Bundle sections written here:
                        runtime (codegen/control.py); only when a plan has a graphed region
 Manifest entry "cuda": {"kernels": [function name per bundle kernel], "launch": [[mode, grid, block,
 split] per bundle kernel] (codegen/launch.py), "scalars": [[[type, value]..] per bundle kernel: the
-size arguments passed after its pointers], "targets": [...], "ptx": arch or null, "nvrtc": version}.
+size arguments passed after its pointers], "targets": [...], "ptx": arch or null, "nvrtc": version,
+"dependent_launch": true (every kernel waits for its predecessor in G_AWAIT_PREDECESSOR, so the
+runtime may join kernel nodes by programmatic edges on sm_90 and newer; absent in older bundles)}.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     for arch in targets if graphed else ():
         sections[f"control.{arch}"] = build_control_cubin(arch)
     entry = {"control": graphed, "kernels": module.names, "launch": [la.to_json() for la in module.launches],
-             "scalars": module.scalars, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version()}
+             "scalars": module.scalars, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version(),
+             "dependent_launch": True}
     return sections, entry
 
 

@@ -131,7 +131,22 @@ template <typename T> __device__ __forceinline__ void g_block_argreduce(T& best,
 TYPES = "typedef long long i64;\ntypedef unsigned short f16;\ntypedef unsigned short bf16;\n"
 # L2 prefetch of an address a kernel will read later (codegen of row mode: _prefetch_column_loads)
 PREFETCH = '#define G_PREFETCH(p) asm volatile("prefetch.global.L2 [%0];" :: "l"(p))\n'
-PRELUDE = TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + BLOCK_REDUCE + BLOCK_ARGREDUCE
+# Programmatic dependent launch (Hopper). A kernel node joined to its predecessor by a programmatic
+# edge (runtime/cuda/graph.py) may start while that predecessor still runs. Every kernel calls
+# G_AWAIT_PREDECESSOR() before it reads anything a kernel wrote or writes anything at all; before the
+# call it may read weights only. griddepcontrol.wait returns once the predecessor has finished and its
+# writes are visible. Right after it, launch_dependents lets this kernel's own successor start: one
+# kernel in flight ahead, no deeper, since a cascade would fill the SMs with blocks that only wait.
+# Without a programmatic edge (and below sm_90) both instructions are no-ops.
+DEPENDENT_LAUNCH = r"""
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define G_AWAIT_PREDECESSOR() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define G_AWAIT_PREDECESSOR() ((void)0)
+#endif
+"""
+PRELUDE = (TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + DEPENDENT_LAUNCH + BLOCK_REDUCE
+           + BLOCK_ARGREDUCE)
 
 MAX_UNROLLED_VECTOR_STEPS = 16
 
@@ -440,7 +455,7 @@ class CudaRenderer:
         k = self.k
         params = [f"{ctype(k.dtype)}* __restrict__ out"]
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-        lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{']
+        lines = [f'extern "C" __global__ void {name}({", ".join(params)}) {{', "  G_AWAIT_PREDECESSOR();"]
         if self.launch.mode in ("row", "warp"):
             row = "(i64)blockIdx.x"
             if self.launch.mode == "warp":   # one row per warp; a warp past the last row has nothing to do

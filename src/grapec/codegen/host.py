@@ -35,6 +35,7 @@ template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { ret
 template <typename T> static inline void g_block_argreduce(T&, long long&, bool, bool) {}
 #define G_WARP 1   /* warp mode: one thread per row */
 #define G_PREFETCH(p) ((void)(p))
+#define G_AWAIT_PREDECESSOR() ((void)0)
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(8) uint2 { unsigned int x, y; };
 template <typename T, typename Op> static inline T g_warp_reduce(T v, Op) { return v; }

@@ -105,8 +105,9 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
     L.append(f"  uint4 wv[{t.steps}];")
     L.append("  int bt = blockIdx.x;")
-    L.append("  /* the weights do not wait for anything: the first tile's loads fly while A's rows are made */")
+    L.append("  /* the weights wait for nothing: the first tile's loads fly while the kernel before ends and A's rows are made */")
     L += _load_weights(t, w, n, depth, "bt", "  ")
+    L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
     if k.prologue is not None:
         args = "".join(f", in{i}" for i in range(p))
         L.append(f"  __shared__ __align__(16) {ty} g_a[{m * lda}];   /* A's rows, stride {lda} */")

@@ -5,7 +5,7 @@ The algorithm is tuned at load: cuBLASLt's heuristic ranks up to TUNE_CANDIDATES
 the shape, and each is timed on this GPU as a CUDA graph of TUNE_REPEATS calls (timing calls
 launched one by one from Python would time Python). The heuristic's first choice is not always the
 fastest at the small M of batch-1 inference; on the zoo the tuned choices made a replay 1-3% faster
-(benchmarks/gemm_nodes.py, H100). GRAPEC_GEMM_TUNING=0 keeps the heuristic's first choice (faster
+(benchmarks/graph_options.py, H100). GRAPEC_GEMM_TUNING=0 keeps the heuristic's first choice (faster
 load, no timing runs).
 
 Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T, so B is cuBLASLt's first

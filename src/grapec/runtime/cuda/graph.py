@@ -11,6 +11,14 @@ One builder serves the top level and every region body, so a body holds the same
                     Loop's body ending in grapec_loop_next, then the exit copies
 Each node depends on the one before it (the schedule's order); the handles of conditional nodes
 are created on the graph that holds the node, as the driver requires for nesting.
+
+Where the runner allows it (runner.uses_dependent_launch), a generated kernel that follows another
+generated kernel is joined to it by a programmatic edge: it launches while its predecessor still
+runs, loads its weights, and waits in G_AWAIT_PREDECESSOR (codegen/cuda.py) until the predecessor's
+writes are visible. cuBLASLt kernels keep plain edges on both sides: after one, a kernel that waits
+gained nothing measurable (H100, benchmarks/graph_options.py: BERT seq 128, whose 40 programmatic
+edges were nearly all after a GEMM, ran 1% slower with them; GPT-2 seq 8, whose 62 join its own
+kernels, 10% faster), and a cuBLASLt kernel after ours does not wait.
 """
 from __future__ import annotations
 
@@ -19,6 +27,24 @@ from ...codegen.gpu_support import library_gap
 from ...errors import BackendError
 from ...plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep
 from .driver import KernelArgs, call
+
+
+def is_kernel_node(node) -> bool:
+    from cuda.bindings import driver
+    return call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+
+
+def edge_counts(graph) -> dict:
+    """The graph's own edges (not its bodies'), by kind: {"default": n, "programmatic": m}."""
+    from cuda.bindings import driver
+    n = call("cuGraphGetEdges", graph, 0)[-1]
+    counts = {"default": 0, "programmatic": 0}
+    if n:
+        _, _, data, n = call("cuGraphGetEdges", graph, n)
+        for e in data[:n]:
+            programmatic = e.type == driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+            counts["programmatic" if programmatic else "default"] += 1
+    return counts
 
 
 class GraphBuilder:
@@ -32,11 +58,13 @@ class GraphBuilder:
 
     def add_steps(self, graph, steps: list, deps: list) -> list:
         """Append steps to graph after deps; returns the new tail (the dependencies of what follows)."""
+        after_kernel = False   # the node before is a generated kernel
         for st in steps:
             if isinstance(st, KernelStep):
                 _, grid, block, _ = self.r.launches[st.kernel]
                 node = self.kernel(graph, deps, self.r.functions[st.kernel], grid, block,
-                                   [self.ptr(st.out)] + [self.ptr(a) for a in st.args], self.r.scalars[st.kernel])
+                                   [self.ptr(st.out)] + [self.ptr(a) for a in st.args], self.r.scalars[st.kernel],
+                                   programmatic=after_kernel and self.r.dependent_launch)
             elif isinstance(st, LibraryStep):
                 node = self.library(graph, deps, st)
             elif isinstance(st, ScanStoreStep):
@@ -50,11 +78,13 @@ class GraphBuilder:
                 node = self.while_node(graph, deps, st)
             else:  # pragma: no cover - host-driven regions split the plan before it gets here
                 raise AssertionError("a host-driven region inside a CUDA graph")
+            after_kernel = isinstance(st, KernelStep)
             deps = [node]
         return deps
 
     # --- node kinds ------------------------------------------------------------------------------
-    def kernel(self, graph, deps, func, grid, block, pointers, scalars=()):
+    def kernel(self, graph, deps, func, grid, block, pointers, scalars=(), programmatic=False):
+        """A kernel node after deps; programmatic: its one dependency is a programmatic edge."""
         from cuda.bindings import driver
         args = KernelArgs(pointers, scalars)
         self.r.keep(args)
@@ -64,7 +94,14 @@ class GraphBuilder:
         p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
         p.sharedMemBytes = 0
         p.kernelParams = args.address
-        return call("cuGraphAddKernelNode", graph, deps, len(deps), p)
+        if not programmatic:
+            return call("cuGraphAddKernelNode", graph, deps, len(deps), p)
+        node = call("cuGraphAddKernelNode", graph, [], 0, p)
+        edge = driver.CUgraphEdgeData()
+        edge.from_port = driver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        edge.type = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        call("cuGraphAddDependencies", graph, deps, [node] * len(deps), [edge] * len(deps), len(deps))
+        return node
 
     def library(self, graph, deps, st: LibraryStep):
         from .blas import apply_views
@@ -88,12 +125,11 @@ class GraphBuilder:
     def inlined(self, graph, deps, child):
         """A captured child graph of one kernel node, added as a kernel node of graph (its launch
         attributes, thread-block clusters included, copied); None for anything else."""
-        from cuda.bindings import driver
         nodes, count = call("cuGraphGetNodes", child, 0)
         if count != 1:
             return None
         nodes, _ = call("cuGraphGetNodes", child, count)
-        if call("cuGraphNodeGetType", nodes[0]) != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+        if not is_kernel_node(nodes[0]):
             return None
         params = call("cuGraphKernelNodeGetParams", nodes[0])
         node = call("cuGraphAddKernelNode", graph, deps, len(deps), params)

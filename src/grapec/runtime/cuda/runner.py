@@ -18,10 +18,12 @@ from ...errors import BackendError
 from ...plan import REGIONS, regions
 from ..walker import run_region
 from .driver import Device, call
-from .graph import GraphBuilder
+from .graph import GraphBuilder, edge_counts
 
 # Conditional IF nodes with an else body need CUDA 12.8 (WHILE and plain IF came with 12.4).
 CONDITIONAL_DRIVER = 12080
+# Programmatic edges between the kernel nodes of a graph came with CUDA 12.3.
+DEPENDENT_LAUNCH_DRIVER = 12030
 
 
 def runs_here(arch: str, cc: tuple) -> bool:
@@ -48,11 +50,22 @@ def select_code(bundle, device) -> tuple:
                        f"recompile with `grapec compile --target {device.arch}`")
 
 
+def uses_dependent_launch(bundle, code: str, cc: tuple) -> bool:
+    """Join kernel nodes by programmatic edges (graph.py)? Only where every kernel of the loaded code
+    waits for its predecessor: a bundle that says so (codegen/build.py), code for sm_90 or newer (below
+    it the wait compiles to nothing), a Hopper-or-newer GPU and driver. GRAPEC_DEPENDENT_LAUNCH=0 turns
+    it off (benchmarks/graph_options.py measures both)."""
+    if os.environ.get("GRAPEC_DEPENDENT_LAUNCH", "1") == "0" or not bundle.manifest["cuda"].get("dependent_launch"):
+        return False
+    code_arch = int(code.rsplit("_", 1)[1])
+    return code_arch >= 90 and cc[0] >= 9 and call("cuDriverGetVersion") >= DEPENDENT_LAUNCH_DRIVER
+
+
 class _Segment:
     """A run of steps (graphed regions included) as one instantiated CUDA graph."""
 
-    def __init__(self, exec_):
-        self.exec = exec_
+    def __init__(self, graph, exec_):
+        self.graph, self.exec = graph, exec_
 
 
 class CudaPlanRunner:
@@ -83,8 +96,9 @@ class CudaPlanRunner:
         self._keep: list = []
         self._pending: list = []
         # a captured cuBLASLt call of one kernel becomes a plain kernel node, not a child graph: 1-2% per
-        # replay on the zoo (benchmarks/gemm_nodes.py); GRAPEC_FLAT_GEMMS=0 keeps child graphs
+        # replay on the zoo (benchmarks/graph_options.py); GRAPEC_FLAT_GEMMS=0 keeps child graphs
         self.flat_gemms = os.environ.get("GRAPEC_FLAT_GEMMS", "1") != "0"
+        self.dependent_launch = uses_dependent_launch(bundle, self.code, self.dev.cc)
         self.tuning = False   # True while a bucket's graphs are built ahead of its run (GEMM tuning may write the arena)
         self.launched = 0   # cuGraphLaunch calls of the last run: 1 for a fully graphed plan; host-driven
                             # loops launch their body once per iteration
@@ -206,7 +220,18 @@ class CudaPlanRunner:
         GraphBuilder(self, bucket).add_steps(graph, steps, [])
         exec_ = call("cuGraphInstantiate", graph, 0)
         self.keep(graph)
-        return _Segment(exec_)
+        return _Segment(graph, exec_)
+
+    def edge_counts(self) -> dict:
+        """Edges of the graphs built so far, by kind ({"default": n, "programmatic": m}): how many
+        kernels start while the one before them still runs."""
+        total = {"default": 0, "programmatic": 0}
+        for items in self._graphs.values():
+            for it in items:
+                if isinstance(it, _Segment):
+                    for kind, n in edge_counts(it.graph).items():
+                        total[kind] += n
+        return total
 
 
     # --- running ---------------------------------------------------------------------------------
