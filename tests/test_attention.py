@@ -23,6 +23,8 @@ CASES = {
     "first-tile-masked": (1, 2, 24, 130, 64, 48, "late_keys"),
     "decode-one-row": (1, 12, 1, 80, 64, 64, None),
     "head-dim-80": (1, 2, 20, 20, 80, 80, "causal"),
+    "bert-s128-key-slices": (1, 12, 128, 128, 64, 64, "additive"),   # 4 warps split each query tile's keys
+    "head-dim-128-two-slices": (1, 2, 32, 100, 128, 128, "causal"),   # the merge's room allows 2 slices only
 }
 
 
@@ -175,3 +177,19 @@ def test_fused_attention_bf16_on_gpu():
     got = grapec.load(bundle, backend="cuda").run(feeds)["y"].astype(np.float64)
     ref = reference({k: v.astype(np.float64) for k, v in feeds.items()}, mask, s, t, d)
     assert rel_err(got, ref) < 1.5e-2   # bfloat16: 8 bits of mantissa, p and y rounded to it
+
+
+def test_few_query_tiles_split_their_keys_over_warps():
+    """One warp per block and still fewer blocks than SMs: warps split the keys (a slice per 32, at
+    most 4, fewer where the merge's partial outputs would not fit in the key tile's room)."""
+    from grapec.codegen.attention import attention_launch
+    bert, _ = compile_case("bert-s128-key-slices", targets=[])
+    wide, _ = compile_case("head-dim-128-two-slices", targets=[])
+    short, _ = compile_case("head-dim-80", targets=[])
+    assert [(la.split, la.block, la.grid) for la in map(attention_launch, attention_kernels(bert))] == [(4, 128, 96)]
+    assert [la.split for la in map(attention_launch, attention_kernels(wide))] == [2]
+    assert [la.split for la in map(attention_launch, attention_kernels(short))] == [1]   # 20 keys: one slice
+    many = attention_model(8, 16, 128, 128, 64, 64, None)   # 128 heads x 2 query tiles fill the GPU
+    feeds = inputs_for(8, 16, 128, 128, 64, 64, None)
+    b = grapec.compile(many, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    assert [(la.split, la.block) for la in map(attention_launch, attention_kernels(b))] == [(1, 128)]

@@ -26,6 +26,8 @@ SMS = 132            # H100/H200 SMs: the warp count per block shrinks until the
 MAX_WARPS = 4
 MAX_KEY_TILE = 64
 MAX_PREFETCH = 8
+MAX_KEY_SLICES = 4
+MAX_STATIC_SMEM = 46 * 1024   # of the 48 KB a block may declare statically; the rest is the merge's
 
 ATTENTION_PRELUDE = r"""
 __device__ __forceinline__ unsigned g_pack2(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }
@@ -40,20 +42,48 @@ def _ceil(a: int, b: int) -> int:
 
 
 def attention_launch(k: AttentionKernel) -> Launch:
+    """Launch.split is the number of key slices: warps that share one query tile, each walking its
+    own slice of every key tile, their partial softmaxes merged at the end."""
     z = math.prod(k.batch)
     warps = MAX_WARPS
     while warps > 1 and z * _ceil(k.seq_q, 16 * warps) < SMS:
         warps //= 2
-    return Launch("attention", z * _ceil(k.seq_q, 16 * warps), 32 * warps)
+    slices = key_slices(k) if warps == 1 else 1
+    return Launch("attention", z * _ceil(k.seq_q, 16 * warps), 32 * warps * slices, split=slices)
+
+
+def key_slices(k: AttentionKernel) -> int:
+    """With one warp per block and still too few blocks to fill the GPU (BERT at seq 128: 12 heads x
+    8 query tiles), a warp would walk all the keys alone, one dependent tile after another. Up to
+    MAX_KEY_SLICES warps split them instead, a slice per 32 keys, as long as the merge's
+    partial outputs fit where the key tile was."""
+    slices = min(MAX_KEY_SLICES, _ceil(k.seq_k, 32))
+    while slices > 1 and not _merge_fits(k, slices):
+        slices -= 1
+    return slices
+
+
+def _merge_fits(k: AttentionKernel, slices: int) -> bool:
+    dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
+    keys = slices * _key_tile(k, 32 * slices, slices)
+    isz = 2
+    k_bytes, v_bytes = keys * (dp + 8) * isz, dvp * (keys + 8) * isz
+    partial_bytes = (slices - 1) * 16 * dvp * 4
+    return partial_bytes <= k_bytes and k_bytes + v_bytes <= MAX_STATIC_SMEM
 
 
 def key_tile(k: AttentionKernel, launch: Launch | None = None) -> int:
-    """Keys per tile of the kernel's main loop. The next tile waits in registers: at most
-    MAX_PREFETCH 16-byte vectors a thread per operand."""
+    """Keys per warp per step of the kernel's main loop (a step's tile holds launch.split such
+    slices). The next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per
+    operand."""
     launch = launch or attention_launch(k)
+    return _key_tile(k, launch.block, max(1, launch.split))
+
+
+def _key_tile(k: AttentionKernel, block: int, slices: int) -> int:
     dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
-    fits = MAX_PREFETCH * launch.block * 8 // max(dp, dvp) // 16 * 16
-    return max(16, min(MAX_KEY_TILE, _ceil(k.seq_k, 16) * 16, fits))
+    fits = MAX_PREFETCH * block * 8 // max(dp, dvp) // slices // 16 * 16
+    return max(16, min(MAX_KEY_TILE, _ceil(_ceil(k.seq_k, slices), 16) * 16, fits))
 
 
 def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
@@ -61,12 +91,15 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     ty = ctype(k.dtype)
     mma = "f16" if k.dtype == "float16" else "bf16"
     from_f = "f2h" if k.dtype == "float16" else "f2b"
-    warps = launch.block // 32
+    slices = max(1, launch.split)
+    warps = launch.block // 32 // slices   # query tiles of 16 rows per block
     rows = 16 * warps
     qtiles = _ceil(k.seq_q, rows)
     s, t, d, dv = k.seq_q, k.seq_k, k.head_dim, k.value_dim
     dp, dvp = _ceil(d, 16) * 16, _ceil(dv, 16) * 16
-    bc = key_tile(k, launch)
+    bw = key_tile(k, launch)   # keys of one warp per step
+    bc = bw * slices           # keys of the block per step
+    kw = "ks * {} + ".format(bw) if slices > 1 else ""   # this warp's first key in the tile
     nb = len(k.batch)
     extras = len(k.inputs) - 3
     score_fn = f"{name}_score"
@@ -77,7 +110,11 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append(f"  __shared__ __align__(16) {ty} g_vt[{dvp}][{bc + 8}];  /* value dims x key rows */")
     L.append("  G_AWAIT_PREDECESSOR();")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;")
-    L.append(f"  const i64 z = blockIdx.x / {qtiles}, q0 = (i64)(blockIdx.x % {qtiles}) * {rows} + warp * 16;")
+    if slices > 1:   # the block's warps share 16 query rows; warp ks walks key slice ks of each tile
+        L.append("  const int ks = warp;")
+        L.append(f"  const i64 z = blockIdx.x / {qtiles}, q0 = (i64)(blockIdx.x % {qtiles}) * 16;")
+    else:
+        L.append(f"  const i64 z = blockIdx.x / {qtiles}, q0 = (i64)(blockIdx.x % {qtiles}) * {rows} + warp * 16;")
     rest = "z"
     for a in range(nb - 1, -1, -1):
         L.append(f"  const i64 i{a} = {rest} % {k.batch[a]};" if a else f"  const i64 i{a} = {rest};")
@@ -120,14 +157,14 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     for cp in copies:
         L += cp.fetch(f"(k0 + {bc})", "      ")
     L.append("    }")
-    L.append(f"    float sc[{bc // 8}][4];")
+    L.append(f"    float sc[{bw // 8}][4];")
     L.append("    #pragma unroll")
-    L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
+    L.append(f"    for (int n = 0; n < {bw // 8}; ++n) {{")
     L.append("      sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;")
     L.append("      #pragma unroll")
     L.append(f"      for (int kk = 0; kk < {dp // 16}; ++kk) {{")
-    L.append("        const unsigned b0 = *(const unsigned*)&g_k[n * 8 + g][kk * 16 + t2];")
-    L.append("        const unsigned b1 = *(const unsigned*)&g_k[n * 8 + g][kk * 16 + 8 + t2];")
+    L.append(f"        const unsigned b0 = *(const unsigned*)&g_k[{kw}n * 8 + g][kk * 16 + t2];")
+    L.append(f"        const unsigned b1 = *(const unsigned*)&g_k[{kw}n * 8 + g][kk * 16 + 8 + t2];")
     L.append(f'        G_MMA("{mma}", sc[n], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], b0, b1);')
     L.append("      }")
     L.append("    }")
@@ -135,10 +172,10 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     extra_args = "".join(f", in{3 + e}" for e in range(extras))
     L.append("    float mx[2] = {-G_INF, -G_INF};")
     L.append("    #pragma unroll")
-    L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
+    L.append(f"    for (int n = 0; n < {bw // 8}; ++n) {{")
     L.append("      #pragma unroll")
     L.append("      for (int h = 0; h < 4; ++h) {")
-    L.append("        const i64 r = q0 + g + (h >> 1) * 8, j = k0 + n * 8 + t2 + (h & 1);")
+    L.append(f"        const i64 r = q0 + g + (h >> 1) * 8, j = k0 + {kw}n * 8 + t2 + (h & 1);")
     L.append(f"        const float x = j >= {t} ? -G_INF : r >= {s} ? 0.f : {score_fn}(sc[n][h], {coords}{extra_args});")
     L.append("        sc[n][h] = x;")
     L.append("        mx[h >> 1] = fmaxf(mx[h >> 1], x);")
@@ -157,9 +194,9 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("    }")
     L.append("    #pragma unroll")
     L.append(f"    for (int n = 0; n < {dvp // 8}; ++n) {{ o[n][0] *= alpha[0]; o[n][1] *= alpha[0]; o[n][2] *= alpha[1]; o[n][3] *= alpha[1]; }}")
-    L.append(f"    unsigned pa[{bc // 16}][4];")
+    L.append(f"    unsigned pa[{bw // 16}][4];")
     L.append("    #pragma unroll")
-    L.append(f"    for (int n = 0; n < {bc // 8}; ++n) {{")
+    L.append(f"    for (int n = 0; n < {bw // 8}; ++n) {{")
     L.append("      #pragma unroll")
     L.append("      for (int h = 0; h < 4; ++h) {")
     L.append("        sc[n][h] = exp2f((sc[n][h] - base[h >> 1]) * 1.4426950408889634f);")
@@ -169,11 +206,11 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append(f"      pa[n >> 1][(n & 1) * 2 + 1] = g_pack2({from_f}(sc[n][2]), {from_f}(sc[n][3]));")
     L.append("    }")
     L.append("    #pragma unroll")
-    L.append(f"    for (int kk = 0; kk < {bc // 16}; ++kk) {{")
+    L.append(f"    for (int kk = 0; kk < {bw // 16}; ++kk) {{")
     L.append("      #pragma unroll")
     L.append(f"      for (int n = 0; n < {dvp // 8}; ++n) {{")
-    L.append("        const unsigned b0 = *(const unsigned*)&g_vt[n * 8 + g][kk * 16 + t2];")
-    L.append("        const unsigned b1 = *(const unsigned*)&g_vt[n * 8 + g][kk * 16 + 8 + t2];")
+    L.append(f"        const unsigned b0 = *(const unsigned*)&g_vt[n * 8 + g][{kw}kk * 16 + t2];")
+    L.append(f"        const unsigned b1 = *(const unsigned*)&g_vt[n * 8 + g][{kw}kk * 16 + 8 + t2];")
     L.append(f'        G_MMA("{mma}", o[n], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b0, b1);')
     L.append("      }")
     L.append("    }")
@@ -183,6 +220,8 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);")
     L.append("    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);")
     L.append("  }")
+    if slices > 1:
+        L += _merge_slices(slices, dvp)
     L.append("  #pragma unroll")
     L.append(f"  for (int n = 0; n < {dvp // 8}; ++n) {{")
     L.append("    #pragma unroll")
@@ -193,6 +232,47 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("  }")
     L.append("}")
     return "\n".join(L)
+
+
+def _merge_slices(slices: int, dvp: int) -> list:
+    """Warp 0 merges the key slices' partial softmaxes (running max m, sum l, output o):
+    out = sum_w o_w exp(m_w - M) / sum_w l_w exp(m_w - M), M the largest m_w. The other warps hand
+    theirs over in shared memory (their o where the key tile was) and are done."""
+    nv = dvp // 8
+    return [
+        "  __syncthreads();   /* every warp is done with the key tiles: g_k takes the partial outputs */",
+        f"  __shared__ float g_pm[{slices}][16], g_pl[{slices}][16];",
+        "  float* g_po = (float*)&g_k[0][0];",
+        "  if ((lane & 3) == 0) { g_pm[ks][g] = m[0]; g_pm[ks][g + 8] = m[1]; g_pl[ks][g] = l[0]; g_pl[ks][g + 8] = l[1]; }",
+        "  if (ks > 0) {",
+        "    #pragma unroll",
+        f"    for (int n = 0; n < {nv}; ++n)",
+        "      #pragma unroll",
+        f"      for (int h = 0; h < 4; ++h) g_po[(((ks - 1) * {nv} + n) * 4 + h) * 32 + lane] = o[n][h];",
+        "  }",
+        "  __syncthreads();",
+        "  if (ks > 0) return;",
+        "  #pragma unroll",
+        "  for (int hr = 0; hr < 2; ++hr) {",
+        "    const int row = g + hr * 8;",
+        "    float mm = m[hr];",
+        f"    for (int w = 1; w < {slices}; ++w) mm = fmaxf(mm, g_pm[w][row]);",
+        "    const float b = mm == -G_INF ? 0.f : mm;   /* a row masked everywhere stays 0 / 0, as unsplit */",
+        "    const float s0 = exp2f((m[hr] - b) * 1.4426950408889634f);",
+        "    l[hr] *= s0;",
+        "    #pragma unroll",
+        f"    for (int n = 0; n < {nv}; ++n) {{ o[n][2 * hr] *= s0; o[n][2 * hr + 1] *= s0; }}",
+        f"    for (int w = 1; w < {slices}; ++w) {{",
+        "      const float sw = exp2f((g_pm[w][row] - b) * 1.4426950408889634f);",
+        "      l[hr] += g_pl[w][row] * sw;",
+        "      #pragma unroll",
+        f"      for (int n = 0; n < {nv}; ++n)",
+        "        #pragma unroll",
+        "        for (int e = 0; e < 2; ++e)",
+        f"          o[n][2 * hr + e] += g_po[(((w - 1) * {nv} + n) * 4 + 2 * hr + e) * 32 + lane] * sw;",
+        "    }",
+        "  }",
+    ]
 
 
 class _TileCopy:

@@ -118,9 +118,11 @@ def attention_work(kernel) -> Work:
     extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[3:])
     warps_per_head = math.ceil(kernel.seq_q / 16)
     cached = kv * isz * max(0, warps_per_head - 1)   # every warp of a head reads the head's keys and values
-    tiles = math.ceil(kernel.seq_k / key_tile(kernel))
+    slices = max(1, launch.split)
+    tiles = math.ceil(kernel.seq_k / (key_tile(kernel, launch) * slices))   # dependent steps of one warp
+    mapping = f"{launch.block // 32} warp(s) per block" + (f", keys in {slices} slices" if slices > 1 else "")
     return Work("attention", ((q + kv + out) * isz + extras) / 1e6, cached / 1e6, kernel.flops / 1e9, tiles,
-                1, 0, 0, launch.grid, launch.block, f"{launch.block // 32} warp(s) per block")
+                1, 0, 0, launch.grid, launch.block, mapping)
 
 
 def small_gemm_work(kernel) -> Work:
