@@ -39,6 +39,7 @@ CONFIGS = [  # (label, zoo name, dims)
     ("wav2vec2-1s", "wav2vec2", {"batch": 1, "samples": 16000}),
     ("resnet50", "resnet50", {"batch": 1}),
     ("googlenet", "googlenet", {"batch": 1}),
+    ("inception_v3", "inception_v3", {"batch": 1}),
 ]
 
 

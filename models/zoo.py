@@ -70,6 +70,10 @@ CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
         "tiny": dict(width_div=8, num_classes=10, image_size=64),
         "full": dict(width_div=1, num_classes=1000, image_size=224),
     },
+    "inception_v3": {
+        "tiny": dict(width_div=8, num_classes=10, image_size=75),   # 75: the smallest input its stem takes
+        "full": dict(width_div=1, num_classes=1000, image_size=299),
+    },
     "gpt2_generate": {   # the gpt2 model's weights; a prompt of prompt_len ids, room for max_new_tokens more
         "tiny": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64, prompt_len=8, max_new_tokens=24),
         "full": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024, prompt_len=16,
@@ -90,6 +94,7 @@ EXAMPLE_DIMS: dict[str, dict[str, dict[str, int]]] = {
     "wav2vec2": {"tiny": {"batch": 1, "samples": 1600}, "full": {"batch": 1, "samples": 16000}},
     "resnet50": {"tiny": {"batch": 1}, "full": {"batch": 1}},
     "googlenet": {"tiny": {"batch": 1}, "full": {"batch": 1}},
+    "inception_v3": {"tiny": {"batch": 1}, "full": {"batch": 1}},
     "gpt2_generate": {"tiny": {}, "full": {}},
     "control_flow": {"tiny": {}, "full": {}},
 }
@@ -178,6 +183,7 @@ _INPUT_MAKERS = {
     "wav2vec2": _wav2vec2_inputs,
     "resnet50": _image_inputs,
     "googlenet": _image_inputs,
+    "inception_v3": _image_inputs,
     "gpt2_generate": _gpt2_generate_inputs,
     "control_flow": _control_flow_inputs,
 }
@@ -207,7 +213,7 @@ def spec(name: str, size: str = "tiny") -> Spec:
             stride *= st
         return Spec(name, size, cfg, {"input_values": ("batch", "samples")}, {"input_values": "float32"},
                     ("last_hidden_state",), dims, {"batch": batch, "samples": (rf, 16000 * 30)})
-    if name in ("resnet50", "googlenet"):
+    if name in ("resnet50", "googlenet", "inception_v3"):
         hw = cfg["image_size"]
         return Spec(name, size, cfg, {"input": ("batch", 3, hw, hw)}, {"input": "float32"}, ("logits",),
                     dims, {"batch": batch})
@@ -797,13 +803,108 @@ def _cnn_classes():
             x = self.pool(self.blocks(self.stem(x)))
             return self.fc(self.dropout(x.flatten(1)))
 
-    return ResNet50, GoogLeNet
+    class InceptionV3(nn.Module):
+        """Inception v3 as torchvision builds it (no auxiliary classifier, no input transform): a
+        stem, then Mixed_5b..7c: blocks of 4 parallel branches (factorised 1x7/7x1 and 1x3/3x1
+        convolutions, average- and max-pool branches), concatenated. Widths divided by `div`."""
+
+        def __init__(self, div=1, num_classes=1000):
+            super().__init__()
+            F = _torch().nn.functional
+
+            def c(n):
+                return max(2, n // div)
+
+            def conv(cin, cout, k, **kw):
+                block = ConvBNReLU(cin, c(cout), k, **kw)
+                block[1].eps = 1e-3   # torchvision's BasicConv2d
+                block[1].init_bias_mean = 0.5
+                return block
+
+            def seq(cin, *specs):   # a chain of convs: (cout, kernel, kwargs) each
+                layers = []
+                for cout, k, kw in specs:
+                    layers.append(conv(cin, cout, k, **kw))
+                    cin = c(cout)
+                return nn.Sequential(*layers)
+
+            def avg_pool(x):
+                return F.avg_pool2d(x, 3, stride=1, padding=1)
+
+            def max_pool(x):
+                return F.max_pool2d(x, 3, stride=2)
+
+            class Block(nn.Module):
+                """Branches and a pool branch, concatenated; forks[i]: convs branch i ends in, side
+                by side (Mixed_7b/7c split a branch into a 1x3 and a 3x1)."""
+
+                def __init__(self, branches, pool, pool_conv=None, forks=()):
+                    super().__init__()
+                    self.branches, self.pool, self.pool_conv = nn.ModuleList(branches), pool, pool_conv
+                    self.forks = nn.ModuleList(nn.ModuleList(f) for f in forks)
+
+                def forward(self, x):
+                    outs = []
+                    for i, b in enumerate(self.branches):
+                        y = b(x)
+                        ends = self.forks[i] if i < len(self.forks) else []
+                        outs += [f(y) for f in ends] if len(ends) else [y]
+                    p = self.pool(x)
+                    outs.append(self.pool_conv(p) if self.pool_conv is not None else p)
+                    return _torch().cat(outs, 1)
+
+            P1, P2 = dict(padding=1), dict(padding=2)
+            r17, r71 = dict(padding=(0, 3)), dict(padding=(3, 0))
+            r13, r31 = dict(padding=(0, 1)), dict(padding=(1, 0))
+
+            def block_a(cin, pool_features):
+                return Block([seq(cin, (64, 1, {})), seq(cin, (48, 1, {}), (64, 5, P2)),
+                              seq(cin, (64, 1, {}), (96, 3, P1), (96, 3, P1))], avg_pool, conv(cin, pool_features, 1)), \
+                    c(64) + c(64) + c(96) + c(pool_features)
+
+            def block_b(cin):
+                return Block([seq(cin, (384, 3, dict(stride=2))),
+                              seq(cin, (64, 1, {}), (96, 3, P1), (96, 3, dict(stride=2)))], max_pool), c(384) + c(96) + cin
+
+            def block_c(cin, c7):
+                return Block([seq(cin, (192, 1, {})), seq(cin, (c7, 1, {}), (c7, (1, 7), r17), (192, (7, 1), r71)),
+                              seq(cin, (c7, 1, {}), (c7, (7, 1), r71), (c7, (1, 7), r17), (c7, (7, 1), r71),
+                                  (192, (1, 7), r17))], avg_pool, conv(cin, 192, 1)), 4 * c(192)
+
+            def block_d(cin):
+                return Block([seq(cin, (192, 1, {}), (320, 3, dict(stride=2))),
+                              seq(cin, (192, 1, {}), (192, (1, 7), r17), (192, (7, 1), r71), (192, 3, dict(stride=2)))],
+                             max_pool), c(320) + c(192) + cin
+
+            def block_e(cin):
+                forks = [[], *([conv(c(384), 384, (1, 3), **r13), conv(c(384), 384, (3, 1), **r31)] for _ in range(2))]
+                return Block([seq(cin, (320, 1, {})), seq(cin, (384, 1, {})), seq(cin, (448, 1, {}), (384, 3, P1))],
+                             avg_pool, conv(cin, 192, 1), forks), c(320) + 4 * c(384) + c(192)
+
+            self.stem = nn.Sequential(seq(3, (32, 3, dict(stride=2)), (32, 3, {}), (64, 3, P1)), nn.MaxPool2d(3, stride=2),
+                                      seq(c(64), (80, 1, {}), (192, 3, {})), nn.MaxPool2d(3, stride=2))
+            blocks, cin = [], c(192)
+            for make, args in [(block_a, (32,)), (block_a, (64,)), (block_a, (64,)), (block_b, ()),
+                               (block_c, (128,)), (block_c, (160,)), (block_c, (160,)), (block_c, (192,)),
+                               (block_d, ()), (block_e, ()), (block_e, ())]:
+                blk, cin = make(cin, *args)
+                blocks.append(blk)
+            self.blocks = nn.Sequential(*blocks)
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.dropout = nn.Dropout(0.5)
+            self.fc = nn.Linear(cin, num_classes)
+
+        def forward(self, x):
+            x = self.pool(self.blocks(self.stem(x)))
+            return self.fc(self.dropout(x.flatten(1)))
+
+    return ResNet50, GoogLeNet, InceptionV3
 
 
 def resnet50(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """ResNet-50 (v1.5: bottleneck blocks [3, 4, 6, 3], stride in the 3x3): input -> logits."""
     torch = _torch()
-    ResNet50, _ = _cnn_classes()
+    ResNet50, _, _ = _cnn_classes()
     cfg = CONFIGS["resnet50"][size]
     torch.manual_seed(seed)
     net = ResNet50(base_width=cfg["base_width"], num_classes=cfg["num_classes"])
@@ -814,12 +915,24 @@ def resnet50(size: str = "tiny", seed: int = SEED) -> ZooModel:
 def googlenet(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """GoogLeNet / Inception v1 (9 inception blocks of 4 concatenated branches): input -> logits."""
     torch = _torch()
-    _, GoogLeNet = _cnn_classes()
+    _, GoogLeNet, _ = _cnn_classes()
     cfg = CONFIGS["googlenet"][size]
     torch.manual_seed(seed)
     net = GoogLeNet(div=cfg["width_div"], num_classes=cfg["num_classes"])
     _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
     return _torch_zoo_model("googlenet", size, seed, net)
+
+
+def inception_v3(size: str = "tiny", seed: int = SEED) -> ZooModel:
+    """Inception v3 (torchvision's layout: 11 blocks of parallel branches, Opara's headline model):
+    input -> logits."""
+    torch = _torch()
+    _, _, InceptionV3 = _cnn_classes()
+    cfg = CONFIGS["inception_v3"][size]
+    torch.manual_seed(seed)
+    net = InceptionV3(div=cfg["width_div"], num_classes=cfg["num_classes"])
+    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
+    return _torch_zoo_model("inception_v3", size, seed, net)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1038,10 +1151,11 @@ MODELS: dict[str, Callable[..., ZooModel]] = {
     "wav2vec2": wav2vec2,
     "resnet50": resnet50,
     "googlenet": googlenet,
+    "inception_v3": inception_v3,
     "gpt2_generate": gpt2_generate,
     "control_flow": control_flow,
 }
-TORCH_MODELS = ("gpt2", "bert", "wav2vec2", "resnet50", "googlenet", "gpt2_generate")
+TORCH_MODELS = ("gpt2", "bert", "wav2vec2", "resnet50", "googlenet", "inception_v3", "gpt2_generate")
 
 
 def get(name: str, size: str = "tiny", seed: int = SEED) -> ZooModel:

@@ -18,6 +18,7 @@ ZOO_DIMS = {
     "wav2vec2": {"batch": 1, "samples": 1600},
     "resnet50": {"batch": 1},
     "googlenet": {"batch": 2},
+    "inception_v3": {"batch": 2},
     "control_flow": {},
     "gpt2_generate": {},
 }
