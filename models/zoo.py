@@ -901,38 +901,36 @@ def _cnn_classes():
     return ResNet50, GoogLeNet, InceptionV3
 
 
+def _cnn_zoo_model(name: str, size: str, seed: int, build) -> ZooModel:
+    """build(cfg) -> the network, made after seeding torch; BatchNorm calibrated on a random batch."""
+    torch = _torch()
+    cfg = CONFIGS[name][size]
+    torch.manual_seed(seed)
+    net = build(cfg)
+    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
+    return _torch_zoo_model(name, size, seed, net)
+
+
 def resnet50(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """ResNet-50 (v1.5: bottleneck blocks [3, 4, 6, 3], stride in the 3x3): input -> logits."""
-    torch = _torch()
     ResNet50, _, _ = _cnn_classes()
-    cfg = CONFIGS["resnet50"][size]
-    torch.manual_seed(seed)
-    net = ResNet50(base_width=cfg["base_width"], num_classes=cfg["num_classes"])
-    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
-    return _torch_zoo_model("resnet50", size, seed, net)
+    return _cnn_zoo_model("resnet50", size, seed,
+                          lambda cfg: ResNet50(base_width=cfg["base_width"], num_classes=cfg["num_classes"]))
 
 
 def googlenet(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """GoogLeNet / Inception v1 (9 inception blocks of 4 concatenated branches): input -> logits."""
-    torch = _torch()
     _, GoogLeNet, _ = _cnn_classes()
-    cfg = CONFIGS["googlenet"][size]
-    torch.manual_seed(seed)
-    net = GoogLeNet(div=cfg["width_div"], num_classes=cfg["num_classes"])
-    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
-    return _torch_zoo_model("googlenet", size, seed, net)
+    return _cnn_zoo_model("googlenet", size, seed,
+                          lambda cfg: GoogLeNet(div=cfg["width_div"], num_classes=cfg["num_classes"]))
 
 
 def inception_v3(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """Inception v3 (torchvision's layout: 11 blocks of parallel branches, Opara's headline model):
     input -> logits."""
-    torch = _torch()
     _, _, InceptionV3 = _cnn_classes()
-    cfg = CONFIGS["inception_v3"][size]
-    torch.manual_seed(seed)
-    net = InceptionV3(div=cfg["width_div"], num_classes=cfg["num_classes"])
-    _calibrate_batchnorm(net, (8, 3, cfg["image_size"], cfg["image_size"]), seed)
-    return _torch_zoo_model("inception_v3", size, seed, net)
+    return _cnn_zoo_model("inception_v3", size, seed,
+                          lambda cfg: InceptionV3(div=cfg["width_div"], num_classes=cfg["num_classes"]))
 
 
 # --------------------------------------------------------------------------------------------

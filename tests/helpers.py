@@ -59,3 +59,14 @@ def run_both(op, feeds, consts=None, attrs=None, outs=1, out_types=None, opset=1
     got, _ = compile_and_run(m, feeds)
     ref = ort_run(m, feeds)
     return [got[f"y{i}"] for i in range(outs)], [ref[f"y{i}"] for i in range(outs)]
+
+
+def needs_nvrtc():
+    """Skip the calling test where NVRTC cannot compile CUDA C (cuda-bindings or its library missing)."""
+    import pytest
+    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (cuda-bindings) is not installed")
+    from grapec.codegen.nvrtc import NvrtcUnavailable, nvrtc_version
+    try:
+        nvrtc_version()
+    except NvrtcUnavailable as e:
+        pytest.skip(f"no NVRTC: {e}")

@@ -15,7 +15,7 @@ from grapec.ir.attention import AttentionKernel
 from grapec.ir.kinds import kernel_from_json
 from grapec.ir.small_gemm import SmallGemmKernel
 from grapec.runtime.cuda import runner as cuda_runner
-from helpers import ort_run, rel_err
+from helpers import needs_nvrtc, ort_run, rel_err
 from test_small_gemm import profile_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,12 +49,7 @@ def test_every_kernel_waits_before_it_reads_an_activation_or_writes(tmp_path):
 
 
 def test_the_bundle_says_its_kernels_wait_and_only_sm90_code_does(tmp_path):
-    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (cuda-bindings) is not installed")
-    from grapec.codegen.nvrtc import NvrtcUnavailable, nvrtc_version
-    try:
-        nvrtc_version()
-    except NvrtcUnavailable as e:
-        pytest.skip(f"no NVRTC: {e}")
+    needs_nvrtc()
     b = gpt2_bundle(tmp_path, ["sm_80", "sm_90"])
     assert b.manifest["cuda"]["dependent_launch"] is True
     assert b"griddepcontrol" not in b.extra_sections["ptx.compute_80"]   # the wait is Hopper's; below it, nothing

@@ -7,7 +7,7 @@ from onnx import helper
 import grapec
 from grapec.ir.kinds import kernel_from_json
 from grapec.ir.small_gemm import SmallGemmKernel
-from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
+from helpers import compile_and_run, init, model, needs_nvrtc, ort_run, rel_err, tinfo
 
 
 def gelu_tanh(x: str, out: str) -> list:
@@ -133,12 +133,7 @@ def test_the_weight_is_stored_once():
 
 
 def test_cuda_source_compiles_for_sm90(tmp_path):
-    pytest.importorskip("cuda.bindings.nvrtc", reason="NVRTC (cuda-bindings) is not installed")
-    from grapec.codegen.nvrtc import NvrtcUnavailable, nvrtc_version
-    try:
-        nvrtc_version()
-    except NvrtcUnavailable as e:
-        pytest.skip(f"no NVRTC: {e}")
+    needs_nvrtc()
     m, feeds = block(12, 40, 20)
     b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16",
                        device_profile=profile_file(tmp_path))

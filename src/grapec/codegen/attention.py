@@ -66,7 +66,7 @@ def key_slices(k: AttentionKernel) -> int:
 def _merge_fits(k: AttentionKernel, slices: int) -> bool:
     dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
     keys = slices * _key_tile(k, 32 * slices, slices)
-    isz = 2
+    isz = 2   # the kernel is fp16/bf16 only
     k_bytes, v_bytes = keys * (dp + 8) * isz, dvp * (keys + 8) * isz
     partial_bytes = (slices - 1) * 16 * dvp * 4
     return partial_bytes <= k_bytes and k_bytes + v_bytes <= MAX_STATIC_SMEM
