@@ -75,7 +75,7 @@ def _shape_options(f):
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
-             device_profile=None):
+             device_profile=None, max_branches=None):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs
@@ -85,7 +85,8 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          targets=targets, progress=say, precision=precision, host_control=host_control,
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
-                         bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None)
+                         bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
+                         **({} if max_branches is None else {"max_branches": max_branches}))
 
 
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
@@ -116,6 +117,24 @@ def _precision_option(f):
                         show_default=True, help=PRECISION_HELP)(f)
 
 
+SERIAL_HELP = ("Keep the CUDA graph one chain, every step after the one before (the baseline the stream "
+               "scheduler is measured against) [default: parallel branches where the cost model's simulation "
+               "finds them faster].")
+BRANCHES_HELP = ("The most parallel branches the stream scheduler may give the CUDA graph: independent steps "
+                 "(an inception block's convolutions) run at once, at most this many, in an order that puts "
+                 "compute-bound beside memory-bound kernels. `grapec inspect --schedule` shows the choice.")
+
+
+def _branch_options(f):
+    f = click.option("--max-branches", "max_branches", type=click.IntRange(1, 16), default=4, show_default=True,
+                     metavar="N", help=BRANCHES_HELP)(f)
+    return click.option("--serial", is_flag=True, help=SERIAL_HELP)(f)
+
+
+def _branches(serial: bool, max_branches: int) -> int:
+    return 1 if serial else max_branches
+
+
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write [default: MODEL with .grape].")
@@ -134,10 +153,11 @@ def _precision_option(f):
 @_precision_option
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
+@_branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision,
-            calibration_inputs, precision_tolerance, fusion, device_profile, force, quiet):
+            calibration_inputs, precision_tolerance, fusion, device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
@@ -156,7 +176,8 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
         if not t.startswith("sm_") or not t[3:].isdigit():
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
-                      buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile)
+                      buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
+                      _branches(serial, max_branches))
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -385,12 +406,13 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
 @_shape_options
 @click.option("--iterations", default=200, show_default=True, help="Timed replays.")
 @click.option("--warmup", default=20, show_default=True, help="Untimed replays first.")
-@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch", "ort", "host-control"]),
+@click.option("--vs", "peers", multiple=True, type=click.Choice(["torch", "ort", "host-control", "serial"]),
               help="Also measure peers in the same process (repeatable). torch: PyTorch eager, CUDA graph and "
                    "torch.compile on the same weights (zoo models). ort: onnxruntime's CUDA provider, plain and "
                    "with its CUDA graph mode (needs onnxruntime-gpu and MODEL as .onnx). host-control: the same "
                    "model compiled with --host-control (If/Loop decided on the host between graph launches; "
-                   "MODEL as .onnx).")
+                   "MODEL as .onnx). serial: the same model compiled with --serial (one chain, no parallel "
+                   "branches; MODEL as .onnx).")
 @click.option("--zoo", "zoo_name", metavar="NAME:SIZE", help="The zoo builder for --vs torch, e.g. gpt2:full "
               "[default: from the file name and its folder, models/<size>/<name>.onnx].")
 @_precision_option
@@ -404,9 +426,10 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
 @click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
               "against one replay.")
+@_branch_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs,
-          precision_tolerance, seed, inputs, fusion, device_profile, per_step, as_json):
+          precision_tolerance, seed, inputs, fusion, device_profile, per_step, serial, max_branches, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -417,7 +440,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
         if not ok:
             raise GrapecError("--vs ort: onnxruntime's CUDA provider is not installed here (providers: "
                               f"{', '.join(providers) or 'onnxruntime not installed'}); pip install onnxruntime-gpu")
-    for peer in ("ort", "host-control"):
+    for peer in ("ort", "host-control", "serial"):
         if peer in peers and not model.endswith(".onnx"):
             raise GrapecError(f"--vs {peer} needs the ONNX model: give MODEL as the .onnx file, not a bundle")
     if not gpu_count():
@@ -427,9 +450,10 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
     from .inputs import load_calibration_inputs
     calib = load_calibration_inputs(calibration_inputs)
-    bundle = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, values=value_args,
-                            calibration_inputs=calib, precision_tolerance=precision_tolerance,
-                            fusion=fusion) if model.endswith(".onnx") else Bundle.read(model)
+    options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
+                   precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile)
+    bundle = grapec.compile(model, max_branches=_branches(serial, max_branches), **options) \
+        if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
     feeds = _feeds(cpu, inputs, seed)
@@ -449,10 +473,12 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     if "ort" in peers:
         res.update(bench_ort(model, {**cpu.fixed_inputs, **feeds}, iterations, warmup, precision))
     if "host-control" in peers:
-        host = grapec.compile(model, shapes=shape_args, dims=dim_args, precision=precision, host_control=True,
-                              values=value_args, calibration_inputs=calib, precision_tolerance=precision_tolerance)
+        host = grapec.compile(model, host_control=True, **options)
         h = bench_grapec(host, feeds, iterations, warmup)
         res[f"grapec --host-control ({h['launches']} launches)"] = h["replay"]
+    if "serial" in peers:
+        res["grapec --serial (one chain)"] = bench_grapec(grapec.compile(model, max_branches=1, **options), feeds,
+                                                          iterations, warmup)["replay"]
     if as_json:
         click.echo(json.dumps(res, indent=1))
         return

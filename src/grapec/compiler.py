@@ -19,6 +19,7 @@
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
         plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
+        schedule_streams          launch order, edges and parallel branches of the CUDA graph
     Bundle                        manifest, weights, kernels, plans
 """
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .cost.report import plan_report
 from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
+from .passes.streams import MAX_BRANCHES, schedule_streams
 from .passes.siblings import merge_sibling_matmuls
 from .passes.small_gemm import small_gemms
 from .passes.simplify import simplify
@@ -100,7 +102,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   bucket_dims: list | None = None, strict: bool = False, targets="auto", progress: Callable | None = None,
                   precision: str = "fp32", host_control: bool = False, values: dict | None = None,
                   calibration_inputs: list | None = None, precision_tolerance: float | None = None,
-                  fusion: str = "full", device_profile: str | DeviceProfile | None = None) -> Bundle:
+                  fusion: str = "full", device_profile: str | DeviceProfile | None = None,
+                  max_branches: int = MAX_BRANCHES) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -131,6 +134,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     device_profile: the GPU to plan for: a shipped profile's name (h100), a file written by
              `grapec calibrate` or a DeviceProfile [default: h100]. The cost model prices every kernel's thread mapping
              with it (fusion "full"), and the manifest holds the estimated time of every step.
+    max_branches: the most parallel branches the stream scheduler may give the CUDA graph (passes/streams.py);
+             1 keeps one chain (`--serial`, the baseline).
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -180,16 +185,19 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                 if note not in notes:
                     notes.append(note)
         plan = PlanBuilder(weights, kernels).build(low)
+        streams = schedule_streams(plan, kernels.kernels, profile, max_branches)
         plans.append(plan)
         counts = Counter(st.op for st in walk_steps(plan.steps))
         report = plan_report(kernels.kernels, plan, profile)
         bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items() if k not in fixed},
                             "arena_bytes": plan.arena_bytes, "steps": dict(counts),
-                            "estimated_us": round(sum(r["us"] for r in report), 1), "fusion_report": report})
+                            "estimated_us": round(sum(r["us"] for r in report), 1), "fusion_report": report,
+                            "schedule": streams.to_json()})
         mem = plan.memory
         say(f"bucket {bi} {_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
             f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
             f"{time.perf_counter() - t1:.1f}s")
+        say(f"bucket {bi} schedule: {streams.reason}")
     if strict and notes:
         raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
 

@@ -4,7 +4,9 @@
       buffers        [Buffer]: name, space ("arena": activations, inputs, outputs; "weight": an
                      offset into the bundle's weight blob), offset, nbytes, dtype, shape
       inputs/outputs [(onnx name, buffer index)]
-      steps          [Step], in order; every step names buffers by index:
+      steps          [Step], in a launch order; every step names buffers by index, the steps it
+                     waits for (`deps`: earlier steps of the same list; the edges of the CUDA graph)
+                     and its branch (a chain of the stream schedule, passes/streams.py):
         KernelStep     out := kernel(args)                 (kernel: index into the bundle's kernels)
         LibraryStep    out := library op(args)             (attrs: ir/library.py documents them)
         ScanStoreStep  row `counter` of dst := src         (a Loop's scan output, inside its body)
@@ -53,6 +55,8 @@ class KernelStep:
     args: list
     out: int
     origin: list = field(default_factory=list)
+    deps: list | None = None
+    branch: int = 0
     op = "kernel"
 
 
@@ -62,6 +66,8 @@ class LibraryStep:
     args: list        # buffer indices, -1 for an absent optional operand
     out: int
     origin: list = field(default_factory=list)
+    deps: list | None = None
+    branch: int = 0
     op = "library"
 
 
@@ -71,6 +77,8 @@ class ScanStoreStep:
     dst: int          # [rows, *src.shape]
     counter: int      # int64 scalar: the row to write
     origin: list = field(default_factory=list)
+    deps: list | None = None
+    branch: int = 0
     op = "scan_store"
 
 
@@ -88,6 +96,8 @@ class IfStep:
     graphed: bool = True
     host_reason: str = ""
     origin: list = field(default_factory=list)
+    deps: list | None = None
+    branch: int = 0
     op = "if"
 
 
@@ -105,6 +115,8 @@ class LoopStep:
     graphed: bool = True
     host_reason: str = ""
     origin: list = field(default_factory=list)
+    deps: list | None = None
+    branch: int = 0
     op = "loop"
 
 
@@ -136,7 +148,11 @@ class Plan:
 
 
 def steps_to_json(steps: list) -> list:
-    return [_step_to_json(s) for s in steps]
+    return [dict(_step_to_json(s), **_order_to_json(s)) for s in steps]
+
+
+def _order_to_json(s) -> dict:
+    return {} if s.deps is None else {"deps": list(s.deps), "branch": s.branch}
 
 
 def _step_to_json(s) -> dict:
@@ -158,7 +174,26 @@ def _step_to_json(s) -> dict:
 def steps_from_json(rows) -> list:
     if not isinstance(rows, list):
         raise TypeError("steps must be a list")
-    return [_step_from_json(r) for r in rows]
+    steps = [_step_from_json(r) for r in rows]
+    for i, (st, r) in enumerate(zip(steps, rows)):
+        if "deps" in r:
+            st.deps = _ints(r["deps"])
+            if any(not 0 <= d < i for d in st.deps):
+                raise ValueError(f"step {i} depends on a step that does not come before it: {st.deps}")
+            st.branch = int(r.get("branch", 0))
+    return steps
+
+
+def chain_deps(n: int) -> list:
+    """The dependencies of n steps run one after another."""
+    return [[i - 1] if i else [] for i in range(n)]
+
+
+def step_deps(steps: list) -> list:
+    """Each step's dependencies (indices of earlier steps of the same list); a step that records none
+    (a plan from before the stream scheduler) follows the step before it."""
+    chained = chain_deps(len(steps))
+    return [list(st.deps) if st.deps is not None else chained[i] for i, st in enumerate(steps)]
 
 
 def _ints(xs) -> list:

@@ -1,7 +1,9 @@
 """Run a plan on the CPU: one numpy arena laid out exactly as the plan says, steps in order.
 
 Because every value is a view into the same arena at the planned offset, a memory-planning bug
-(two live values sharing bytes) shows up here as a wrong answer, on any machine. Regions run
+(two live values sharing bytes) shows up here as a wrong answer, on any machine. With `order_seed`,
+each step list runs in a random order its edges allow (hazards.random_order), as the GPU's parallel
+branches may: a missing edge between steps that share bytes shows up as a changed answer. Regions run
 through the walker both backends share (runtime/walker.py).
 """
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from ...hazards import random_order
 from ...ir.interpret import run_kernel
 from ...ir.kinds import kernel_from_json
 from ...ir.library import run_library, view_array
@@ -17,8 +20,9 @@ from ..walker import run_region
 
 
 class CpuPlanRunner:
-    def __init__(self, bundle):
+    def __init__(self, bundle, order_seed: int | None = None):
         self.bundle = bundle
+        self.rng = None if order_seed is None else np.random.default_rng(order_seed)
         self.kernels = [kernel_from_json(k) for k in bundle.kernels]
         self.weights = np.frombuffer(bundle.weights, np.uint8)
         arena_bytes = max((p.arena_bytes for p in bundle.plans), default=0)
@@ -43,7 +47,8 @@ class CpuPlanRunner:
         return {name: v[b].copy() for name, b in plan.outputs}
 
     def exec_steps(self, steps, v):
-        for st in steps:
+        order = range(len(steps)) if self.rng is None else random_order(steps, self.rng)
+        for st in (steps[i] for i in order):
             if isinstance(st, KernelStep):
                 run_kernel(self.kernels[st.kernel], [v[a] for a in st.args], out=v[st.out])
             elif isinstance(st, LibraryStep):

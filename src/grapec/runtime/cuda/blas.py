@@ -42,11 +42,17 @@ class Blas:
         self.device = device
         self.handle = cublasLt.create()
         self.workspace_bytes = workspace_bytes
-        self.workspace = device.alloc(workspace_bytes, "the cuBLASLt workspace")
+        self.workspaces: list = []   # one per branch of the stream schedule: calls that may run at once must not share one
         self.tf32 = tf32
         self.capture_stream = call("cuStreamCreate", 0)
         self._keep: list = []     # descriptors and scalars referenced by captured work
         self._choices: dict = {}  # GEMM signature -> index of the tuned algorithm in the heuristic's list
+
+    def workspace(self, branch: int) -> int:
+        """The workspace of a branch (allocated on first use): calls on one branch run one at a time."""
+        while len(self.workspaces) <= branch:
+            self.workspaces.append(self.device.alloc(self.workspace_bytes, f"cuBLASLt workspace {len(self.workspaces)}"))
+        return self.workspaces[branch]
 
     def _layout(self, dtype, rows, cols, ld, batch, stride):
         lt = self.lt
@@ -60,11 +66,12 @@ class Blas:
         return lay
 
     def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int,
-                     layouts: dict | None = None, tune: bool = False):
+                     layouts: dict | None = None, tune: bool = False, workspace: int = 0):
         """A child graph computing one `matmul` step. shapes/ptrs: A, B, optional C and bias (0 when
         absent); attrs["act"] picks the epilogue. layouts: {"0" (A) | "1" (B) | "out": (ld, batch
         stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise.
-        tune: time the candidate algorithms (the caller vouches that nothing lives in the output yet)."""
+        tune: time the candidate algorithms (the caller vouches that nothing lives in the output yet).
+        workspace: the branch whose workspace the call uses (runtime/cuda/graph.py)."""
         layouts = layouts or {}
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16/bfloat16/float64)")
@@ -105,9 +112,11 @@ class Blas:
         self._keep += [alpha, beta, op_first, op_second]
         self._epilogue(desc, attrs.get("act", ""), ptrs[3] if len(ptrs) > 3 else 0, dtype)
 
+        ws = self.workspace(workspace)
+
         def launch(algo, stream):
             lt.matmul(self.handle, desc, alpha.ctypes.data, ptrs[1], b_lay, ptrs[0], a_lay, beta.ctypes.data,
-                      c_ptr, d_lay, out_ptr, d_lay, algo, self.workspace, self.workspace_bytes, int(stream))
+                      c_ptr, d_lay, out_ptr, d_lay, algo, ws, self.workspace_bytes, int(stream))
         # the same GEMM (GPT-2's 12 layers, a step profiled alone) reuses the choice: one tuning per shape
         key = (repr(sorted(attrs.items())), repr(shapes), dtype, repr(out_shape), repr(layouts),
                tuple(p % 256 for p in ptrs + [out_ptr] if p))

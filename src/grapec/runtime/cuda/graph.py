@@ -9,13 +9,15 @@ One builder serves the top level and every region body, so a body holds the same
                     IF node with two bodies: then and else
     LoopStep        the enter copies, grapec_loop_enter, a conditional WHILE node whose body is the
                     Loop's body ending in grapec_loop_next, then the exit copies
-Each node depends on the one before it (the schedule's order); the handles of conditional nodes
-are created on the graph that holds the node, as the driver requires for nesting.
+Each node waits for the steps its plan step names (`deps`, passes/streams.py): steps no edge
+orders run as parallel branches. The handles of conditional nodes are created on the graph that
+holds the node, as the driver requires for nesting. A cuBLASLt call uses the workspace of its step's
+branch: two calls that may run at once never share one.
 
-Where the runner allows it (runner.uses_dependent_launch), a generated kernel that follows another
+Where the runner allows it (runner.uses_dependent_launch), a generated kernel that waits for another
 generated kernel is joined to it by a programmatic edge: it launches while its predecessor still
-runs, loads its weights, and waits in G_AWAIT_PREDECESSOR (codegen/cuda.py) until the predecessor's
-writes are visible. cuBLASLt kernels keep plain edges on both sides: after one, a kernel that waits
+runs, loads its weights, and waits in G_AWAIT_PREDECESSOR (codegen/cuda.py) until the writes of all
+its predecessors are visible. cuBLASLt kernels keep plain edges on both sides: after one, a kernel that waits
 gained nothing measurable (H100, benchmarks/graph_options.py: BERT seq 128, whose 40 programmatic
 edges were nearly all after a GEMM, ran 1% slower with them; GPT-2 seq 8, whose 62 join its own
 kernels, 10% faster), and a cuBLASLt kernel after ours does not wait.
@@ -25,7 +27,7 @@ from __future__ import annotations
 from ...codegen.control import SCAN_STORE_BLOCK, scan_store_grid
 from ...codegen.gpu_support import library_gap
 from ...errors import BackendError
-from ...plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep
+from ...plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep, step_deps
 from .driver import KernelArgs, call
 
 
@@ -56,35 +58,44 @@ class GraphBuilder:
     def ptr(self, b: int) -> int:
         return self.r.ptr(self.bucket, b) if b >= 0 else 0
 
-    def add_steps(self, graph, steps: list, deps: list) -> list:
-        """Append steps to graph after deps; returns the new tail (the dependencies of what follows)."""
-        after_kernel = False   # the node before is a generated kernel
-        for st in steps:
+    def add_steps(self, graph, steps: list, entry: list, order: list | None = None) -> list:
+        """Add steps to graph, each after the steps it waits for (plan.step_deps, or `order`: each
+        step's dependencies as indices into steps) and the first ones after `entry`; returns the
+        nodes nothing in the list waits for (what follows must wait for them)."""
+        nodes, kernel_nodes, waited = [], set(), set()
+        for st, deps in zip(steps, step_deps(steps) if order is None else order):
+            preds = [nodes[d] for d in deps] or list(entry)
+            waited.update(deps)
+            # a programmatic edge joins two generated kernels; any other predecessor gets a plain one
+            early = [nodes[d] for d in deps if d in kernel_nodes] if isinstance(st, KernelStep) and self.r.dependent_launch else []
+            plain = [p for p in preds if not any(p is e for e in early)]
             if isinstance(st, KernelStep):
                 _, grid, block, _ = self.r.launches[st.kernel]
-                node = self.kernel(graph, deps, self.r.functions[st.kernel], grid, block,
+                node = self.kernel(graph, plain, self.r.functions[st.kernel], grid, block,
                                    [self.ptr(st.out)] + [self.ptr(a) for a in st.args], self.r.scalars[st.kernel],
-                                   programmatic=after_kernel and self.r.dependent_launch)
+                                   programmatic=early)
+                kernel_nodes.add(len(nodes))
             elif isinstance(st, LibraryStep):
-                node = self.library(graph, deps, st)
+                node = self.library(graph, plain, st)
             elif isinstance(st, ScanStoreStep):
                 row = self.bufs[st.src].nbytes
-                node = self.kernel(graph, deps, self.r.function("grapec_scan_store"), scan_store_grid(row),
+                node = self.kernel(graph, plain, self.r.function("grapec_scan_store"), scan_store_grid(row),
                                    SCAN_STORE_BLOCK, [self.ptr(st.dst), self.ptr(st.src), self.ptr(st.counter)],
                                    [["i64", row], ["i64", self.bufs[st.dst].shape[0]]])
             elif isinstance(st, IfStep) and st.graphed:
-                node = self.if_node(graph, deps, st)
+                node = self.if_node(graph, plain, st)
             elif isinstance(st, LoopStep) and st.graphed:
-                node = self.while_node(graph, deps, st)
+                node = self.while_node(graph, plain, st)
             else:  # pragma: no cover - host-driven regions split the plan before it gets here
                 raise AssertionError("a host-driven region inside a CUDA graph")
-            after_kernel = isinstance(st, KernelStep)
-            deps = [node]
-        return deps
+            nodes.append(node)
+        tail = [n for i, n in enumerate(nodes) if i not in waited]
+        return tail if nodes else list(entry)
 
     # --- node kinds ------------------------------------------------------------------------------
-    def kernel(self, graph, deps, func, grid, block, pointers, scalars=(), programmatic=False):
-        """A kernel node after deps; programmatic: its one dependency is a programmatic edge."""
+    def kernel(self, graph, deps, func, grid, block, pointers, scalars=(), programmatic=()):
+        """A kernel node after deps, and after the nodes of `programmatic` by programmatic edges (it
+        launches while they run and waits for them in G_AWAIT_PREDECESSOR)."""
         from cuda.bindings import driver
         args = KernelArgs(pointers, scalars)
         self.r.keep(args)
@@ -94,13 +105,13 @@ class GraphBuilder:
         p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
         p.sharedMemBytes = 0
         p.kernelParams = args.address
-        if not programmatic:
-            return call("cuGraphAddKernelNode", graph, deps, len(deps), p)
-        node = call("cuGraphAddKernelNode", graph, [], 0, p)
-        edge = driver.CUgraphEdgeData()
-        edge.from_port = driver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
-        edge.type = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
-        call("cuGraphAddDependencies", graph, deps, [node] * len(deps), [edge] * len(deps), len(deps))
+        node = call("cuGraphAddKernelNode", graph, deps, len(deps), p)
+        if programmatic:
+            edge = driver.CUgraphEdgeData()
+            edge.from_port = driver.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+            edge.type = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+            n = len(programmatic)
+            call("cuGraphAddDependencies", graph, list(programmatic), [node] * n, [edge] * n, n)
         return node
 
     def library(self, graph, deps, st: LibraryStep):
@@ -114,7 +125,7 @@ class GraphBuilder:
         out = self.bufs[st.out]
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), out.dtype)
         child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts,
-                                                      tune=self.r.tuning)
+                                                      tune=self.r.tuning, workspace=st.branch)
         self.r.keep(child)
         if self.r.flat_gemms:
             node = self.inlined(graph, deps, child)
@@ -167,4 +178,5 @@ class GraphBuilder:
         self.kernel(body, tail, self.r.control_function("grapec_loop_next"), 1, 1,
                     [int(handle), self.ptr(st.counter), self.ptr(st.cond_in), self.ptr(st.cond_out), self.ptr(st.trip)])
         tail = self.add_steps(graph, st.exit, [node])
+        assert len(tail) == 1, "a Loop's exit copies are one chain (passes/streams.py)"
         return tail[0]

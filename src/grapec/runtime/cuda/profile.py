@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import KernelStep, LibraryStep
+from ...plan import KernelStep, LibraryStep, chain_deps
 from .driver import call, graph_ms
 from .graph import GraphBuilder
 
@@ -43,7 +43,7 @@ def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = I
     out = []
     for i, st in enumerate(steps):
         graph = call("cuGraphCreate", 0)
-        GraphBuilder(runner, bucket).add_steps(graph, [st] * repeat, [])
+        GraphBuilder(runner, bucket).add_steps(graph, [st] * repeat, [], order=chain_deps(repeat))
         ms = graph_ms(graph, runner.dev.stream, iterations)
         out.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
     return out
