@@ -20,7 +20,6 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 HEADER = ("| model | parallel ms | serial ms | serial / parallel | torch.compile ms | torch.compile / parallel "
           "| branches | simulated serial / parallel | rel err parallel, serial |\n|---|---|---|---|---|---|---|---|---|")
@@ -39,7 +38,8 @@ def main():
     import grapec
     from grapec.bench import bench_grapec, bench_torch, zoo_module
     from grapec.inputs import bundle_inputs
-    from zoo import CONFIGS, accuracy, full_model
+    zoo = _benchmarks_zoo()   # benchmarks/zoo.py, not models/zoo.py (zoo_module imports that one as `zoo`)
+    CONFIGS, accuracy, full_model = zoo.CONFIGS, zoo.accuracy, zoo.full_model
     only = set(filter(None, a.only.split(",")))
     results, lines = {}, [HEADER]
     print(HEADER, flush=True)
@@ -68,6 +68,14 @@ def main():
         print(lines[-1], flush=True)
     with open(os.path.join(a.out, "streams.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _benchmarks_zoo():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("benchmarks_zoo", os.path.join(ROOT, "benchmarks", "zoo.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _summary(bundle) -> dict:
