@@ -2,14 +2,15 @@
 one process, one GPU, the same weights and inputs.
 
     python benchmarks/streams.py [--only googlenet,inception_v3] [--iterations 200] [--no-compile]
-                                 [--device-profile h100] [--out DIR]
+                                 [--device-profile h100] [--max-branches 4] [--candidates] [--out DIR]
 
 For each zoo configuration (fp16, batch 1) the model is compiled twice: as the scheduler chooses
 (passes/streams.py) and with --serial (one chain). Both are checked against onnxruntime (CPU) and
 timed as CUDA-graph replays, then torch.compile (reduce-overhead: CUDA graphs) on the same weights.
 Prints one row per model: the replays, serial / parallel (above 1: the branches pay), torch.compile
 / parallel, the branches chosen and the simulation's own serial / parallel ratio; writes
-DIR/streams.json and DIR/streams.md.
+DIR/streams.json and DIR/streams.md. --candidates: also time every (order, branches) the scheduler
+weighed, next to its simulated replay: how well the simulation ranks them.
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--device-profile", default="h100")
     ap.add_argument("--max-branches", type=int, default=4)
+    ap.add_argument("--candidates", action="store_true",
+                    help="also time every schedule the scheduler weighed (simulated vs measured)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -56,6 +59,11 @@ def main():
             g = bench_grapec(bundle, feeds, a.iterations)
             r[kind] = {"ms": g["replay"]["median_ms"], "schedule": _summary(bundle), "graph_edges": g.get("graph_edges"),
                        "device_memory_mib": g["device_memory_mib"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
+        if a.candidates:
+            r["candidates"] = time_candidates(compiled["serial"], feeds, a)
+            for c in r["candidates"]:
+                print(f"  {c['order']:14s} {c['branches']} branches: simulated {c['simulated_us']:8.1f} us, "
+                      f"measured {c['ms'] * 1e3:8.1f} us", flush=True)
         if not a.no_compile:
             t = bench_torch(zoo_module(name, "full"), feeds, a.iterations, modes=("compile",), say=print,
                             precision="fp16")
@@ -68,6 +76,27 @@ def main():
         print(lines[-1], flush=True)
     with open(os.path.join(a.out, "streams.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def time_candidates(serial_bundle, feeds, a) -> list:
+    """Every (order, branches) the scheduler weighs, applied to the serial plan and timed."""
+    import copy
+
+    from grapec.bench import bench_grapec
+    from grapec.cost.device import load_profile
+    from grapec.passes.streams import apply_candidate, candidates, step_task
+    profile = load_profile(a.device_profile)
+    plan = serial_bundle.plans[0]
+    tasks = [step_task(serial_bundle.kernels, plan, st, profile) for st in plan.steps]
+    out = []
+    for c in candidates(plan.steps, plan.buffers, tasks, profile.node_gap_us, a.max_branches):
+        bundle = copy.copy(serial_bundle)
+        bundle.plans = [copy.deepcopy(plan)]
+        apply_candidate(bundle.plans[0], c)
+        ms = bench_grapec(bundle, feeds, a.iterations)["replay"]["median_ms"]
+        out.append({"order": c.order_name, "branches": len(set(c.branch.values())),
+                    "simulated_us": round(c.line.makespan, 2), "ms": ms})
+    return out
 
 
 def _benchmarks_zoo():

@@ -73,6 +73,36 @@ def step_task(kernels: list, plan, step, profile) -> Task:
     return Task(max(est.us, 0.1), sm, min(1.0, sm * memory / max(est.us, 1e-9)), compute)
 
 
+@dataclass
+class Candidate:
+    order_name: str
+    order: list         # the launch order: old step indices
+    branch: dict        # old step index -> chain
+    deps: list          # the edges, in the new order
+    line: Timeline      # its simulated replay
+
+
+def candidates(steps: list, buffers: list, tasks: list, gap: float, max_branches: int) -> list:
+    """Every (launch order, chain count) the scheduler weighs, each with its simulated replay."""
+    deps = reduce_deps(conflict_deps(steps, buffers))
+    out = []
+    for name in ORDERS:
+        order = launch_order(name, deps, tasks, gap)
+        for k in range(2, max_branches + 1):
+            branch = assign_branches(order, deps, tasks, k, gap)
+            new_deps = _edges(order, deps, branch)
+            out.append(Candidate(name, order, branch, new_deps, simulate([tasks[i] for i in order], new_deps, gap)))
+    return out
+
+
+def apply_candidate(plan, cand: Candidate):
+    """Reorder the plan's top-level steps and give them the candidate's edges and chains."""
+    steps = plan.steps
+    plan.steps = [steps[i] for i in cand.order]
+    for j, st in enumerate(plan.steps):
+        st.deps, st.branch = cand.deps[j], cand.branch[cand.order[j]]
+
+
 def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANCHES,
                      serial: bool = False) -> StreamSchedule:
     """Order the plan's steps and give them edges and branches (in place); the report says why."""
@@ -88,30 +118,21 @@ def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANC
         why = ("--serial: one chain" if serial or max_branches <= 1 else
                "host-driven control flow cuts the graph: one chain")
         return _report(steps, [0] * len(steps), "serial", serial_line, serial_line, why, [])
-    deps = reduce_deps(conflict_deps(steps, plan.buffers))
-    best, candidates = None, []
-    for name in ORDERS:
-        order = launch_order(name, deps, tasks, gap)
-        for k in range(2, max_branches + 1):
-            branch = assign_branches(order, deps, tasks, k, gap)
-            new_deps = _edges(order, deps, branch)
-            line = simulate([tasks[i] for i in order], new_deps, gap)
-            candidates.append({"order": name, "branches": len(set(branch.values())), "us": round(line.makespan, 2)})
-            if best is None or line.makespan < best[0].makespan - 1e-6:
-                best = (line, name, order, branch, new_deps)
-    line, name, order, branch, new_deps = best
-    gain = 1 - line.makespan / serial_line.makespan if serial_line.makespan else 0.0
+    weighed = candidates(steps, plan.buffers, tasks, gap, max_branches)
+    table = [{"order": c.order_name, "branches": len(set(c.branch.values())), "us": round(c.line.makespan, 2)}
+             for c in weighed]
+    best = min(weighed, key=lambda c: c.line.makespan)
+    gain = 1 - best.line.makespan / serial_line.makespan if serial_line.makespan else 0.0
     if gain < MIN_GAIN:
         _as_chain(steps)
         return _report(steps, [0] * len(steps), "serial", serial_line, serial_line,
                        f"no parallel schedule beats one chain by {MIN_GAIN:.0%} in simulation "
-                       f"(best: {name}, {gain:+.1%})", candidates)
-    plan.steps = [steps[i] for i in order]
-    for j, st in enumerate(plan.steps):
-        st.deps, st.branch = new_deps[j], branch[order[j]]
-    used = len(set(branch.values()))
-    return _report(plan.steps, [branch[i] for i in order], name, serial_line, line, f"{name} order on {used} branches: {gain:.0%} shorter than one chain in simulation",
-                   candidates)
+                       f"(best: {best.order_name}, {gain:+.1%})", table)
+    apply_candidate(plan, best)
+    used = len(set(best.branch.values()))
+    return _report(plan.steps, [best.branch[i] for i in best.order], best.order_name, serial_line, best.line,
+                   f"{best.order_name} order on {used} branches: {gain:.0%} shorter than one chain in simulation",
+                   table)
 
 
 def _as_chain(steps: list):
