@@ -9,6 +9,7 @@ All GPU times come from CUDA events recorded around each replay on the stream th
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -44,8 +45,9 @@ COUNT_OUTPUT_KEY = "grapec.generated_count_output"
 
 
 def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0,
-                 per_step: bool = False) -> dict:
-    """per_step: also time every top-level step alone (runtime/cuda/profile.py) into res["steps"]."""
+                 per_step: bool = False, timeline: bool = False) -> dict:
+    """per_step: also time every top-level step alone (runtime/cuda/profile.py) into res["steps"];
+    timeline: also measure when each step runs in a replay (runtime/cuda/timeline.py) into res["timeline"]."""
     import grapec
     from .runtime.cuda.driver import Device
     probe = Device(device)
@@ -92,6 +94,9 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     if per_step:
         from .runtime.cuda.profile import profile_steps
         res["steps"] = [t.to_json() for t in profile_steps(r, bucket)]
+    if timeline:
+        from .runtime.cuda.timeline import measure_timeline
+        res["timeline"] = [dataclasses.asdict(s) for s in measure_timeline(r, bucket)]
     sess._runner.close()
     return res
 

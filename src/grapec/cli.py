@@ -248,11 +248,21 @@ def run(bundle, backend, inputs, seed, save, shapes, dims, values):
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest and plan summaries as JSON.")
 @click.option("--fusion", "fusion", is_flag=True, help="Show the planner's account instead: every fusion group "
               "(step) with its stitch scheme, thread mapping and estimated time, and the mappings that lost.")
-def inspect(bundle, as_json, fusion):
+@click.option("--schedule", "schedule", is_flag=True, help="Show the stream scheduler's account instead: the "
+              "parallel branches and launch order it chose, why, the schedules it weighed, and a picture of the "
+              "simulated timeline (grapec bench --timeline measures it on a GPU).")
+def inspect(bundle, as_json, fusion, schedule):
     """Show what a BUNDLE holds: inputs, outputs, buckets, kernels, arena, ops."""
     from .bundle.format import Bundle
     b = Bundle.read(bundle)
     m = b.manifest
+    if schedule:
+        if as_json:
+            click.echo(json.dumps([bk.get("schedule") for bk in m.get("buckets", [])], indent=1))
+        else:
+            from .timeline import schedule_text
+            click.echo(schedule_text(b))
+        return
     if fusion:
         _print_fusion_report(m, as_json)
         return
@@ -427,9 +437,12 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
               "against one replay.")
 @_branch_options
+@click.option("--timeline", is_flag=True, help="Also measure when each step runs in a replay (event record nodes "
+              "around every step) and draw it, one row per parallel branch: compare with the simulated timeline "
+              "of grapec inspect --schedule.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs,
-          precision_tolerance, seed, inputs, fusion, device_profile, per_step, serial, max_branches, as_json):
+          precision_tolerance, seed, inputs, fusion, device_profile, per_step, serial, max_branches, timeline, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -458,7 +471,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     cpu = grapec.load(bundle, backend="cpu")
     feeds = _feeds(cpu, inputs, seed)
     cpu.check_feeds(feeds)   # bad --input: a clear error before any GPU work
-    res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup, per_step=per_step > 0)}
+    res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup, per_step=per_step > 0, timeline=timeline)}
     if "torch" in peers:
         name, _, size = (zoo_name or "").partition(":")
         if not zoo_name:
@@ -503,6 +516,10 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
     if per_step:
         _print_steps(g["steps"], g["replay"]["median_ms"], per_step)
+    if timeline:
+        from .timeline import Span, render
+        click.echo(render([Span(**s) for s in g["timeline"]], title="measured timeline (event record nodes "
+                          "around each step lengthen it; the replay time above is without them):"))
 
 
 @main.command()

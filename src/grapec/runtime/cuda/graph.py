@@ -58,16 +58,21 @@ class GraphBuilder:
     def ptr(self, b: int) -> int:
         return self.r.ptr(self.bucket, b) if b >= 0 else 0
 
-    def add_steps(self, graph, steps: list, entry: list, order: list | None = None) -> list:
+    def add_steps(self, graph, steps: list, entry: list, order: list | None = None, stamps: list | None = None) -> list:
         """Add steps to graph, each after the steps it waits for (plan.step_deps, or `order`: each
         step's dependencies as indices into steps) and the first ones after `entry`; returns the
-        nodes nothing in the list waits for (what follows must wait for them)."""
+        nodes nothing in the list waits for (what follows must wait for them).
+        stamps: [(start event, end event)] per step: each step is put between two event record
+        nodes (runtime/cuda/timeline.py), and no edge is programmatic."""
         nodes, kernel_nodes, waited = [], set(), set()
-        for st, deps in zip(steps, step_deps(steps) if order is None else order):
+        for i, (st, deps) in enumerate(zip(steps, step_deps(steps) if order is None else order)):
             preds = [nodes[d] for d in deps] or list(entry)
             waited.update(deps)
+            if stamps is not None:
+                preds = [call("cuGraphAddEventRecordNode", graph, preds, len(preds), stamps[i][0])]
             # a programmatic edge joins two generated kernels; any other predecessor gets a plain one
-            early = [nodes[d] for d in deps if d in kernel_nodes] if isinstance(st, KernelStep) and self.r.dependent_launch else []
+            early = [nodes[d] for d in deps if d in kernel_nodes] \
+                if isinstance(st, KernelStep) and self.r.dependent_launch and stamps is None else []
             plain = [p for p in preds if not any(p is e for e in early)]
             if isinstance(st, KernelStep):
                 _, grid, block, _ = self.r.launches[st.kernel]
@@ -88,6 +93,8 @@ class GraphBuilder:
                 node = self.while_node(graph, plain, st)
             else:  # pragma: no cover - host-driven regions split the plan before it gets here
                 raise AssertionError("a host-driven region inside a CUDA graph")
+            if stamps is not None:
+                call("cuGraphAddEventRecordNode", graph, [node], 1, stamps[i][1])
             nodes.append(node)
         tail = [n for i, n in enumerate(nodes) if i not in waited]
         return tail if nodes else list(entry)
