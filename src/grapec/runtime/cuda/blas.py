@@ -29,6 +29,9 @@ OP_N, OP_T = 0, 1
 EPILOGUE = {"none": 1, "relu": 2, "gelu_tanh": 32}
 EPILOGUE_BIAS = 4
 TUNE_CANDIDATES = 8
+# A side branch's GEMMs (passes/streams.py) are the small ones of a parallel block: 4 MiB (cuBLAS's
+# default before Hopper) serves them, and keeps four branches at 44 MiB of workspace instead of 128.
+SIDE_BRANCH_WORKSPACE = 4 << 20
 TUNE_REPEATS = 20
 
 
@@ -48,10 +51,14 @@ class Blas:
         self._keep: list = []     # descriptors and scalars referenced by captured work
         self._choices: dict = {}  # GEMM signature -> index of the tuned algorithm in the heuristic's list
 
+    def workspace_size(self, branch: int) -> int:
+        return self.workspace_bytes if branch == 0 else min(self.workspace_bytes, SIDE_BRANCH_WORKSPACE)
+
     def workspace(self, branch: int) -> int:
         """The workspace of a branch (allocated on first use): calls on one branch run one at a time."""
         while len(self.workspaces) <= branch:
-            self.workspaces.append(self.device.alloc(self.workspace_bytes, f"cuBLASLt workspace {len(self.workspaces)}"))
+            n = len(self.workspaces)
+            self.workspaces.append(self.device.alloc(self.workspace_size(n), f"cuBLASLt workspace {n}"))
         return self.workspaces[branch]
 
     def _layout(self, dtype, rows, cols, ld, batch, stride):
@@ -112,16 +119,16 @@ class Blas:
         self._keep += [alpha, beta, op_first, op_second]
         self._epilogue(desc, attrs.get("act", ""), ptrs[3] if len(ptrs) > 3 else 0, dtype)
 
-        ws = self.workspace(workspace)
+        ws, ws_bytes = self.workspace(workspace), self.workspace_size(workspace)
 
         def launch(algo, stream):
             lt.matmul(self.handle, desc, alpha.ctypes.data, ptrs[1], b_lay, ptrs[0], a_lay, beta.ctypes.data,
-                      c_ptr, d_lay, out_ptr, d_lay, algo, ws, self.workspace_bytes, int(stream))
+                      c_ptr, d_lay, out_ptr, d_lay, algo, ws, ws_bytes, int(stream))
         # the same GEMM (GPT-2's 12 layers, a step profiled alone) reuses the choice: one tuning per shape
         key = (repr(sorted(attrs.items())), repr(shapes), dtype, repr(out_shape), repr(layouts),
-               tuple(p % 256 for p in ptrs + [out_ptr] if p))
+               tuple(p % 256 for p in ptrs + [out_ptr] if p), ws_bytes)
         enabled = os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
-        algos = self._heuristic(desc, b_lay, a_lay, d_lay, TUNE_CANDIDATES if enabled else 1)
+        algos = self._heuristic(desc, b_lay, a_lay, d_lay, TUNE_CANDIDATES if enabled else 1, ws_bytes)
         if enabled and tune and key not in self._choices:
             self._choices[key] = self._fastest(algos, launch)
         return self._capture(launch, algos[self._choices.get(key, 0) if enabled else 0])
@@ -172,12 +179,12 @@ class Blas:
             lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.BIAS_POINTER, bp.ctypes.data, 8)
             self._keep.append(bp)
 
-    def _heuristic(self, desc, a_lay, b_lay, d_lay, n: int) -> list:
-        """Addresses of up to n algorithms for the shape, cuBLASLt's best guess first."""
+    def _heuristic(self, desc, a_lay, b_lay, d_lay, n: int, workspace_bytes: int) -> list:
+        """Addresses of up to n algorithms for the shape that fit the workspace, cuBLASLt's best guess first."""
         lt = self.lt
         pref = lt.matmul_preference_create()
         self._keep.append(pref)
-        ws = np.array([self.workspace_bytes], np.uint64)
+        ws = np.array([workspace_bytes], np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, 8)
         res = np.zeros(n, dtype=lt.matmul_heuristic_result_dtype)
         count = np.zeros(1, np.int32)
