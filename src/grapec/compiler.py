@@ -19,7 +19,8 @@
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
         plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
-        schedule_streams          launch order, edges and parallel branches of the CUDA graph
+        schedule_streams          launch order, edges and parallel branches of the CUDA graph; every
+                                  reuse of arena bytes checked to be ordered by the edges (hazards.py)
     Bundle                        manifest, weights, kernels, plans
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
 from .passes.streams import MAX_BRANCHES, schedule_streams
+from .hazards import unordered_conflicts
 from .passes.siblings import merge_sibling_matmuls
 from .passes.small_gemm import small_gemms
 from .passes.simplify import simplify
@@ -186,6 +188,10 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                     notes.append(note)
         plan = PlanBuilder(weights, kernels).build(low)
         streams = schedule_streams(plan, kernels.kernels, profile, max_branches)
+        unordered = unordered_conflicts(plan.steps, plan.buffers)
+        if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
+            raise GrapecError("internal error, please report it: the plan's edges leave steps that share arena "
+                              f"bytes unordered: {'; '.join(unordered[:3])}")
         plans.append(plan)
         counts = Counter(st.op for st in walk_steps(plan.steps))
         report = plan_report(kernels.kernels, plan, profile)
