@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import BackendError
-from ...plan import REGIONS, regions
+from ...plan import REGIONS, regions, step_deps
 from ..walker import run_region
 from .driver import Device, call
 from .graph import GraphBuilder, edge_counts
@@ -187,17 +187,14 @@ class CudaPlanRunner:
         """Steps -> [segment | host-driven region step], built once per step list."""
         key = (bucket, id(steps))
         if key not in self._graphs:
-            items, run = [], []
-            for st in steps:
-                if isinstance(st, REGIONS) and not st.graphed:
-                    if run:
-                        items.append(self._segment(bucket, run))
-                        run = []
-                    items.append(st)
-                else:
-                    run.append(st)
-            if run:
-                items.append(self._segment(bucket, run))
+            items, first = [], 0
+            for i, st in enumerate(steps + [None]):
+                if st is None or (isinstance(st, REGIONS) and not st.graphed):
+                    if i > first:
+                        items.append(self._segment(bucket, steps, first, i))
+                    if st is not None:
+                        items.append(st)
+                    first = i + 1
             self._graphs[key] = items
         return self._graphs[key]
 
@@ -215,9 +212,11 @@ class CudaPlanRunner:
         finally:
             self.tuning = False
 
-    def _segment(self, bucket: int, steps: list) -> _Segment:
+    def _segment(self, bucket: int, steps: list, first: int, end: int) -> _Segment:
+        """steps[first:end] as one graph; what they wait for before `first` ran in an earlier launch."""
         graph = call("cuGraphCreate", 0)
-        GraphBuilder(self, bucket).add_steps(graph, steps, [])
+        order = [[d - first for d in deps if d >= first] for deps in step_deps(steps)[first:end]]
+        GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order)
         exec_ = call("cuGraphInstantiate", graph, 0)
         self.keep(graph)
         return _Segment(graph, exec_)
