@@ -79,6 +79,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
     from .compiler import compile_model
     from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs
+    from .passes.streams import MAX_BRANCHES
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
@@ -86,7 +87,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
-                         **({} if max_branches is None else {"max_branches": max_branches}))
+                         max_branches=max_branches or MAX_BRANCHES)
 
 
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "

@@ -19,10 +19,11 @@ Weights are never written while a plan runs, so only arena buffers count.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from . import dtypes
-from .plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep, child_step_lists, step_deps
+from .plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep, child_step_lists, dependents, step_deps
 
 
 @dataclass
@@ -55,9 +56,7 @@ def _span(buffers: list, b: int, view=None) -> list:
     offset, batch_stride, ld, shape = view
     size = dtypes.itemsize(buf.dtype)
     rows, cols = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, shape[-1])
-    batches = 1
-    for d in shape[:-2]:
-        batches *= d
+    batches = math.prod(shape[:-2])
     last = offset + (batches - 1) * batch_stride + (rows - 1) * ld + cols   # one past the last element
     return [(buf.offset + offset * size, buf.offset + last * size)]
 
@@ -174,12 +173,7 @@ def _name(step) -> str:
 
 def random_order(steps: list, rng) -> list:
     """A topological order of the steps' edges, each ready step picked at random."""
-    deps = step_deps(steps)
-    waiting = [len(set(d)) for d in deps]
-    users: list = [[] for _ in steps]
-    for j, d in enumerate(deps):
-        for i in set(d):
-            users[i].append(j)
+    users, waiting = dependents(step_deps(steps))
     ready = [j for j, w in enumerate(waiting) if w == 0]
     order = []
     while ready:

@@ -189,6 +189,16 @@ def chain_deps(n: int) -> list:
     return [[i - 1] if i else [] for i in range(n)]
 
 
+def dependents(deps: list) -> tuple:
+    """(users, waiting): for each step the later steps that wait for it, and how many distinct steps
+    it waits for itself (what a topological walk of the edges counts down)."""
+    users: list = [[] for _ in deps]
+    for j, d in enumerate(deps):
+        for i in set(d):
+            users[i].append(j)
+    return users, [len(set(d)) for d in deps]
+
+
 def step_deps(steps: list) -> list:
     """Each step's dependencies (indices of earlier steps of the same list); a step that records none
     (a plan from before the stream scheduler) follows the step before it."""

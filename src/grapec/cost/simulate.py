@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..plan import dependents
+
 ISSUE_US = 0.5
 
 
@@ -40,11 +42,7 @@ def simulate(tasks: list, deps: list, gap_us: float, issue_us: float = ISSUE_US)
     """deps[j]: the nodes node j waits for (indices into tasks, a DAG; the list is a topological
     order, which is also the order the executor issues ready nodes in)."""
     n = len(tasks)
-    users: list = [[] for _ in range(n)]
-    waiting = [len(set(d)) for d in deps]
-    for j, d in enumerate(deps):
-        for i in set(d):
-            users[i].append(j)
+    users, waiting = dependents(deps)
     ready_at = {j: 0.0 for j in range(n) if waiting[j] == 0}
     start, end = [0.0] * n, [0.0] * n
     left = {}              # running node -> microseconds of work left at full speed

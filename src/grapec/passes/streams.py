@@ -32,7 +32,7 @@ from ..cost.model import estimate
 from ..cost.simulate import Task, Timeline, simulate
 from ..cost.work import step_work
 from ..hazards import conflict_deps, reduce_deps
-from ..plan import REGIONS, chain_deps, child_step_lists, walk_steps
+from ..plan import REGIONS, chain_deps, child_step_lists, dependents, walk_steps
 
 MAX_BRANCHES = 4
 MIN_GAIN = 0.03
@@ -103,8 +103,7 @@ def apply_candidate(plan, cand: Candidate):
         st.deps, st.branch = cand.deps[j], cand.branch[cand.order[j]]
 
 
-def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANCHES,
-                     serial: bool = False) -> StreamSchedule:
+def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANCHES) -> StreamSchedule:
     """Order the plan's steps and give them edges and branches (in place); the report says why."""
     for st in walk_steps(plan.steps):
         for sub in child_step_lists(st):
@@ -113,11 +112,10 @@ def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANC
     tasks = [step_task(kernels, plan, st, profile) for st in steps]
     gap = profile.node_gap_us
     serial_line = simulate(tasks, chain_deps(len(steps)), gap)
-    if serial or max_branches <= 1 or any(isinstance(st, REGIONS) and not st.graphed for st in steps):
+    if max_branches <= 1 or any(isinstance(st, REGIONS) and not st.graphed for st in steps):
         _as_chain(steps)
-        why = ("--serial: one chain" if serial or max_branches <= 1 else
-               "host-driven control flow cuts the graph: one chain")
-        return _report(steps, [0] * len(steps), "serial", serial_line, serial_line, why, [])
+        why = "--serial: one chain" if max_branches <= 1 else "host-driven control flow cuts the graph: one chain"
+        return _report(steps, "serial", serial_line, serial_line, why, [])
     weighed = candidates(steps, plan.buffers, tasks, gap, max_branches)
     table = [{"order": c.order_name, "branches": len(set(c.branch.values())), "us": round(c.line.makespan, 2)}
              for c in weighed]
@@ -125,12 +123,12 @@ def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANC
     gain = 1 - best.line.makespan / serial_line.makespan if serial_line.makespan else 0.0
     if gain < MIN_GAIN:
         _as_chain(steps)
-        return _report(steps, [0] * len(steps), "serial", serial_line, serial_line,
+        return _report(steps, "serial", serial_line, serial_line,
                        f"no parallel schedule beats one chain by {MIN_GAIN:.0%} in simulation "
                        f"(best: {best.order_name}, {gain:+.1%})", table)
     apply_candidate(plan, best)
     used = len(set(best.branch.values()))
-    return _report(plan.steps, [best.branch[i] for i in best.order], best.order_name, serial_line, best.line,
+    return _report(plan.steps, best.order_name, serial_line, best.line,
                    f"{best.order_name} order on {used} branches: {gain:.0%} shorter than one chain in simulation",
                    table)
 
@@ -157,16 +155,12 @@ def _edges(order: list, deps: list, branch: dict) -> list:
 def launch_order(name: str, deps: list, tasks: list, gap: float) -> list:
     """A topological order of the steps (ORDERS says how each picks among the ready ones)."""
     n = len(tasks)
-    users: list = [[] for _ in range(n)]
-    for j, d in enumerate(deps):
-        for i in d:
-            users[i].append(j)
+    users, waiting = dependents(deps)
     if name == "graph":
         return list(range(n))
     rank = [0.0] * n   # the longest path from a step to the end, itself included
     for i in range(n - 1, -1, -1):
         rank[i] = tasks[i].us + max((gap + rank[u] for u in users[i]), default=0.0)
-    waiting = [len(d) for d in deps]
     ready = [j for j in range(n) if not waiting[j]]
     order, last_compute = [], None
     while ready:
@@ -204,7 +198,8 @@ def assign_branches(order: list, deps: list, tasks: list, k: int, gap: float) ->
     return branch
 
 
-def _report(steps, branches, name, serial_line: Timeline, line: Timeline, reason, candidates):
+def _report(steps, name, serial_line: Timeline, line: Timeline, reason, candidates):
+    branches = [st.branch for st in steps]
     edges = sum(len(st.deps) for st in steps)
     cross = sum(1 for st in steps for d in st.deps if steps[d].branch != st.branch)
     timeline = [[round(s, 2), round(e, 2), b] for s, e, b in zip(line.start, line.end, branches)]
