@@ -14,7 +14,10 @@ def compile(model, shapes=None, dims=None, **options):
     return compile_model(model, shapes=shapes, dims=dims, **options)
 
 
-def load(bundle, backend: str = "cpu", device: int = 0):
-    """Load a bundle (path, bytes or Bundle) into a Session that runs it."""
+def load(bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None = None,
+         graph_memory: int | None = None):
+    """Load a bundle (path, bytes or Bundle) into a Session that runs it. CUDA backend: at most
+    `max_graphs` buckets keep instantiated graphs [default 8], within `graph_memory` bytes if given;
+    a run of another bucket patches the least recently run one's graph (runtime/cuda/runner.py)."""
     from .runtime.session import Session
-    return Session.load(bundle, backend=backend, device=device)
+    return Session.load(bundle, backend=backend, device=device, max_graphs=max_graphs, graph_memory=graph_memory)

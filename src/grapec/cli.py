@@ -75,9 +75,9 @@ def _shape_options(f):
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
-             device_profile=None, max_branches=None):
+             device_profile=None, max_branches=None, dynamic=(), jobs=None):
     from .compiler import compile_model
-    from .frontend.shapes import parse_dims
+    from .frontend.shapes import parse_dims, parse_ranges
     from .inputs import load_calibration_inputs
     from .passes.streams import MAX_BRANCHES
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
@@ -87,9 +87,15 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
-                         max_branches=max_branches or MAX_BRANCHES)
+                         max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs)
 
 
+DYNAMIC_HELP = ("A range of a named dim, both ends included (e.g. seq=1:512; repeatable, several dims give every "
+                "combination). Every size gets a plan compiled for it exactly, so it runs as fast as a bundle made for "
+                "that size alone; the plans share one arena (the largest size's), the kernels (sizes are passed as "
+                "arguments) and the weights, and are stored as templates plus deltas. Compile time grows with the "
+                "range (spread over --jobs processes); memory at run time does not. A run outside the range is refused "
+                "with an error naming it.")
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
                   "fp16: weights and activations float16, accumulation (GEMMs, reductions, softmax and "
                   "normalisation statistics) float32; inputs and outputs keep their types. fp16 keeps in float32 "
@@ -151,18 +157,23 @@ def _branches(serial: bool, max_branches: int) -> int:
               help="One shape bucket per use, as named dim values merged over --dim (e.g. --bucket seq=8 "
                    "--bucket seq=128). Each bucket gets its own plan; kernels that differ only in sizes "
                    "share one GPU function.")
+@click.option("--dynamic", "dynamic", multiple=True, metavar="NAME=LO:HI,..", help=DYNAMIC_HELP)
+@click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="Processes compiling buckets at once [default: one per core, up to 16].")
 @_precision_option
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @_branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, precision,
-            calibration_inputs, precision_tolerance, fusion, device_profile, serial, max_branches, force, quiet):
+def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
+            precision, calibration_inputs, precision_tolerance, fusion, device_profile, serial, max_branches, force,
+            quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
-    Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims) or
-    --bucket (one plan per bucket; a run picks the bucket that matches its inputs' shapes).
+    Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
+    --bucket (one plan per bucket; a run picks the bucket that matches its inputs' shapes) or
+    --dynamic (every value of a range, e.g. --dynamic seq=1:512 --dim batch=1).
     Unsupported ops are all listed at once. The bundle is written atomically.
     """
     out = output or os.path.splitext(model)[0] + ".grape"
@@ -178,7 +189,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
-                      _branches(serial, max_branches))
+                      _branches(serial, max_branches), dynamic, jobs)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -191,11 +202,30 @@ def _load_session(path, backend, shapes, dims, values=(), quiet=True):
         with open(path, "rb") as f:
             is_bundle = f.read(8) == MAGIC
         if not is_bundle and path.endswith(".onnx"):
-            return grapec.load(_compile(path, shapes, dims, quiet=quiet, targets=[] if backend == "cpu" else "auto",
+            sess = grapec.load(_compile(path, shapes, dims, quiet=quiet, targets=[] if backend == "cpu" else "auto",
                                         values=values), backend=backend)
-    if shapes or dims or values:
-        raise GrapecError("--shapes/--dim/--value apply when running an .onnx file; a bundle has them fixed at compile time")
-    return grapec.load(path, backend=backend)
+            return sess, 0
+    if values:
+        raise GrapecError("--value applies when running an .onnx file; a bundle has its values fixed at compile time")
+    sess = grapec.load(path, backend=backend)
+    return sess, _bucket_for(sess, shapes, dims)
+
+
+def _bucket_for(sess, shapes, dims) -> int:
+    """The bucket of a bundle that --shapes / --dim ask for (the first bucket when they say nothing)."""
+    if not shapes and not dims:
+        return 0
+    shape_args, dim_args, _ = _parse(shapes, dims)
+    first = sess.buckets[0]
+    want = {}
+    for info in sess.bundle.manifest["inputs"]:
+        name = info["name"]
+        if name in shape_args:
+            want[name] = tuple(shape_args[name])
+        elif name in first:
+            named = info["dims"] or [None] * len(first[name])
+            want[name] = tuple(dim_args.get(d, v) if isinstance(d, str) else v for d, v in zip(named, first[name]))
+    return sess.select_bucket(want)
 
 
 def _feeds(sess, inputs, seed, bucket=0):
@@ -227,8 +257,8 @@ def run(bundle, backend, inputs, seed, save, shapes, dims, values):
     from .devices import resolve_backend
     backend, why = resolve_backend(backend)
     click.echo(f"running on the {why}")
-    sess = _load_session(bundle, backend, shapes, dims, values)
-    feeds = _feeds(sess, inputs, seed)
+    sess, bucket = _load_session(bundle, backend, shapes, dims, values)
+    feeds = _feeds(sess, inputs, seed, bucket)
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     dt = time.perf_counter() - t0
@@ -267,9 +297,13 @@ def inspect(bundle, as_json, fusion, schedule):
     if fusion:
         _print_fusion_report(m, as_json)
         return
-    summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes", "kernels")}
-    plans = [{"shapes": bucket["shapes"], "steps": bucket["steps"], "library_ops": _library_ops(p),
-              "regions": _describe_regions(p.steps), **p.memory} for bucket, p in zip(m["buckets"], b.plans)]
+    summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes",
+                                      "kernels", "dynamic")}
+    summary["storage"] = b.storage()
+    shown = range(len(m["buckets"])) if as_json or len(m["buckets"]) <= 16 else \
+        [0, 1, 2, len(m["buckets"]) - 2, len(m["buckets"]) - 1]
+    plans = [{"shapes": m["buckets"][i]["shapes"], "steps": m["buckets"][i]["steps"], "library_ops": _library_ops(p),
+              "regions": _describe_regions(p.steps), **p.memory} for i, p in ((i, b.plans[i]) for i in shown)]
     if as_json:
         click.echo(json.dumps({**summary, "inputs": m["inputs"], "outputs": m["outputs"], "buckets": plans,
                                "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", []),
@@ -282,7 +316,16 @@ def inspect(bundle, as_json, fusion, schedule):
         click.echo(f"  input  {i['name']}: {i['dtype']}{i['dims']}")
     for o in m["outputs"]:
         click.echo(f"  output {o['name']}: {o['dtype']}{o['dims']}")
-    for i, p in enumerate(plans):
+    st = summary["storage"]
+    if m.get("dynamic"):
+        click.echo("  dynamic: " + ", ".join(f"{d}={lo}:{hi}" for d, (lo, hi) in m["dynamic"].items())
+                   + f" ({len(m['buckets'])} sizes, each with its own plan; one arena of "
+                   f"{b.largest_arena() / 2**20:.2f} MiB serves them all)")
+    click.echo(f"  plans: {st['plans']} in {st['plan_templates']} templates, {st['plan_bytes'] / 1024:.1f} KiB stored "
+               f"({st['plan_bytes'] / 1024 / max(1, st['plans']):.2f} KiB per plan); kernels {st['kernel_bytes'] / 1024:.1f} KiB")
+    for i, p in zip(shown, plans):
+        if len(shown) < len(m["buckets"]) and i == shown[-2]:
+            click.echo(f"  ... {len(m['buckets']) - len(shown)} more buckets (--json lists them all)")
         shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in p["shapes"].items())
         click.echo(f"  bucket {i} ({shp}): steps {p['steps']}, library {p['library_ops']}")
         click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
@@ -470,7 +513,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
-    feeds = _feeds(cpu, inputs, seed)
+    feeds = _feeds(cpu, inputs, seed, 0 if model.endswith(".onnx") else _bucket_for(cpu, shapes, dims))
     cpu.check_feeds(feeds)   # bad --input: a clear error before any GPU work
     res = {"grapec": bench_grapec(bundle, feeds, iterations, warmup, per_step=per_step > 0, timeline=timeline)}
     if "torch" in peers:

@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -35,8 +37,9 @@ import numpy as np
 from . import __version__
 from .bundle.format import Bundle
 from .errors import GrapecError, UnsupportedError
+from .fanout import map_buckets
 from .frontend.onnx_import import import_model, load_model, opset_of
-from .frontend.shapes import resolve_input_shapes, resolve_input_values
+from .frontend.shapes import range_buckets, resolve_input_shapes, resolve_input_values
 from .inputs import value_ranges
 from .ir.graph import Graph
 from .plan import walk_steps
@@ -96,6 +99,67 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     return form_regions(g, host_control) if parent is None else g
 
 
+BRIEF_REPORTS_OVER = 16   # buckets beyond which the manifest keeps the fusion report and timeline of the last only
+
+
+@dataclass
+class BucketContext:
+    """What every bucket of one compile shares (the workers of fanout.py inherit it)."""
+    graph: Graph
+    fixed: dict
+    host_control: bool
+    fusion: str
+    profile: DeviceProfile
+    max_branches: int
+    brief: bool = False   # many buckets: per-bucket reports kept short
+
+
+@dataclass
+class BucketResult:
+    plan: object
+    meta: dict            # the manifest's entry for the bucket
+    outputs: list         # the manifest's outputs (dtype, dims)
+    notes: list = field(default_factory=list)
+    log: list = field(default_factory=list)
+
+
+def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kernels: KernelStore) -> BucketResult:
+    """One bucket: the passes, its plan (weights and kernels added to the stores) and its report."""
+    t1 = time.perf_counter()
+    notes: list = []
+    Graph.restart_names()
+    low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
+                        fusion=ctx.fusion, profile=ctx.profile)
+    for node in regions(low):
+        if not node.attrs["graphed"]:
+            note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
+            if note not in notes:
+                notes.append(note)
+    plan = PlanBuilder(weights, kernels).build(low)
+    streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches)
+    unordered = unordered_conflicts(plan.steps, plan.buffers)
+    if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
+        raise GrapecError("internal error, please report it: the plan's edges leave steps that share arena "
+                          f"bytes unordered: {'; '.join(unordered[:3])}")
+    counts = Counter(st.op for st in walk_steps(plan.steps))
+    report = plan_report(kernels.kernels, plan, ctx.profile)
+    schedule = streams.to_json()
+    meta = {"shapes": {k: list(v) for k, v in ishapes.items() if k not in ctx.fixed},
+            "arena_bytes": plan.arena_bytes, "steps": dict(counts),
+            "estimated_us": round(sum(r["us"] for r in report), 1)}
+    if ctx.brief:
+        schedule = {k: v for k, v in schedule.items() if k not in ("timeline", "candidates")}
+    else:
+        meta["fusion_report"] = report
+    meta["schedule"] = schedule
+    mem = plan.memory
+    log = [f"{_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
+           f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
+           f"{time.perf_counter() - t1:.1f}s",
+           f"schedule: {streams.reason}"]
+    return BucketResult(plan, meta, [_io_meta_out(low, n) for n in low.outputs], notes, log)
+
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 HALF_PRECISIONS = ("fp16", "bf16")
 
@@ -105,7 +169,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   precision: str = "fp32", host_control: bool = False, values: dict | None = None,
                   calibration_inputs: list | None = None, precision_tolerance: float | None = None,
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
-                  max_branches: int = MAX_BRANCHES) -> Bundle:
+                  max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -138,6 +202,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              with it (fusion "full"), and the manifest holds the estimated time of every step.
     max_branches: the most parallel branches the stream scheduler may give the CUDA graph (passes/streams.py);
              1 keeps one chain (`--serial`, the baseline).
+    dynamic: dim name -> (lo, hi): every size from lo to hi gets its plan, as one bucket each (merged over
+             `dims`; several dims give every combination). Each size is compiled exactly, so it runs as fast as a
+             bundle made for it alone; the plans share kernels (sizes passed as arguments), weights and one
+             arena, and are stored as templates plus deltas (bundle/templates.py).
+    jobs:    processes compiling buckets at once (fanout.py) [default: one per core, up to 16].
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -157,6 +226,10 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         for given in [shapes or {}] + list(buckets or []):
             if n in given and tuple(given[n]) != shp:
                 raise GrapecError(f"input '{n}': --shapes gives {list(given[n])}, its --value has shape {list(shp)}")
+    if dynamic:
+        if bucket_dims:
+            raise GrapecError("--dynamic and --bucket cannot be combined: a range already gives every size its plan")
+        bucket_dims = range_buckets(dynamic)
     if bucket_dims:
         specs = [({**(shapes or {}), **fixed_shapes}, {**(dims or {}), **bd}) for bd in bucket_dims]
     else:
@@ -176,40 +249,24 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         say(mixed.summary())
 
     weights, kernels = WeightStore(), KernelStore()
-    plans, bucket_meta, notes = [], [], []
-    for bi, ishapes in enumerate(bucket_shapes):
-        t1 = time.perf_counter()
-        low = compile_graph(graph, ishapes, host_control=host_control, input_values=fixed, notes=notes,
-                            fusion=fusion, profile=profile)
-        for node in regions(low):
-            if not node.attrs["graphed"]:
-                note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
-                if note not in notes:
-                    notes.append(note)
-        plan = PlanBuilder(weights, kernels).build(low)
-        streams = schedule_streams(plan, kernels.kernels, profile, max_branches)
-        unordered = unordered_conflicts(plan.steps, plan.buffers)
-        if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
-            raise GrapecError("internal error, please report it: the plan's edges leave steps that share arena "
-                              f"bytes unordered: {'; '.join(unordered[:3])}")
-        plans.append(plan)
-        counts = Counter(st.op for st in walk_steps(plan.steps))
-        report = plan_report(kernels.kernels, plan, profile)
-        bucket_meta.append({"shapes": {k: list(v) for k, v in ishapes.items() if k not in fixed},
-                            "arena_bytes": plan.arena_bytes, "steps": dict(counts),
-                            "estimated_us": round(sum(r["us"] for r in report), 1), "fusion_report": report,
-                            "schedule": streams.to_json()})
-        mem = plan.memory
-        say(f"bucket {bi} {_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
-            f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
-            f"{time.perf_counter() - t1:.1f}s")
-        say(f"bucket {bi} schedule: {streams.reason}")
+    ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
+                        brief=len(bucket_shapes) > BRIEF_REPORTS_OVER)
+    results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
+    plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
+    for i, r in enumerate(results):
+        notes += [n for n in r.notes if n not in notes]
+        if len(results) <= BRIEF_REPORTS_OVER:
+            for line in r.log:
+                say(f"bucket {i} {line}")
+    if len(results) > BRIEF_REPORTS_OVER:
+        arenas = [p.arena_bytes for p in plans]
+        say(f"{len(results)} buckets: arena {min(arenas) / 2**20:.2f}..{max(arenas) / 2**20:.2f} MiB (one arena of "
+            f"the largest serves them all), {sum(len(list(walk_steps(p.steps))) for p in plans)} steps in all")
     if strict and notes:
         raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
 
     targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say)
 
-    outs = low.outputs
     ranges = value_ranges(proto)
     op_counts = Counter(n.op_type for n in proto.graph.node)
     manifest = {
@@ -223,8 +280,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                    for n in graph.inputs if n not in fixed],
         "fixed_inputs": [{"name": n, "dtype": graph.values[n].dtype, "shape": list(a.shape), "value": a.tolist()}
                          for n, a in fixed.items()],
-        "outputs": [_io_meta_out(low, n) for n in outs],
+        "outputs": results[-1].outputs,
         "buckets": bucket_meta,
+        "dynamic": {n: list(r) for n, r in (dynamic or {}).items()} or None,
         "targets": list(targets),
         "cuda": gpu_entry,
         "notes": notes,

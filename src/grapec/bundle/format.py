@@ -8,14 +8,18 @@
     sections                  back to back; the manifest lists each one's offset (from the end of
                               the manifest), size, sha256 and compression:
         weights               raw little-endian bytes, every weight at a 256-byte aligned offset
-        kernels               zlib(JSON list of kernel IR), shared by all buckets
-        plan.N                zlib(JSON plan) for bucket N (plan.py: typed records, stored as JSON)
+        kernels               zlib(JSON) of the kernel IR list, shared by all buckets, as templates plus
+                              deltas (templates.py)
+        plans                 zlib(JSON) of every bucket's plan (plan.py: typed records, stored as JSON),
+                              as templates plus deltas: a range's hundreds of sizes cost little more
+                              than one
         cubin.<target>        machine code per target (codegen/build.py); ptx.<arch>, cuda.source
         control.<target>      the conditional-node setter kernels, linked with the device runtime
 
 Loading checks the magic, the format version, each section's bounds and hash, and then every
 buffer, offset and size in every plan against its allocation, so a truncated, corrupted or foreign
-file fails with a clear BundleError before anything runs. A bundle may carry GPU machine code:
+file fails with a clear BundleError before anything runs. A bundle of many buckets checks each plan
+when it is first used (before it runs), so loading stays quick. A bundle may carry GPU machine code:
 load only bundles you trust.
 """
 from __future__ import annotations
@@ -32,11 +36,13 @@ from dataclasses import dataclass, field
 from .. import __version__, dtypes
 from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreStep
 from ..errors import BundleError
+from . import templates
 from ..value_range import manifest_ranges
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
-FORMAT_VERSION = 2   # v2: typed plan steps, If/Loop regions as the backends run them (plan.py)
+FORMAT_VERSION = 3   # v3: plans and kernels as templates plus deltas; v2: typed plan steps, If/Loop regions
+EAGER_CHECK_UP_TO = 16   # plans checked at load; beyond, each when first used
 
 
 @dataclass
@@ -49,10 +55,8 @@ class Bundle:
 
     # --- writing ---------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        sections = [("weights", self.weights, "none"),
-                    ("kernels", zlib.compress(json.dumps(self.kernels, separators=(",", ":")).encode(), 6), "zlib")]
-        for i, p in enumerate(self.plans):
-            sections.append((f"plan.{i}", zlib.compress(json.dumps(p.to_json(), separators=(",", ":")).encode(), 6), "zlib"))
+        sections = [("weights", self.weights, "none"), ("kernels", _packed(self.kernels), "zlib"),
+                    ("plans", _packed([p.to_json() for p in self.plans]), "zlib")]
         for name, data in self.extra_sections.items():
             sections.append((name, data, "none"))
         table, off = [], 0
@@ -134,31 +138,91 @@ class Bundle:
             if sum(int(s["size"]) for s in manifest["sections"]) != len(body):
                 raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists "
                                   f"{sum(int(s['size']) for s in manifest['sections'])})")
-            kernels = json.loads(sections["kernels"])
-            plans = [Plan.from_json(json.loads(sections[f"plan.{i}"])) for i in range(len(manifest["buckets"]))]
+            kernels = templates.decode(json.loads(sections["kernels"]))
+            docs = templates.TemplatedDocs(json.loads(sections["plans"]))
+            if len(docs) != len(manifest["buckets"]):
+                raise ValueError(f"{len(docs)} plans for {len(manifest['buckets'])} buckets")
         except BundleError:
             raise
-        except (KeyError, TypeError, ValueError, zlib.error) as e:
+        except (KeyError, TypeError, ValueError, IndexError, zlib.error) as e:
             raise BundleError(f"{where}: corrupted bundle ({type(e).__name__}: {e})") from None
-        extra = {k: v for k, v in sections.items() if k not in ("weights", "kernels") and not k.startswith("plan.")}
-        b = Bundle(manifest, sections["weights"], kernels, plans, extra)
+        extra = {k: v for k, v in sections.items() if k not in ("weights", "kernels", "plans")}
+        b = Bundle(manifest, sections["weights"], kernels, [], extra)
+        b.plans = StoredPlans(docs, b, where)
         b.validate(where)
         return b
 
+    def storage(self) -> dict:
+        """What the plans and kernels take in the file: their sections' bytes and the plans' templates."""
+        size = {s["name"]: s["size"] for s in self.manifest.get("sections", [])}
+        docs = getattr(self.plans, "docs", None)
+        return {"plans": len(self.plans), "plan_templates": len(docs.templates) if docs else None,
+                "plan_bytes": size.get("plans"), "kernel_bytes": size.get("kernels")}
+
+    def largest_arena(self) -> int:
+        """The bytes of the one arena all buckets share."""
+        return max((int(b["arena_bytes"]) for b in self.manifest["buckets"]), default=0)
+
     def validate(self, where: str = "bundle"):
-        """Every offset and size in every plan against its allocation."""
+        """Every offset and size in every plan against its allocation (a bundle of many buckets: each
+        plan when it is first used)."""
         try:
             manifest_ranges(self.manifest)
+            self.largest_arena()
         except (KeyError, TypeError, ValueError) as e:
             raise BundleError(f"{where}: corrupted manifest ({e})") from None
-        nk = len(self.kernels)
-        for bi, plan in enumerate(self.plans):
+        if len(self.plans) <= EAGER_CHECK_UP_TO:
+            for bi in range(len(self.plans)):
+                self.check_plan(bi, self.plans[bi], where)
+
+    def check_plan(self, bi: int, plan: Plan, where: str = "bundle"):
+        try:
+            if plan.arena_bytes > self.largest_arena():
+                raise BundleError(f"arena of {plan.arena_bytes} bytes, the manifest's largest is {self.largest_arena()}")
+            _validate_plan(plan, len(self.weights), self.kernels, len(self.kernels))
+        except BundleError as e:
+            raise BundleError(f"{where}: bucket {bi}: {e}") from None
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise BundleError(f"{where}: bucket {bi}: malformed plan ({type(e).__name__}: {e})") from None
+
+
+class StoredPlans:
+    """A read bundle's plans, each built from its stored template and numbers when first asked for and
+    checked then; the last PLANS_KEPT are kept."""
+    PLANS_KEPT = 64
+
+    def __init__(self, docs, bundle: Bundle, where: str):
+        self.docs, self.bundle, self.where = docs, bundle, where
+        self.checked: set = set()
+        self.kept: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, i: int) -> Plan:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"bucket {i} out of range")
+        i %= len(self)
+        plan = self.kept.pop(i, None)
+        if plan is None:
             try:
-                _validate_plan(plan, len(self.weights), self.kernels, nk)
-            except BundleError as e:
-                raise BundleError(f"{where}: bucket {bi}: {e}") from None
+                plan = Plan.from_json(self.docs[i])
             except (KeyError, TypeError, ValueError, IndexError) as e:
-                raise BundleError(f"{where}: bucket {bi}: malformed plan ({type(e).__name__}: {e})") from None
+                raise BundleError(f"{self.where}: bucket {i}: malformed plan ({type(e).__name__}: {e})") from None
+            if i not in self.checked:
+                self.bundle.check_plan(i, plan, self.where)
+                self.checked.add(i)
+        self.kept[i] = plan
+        if len(self.kept) > self.PLANS_KEPT:
+            del self.kept[next(iter(self.kept))]
+        return plan
+
+
+def _packed(docs: list) -> bytes:
+    return zlib.compress(json.dumps(templates.encode(docs), separators=(",", ":")).encode(), 6)
 
 
 def _check_view(view, buf, what):

@@ -42,6 +42,40 @@ def parse_dims(text: str | None, flag: str = "--dim") -> dict:
     return out
 
 
+MAX_RANGE_SIZES = 4096
+
+
+def parse_ranges(text, flag: str = "--dynamic") -> dict:
+    """'seq=1:512,batch=1:4' -> {'seq': (1, 512), 'batch': (1, 4)}: every value from LO to HI, both included."""
+    out: dict = {}
+    for item in _split_items(text or ()):
+        name, sep, val = item.partition("=")
+        lo, colon, hi = val.partition(":")
+        try:
+            lo, hi = int(lo), int(hi)
+            if not sep or not colon or not name.strip() or lo < 1 or hi < lo:
+                raise ValueError
+        except ValueError:
+            raise GrapecError(f"{flag}: expected NAME=LO:HI with 1 <= LO <= HI (e.g. seq=1:512), got '{item}'") from None
+        out[name.strip()] = (lo, hi)
+    return out
+
+
+def range_buckets(ranges: dict) -> list:
+    """Every combination of the ranges' values, as dims dicts (the last dim varies fastest)."""
+    count = 1
+    for lo, hi in ranges.values():
+        count *= hi - lo + 1
+    if count > MAX_RANGE_SIZES:
+        spans = ", ".join(f"{n}={lo}:{hi}" for n, (lo, hi) in ranges.items())
+        raise GrapecError(f"--dynamic {spans} spans {count} shapes; at most {MAX_RANGE_SIZES} fit in one bundle "
+                          "(narrow the range, or compile one bundle per part of it)")
+    combos = [{}]
+    for name, (lo, hi) in ranges.items():
+        combos = [dict(c, **{name: v}) for c in combos for v in range(lo, hi + 1)]
+    return combos
+
+
 def _split_items(text):
     if isinstance(text, (list, tuple)):
         items = [i for t in text for i in str(t).split(",")]

@@ -74,8 +74,17 @@ class Graph:
             g = g.parent
         return None
 
+    @staticmethod
+    def restart_names():
+        """Number new values from 0 again: the compile of each bucket then names its values alike, so
+        plans of sizes that compile alike are alike to the letter (bundle/templates.py stores them
+        once)."""
+        Graph._counter = itertools.count()
+
     def add_value(self, hint: str, dtype: str, shape, const=None) -> Value:
         name = f"{hint}__{next(Graph._counter)}"
+        while self.lookup(name) is not None:   # a model's own name that looks like ours
+            name = f"{hint}__{next(Graph._counter)}"
         v = Value(name, dtype, tuple(shape), const)
         self.values[name] = v
         return v

@@ -22,25 +22,36 @@ WEIGHT_ALIGN = 256
 
 
 class WeightStore:
-    """One blob of all weights and folded constants, deduplicated by content."""
+    """One blob of all weights and folded constants, deduplicated by content.
+
+    A constant is looked up by a cheap key (its size, a hash of its first and last bytes) and then
+    compared byte for byte, so the model's weights, met again in every bucket, are not hashed whole
+    each time."""
 
     def __init__(self):
         self.chunks: list = []
         self.size = 0
-        self._by_hash: dict = {}
+        self._by_key: dict = {}   # cheap key -> [(offset, bytes)]
+        self.entries: list = []   # (offset, bytes) in the order added
 
     def add(self, arr: np.ndarray) -> int:
-        data = np.ascontiguousarray(arr).tobytes()
-        key = hashlib.sha256(data).hexdigest()
-        off = self._by_hash.get(key)
-        if off is None:
-            pad = (-self.size) % WEIGHT_ALIGN
-            if pad:
-                self.chunks.append(b"\0" * pad)
-                self.size += pad
-            off = self._by_hash[key] = self.size
-            self.chunks.append(data)
-            self.size += len(data)
+        arr = np.ascontiguousarray(arr)
+        raw = arr.reshape(-1).view(np.uint8)
+        key = (raw.size, hashlib.sha1(raw[:4096].tobytes() + raw[-4096:].tobytes()).digest())
+        same = self._by_key.setdefault(key, [])
+        for off, data in same:
+            if np.array_equal(np.frombuffer(data, np.uint8), raw):
+                return off
+        pad = (-self.size) % WEIGHT_ALIGN
+        if pad:
+            self.chunks.append(b"\0" * pad)
+            self.size += pad
+        data = raw.tobytes()
+        off = self.size
+        same.append((off, data))
+        self.entries.append((off, data))
+        self.chunks.append(data)
+        self.size += len(data)
         return off
 
     def blob(self) -> bytes:
@@ -55,7 +66,9 @@ class KernelStore:
         self._index: dict = {}
 
     def add(self, kernel: Kernel) -> int:
-        j = kernel.to_json()
+        return self.add_json(kernel.to_json())
+
+    def add_json(self, j: dict) -> int:
         key = json.dumps(j, sort_keys=True)
         k = self._index.get(key)
         if k is None:

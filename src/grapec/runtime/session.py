@@ -37,6 +37,10 @@ def _contiguous_strides(cai):
     return tuple(reversed(strides))
 
 
+def _shapes_key(shapes: dict) -> tuple:
+    return tuple((n, tuple(int(d) for d in shapes[n])) for n in sorted(shapes))
+
+
 @dataclass
 class IOInfo:
     name: str
@@ -45,7 +49,8 @@ class IOInfo:
 
 
 class Session:
-    def __init__(self, bundle: Bundle, backend: str = "cpu", device: int = 0):
+    def __init__(self, bundle: Bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None = None,
+                 graph_memory: int | None = None):
         self.bundle = bundle
         self.backend = backend
         m = bundle.manifest
@@ -53,6 +58,8 @@ class Session:
         self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
         self._ranges = manifest_ranges(m)
         self._lock = threading.Lock()
+        self._bucket_of = None   # input shapes -> bucket, built on first use
+        self._buckets = None
         # inputs fixed at compile time (--value): feeding them is optional, and only the same value is accepted
         self._fixed = {f["name"]: np.array(f["value"], dtypes.np_dtype(f["dtype"])).reshape(f["shape"])
                        for f in m.get("fixed_inputs", [])}
@@ -61,19 +68,20 @@ class Session:
             self._runner = CpuPlanRunner(bundle)
         elif backend == "cuda":
             from .cuda.runner import CudaPlanRunner
-            self._runner = CudaPlanRunner(bundle, device, tf32=bundle.manifest.get("precision") == "tf32")
+            self._runner = CudaPlanRunner(bundle, device, tf32=bundle.manifest.get("precision") == "tf32",
+                                          max_graphs=max_graphs, graph_memory=graph_memory)
         else:
             raise BackendError(f"unknown backend '{backend}' (choose cpu or cuda)")
 
     @classmethod
-    def load(cls, src, backend: str = "cpu", device: int = 0) -> "Session":
+    def load(cls, src, backend: str = "cpu", device: int = 0, **options) -> "Session":
         if isinstance(src, Bundle):
             b = src
         elif isinstance(src, (bytes, bytearray)):
             b = Bundle.from_bytes(bytes(src))
         else:
             b = Bundle.read(os.fspath(src))
-        return cls(b, backend, device)
+        return cls(b, backend, device, **options)
 
     def get_inputs(self) -> list:
         return list(self._inputs)
@@ -83,14 +91,32 @@ class Session:
 
     @property
     def buckets(self) -> list:
-        return [b["shapes"] for b in self.bundle.manifest["buckets"]]
+        if self._buckets is None:
+            self._buckets = [b["shapes"] for b in self.bundle.manifest["buckets"]]
+        return self._buckets
 
     def select_bucket(self, shapes: dict) -> int:
-        for i, b in enumerate(self.buckets):
-            if all(tuple(b[n]) == tuple(shapes[n]) for n in b):
-                return i
-        have = "; ".join(", ".join(f"{n}={'x'.join(map(str, s)) or 'scalar'}" for n, s in b.items()) for b in self.buckets)
+        if self._bucket_of is None:
+            self._bucket_of = {_shapes_key(b): i for i, b in enumerate(self.buckets)}
+        i = self._bucket_of.get(_shapes_key({n: shapes[n] for n in self.buckets[0]}) if self.buckets else ())
+        if i is not None:
+            return i
         got = ", ".join(f"{n}={'x'.join(map(str, s)) or 'scalar'}" for n, s in shapes.items())
+        dynamic = self.bundle.manifest.get("dynamic") or {}
+        for info in self.bundle.manifest["inputs"]:
+            for axis, dim in enumerate(info["dims"] or []):
+                if dim in dynamic and info["name"] in shapes and axis < len(shapes[info["name"]]):
+                    v, (lo, hi) = shapes[info["name"]][axis], dynamic[dim]
+                    if not lo <= v <= hi:
+                        raise InputError(f"input '{info['name']}' dim {axis} ('{dim}') is {v}, outside the range this "
+                                         f"bundle was compiled for: {dim}={lo}:{hi} (input shapes {got}; recompile "
+                                         f"with a wider --dynamic {dim}=LO:HI)")
+        if dynamic:
+            have = ", ".join(f"{d}={lo}:{hi}" for d, (lo, hi) in dynamic.items())
+            shapes_of = "; ".join(f"{i['name']}={'x'.join(map(str, i['dims'] or [])) or 'scalar'}"
+                                  for i in self.bundle.manifest["inputs"])
+            raise InputError(f"no bucket for input shapes {got}; this bundle was compiled for {shapes_of} with {have}")
+        have = "; ".join(", ".join(f"{n}={'x'.join(map(str, s)) or 'scalar'}" for n, s in b.items()) for b in self.buckets)
         raise InputError(f"no bucket for input shapes {got}; this bundle was compiled for: {have}")
 
     def check_feeds(self, feeds: dict) -> dict:

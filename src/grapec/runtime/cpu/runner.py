@@ -25,7 +25,7 @@ class CpuPlanRunner:
         self.rng = None if order_seed is None else np.random.default_rng(order_seed)
         self.kernels = [kernel_from_json(k) for k in bundle.kernels]
         self.weights = np.frombuffer(bundle.weights, np.uint8)
-        arena_bytes = max((p.arena_bytes for p in bundle.plans), default=0)
+        arena_bytes = bundle.largest_arena()
         self.arena = np.zeros(arena_bytes, np.uint8)   # one arena shared by all buckets
         self._views = {}
 

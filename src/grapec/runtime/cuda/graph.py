@@ -53,7 +53,7 @@ class GraphBuilder:
     def __init__(self, runner, bucket: int):
         self.r = runner
         self.bucket = bucket
-        self.bufs = runner.bundle.plans[bucket].buffers
+        self.bufs = runner.plan(bucket).buffers
 
     def ptr(self, b: int) -> int:
         return self.r.ptr(self.bucket, b) if b >= 0 else 0
@@ -105,7 +105,7 @@ class GraphBuilder:
         launches while they run and waits for them in G_AWAIT_PREDECESSOR)."""
         from cuda.bindings import driver
         args = KernelArgs(pointers, scalars)
-        self.r.keep(args)
+        self.r.keep(self.bucket, args)
         p = driver.CUDA_KERNEL_NODE_PARAMS()
         p.func = func
         p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
@@ -133,7 +133,7 @@ class GraphBuilder:
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), out.dtype)
         child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts,
                                                       tune=self.r.tuning, workspace=st.branch)
-        self.r.keep(child)
+        self.r.keep(self.bucket, child)
         if self.r.flat_gemms:
             node = self.inlined(graph, deps, child)
             if node is not None:

@@ -39,7 +39,7 @@ def step_kind(bundle, st) -> str:
 
 def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = ITERATIONS) -> list:
     """-> [StepTime] for every top-level step of the bucket's plan (its inputs as they are now)."""
-    steps = runner.bundle.plans[bucket].steps
+    steps = runner.plan(bucket).steps
     out = []
     for i, st in enumerate(steps):
         graph = call("cuGraphCreate", 0)

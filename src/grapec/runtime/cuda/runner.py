@@ -3,19 +3,23 @@
 At load: pick the bundle's code for this GPU (a cubin of the same major architecture, else PTX),
 load the module (and the conditional-node setter kernels where the plan has graphed regions),
 upload the weights once, allocate one arena shared by all buckets. A bucket's graph is built on
-its first run and kept. Graphed If/Loop regions are conditional nodes inside it, so such a model
+its first run and kept, for at most `max_graphs` buckets and `graph_memory` bytes of instantiated
+graphs (a range of sizes may have hundreds): the least recently run bucket gives way, and where
+its graph has the shape of the new one its exec is patched in place (cuGraphExecUpdate: new
+kernel arguments, grids and functions) instead of a new one being instantiated. Graphed If/Loop regions are conditional nodes inside it, so such a model
 replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
 runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
 """
 from __future__ import annotations
 
 import os
+from collections import Counter, OrderedDict
 
 import numpy as np
 
 from ... import dtypes
 from ...errors import BackendError
-from ...plan import REGIONS, regions, step_deps
+from ...plan import REGIONS, step_deps, walk_steps
 from ..walker import run_region
 from .driver import Device, call
 from .graph import GraphBuilder, edge_counts
@@ -61,6 +65,12 @@ def uses_dependent_launch(bundle, code: str, cc: tuple) -> bool:
     return code_arch >= 90 and cc[0] >= 9 and call("cuDriverGetVersion") >= DEPENDENT_LAUNCH_DRIVER
 
 
+# Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
+# about 2.6 MiB of device memory; a switch to a bucket not kept costs a graph build and a patch.
+MAX_GRAPHS = 8
+EXEC_BYTES_PER_NODE = 3 * 1024   # about what an instantiated kernel node takes on the device (DESIGN.md)
+
+
 class _Segment:
     """A run of steps (graphed regions included) as one instantiated CUDA graph."""
 
@@ -68,9 +78,23 @@ class _Segment:
         self.graph, self.exec = graph, exec_
 
 
+class _Built:
+    """A bucket with graphs: its plan (kept, so the step lists the graphs were built from stay the
+    same objects), what its nodes point at, and the device memory its execs took."""
+
+    def __init__(self, plan):
+        self.plan, self.kept, self.exec_bytes = plan, [], 0
+
+
 class CudaPlanRunner:
-    def __init__(self, bundle, device: int = 0, tf32: bool = False):
+    def __init__(self, bundle, device: int = 0, tf32: bool = False, max_graphs: int | None = None,
+                 graph_memory: int | None = None):
         self.bundle = bundle
+        self.max_graphs = max(1, max_graphs or MAX_GRAPHS)
+        self.graph_memory = graph_memory   # bytes of instantiated graphs to stay under (None: no limit)
+        self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
+        self._spare = None      # an evicted bucket's exec, offered to the next segment built
+        self.switches = Counter()   # "instantiated", "patched", "evicted": what bucket switches cost
         self.dev = Device(device)
         image, self.code = select_code(bundle, self.dev)
         self.module = self._load(image, self.code)
@@ -88,12 +112,12 @@ class CudaPlanRunner:
         self.control = self._control_module(bundle)
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
         self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
-        self.arena_bytes = max((p.arena_bytes for p in bundle.plans), default=0)
+        self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
         self.blas = None
         self.tf32 = tf32
         self._graphs: dict = {}
-        self._keep: list = []
+        self._loose: list = []
         self._pending: list = []
         # a captured cuBLASLt call of one kernel becomes a plain kernel node, not a child graph: 1-2% per
         # replay on the zoo (benchmarks/graph_options.py); GRAPEC_FLAT_GEMMS=0 keeps child graphs
@@ -116,7 +140,7 @@ class CudaPlanRunner:
     def _control_module(self, bundle):
         """The setter kernels of graphed If/Loop regions: a linked cubin for this GPU, and a driver
         that has conditional nodes. Either missing is a clear error, not a silent host fallback."""
-        if not any(r.graphed for p in bundle.plans for r in regions(p)):
+        if not bundle.manifest["cuda"].get("control"):   # codegen/build.py: some plan has a graphed region
             return None
         fits = [k for k in bundle.extra_sections if k.startswith("control.sm_")
                 and runs_here(k[len("control."):], self.dev.cc)]
@@ -142,9 +166,16 @@ class CudaPlanRunner:
             self._extra[key] = call("cuModuleGetFunction", self.control, name.encode())
         return self._extra[key]
 
-    def keep(self, obj):
-        """Keep alive what a graph node points at (kernel arguments, captured child graphs)."""
-        self._keep.append(obj)
+    def keep(self, bucket: int, obj):
+        """Keep alive what a graph node points at (kernel arguments, captured child graphs), for as
+        long as the bucket keeps its graphs (or the runner lives, for a graph built outside them)."""
+        built = self._built.get(bucket)
+        (built.kept if built is not None else self._loose).append(obj)
+
+    def plan(self, bucket: int):
+        """The bucket's plan: the one its graphs were built from while it has graphs."""
+        built = self._built.get(bucket)
+        return built.plan if built is not None else self.bundle.plans[bucket]
 
     def blas_for_graphs(self):
         if self.blas is None:
@@ -156,11 +187,8 @@ class CudaPlanRunner:
         """Give the device memory and graphs back (also done when the session is collected)."""
         if getattr(self, "dev", None) is None:
             return
-        for items in self._graphs.values():
-            for it in items:
-                if isinstance(it, _Segment):
-                    call("cuGraphExecDestroy", it.exec)
-        self._graphs.clear()
+        for bucket in list(self._built):
+            self._evict(bucket, spare=False)
         for p in (getattr(self, "arena", 0), getattr(self, "weights", 0)):
             self.dev.free(p)
         self.arena = self.weights = 0
@@ -179,7 +207,7 @@ class CudaPlanRunner:
 
     # --- addresses -------------------------------------------------------------------------------
     def ptr(self, bucket: int, b: int) -> int:
-        buf = self.bundle.plans[bucket].buffers[b]
+        buf = self.plan(bucket).buffers[b]
         return (self.arena if buf.space == "arena" else self.weights) + buf.offset
 
     # --- building graphs -------------------------------------------------------------------------
@@ -202,24 +230,74 @@ class CudaPlanRunner:
         """Build the bucket's graphs before its inputs are written: tuning a GEMM's algorithm at build
         time runs it on arena bytes, which may be an input's. Graphs built later (the bodies of
         host-driven regions, mid-run) keep cuBLASLt's first choice."""
-        steps = self.bundle.plans[bucket].steps
-        if (bucket, id(steps)) in self._graphs:
+        if bucket in self._built:
+            self._built.move_to_end(bucket)
             return
-        self.dev.synchronize()   # a run in flight still uses the arena
+        self.dev.synchronize()   # a run in flight still uses the arena (and maybe the exec patched next)
+        self._make_room()
+        built = self._built[bucket] = _Built(self.bundle.plans[bucket])
+        free = call("cuMemGetInfo")[0]
         self.tuning = True
         try:
-            self.program(bucket, steps)
+            self.program(bucket, built.plan.steps)
         finally:
             self.tuning = False
+            self._drop_spare()
+        # cuMemGetInfo moves in pages: a small graph reads as free, so count at least what a node costs
+        nodes = sum(1 for _ in walk_steps(built.plan.steps))
+        built.exec_bytes = max(free - call("cuMemGetInfo")[0], nodes * EXEC_BYTES_PER_NODE)
+
+    def _make_room(self):
+        """Evict least recently run buckets until one more fits; the first one's exec is kept spare,
+        to be patched into the next segment built."""
+        used = sum(b.exec_bytes for b in self._built.values())
+        estimate = max((b.exec_bytes for b in self._built.values()), default=0)
+        while self._built and (len(self._built) >= self.max_graphs or
+                               (self.graph_memory is not None and used + estimate > self.graph_memory)):
+            bucket, built = next(iter(self._built.items()))
+            used -= built.exec_bytes
+            self._evict(bucket, spare=self._spare is None)
+
+    def _evict(self, bucket: int, spare: bool):
+        built = self._built.pop(bucket)
+        for key in [k for k in self._graphs if k[0] == bucket]:
+            for it in self._graphs.pop(key):
+                if isinstance(it, _Segment):
+                    if spare and self._spare is None:
+                        self._spare = it
+                    else:
+                        call("cuGraphExecDestroy", it.exec)
+                        call("cuGraphDestroy", it.graph)
+        built.kept.clear()
+        self.switches["evicted"] += 1
+
+    def _drop_spare(self):
+        if self._spare is not None:
+            call("cuGraphExecDestroy", self._spare.exec)
+            call("cuGraphDestroy", self._spare.graph)
+            self._spare = None
+
+    def _instantiate(self, graph):
+        """An exec for graph: the spare one patched where the graphs have the same shape, else a new one."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                call("cuGraphExecUpdate", spare.exec, graph)
+                call("cuGraphDestroy", spare.graph)
+                self.switches["patched"] += 1
+                return spare.exec
+            except BackendError:   # another topology: CUDA refuses the update, the exec goes
+                call("cuGraphExecDestroy", spare.exec)
+                call("cuGraphDestroy", spare.graph)
+        self.switches["instantiated"] += 1
+        return call("cuGraphInstantiate", graph, 0)
 
     def _segment(self, bucket: int, steps: list, first: int, end: int) -> _Segment:
         """steps[first:end] as one graph; what they wait for before `first` ran in an earlier launch."""
         graph = call("cuGraphCreate", 0)
         order = [[d - first for d in deps if d >= first] for deps in step_deps(steps)[first:end]]
         GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order)
-        exec_ = call("cuGraphInstantiate", graph, 0)
-        self.keep(graph)
-        return _Segment(graph, exec_)
+        return _Segment(graph, self._instantiate(graph))
 
     def edge_counts(self) -> dict:
         """Edges of the graphs built so far, by kind ({"default": n, "programmatic": m}): how many
@@ -243,7 +321,7 @@ class CudaPlanRunner:
                 run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub))
 
     def _read(self, bucket, b) -> np.ndarray:
-        buf = self.bundle.plans[bucket].buffers[b]
+        buf = self.plan(bucket).buffers[b]
         out = np.empty(buf.shape, dtypes.np_dtype(buf.dtype))
         self.dev.synchronize()
         self.dev.download(out.ctypes.data, self.ptr(bucket, b), buf.nbytes)
@@ -255,7 +333,7 @@ class CudaPlanRunner:
         self.dev.upload(self.ptr(bucket, b), arr.ctypes.data, arr.nbytes)
 
     def feed(self, bucket: int, name: str, b: int, value):
-        buf = self.bundle.plans[bucket].buffers[b]
+        buf = self.plan(bucket).buffers[b]
         cai = getattr(value, "__cuda_array_interface__", None)
         if cai is not None:
             if int(cai["data"][0]) != self.ptr(bucket, b):   # not already the graph's own buffer
@@ -266,11 +344,11 @@ class CudaPlanRunner:
             self._pending.append(a)   # the async copy may read it after we return
 
     def run(self, bucket: int, feeds: dict, on_device: bool = False) -> dict:
-        plan = self.bundle.plans[bucket]
         self.dev.make_current()
         self._pending = []
         self.launched = 0
         self.prepare(bucket)
+        plan = self.plan(bucket)
         for name, b in plan.inputs:
             self.feed(bucket, name, b, feeds[name])
         self.execute(bucket, plan.steps)
@@ -282,7 +360,7 @@ class CudaPlanRunner:
     def input_buffer(self, bucket: int, name: str):
         self.dev.make_current()
         self.prepare(bucket)   # before the caller writes the buffer
-        plan = self.bundle.plans[bucket]
+        plan = self.plan(bucket)
         b = dict(plan.inputs)[name]
         return DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
 
@@ -297,7 +375,7 @@ class _BucketMemory:
         return self.r._read(self.bucket, b).reshape(-1)[0]
 
     def set(self, b, value):
-        buf = self.r.bundle.plans[self.bucket].buffers[b]
+        buf = self.r.plan(self.bucket).buffers[b]
         self.r._write(self.bucket, b, np.asarray(value, dtypes.np_dtype(buf.dtype)).reshape(buf.shape))
 
 

@@ -19,7 +19,7 @@ from .graph import GraphBuilder
 def measure_timeline(runner, bucket: int, launches: int = 20) -> list:
     """[Span] per top-level step: the median over `launches` replays of its start and end, in
     microseconds from the first step's start."""
-    steps = runner.bundle.plans[bucket].steps
+    steps = runner.plan(bucket).steps
     if any(isinstance(st, REGIONS) and not st.graphed for st in steps):
         raise BackendError("--timeline needs a plan that runs as one CUDA graph (this one has host-driven control flow)")
     runner.prepare(bucket)   # GEMMs tuned by the real graph's build, not this one's

@@ -1,0 +1,213 @@
+"""Every length of a range served by one bundle, against PyTorch's one CUDA graph per length: one
+process, one GPU.
+
+    python benchmarks/dynamic.py [--range 1:512] [--samples 1,8,64,128,256,384,512] [--max-graphs 8]
+                                 [--torch-step 1] [--iterations 200] [--out DIR]
+
+GPT-2 (full, fp16, batch 1) is compiled once with --dynamic seq=LO:HI. Then, in this process:
+  memory   device memory taken by the session after running every length of the range once (weights,
+           arena, the graphs kept, cuBLASLt workspaces), against weights + 1.2 x the largest arena +
+           64 MiB; and PyTorch's one captured graph per length (every --torch-step-th length), with a
+           private pool per graph and with one shared pool, beyond its weights;
+  replay   at each sampled length: the range bundle's replay against a bundle compiled for that length
+           alone (their ratio), and both outputs against onnxruntime (CPU, fp32);
+  switch   the host time of a run whose length still has its graph, and of one whose graph must be
+           built again and patched into a kept exec (cuGraphExecUpdate).
+Prints a table per part, and writes DIR/dynamic.json and DIR/dynamic.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+MIB = 2 ** 20
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--range", default="1:512")
+    ap.add_argument("--samples", default="1,8,64,128,256,384,512")
+    ap.add_argument("--max-graphs", type=int, default=8)
+    ap.add_argument("--torch-step", type=int, default=1, help="capture every N-th length in PyTorch (0: none)")
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    lo, hi = (int(x) for x in a.range.split(":"))
+    samples = [int(s) for s in a.samples.split(",") if lo <= int(s) <= hi]
+    import grapec
+    from grapec.bench import bench_grapec
+    from grapec.bundle.format import Bundle
+    model = _full_model("gpt2")
+    say = lambda m: print(f"[dynamic] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    t0 = time.perf_counter()
+    ranged = grapec.compile(model, dims={"batch": 1}, dynamic={"seq": (lo, hi)}, precision="fp16", progress=say)
+    compile_s = time.perf_counter() - t0
+    data = ranged.to_bytes()
+    storage = Bundle.from_bytes(data).storage()
+    res = {"range": [lo, hi], "compile_s": compile_s, "bundle_mib": len(data) / MIB, "storage": storage,
+           "weights_mib": len(ranged.weights) / MIB, "largest_arena_mib": ranged.largest_arena() / MIB}
+    say(f"compiled {hi - lo + 1} lengths in {compile_s:.0f}s; bundle {len(data) / MIB:.1f} MiB, plans "
+        f"{storage['plan_bytes'] / 1024:.0f} KiB in {storage['plan_templates']} templates")
+    rng = np.random.default_rng(0)
+    ids = {n: {"input_ids": rng.integers(0, 50257, (1, n)).astype(np.int64)} for n in range(lo, hi + 1)}
+
+    res["memory"] = _grapec_memory(ranged, ids, a.max_graphs, say)
+    res["replay"] = _replays(ranged, model, samples, ids, a.iterations, say, bench_grapec)
+    res["switch"] = _switch_cost(ranged, ids, samples, a.max_graphs)
+    if a.torch_step:
+        res["torch"] = _torch_graphs(range(lo, hi + 1, a.torch_step), ids, say)
+    lines = _tables(res)
+    print("\n".join(lines))
+    with open(os.path.join(a.out, "dynamic.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(a.out, "dynamic.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _full_model(name):
+    path = os.path.join(ROOT, "models", "full", f"{name}.onnx")
+    if not os.path.exists(path):
+        import subprocess
+        subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", "full", "--out",
+                        os.path.dirname(path), name], check=True)
+    return path
+
+
+def _grapec_memory(bundle, ids, max_graphs, say) -> dict:
+    import grapec
+    from grapec.runtime.cuda.driver import Device
+    probe = Device(0)
+    free0, _ = probe.mem_info()
+    sess = grapec.load(bundle, backend="cuda", max_graphs=max_graphs)
+    t0 = time.perf_counter()
+    for feeds in ids.values():
+        sess.run(feeds)
+    sweep_s = time.perf_counter() - t0
+    sess._runner.dev.synchronize()
+    free1, _ = probe.mem_info()
+    r = sess._runner
+    used = (free0 - free1) / MIB
+    limit = len(bundle.weights) / MIB + 1.2 * bundle.largest_arena() / MIB + 64
+    say(f"every length once: {sweep_s:.1f}s, device memory {used:.0f} MiB (limit {limit:.0f}), {dict(r.switches)}")
+    out = {"device_mib": used, "limit_mib": limit, "beyond_weights_mib": used - len(bundle.weights) / MIB,
+           "sweep_s": sweep_s, "switches": dict(r.switches), "graphs_kept": len(r._built)}
+    r.close()
+    return out
+
+
+def _replays(ranged, model, samples, ids, iters, say, bench_grapec) -> list:
+    import grapec
+    import onnxruntime as ort
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rows = []
+    for n in samples:
+        single = grapec.compile(model, dims={"batch": 1, "seq": n}, precision="fp16")
+        want = ref.run(None, ids[n])[0]
+        row = {"seq": n}
+        for kind, bundle in (("range", ranged), ("single", single)):
+            sess = grapec.load(bundle, backend="cuda")
+            got = sess.run(ids[n])["logits"].astype(np.float32)
+            sess._runner.close()
+            row[f"{kind}_rel_err"] = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+            row[f"{kind}_ms"] = bench_grapec(bundle, ids[n], iters)["replay"]["median_ms"]
+        row["range_over_single"] = row["range_ms"] / row["single_ms"]
+        say(f"seq {n}: range {row['range_ms']:.4f} ms, single {row['single_ms']:.4f} ms "
+            f"({row['range_over_single']:.3f}x), rel err {row['range_rel_err']:.1e} / {row['single_rel_err']:.1e}")
+        rows.append(row)
+    return rows
+
+
+def _switch_cost(bundle, ids, samples, max_graphs) -> dict:
+    """Host time of sess.run: a length whose graph is kept, and one whose graph was evicted (rebuilt and
+    patched into the exec of the least recently run length)."""
+    import grapec
+    sess = grapec.load(bundle, backend="cuda", max_graphs=max_graphs)
+    r = sess._runner
+    kept_ms, switch_ms = [], []
+    cycle = sorted(set(samples + list(ids)[:: max(1, len(ids) // (3 * max_graphs))]))
+    for rep in range(3):
+        for n in cycle:   # more lengths than graphs kept: each run switches
+            t0 = time.perf_counter()
+            sess.run(ids[n])
+            switch_ms.append((time.perf_counter() - t0) * 1e3)
+            t0 = time.perf_counter()
+            sess.run(ids[n])
+            kept_ms.append((time.perf_counter() - t0) * 1e3)
+    out = {"kept_run_ms": statistics.median(kept_ms), "switch_run_ms": statistics.median(switch_ms),
+           "switches": dict(r.switches), "lengths_cycled": len(cycle)}
+    r.close()
+    return out
+
+
+def _torch_graphs(lengths, ids, say) -> dict:
+    """PyTorch (fp16, SDPA) with one CUDA graph captured per length: device memory beyond the weights,
+    with a private memory pool per graph and with one pool shared by all."""
+    import torch
+    from grapec.bench import zoo_module
+    out = {}
+    for mode in ("private", "shared"):
+        torch.cuda.empty_cache()
+        free0, _ = torch.cuda.mem_get_info()
+        module = zoo_module("gpt2", "full").half().cuda().eval()
+        torch.cuda.synchronize()
+        weights = (free0 - torch.cuda.mem_get_info()[0]) / MIB
+        pool = torch.cuda.graph_pool_handle() if mode == "shared" else None
+        graphs = []
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for n in lengths:
+                x = torch.from_numpy(ids[n]["input_ids"]).cuda()
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    module(x)
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    y = module(x)
+                graphs.append((g, x, y))
+        torch.cuda.synchronize()
+        used = (free0 - torch.cuda.mem_get_info()[0]) / MIB
+        out[mode] = {"device_mib": used, "weights_mib": weights, "beyond_weights_mib": used - weights,
+                     "graphs": len(graphs), "capture_s": time.perf_counter() - t0}
+        say(f"torch {mode} pools: {len(graphs)} graphs, {used:.0f} MiB ({used - weights:.0f} beyond weights)")
+        del graphs, module
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return out
+
+
+def _tables(res) -> list:
+    m = res["memory"]
+    lo, hi = res["range"]
+    lines = [f"GPT-2 fp16, batch 1, seq {lo}..{hi} ({hi - lo + 1} lengths): compiled in {res['compile_s']:.0f}s, "
+             f"bundle {res['bundle_mib']:.1f} MiB (plans {res['storage']['plan_bytes'] / 1024:.0f} KiB in "
+             f"{res['storage']['plan_templates']} templates)", "",
+             "| device memory, every length run | MiB | beyond weights MiB |", "|---|---|---|",
+             f"| grapec, one bundle ({m['graphs_kept']} graphs kept) | {m['device_mib']:.0f} | {m['beyond_weights_mib']:.0f} |",
+             f"| limit: weights + 1.2 x largest arena + 64 MiB | {m['limit_mib']:.0f} | |"]
+    for mode, t in (res.get("torch") or {}).items():
+        lines.append(f"| PyTorch, one graph per length ({t['graphs']}), {mode} pool{'s' if mode == 'private' else ''} "
+                     f"| {t['device_mib']:.0f} | {t['beyond_weights_mib']:.0f} |")
+    lines += ["", "| seq | range bundle ms | single-shape bundle ms | range / single | rel err range, single |",
+              "|---|---|---|---|---|"]
+    for r in res["replay"]:
+        lines.append(f"| {r['seq']} | {r['range_ms']:.4f} | {r['single_ms']:.4f} | {r['range_over_single']:.3f} | "
+                     f"{r['range_rel_err']:.1e}, {r['single_rel_err']:.1e} |")
+    s = res["switch"]
+    lines += ["", f"switch: a run whose graph is kept {s['kept_run_ms']:.2f} ms (host), a run that rebuilds and "
+                  f"patches {s['switch_run_ms']:.2f} ms, over {s['lengths_cycled']} lengths cycled ({s['switches']})"]
+    return lines
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Many JSON documents that differ mostly in their numbers, stored as templates plus deltas (Grape's
+metadata compression).
+
+The plans of a range's sizes (and their kernels) are the same documents but for sizes, offsets and
+grids. Each document is split into a template (the document with every number taken out) and its
+numbers. Documents of one template keep their numbers in a matrix, one row per document; the stored
+rows are differences from the row before, which for neighbouring sizes are small and repeat, so the
+zlib of the section shrinks them to little. Floats are kept as they are (a difference of floats
+would not give the same float back).
+
+    encode(docs) -> {"templates": [template JSON..], "docs": [template index per doc],
+                     "ints": [[first row, differences..] per template], "floats": [[row..] per template]}
+    decode(that) -> docs, equal to the ones encoded
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+_INT, _FLOAT = "\0i", "\0f"   # stand-ins for numbers in a template; no string of a plan starts with NUL
+
+
+def split(doc) -> tuple:
+    """-> (template, ints, floats)."""
+    ints: list = []
+    floats: list = []
+
+    def walk(x):
+        if isinstance(x, bool) or x is None:
+            return x
+        if isinstance(x, int):
+            ints.append(x)
+            return _INT
+        if isinstance(x, float):
+            floats.append(x)
+            return _FLOAT
+        if isinstance(x, str):
+            if x.startswith("\0"):
+                raise ValueError(f"string {x!r} cannot be stored in a template")
+            return x
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        raise TypeError(f"cannot store a {type(x).__name__} in a template")
+    return walk(doc), ints, floats
+
+
+def join(template, ints, floats):
+    """The document back from its template and numbers."""
+    it, ft = iter(ints), iter(floats)
+
+    def walk(x):
+        if x == _INT:
+            return int(next(it))
+        if x == _FLOAT:
+            return float(next(ft))
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        return x
+    try:
+        doc = walk(template)
+    except StopIteration:
+        raise ValueError("a template has more numbers than its row") from None
+    if next(it, None) is not None or next(ft, None) is not None:
+        raise ValueError("a template has fewer numbers than its row")
+    return doc
+
+
+def encode(docs: list) -> dict:
+    templates: dict = {}
+    which, ints, floats = [], [], []
+    for doc in docs:
+        t, i, f = split(doc)
+        key = json.dumps(t, separators=(",", ":"))
+        k = templates.setdefault(key, len(templates))
+        if k == len(ints):
+            ints.append([])
+            floats.append([])
+        which.append(k)
+        ints[k].append(i)
+        floats[k].append(f)
+    rows = []
+    for mat in ints:
+        try:
+            a = np.array(mat, dtype=np.int64).reshape(len(mat), -1)
+        except OverflowError:   # a number beyond int64 (a uint64 constant): rows kept as they are
+            rows.append({"raw": mat})
+            continue
+        # differences that wrap around int64 add back exactly (two's complement), so no check is needed
+        rows.append(np.concatenate([a[:1], np.diff(a, axis=0)]).tolist())
+    return {"templates": list(templates), "docs": which, "ints": rows, "floats": floats}
+
+
+class TemplatedDocs:
+    """The documents of an encoding, each joined when it is asked for (a range's hundreds of plans are
+    not all held as Python objects at once). Raises KeyError/TypeError/ValueError on a malformed
+    encoding, here or when a document is joined."""
+
+    def __init__(self, enc: dict):
+        self.templates = [json.loads(t) for t in enc["templates"]]
+        self.ints = [r["raw"] if isinstance(r, dict) else
+                     np.cumsum(np.array(r, dtype=np.int64).reshape(len(r), -1), axis=0) for r in enc["ints"]]
+        self.floats = enc["floats"]
+        if not (len(self.ints) == len(self.floats) == len(self.templates)):
+            raise ValueError("templates, ints and floats differ in number")
+        self.where = []   # per document: (template, row)
+        seen = [0] * len(self.templates)
+        for k in enc["docs"]:
+            if not isinstance(k, int) or not 0 <= k < len(self.templates):
+                raise ValueError(f"template index {k!r} out of range")
+            self.where.append((k, seen[k]))
+            seen[k] += 1
+        if any(n != len(r) or n != len(f) for n, r, f in zip(seen, self.ints, self.floats)):
+            raise ValueError("a template's rows do not match its documents")
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def __getitem__(self, i: int):
+        k, j = self.where[i]
+        row = self.ints[k][j]
+        return join(self.templates[k], row.tolist() if hasattr(row, "tolist") else row, self.floats[k][j])
+
+
+def decode(enc: dict) -> list:
+    docs = TemplatedDocs(enc)
+    return [docs[i] for i in range(len(docs))]

@@ -1,0 +1,83 @@
+"""Compiling many buckets at once: one forked process per core, their new weights and kernels merged
+back into the one WeightStore and KernelStore of the bundle.
+
+A range (`--dynamic seq=1:512`) is hundreds of buckets, each compiled exactly (the passes take the
+decisions that suit its sizes), so the work is spread over processes. The first bucket is compiled
+here, before the fork, so the workers inherit the model's weights in the stores and send back only
+what they added: the constants that depend on the bucket's sizes and its kernels. A worker's plan
+names those by its own offsets and indices, which `merge_result` rewrites into the bundle's.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from typing import Callable
+
+from .plan import KernelStep, walk_steps
+
+_WORK: dict = {}   # set before the fork; the workers read it (nothing is pickled but the results)
+
+
+def default_jobs(n_items: int) -> int:
+    """Processes to use: one per core up to 16, none beyond the work; 1 where fork is unavailable."""
+    if n_items < 4 or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(n_items, os.cpu_count() or 1, 16))
+
+
+def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = None,
+                say: Callable = lambda m: None) -> list:
+    """[fn(item, weights, kernels) for item in items], in order, over `jobs` processes. fn returns an
+    object with a `plan` attribute whose weight offsets and kernel indices point into the stores."""
+    if not items:
+        return []
+    jobs = default_jobs(len(items)) if jobs is None else jobs
+    t0 = time.perf_counter()
+    first = fn(items[0], weights, kernels)
+    if jobs <= 1 or len(items) == 1:
+        return [first] + [_progress(fn(it, weights, kernels), i + 2, len(items), t0, say)
+                          for i, it in enumerate(items[1:])]
+    _WORK.update(fn=fn, items=items, weights=weights, kernels=kernels, base=(weights.size, len(kernels.kernels)))
+    say(f"compiling {len(items) - 1} more buckets on {jobs} processes")
+    results = [first]
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            for i, packed in enumerate(pool.imap(_worker, range(1, len(items)), chunksize=1)):
+                results.append(_progress(merge_result(packed, weights, kernels), i + 2, len(items), t0, say))
+    finally:
+        _WORK.clear()
+    return results
+
+
+def _progress(result, done: int, total: int, t0: float, say):
+    step = max(1, total // 10)
+    if total > 10 and (done % step == 0 or done == total):
+        say(f"{done}/{total} buckets compiled, {time.perf_counter() - t0:.1f}s")
+    return result
+
+
+def _worker(i: int):
+    weights, kernels = _WORK["weights"], _WORK["kernels"]
+    # a worker compiles several buckets: what it added for earlier ones is new to the parent too
+    w0, k0 = _WORK["base"]
+    result = _WORK["fn"](_WORK["items"][i], weights, kernels)
+    new_weights = [(off, data) for off, data in weights.entries if off >= w0]
+    return result, w0, new_weights, k0, kernels.kernels[k0:]
+
+
+def merge_result(packed, weights, kernels):
+    """A worker's result with its new weights and kernels added to this process's stores, and its
+    plan's offsets and indices rewritten to match."""
+    import numpy as np
+    result, w0, new_weights, k0, new_kernels = packed
+    weight_at = {off: weights.add(np.frombuffer(data, np.uint8)) for off, data in new_weights}
+    kernel_at = {k0 + j: kernels.add_json(k) for j, k in enumerate(new_kernels)}
+    plan = result.plan
+    for b in plan.buffers:
+        if b.space == "weight" and b.offset >= w0:
+            b.offset = weight_at[b.offset]
+    for st in walk_steps(plan.steps):
+        if isinstance(st, KernelStep) and st.kernel >= k0:
+            st.kernel = kernel_at[st.kernel]
+    return result

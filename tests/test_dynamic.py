@@ -1,0 +1,140 @@
+"""Ranges of sizes (--dynamic seq=LO:HI): every size runs and matches onnxruntime, the plans are stored
+as templates plus deltas, a size outside the range is refused by name, and the parallel compile gives
+the same bundle as the serial one."""
+import json
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import grapec
+from grapec.bundle import templates
+from grapec.bundle.format import Bundle
+from grapec.compiler import compile_model
+from grapec.errors import BundleError, GrapecError, InputError
+from grapec.frontend.shapes import parse_ranges, range_buckets
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+LO, HI = 1, 24
+VOCAB = 256
+
+
+@pytest.fixture(scope="module")
+def ranged():
+    return compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (LO, HI)}, targets=[])
+
+
+def _ids(rng, n):
+    return {"input_ids": rng.integers(0, VOCAB, (1, n)).astype(np.int64)}
+
+
+def test_every_sampled_size_matches_onnxruntime(ranged):
+    sess = grapec.load(Bundle.from_bytes(ranged.to_bytes()), backend="cpu")
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    sizes = [LO, HI] + sorted(rng.choice(np.arange(LO + 1, HI), 6, replace=False).tolist())
+    for n in sizes:
+        feeds = _ids(rng, n)
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        assert got.shape == (1, n, VOCAB)
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-5 and np.abs(got - want).max() < 1e-4, (n, rel)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_size_outside_the_range_is_refused_by_name(ranged):
+    sess = grapec.load(ranged, backend="cpu")
+    with pytest.raises(InputError, match=rf"dim 1 \('seq'\) is {HI + 1}, outside .* seq={LO}:{HI}"):
+        sess.run(_ids(np.random.default_rng(0), HI + 1))
+    with pytest.raises(InputError, match="compiled for input_ids=batchxseq with seq=1:24"):
+        sess.run({"input_ids": np.ones((2, 3), np.int64)})   # batch was fixed to 1
+
+
+def test_cli_range_compile_run_and_refusal(tmp_path):
+    out = tmp_path / "g.grape"
+    cli = [sys.executable, "-m", "grapec.cli"]
+    r = subprocess.run(cli + ["compile", GPT2, "-o", str(out), "--dim", "batch=1", "--dynamic", "seq=4:9",
+                              "--no-gpu"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(cli + ["run", str(out), "--backend", "cpu", "--dim", "seq=7"], capture_output=True, text=True)
+    assert r.returncode == 0 and "logits: float32[1, 7, 256]" in r.stdout, r.stdout + r.stderr
+    r = subprocess.run(cli + ["run", str(out), "--backend", "cpu", "--dim", "seq=12"], capture_output=True, text=True)
+    assert r.returncode == 2 and "outside the range this bundle was compiled for: seq=4:9" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run(cli + ["inspect", str(out)], capture_output=True, text=True)
+    assert "dynamic: seq=4:9 (6 sizes" in r.stdout and "plans: 6 in" in r.stdout, r.stdout
+
+
+def test_plans_are_stored_as_few_templates(ranged):
+    read = Bundle.from_bytes(ranged.to_bytes())
+    st = read.storage()
+    assert st["plans"] == HI - LO + 1
+    # sizes that compile alike share a template (only alignment and the few-row GEMM choice split them)
+    assert st["plan_templates"] <= 6, st
+    one = compile_model(GPT2, dims={"batch": 1, "seq": HI}, targets=[])
+    single = Bundle.from_bytes(one.to_bytes()).storage()["plan_bytes"]
+    # 24 plans in the room of 6 stored alone, and in under half of what zlib alone makes of them
+    assert st["plan_bytes"] < 6 * single, (st, single)
+    plain = len(zlib.compress(json.dumps([p.to_json() for p in ranged.plans], separators=(",", ":")).encode(), 6))
+    assert st["plan_bytes"] < plain / 2, (st, plain)
+    for i in (0, 9, HI - LO):
+        assert read.plans[i].to_json() == ranged.plans[i].to_json()
+
+
+def test_parallel_compile_gives_the_same_outputs_as_serial():
+    serial = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (6, 13)}, targets=[], jobs=1)
+    forked = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (6, 13)}, targets=[], jobs=3)
+    a, b = grapec.load(serial, backend="cpu"), grapec.load(forked, backend="cpu")
+    rng = np.random.default_rng(3)
+    for n in range(6, 14):
+        feeds = _ids(rng, n)
+        assert np.array_equal(a.run(feeds)["logits"], b.run(feeds)["logits"]), n
+    assert len(serial.weights) == len(forked.weights) and len(serial.kernels) == len(forked.kernels)
+
+
+def test_a_bad_plan_is_caught_before_it_runs():
+    b = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (1, 20)}, targets=[])
+    b.plans[17].buffers[0].offset = b.plans[17].arena_bytes * 50   # past the arena
+    read = Bundle.from_bytes(b.to_bytes())   # many plans: each is checked when first used
+    sess = grapec.load(read, backend="cpu")
+    sess.run(_ids(np.random.default_rng(0), 5))
+    with pytest.raises(BundleError, match="bucket 17: buffer 0 .* outside its arena"):
+        sess.run(_ids(np.random.default_rng(0), 18))
+
+
+def test_range_arguments_are_checked():
+    assert parse_ranges("seq=1:512,batch=1:4") == {"seq": (1, 512), "batch": (1, 4)}
+    for bad in ("seq=0:4", "seq=5:4", "seq=4", "=1:2", "seq=a:b"):
+        with pytest.raises(GrapecError, match="NAME=LO:HI"):
+            parse_ranges(bad)
+    assert range_buckets({"a": (1, 2), "b": (3, 4)}) == [{"a": 1, "b": 3}, {"a": 1, "b": 4}, {"a": 2, "b": 3},
+                                                        {"a": 2, "b": 4}]
+    with pytest.raises(GrapecError, match="spans 250000 shapes"):
+        range_buckets({"a": (1, 500), "b": (1, 500)})
+    with pytest.raises(GrapecError, match="cannot be combined"):
+        compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (1, 2)}, bucket_dims=[{"seq": 3}], targets=[])
+
+
+def test_templates_round_trip_and_refuse_malformed_input():
+    docs = [{"a": [i, 2.5 * i, "x", True, None], "b": {"c": i * i}} for i in range(6)] + [{"z": 2 ** 64}, {"z": -1}]
+    enc = templates.encode(docs)
+    assert len(enc["templates"]) == 2
+    back = json.loads(json.dumps(enc))   # as stored
+    assert templates.decode(back) == docs
+    assert all(isinstance(d["a"][1], float) for d in templates.decode(back)[:6])
+    short = json.loads(json.dumps(enc))
+    short["ints"][0][2] = short["ints"][0][2][:-1]
+    with pytest.raises(ValueError):
+        templates.decode(short)
+    wrong = json.loads(json.dumps(enc))
+    wrong["docs"][0] = 5
+    with pytest.raises(ValueError, match="template index"):
+        templates.decode(wrong)
+    with pytest.raises(ValueError, match="cannot be stored"):
+        templates.encode([{"s": "\0i"}])
+    assert zlib.compress(json.dumps(enc).encode())   # what the bundle stores

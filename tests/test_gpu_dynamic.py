@@ -1,0 +1,71 @@
+"""GPU: a range of sizes (--dynamic) on the CUDA backend. Few graphs stay instantiated, a switch to a
+size not kept patches a kept exec in place, every size matches onnxruntime, and device memory stays
+flat however many sizes run."""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import grapec
+from grapec.compiler import compile_model
+from grapec.devices import gpu_count
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+LO, HI = 1, 40
+
+
+@pytest.fixture(scope="module")
+def ranged():
+    return compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (LO, HI)})
+
+
+def test_sizes_switch_by_patching_and_match_onnxruntime(ranged):
+    sess = grapec.load(ranged, backend="cuda", max_graphs=3)
+    runner = sess._runner
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    # 9, 10, 11, 13 compile alike (one template): once 3 are kept, each new one patches the oldest's exec
+    for n in [5, 9, 10, 11, 13, 9, 2, 40, 33, 17, 1, 40]:
+        feeds = {"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-4 and np.abs(got - want).max() < 1e-3, (n, rel)
+        assert len(runner._built) <= 3
+    assert runner.switches["patched"] >= 2, runner.switches
+    assert runner.switches["evicted"] >= 8, runner.switches
+    sess._runner.close()
+
+
+def test_device_memory_stays_flat_over_every_size(ranged):
+    sess = grapec.load(ranged, backend="cuda", max_graphs=4)
+    runner = sess._runner
+    rng = np.random.default_rng(1)
+    outs = {}
+
+    def sweep():
+        for n in range(LO, HI + 1):
+            feeds = {"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)}
+            outs[n] = sess.run(feeds)["logits"]
+    sweep()
+    runner.dev.synchronize()
+    free_after_one, _ = runner.dev.mem_info()
+    sweep()
+    sweep()
+    runner.dev.synchronize()
+    free_after_three, _ = runner.dev.mem_info()
+    # two more sweeps of all 40 sizes build and patch graphs again and again: nothing accumulates
+    assert abs(free_after_one - free_after_three) <= 2 * 2**20, (free_after_one - free_after_three) / 2**20
+    assert len(runner._built) <= 4
+    sess._runner.close()
+
+
+def test_graph_memory_budget_limits_the_graphs_kept(ranged):
+    sess = grapec.load(ranged, backend="cuda", graph_memory=1)   # one byte: only the bucket running stays
+    rng = np.random.default_rng(2)
+    for n in (3, 30, 12):
+        sess.run({"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)})
+        assert len(sess._runner._built) == 1
+    sess._runner.close()
