@@ -60,15 +60,20 @@ def main():
     rng = np.random.default_rng(0)
     ids = {n: {"input_ids": rng.integers(0, 50257, (1, n)).astype(np.int64)} for n in range(lo, hi + 1)}
 
+    def save():   # after each part: a run cut short keeps what it measured
+        with open(os.path.join(a.out, "dynamic.json"), "w") as f:
+            json.dump(res, f, indent=1)
     res["memory"] = _grapec_memory(ranged, ids, a.max_graphs, say)
-    res["replay"] = _replays(ranged, model, samples, ids, a.iterations, say, bench_grapec)
+    save()
     res["switch"] = _switch_cost(ranged, ids, samples, a.max_graphs)
+    save()
+    res["replay"] = _replays(ranged, model, samples, ids, a.iterations, say, bench_grapec)
+    save()
     if a.torch_step:
         res["torch"] = _torch_graphs(range(lo, hi + 1, a.torch_step), ids, say)
+    save()
     lines = _tables(res)
     print("\n".join(lines))
-    with open(os.path.join(a.out, "dynamic.json"), "w") as f:
-        json.dump(res, f, indent=1)
     with open(os.path.join(a.out, "dynamic.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
