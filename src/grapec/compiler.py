@@ -61,7 +61,7 @@ from .passes.small_gemm import small_gemms
 from .passes.simplify import simplify
 from .passes.aligned_rows import aligned_rows
 from .passes.strided_operands import strided_operands
-from .passes.specialize import specialize
+from .passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
 
 
 FUSION_LEVELS = ("full", "rules", "none")
@@ -69,15 +69,16 @@ FUSION_LEVELS = ("full", "rules", "none")
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
-                  profile=None) -> Graph:
+                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
     True are "none" and "full"); host_control: If/Loop control on the host;
     input_values: graph inputs fixed to these values (constants from here on); notes: where
     to report what fusion left alone; profile: the target's DeviceProfile, for the cost model
-    (fusion "full" only: it picks every kernel's thread mapping)."""
-    g = specialize(graph, input_shapes, parent, input_values)
+    (fusion "full" only: it picks every kernel's thread mapping); fold_limit: the largest constant
+    folding stores (smaller in a range of sizes, where each size stores its own)."""
+    g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
@@ -112,6 +113,7 @@ class BucketContext:
     profile: DeviceProfile
     max_branches: int
     brief: bool = False   # many buckets: per-bucket reports kept short
+    ranged: bool = False  # a --dynamic range: constants that depend on the size are folded only when small
 
 
 @dataclass
@@ -129,7 +131,8 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     notes: list = []
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
-                        fusion=ctx.fusion, profile=ctx.profile)
+                        fusion=ctx.fusion, profile=ctx.profile,
+                        fold_limit=RANGE_FOLD_LIMIT_BYTES if ctx.ranged else FOLD_LIMIT_BYTES)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -142,7 +145,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
         raise GrapecError("internal error, please report it: the plan's edges leave steps that share arena "
                           f"bytes unordered: {'; '.join(unordered[:3])}")
     counts = Counter(st.op for st in walk_steps(plan.steps))
-    report = plan_report(kernels.kernels, plan, ctx.profile)
+    report = plan_report(kernels.kernels, plan, ctx.profile, alternatives=not ctx.brief)
     schedule = streams.to_json()
     meta = {"shapes": {k: list(v) for k, v in ishapes.items() if k not in ctx.fixed},
             "arena_bytes": plan.arena_bytes, "steps": dict(counts),
@@ -250,7 +253,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
-                        brief=len(bucket_shapes) > BRIEF_REPORTS_OVER)
+                        brief=len(bucket_shapes) > BRIEF_REPORTS_OVER, ranged=bool(dynamic))
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     for i, r in enumerate(results):

@@ -16,18 +16,28 @@ SMALL_GEMM_PLANS = {"prologue": "one small GEMM kernel, A computed in it",
                     "cuBLASLt": "A's producer (if any) a kernel of its own, then cuBLASLt"}
 
 
-def plan_report(kernels: list, plan, profile: DeviceProfile) -> list:
+def plan_report(kernels: list, plan, profile: DeviceProfile, alternatives: bool = True) -> list:
     """[{step, kind, ops, origin, scheme, mapping, us, bound, alternatives}] for every top-level
-    step the model prices (kernels: the bundle's kernel JSON entries)."""
+    step the model prices (kernels: the bundle's kernel JSON entries). alternatives=False: no
+    losing mappings (a range of sizes keeps only each size's estimate)."""
     rows = []
+    priced: dict = {}   # kernel index -> (work, estimate): a model's layers run the same kernels
     for i, st in enumerate(plan.steps):
-        work = step_work(kernels, plan, st)
-        if work is None:
-            continue
-        est = estimate(work, profile)
+        if isinstance(st, KernelStep) and st.kernel in priced:
+            work, est = priced[st.kernel]
+        else:
+            work = step_work(kernels, plan, st)
+            if work is None:
+                continue
+            est = estimate(work, profile)
+            if isinstance(st, KernelStep):
+                priced[st.kernel] = work, est
         row = {"step": i, "kind": work.kind, "ops": len(st.origin), "origin": st.origin[:3],
                "scheme": _scheme(work, st), "mapping": work.mapping, "us": round(est.us, 2), "bound": est.bound,
                "alternatives": []}
+        if not alternatives:
+            rows.append(row)
+            continue
         if isinstance(st, KernelStep) and work.kind == "small_gemm" and profile.coefficients.get("small_gemm"):
             k = kernel_from_json(kernels[st.kernel])
             plans = price_small_gemm(k, profile)

@@ -15,15 +15,20 @@ from .lower import NONDETERMINISTIC, lower_node
 
 # Constant folding stops at this size: bigger results stay computed at run time, not stored.
 FOLD_LIMIT_BYTES = 64 << 20
+# ... and at this size in a range of sizes (--dynamic), where a constant that depends on the size is
+# stored once per size: position embeddings gathered for seq 1..512 would add 200 MiB to GPT-2.
+RANGE_FOLD_LIMIT_BYTES = 64 << 10
 # A graph input this small that feeds a shape parameter is a "shape input" (as TensorRT calls it):
 # its value can be fixed at compile time. A bigger one is data.
 SHAPE_INPUT_MAX_ELEMENTS = 64
 
 
-def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, input_values: dict | None = None) -> Graph:
+def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, input_values: dict | None = None,
+               fold_limit: int = FOLD_LIMIT_BYTES) -> Graph:
     """A copy of `graph` with concrete shapes. input_shapes: name -> tuple of ints (all inputs).
     input_values: inputs whose values are fixed at compile time (--value); they become constants
-    and are no longer inputs of the specialized graph."""
+    and are no longer inputs of the specialized graph. fold_limit: the largest result (bytes)
+    constant folding stores."""
     fixed = input_values or {}
     spec = Graph(list(graph.nodes), [n for n in graph.inputs if n not in fixed], list(graph.outputs), {},
                  graph.name, parent if parent is not None else graph.parent, graph.opset)
@@ -47,7 +52,7 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, in
             continue
         spec.nodes.append(node)
         try:
-            specialize_node(node, spec)
+            specialize_node(node, spec, fold_limit)
         except NeedsValueError as e:   # a body's inputs cannot be fixed: the top level names what can
             raise (e if parent is not None else _with_input_hint(e, spec)) from None
     for o in spec.outputs:
@@ -70,13 +75,13 @@ def _taken_branch(node, spec: Graph) -> list | None:
                                  for src, dst in zip(branch.outputs, node.outputs) if dst]
 
 
-def specialize_node(node, spec: Graph):
+def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
     scratch = Graph([], [], [], {}, "scratch", spec, spec.opset)
     emitted = lower_node(node, scratch, scratch.nodes)
     reads = [i for i in node.inputs if i] + sorted(outer_reads(node))
     foldable = (node.op not in NONDETERMINISTIC and not node.subgraphs
                 and all(spec.lookup(i) is not None and spec.lookup(i).const is not None for i in reads)
-                and all(scratch.values[o].const is not None or scratch.values[o].nbytes <= FOLD_LIMIT_BYTES
+                and all(scratch.values[o].const is not None or scratch.values[o].nbytes <= fold_limit
                         for o in node.outputs if o))
     try:
         env = eval_nodes(emitted, scratch, {}) if foldable and emitted else {}
