@@ -100,7 +100,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     return form_regions(g, host_control) if parent is None else g
 
 
-BRIEF_REPORTS_OVER = 16   # buckets beyond which the manifest keeps the fusion report and timeline of the last only
+BRIEF_REPORTS_OVER = 16   # buckets beyond which the manifest keeps no fusion report or timeline per bucket
 
 
 @dataclass
@@ -113,7 +113,7 @@ class BucketContext:
     profile: DeviceProfile
     max_branches: int
     brief: bool = False   # many buckets: per-bucket reports kept short
-    ranged: bool = False  # a --dynamic range: constants that depend on the size are folded only when small
+    fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
 
 
 @dataclass
@@ -131,8 +131,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     notes: list = []
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
-                        fusion=ctx.fusion, profile=ctx.profile,
-                        fold_limit=RANGE_FOLD_LIMIT_BYTES if ctx.ranged else FOLD_LIMIT_BYTES)
+                        fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -253,7 +252,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
-                        brief=len(bucket_shapes) > BRIEF_REPORTS_OVER, ranged=bool(dynamic))
+                        brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
+                        fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES)
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     for i, r in enumerate(results):

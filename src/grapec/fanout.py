@@ -14,6 +14,8 @@ import os
 import time
 from typing import Callable
 
+import numpy as np
+
 from .plan import KernelStep, walk_steps
 
 _WORK: dict = {}   # set before the fork; the workers read it (nothing is pickled but the results)
@@ -69,7 +71,6 @@ def _worker(i: int):
 def merge_result(packed, weights, kernels):
     """A worker's result with its new weights and kernels added to this process's stores, and its
     plan's offsets and indices rewritten to match."""
-    import numpy as np
     result, w0, new_weights, k0, new_kernels = packed
     weight_at = {off: weights.add(np.frombuffer(data, np.uint8)) for off, data in new_weights}
     kernel_at = {k0 + j: kernels.add_json(k) for j, k in enumerate(new_kernels)}

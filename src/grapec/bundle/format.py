@@ -177,8 +177,9 @@ class Bundle:
 
     def check_plan(self, bi: int, plan: Plan, where: str = "bundle"):
         try:
-            if plan.arena_bytes > self.largest_arena():
-                raise BundleError(f"arena of {plan.arena_bytes} bytes, the manifest's largest is {self.largest_arena()}")
+            largest = self.largest_arena()
+            if plan.arena_bytes > largest:
+                raise BundleError(f"arena of {plan.arena_bytes} bytes, the manifest's largest is {largest}")
             _validate_plan(plan, len(self.weights), self.kernels, len(self.kernels))
         except BundleError as e:
             raise BundleError(f"{where}: bucket {bi}: {e}") from None

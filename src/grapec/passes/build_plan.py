@@ -29,7 +29,6 @@ class WeightStore:
     each time."""
 
     def __init__(self):
-        self.chunks: list = []
         self.size = 0
         self._by_key: dict = {}   # cheap key -> [(offset, bytes)]
         self.entries: list = []   # (offset, bytes) in the order added
@@ -42,20 +41,18 @@ class WeightStore:
         for off, data in same:
             if np.array_equal(np.frombuffer(data, np.uint8), raw):
                 return off
-        pad = (-self.size) % WEIGHT_ALIGN
-        if pad:
-            self.chunks.append(b"\0" * pad)
-            self.size += pad
+        off = self.size + (-self.size) % WEIGHT_ALIGN
         data = raw.tobytes()
-        off = self.size
         same.append((off, data))
         self.entries.append((off, data))
-        self.chunks.append(data)
-        self.size += len(data)
+        self.size = off + len(data)
         return off
 
     def blob(self) -> bytes:
-        return b"".join(self.chunks)
+        out = bytearray(self.size)   # the gaps between entries stay zero
+        for off, data in self.entries:
+            out[off:off + len(data)] = data
+        return bytes(out)
 
 
 class KernelStore:

@@ -6,9 +6,10 @@ upload the weights once, allocate one arena shared by all buckets. A bucket's gr
 its first run and kept, for at most `max_graphs` buckets and `graph_memory` bytes of instantiated
 graphs (a range of sizes may have hundreds): the least recently run bucket gives way, and where
 its graph has the shape of the new one its exec is patched in place (cuGraphExecUpdate: new
-kernel arguments, grids and functions) instead of a new one being instantiated. Graphed If/Loop regions are conditional nodes inside it, so such a model
-replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
-runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
+kernel arguments, grids and functions) instead of a new one being instantiated. Graphed If/Loop
+regions are conditional nodes inside the graph, so such a model replays as one cuGraphLaunch; a
+host-driven region (--host-control) splits the plan, and its control runs on the host between
+launches through the walker the CPU backend uses (runtime/walker.py).
 """
 from __future__ import annotations
 
