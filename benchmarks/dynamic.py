@@ -2,7 +2,8 @@
 process, one GPU.
 
     python benchmarks/dynamic.py [--range 1:512] [--samples 1,8,64,128,256,384,512] [--max-graphs 8]
-                                 [--torch-step 1] [--iterations 200] [--out DIR]
+                                 [--torch-step 1] [--iterations 200] [--out DIR] [--cache DIR]
+                                 [--parts memory,switch,replay,torch]
 
 GPT-2 (full, fp16, batch 1) is compiled once with --dynamic seq=LO:HI. Then, in this process:
   memory   device memory taken by the session after running every length of the range once (weights,
@@ -13,7 +14,10 @@ GPT-2 (full, fp16, batch 1) is compiled once with --dynamic seq=LO:HI. Then, in 
            alone (their ratio), and both outputs against onnxruntime (CPU, fp32);
   switch   the host time of a run whose length still has its graph, and of one whose graph must be
            built again and patched into a kept exec (cuGraphExecUpdate).
-Prints a table per part, and writes DIR/dynamic.json and DIR/dynamic.md.
+Prints a table per part, and writes DIR/dynamic.json and DIR/dynamic.md. The bundles (the range's,
+and one per sampled length compiled alone, in parallel processes before CUDA starts) are kept in
+--cache, so a later call with other --parts skips compiling; DIR/dynamic.json keeps the parts
+measured before.
 """
 from __future__ import annotations
 
@@ -39,43 +43,82 @@ def main():
     ap.add_argument("--torch-step", type=int, default=1, help="capture every N-th length in PyTorch (0: none)")
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
+    ap.add_argument("--cache", default=os.path.join(ROOT, "out", "bench", "dynamic-bundles"))
+    ap.add_argument("--parts", default="memory,switch,replay,torch")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     lo, hi = (int(x) for x in a.range.split(":"))
     samples = [int(s) for s in a.samples.split(",") if lo <= int(s) <= hi]
-    import grapec
-    from grapec.bench import bench_grapec
-    from grapec.bundle.format import Bundle
-    model = _full_model("gpt2")
+    parts = a.parts.split(",")
     say = lambda m: print(f"[dynamic] {m}", file=sys.stderr, flush=True)  # noqa: E731
-    t0 = time.perf_counter()
-    ranged = grapec.compile(model, dims={"batch": 1}, dynamic={"seq": (lo, hi)}, precision="fp16", progress=say)
-    compile_s = time.perf_counter() - t0
-    data = ranged.to_bytes()
-    storage = Bundle.from_bytes(data).storage()
-    res = {"range": [lo, hi], "compile_s": compile_s, "bundle_mib": len(data) / MIB, "storage": storage,
-           "weights_mib": len(ranged.weights) / MIB, "largest_arena_mib": ranged.largest_arena() / MIB}
-    say(f"compiled {hi - lo + 1} lengths in {compile_s:.0f}s; bundle {len(data) / MIB:.1f} MiB, plans "
-        f"{storage['plan_bytes'] / 1024:.0f} KiB in {storage['plan_templates']} templates")
+    model = _full_model("gpt2")
+    ranged, singles, res = _bundles(model, lo, hi, samples, a.cache, os.path.join(a.out, "dynamic.json"), say)
     rng = np.random.default_rng(0)
     ids = {n: {"input_ids": rng.integers(0, 50257, (1, n)).astype(np.int64)} for n in range(lo, hi + 1)}
 
     def save():   # after each part: a run cut short keeps what it measured
         with open(os.path.join(a.out, "dynamic.json"), "w") as f:
             json.dump(res, f, indent=1)
-    res["memory"] = _grapec_memory(ranged, ids, a.max_graphs, say)
     save()
-    res["switch"] = _switch_cost(ranged, ids, samples, a.max_graphs)
-    save()
-    res["replay"] = _replays(ranged, model, samples, ids, a.iterations, say, bench_grapec)
-    save()
-    if a.torch_step:
+    if "memory" in parts:
+        res["memory"] = _grapec_memory(ranged, ids, a.max_graphs, say)
+        save()
+    if "switch" in parts:
+        res["switch"] = _switch_cost(ranged, ids, samples, a.max_graphs)
+        save()
+    if "replay" in parts:
+        res["replay"] = _replays(ranged, singles, model, samples, ids, a.iterations, say)
+        save()
+    if "torch" in parts and a.torch_step:
         res["torch"] = _torch_graphs(range(lo, hi + 1, a.torch_step), ids, say)
-    save()
+        save()
     lines = _tables(res)
     print("\n".join(lines))
     with open(os.path.join(a.out, "dynamic.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _compile_single(args):
+    import grapec
+    model, n, path = args
+    t0 = time.perf_counter()
+    grapec.compile(model, dims={"batch": 1, "seq": n}, precision="fp16", jobs=1).write(path)
+    return time.perf_counter() - t0
+
+
+def _bundles(model, lo, hi, samples, cache, results, say):
+    """The range bundle and one bundle per sampled length, from the cache or compiled (before this
+    process starts CUDA: the compiles fork). Returns them and the results so far."""
+    import multiprocessing
+
+    import grapec
+    from grapec.bundle.format import Bundle
+    os.makedirs(cache, exist_ok=True)
+    res = {}
+    if os.path.exists(results):
+        with open(results) as f:
+            res = json.load(f)
+        if res.get("range") != [lo, hi]:
+            res = {}
+    path = os.path.join(cache, f"gpt2-seq{lo}-{hi}.grape")
+    if not os.path.exists(path):
+        t0 = time.perf_counter()
+        grapec.compile(model, dims={"batch": 1}, dynamic={"seq": (lo, hi)}, precision="fp16", progress=say).write(path)
+        res = {"compile_s": time.perf_counter() - t0}
+    todo = [(model, n, os.path.join(cache, f"gpt2-seq{n}.grape")) for n in samples
+            if not os.path.exists(os.path.join(cache, f"gpt2-seq{n}.grape"))]
+    if todo:
+        with multiprocessing.get_context("fork").Pool(min(len(todo), os.cpu_count() or 1)) as pool:
+            times = pool.map(_compile_single, todo)
+        say(f"compiled {len(todo)} single-length bundles, {max(times):.0f}s the longest")
+    ranged = Bundle.read(path)
+    singles = {n: Bundle.read(os.path.join(cache, f"gpt2-seq{n}.grape")) for n in samples}
+    storage = ranged.storage()
+    res.update({"range": [lo, hi], "bundle_mib": os.path.getsize(path) / MIB, "storage": storage,
+                "weights_mib": len(ranged.weights) / MIB, "largest_arena_mib": ranged.largest_arena() / MIB})
+    say(f"{hi - lo + 1} lengths: bundle {res['bundle_mib']:.1f} MiB, plans {storage['plan_bytes'] / 1024:.0f} KiB "
+        f"in {storage['plan_templates']} templates" + (f", compiled in {res['compile_s']:.0f}s" if "compile_s" in res else ""))
+    return ranged, singles, res
 
 
 def _full_model(name):
@@ -109,13 +152,14 @@ def _grapec_memory(bundle, ids, max_graphs, say) -> dict:
     return out
 
 
-def _replays(ranged, model, samples, ids, iters, say, bench_grapec) -> list:
+def _replays(ranged, singles, model, samples, ids, iters, say) -> list:
     import grapec
     import onnxruntime as ort
+    from grapec.bench import bench_grapec
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     rows = []
     for n in samples:
-        single = grapec.compile(model, dims={"batch": 1, "seq": n}, precision="fp16")
+        single = singles[n]
         want = ref.run(None, ids[n])[0]
         row = {"seq": n}
         for kind, bundle in (("range", ranged), ("single", single)):
@@ -192,25 +236,33 @@ def _torch_graphs(lengths, ids, say) -> dict:
 
 
 def _tables(res) -> list:
-    m = res["memory"]
     lo, hi = res["range"]
-    lines = [f"GPT-2 fp16, batch 1, seq {lo}..{hi} ({hi - lo + 1} lengths): compiled in {res['compile_s']:.0f}s, "
+    took = f"compiled in {res['compile_s']:.0f}s, " if "compile_s" in res else ""
+    lines = [f"GPT-2 fp16, batch 1, seq {lo}..{hi} ({hi - lo + 1} lengths): {took}"
              f"bundle {res['bundle_mib']:.1f} MiB (plans {res['storage']['plan_bytes'] / 1024:.0f} KiB in "
-             f"{res['storage']['plan_templates']} templates)", "",
-             "| device memory, every length run | MiB | beyond weights MiB |", "|---|---|---|",
-             f"| grapec, one bundle ({m['graphs_kept']} graphs kept) | {m['device_mib']:.0f} | {m['beyond_weights_mib']:.0f} |",
-             f"| limit: weights + 1.2 x largest arena + 64 MiB | {m['limit_mib']:.0f} | |"]
+             f"{res['storage']['plan_templates']} templates), weights {res['weights_mib']:.0f} MiB, "
+             f"largest arena {res['largest_arena_mib']:.1f} MiB"]
+    m = res.get("memory")
+    if m or res.get("torch"):
+        lines += ["", "| device memory, every length run | MiB | beyond weights MiB |", "|---|---|---|"]
+    if m:
+        lines += [f"| grapec, one bundle ({m['graphs_kept']} graphs kept) | {m['device_mib']:.0f} | "
+                  f"{m['beyond_weights_mib']:.0f} |",
+                  f"| limit: weights + 1.2 x largest arena + 64 MiB | {m['limit_mib']:.0f} | |"]
     for mode, t in (res.get("torch") or {}).items():
         lines.append(f"| PyTorch, one graph per length ({t['graphs']}), {mode} pool{'s' if mode == 'private' else ''} "
                      f"| {t['device_mib']:.0f} | {t['beyond_weights_mib']:.0f} |")
-    lines += ["", "| seq | range bundle ms | single-shape bundle ms | range / single | rel err range, single |",
-              "|---|---|---|---|---|"]
-    for r in res["replay"]:
-        lines.append(f"| {r['seq']} | {r['range_ms']:.4f} | {r['single_ms']:.4f} | {r['range_over_single']:.3f} | "
-                     f"{r['range_rel_err']:.1e}, {r['single_rel_err']:.1e} |")
-    s = res["switch"]
-    lines += ["", f"switch: a run whose graph is kept {s['kept_run_ms']:.2f} ms (host), a run that rebuilds and "
-                  f"patches {s['switch_run_ms']:.2f} ms, over {s['lengths_cycled']} lengths cycled ({s['switches']})"]
+    if res.get("replay"):
+        lines += ["", "| seq | range bundle ms | single-shape bundle ms | range / single | rel err range, single |",
+                  "|---|---|---|---|---|"]
+        for r in res["replay"]:
+            lines.append(f"| {r['seq']} | {r['range_ms']:.4f} | {r['single_ms']:.4f} | {r['range_over_single']:.3f} | "
+                         f"{r['range_rel_err']:.1e}, {r['single_rel_err']:.1e} |")
+    s = res.get("switch")
+    if s:
+        lines += ["", f"switch: a run whose graph is kept {s['kept_run_ms']:.2f} ms (host), a run that rebuilds "
+                      f"and patches {s['switch_run_ms']:.2f} ms, over {s['lengths_cycled']} lengths cycled "
+                      f"({s['switches']})"]
     return lines
 
 

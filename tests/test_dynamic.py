@@ -2,6 +2,7 @@
 as templates plus deltas, a size outside the range is refused by name, and the parallel compile gives
 the same bundle as the serial one."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -138,3 +139,29 @@ def test_templates_round_trip_and_refuse_malformed_input():
     with pytest.raises(ValueError, match="cannot be stored"):
         templates.encode([{"s": "\0i"}])
     assert zlib.compress(json.dumps(enc).encode())   # what the bundle stores
+
+
+def test_attention_kernels_of_a_range_share_functions():
+    """fp16 GPT-2 fuses attention per size; the sizes of one launch structure share a function whose
+    sequence lengths and strides are arguments (codegen/module.py), and substituting a kernel's own
+    arguments back gives exactly the code rendered for it alone."""
+    from grapec.codegen.attention import attention_launch, render_attention
+    from grapec.codegen.module import _NUMBER, build_module, kernel_users
+    from grapec.ir.attention import AttentionKernel
+    from grapec.ir.kinds import kernel_from_json
+    b = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (1, 24)}, precision="fp16", targets=[], jobs=1)
+    kernels = [kernel_from_json(k) for k in b.kernels]
+    attention = [i for i, k in enumerate(kernels) if isinstance(k, AttentionKernel)]
+    module = build_module(b.kernels, kernel_users(b.plans, len(b.kernels)))
+    functions = {module.names[i] for i in attention}
+    assert len(attention) >= 24 and len(functions) <= 4, (len(attention), len(functions))
+    for i in attention:
+        name = module.names[i]
+        body = next(b for b in module.bodies if f" {name}(" in b)
+        for j, (kind, value) in enumerate(module.scalars[i]):
+            body = body.replace(f", const {'double' if kind == 'f64' else 'i64'} s{j}", "", 1)
+        for j, (kind, value) in reversed(list(enumerate(module.scalars[i]))):
+            body = re.sub(rf"\bs{j}\b", str(int(value)) + "LL" if kind == "i64" else repr(value), body)
+        own = render_attention(kernels[i], attention_launch(kernels[i]), name)
+        assert _NUMBER.sub("#", body) == _NUMBER.sub("#", own)
+        assert [float(x.group(1)) for x in _NUMBER.finditer(body)] == [float(x.group(1)) for x in _NUMBER.finditer(own)]

@@ -52,6 +52,13 @@ def attention_launch(k: AttentionKernel) -> Launch:
     return Launch("attention", z * _ceil(k.seq_q, 16 * warps), 32 * warps * slices, split=slices)
 
 
+def attention_structure(k: AttentionKernel, launch: Launch) -> tuple:
+    """What the kernel's literal-only numbers derive from: shared-array and fragment sizes, warps and
+    key tiles (codegen/module.py merges attention kernels of one structure, their other numbers as
+    arguments)."""
+    return (k.dtype, launch.block, launch.split, key_tile(k, launch), k.head_dim, k.value_dim)
+
+
 def key_slices(k: AttentionKernel) -> int:
     """With one warp per block and still too few blocks to fill the GPU (BERT at seq 128: 12 heads x
     8 query tiles), a warp would walk all the keys alone, one dependent tile after another. Up to
@@ -103,9 +110,11 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     nb = len(k.batch)
     extras = len(k.inputs) - 3
     score_fn = f"{name}_score"
-    L = [ValueFunctionRenderer(k.score).render_function(score_fn), ""]
+    L = []
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     L.append(f'extern "C" __global__ void __launch_bounds__({launch.block}) {name}({", ".join(params)}) {{')
+    # the score function as a lambda in the kernel: its numbers (a mask's row stride) are the kernel's
+    L += ["  " + line for line in ValueFunctionRenderer(k.score).render_function(score_fn, as_lambda=True).split("\n")]
     L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")
     L.append(f"  __shared__ __align__(16) {ty} g_vt[{dvp}][{bc + 8}];  /* value dims x key rows */")
     L.append("  G_AWAIT_PREDECESSOR();")

@@ -551,14 +551,17 @@ class ValueFunctionRenderer(CudaRenderer):
             return "s"
         return super().load(e)
 
-    def render_function(self, name: str) -> str:
+    def render_function(self, name: str, as_lambda: bool = False) -> str:
+        """as_lambda: a lambda declared inside the calling kernel (which then holds every number the
+        function uses, so codegen/module.py can turn them into the kernel's arguments)."""
         k = self.k
         params = ["float s"] + [f"const i64 i{a}" for a in range(len(k.shape))]
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs) if i > 0]
         root = self.push((), "  ")
         v = self.emit(k.body)
-        return "\n".join([f"__device__ __forceinline__ float {name}({', '.join(params)}) {{", *root.lines,
-                          f"  return (float){v};", "}"])
+        head = (f"const auto {name} = [&]({', '.join(params)}) -> float {{" if as_lambda else
+                f"__device__ __forceinline__ float {name}({', '.join(params)}) {{")
+        return "\n".join([head, *root.lines, f"  return (float){v};", "};" if as_lambda else "}"])
 
 
 class RowFunctionRenderer(CudaRenderer):

@@ -12,6 +12,12 @@ one bucket only keep all their literals: merging pays where it saves a function 
 Working on the rendered text rather than on the kernel IR keeps the rule simple and safe: two
 kernels merge only if their code is the same token for token apart from numbers, and substituting
 each kernel's own numbers back gives exactly its own code.
+
+A tensor-core kernel's structural numbers (its shared arrays, register fragments, block size)
+must stay literals. Attention kernels therefore merge only within one structure (attention_structure:
+the launch shape and the head dims those numbers derive from), so the numbers that differ are the
+sequence lengths, tile counts and strides: a range of 512 lengths compiles one attention function
+per structure instead of 512. Small-GEMM kernels, used at a handful of sizes, never merge.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from ..ir.attention import AttentionKernel
 from ..ir.kinds import kernel_from_json
 from ..ir.small_gemm import SmallGemmKernel
 from ..plan import kernel_steps
-from .attention import ATTENTION_PRELUDE, attention_launch, render_attention
+from .attention import ATTENTION_PRELUDE, attention_launch, attention_structure, render_attention
 from .cuda import PRELUDE, CudaRenderer
 from .launch import plan_launch
 from .small_gemm import render_small_gemm, small_gemm_launch
@@ -72,9 +78,13 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
         launches.append(launch)
 
     groups: dict = {}   # template (numbers blanked) -> kernel indices
-    for i, text in enumerate(texts):
-        # a tensor-core kernel's numbers size its shared arrays and registers: it never takes them as arguments
-        key = text if isinstance(kernels[i], TENSOR_CORE_KINDS) else _NUMBER.sub("#", text)
+    for i, (k, text) in enumerate(zip(kernels, texts)):
+        if isinstance(k, SmallGemmKernel):
+            key = text
+        elif isinstance(k, AttentionKernel):
+            key = (_NUMBER.sub("#", text), attention_structure(k, launches[i]))
+        else:
+            key = _NUMBER.sub("#", text)
         groups.setdefault(key, []).append(i)
 
     m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=launches,
@@ -90,8 +100,9 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
     for members in groups.values():
         distinct = list(dict.fromkeys(texts[i] for i in members))
         spans = set().union(*(users[i] for i in members))
-        if len(distinct) > 1 and len(spans) > 1:
-            body, params, values = _merge(distinct)
+        merged = _merge(distinct) if len(distinct) > 1 and len(spans) > 1 else None
+        if merged:
+            body, params, values = merged
             name = _function_name(body)
             add(name, body, members[0])
             for i in members:
@@ -105,8 +116,11 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
     return m
 
 
-def _merge(texts: list) -> tuple:
-    """Texts equal but for numbers -> (one body with parameters s0.., [param type..], [values per text])."""
+def _merge(texts: list) -> tuple | None:
+    """Texts equal but for numbers -> (one body with parameters s0.., [param type..], [values per text]).
+    None where a differing number lies before the kernel's own signature (in a device function it
+    calls, which the parameters cannot reach)."""
+    kernel_at = max(texts[0].find('extern "C"'), 0)
     tokens = [[mt for mt in _NUMBER.finditer(t)] for t in texts]
     columns: dict = {}   # the numbers a position holds across texts -> parameter index
     params, subs = [], []
@@ -114,6 +128,8 @@ def _merge(texts: list) -> tuple:
         col = tuple(tok[p].group(0) for tok in tokens)
         if len(set(col)) == 1:
             continue
+        if tokens[0][p].start() < kernel_at:
+            return None
         if col not in columns:
             columns[col] = len(params)
             params.append("f64" if any(_is_float(c) for c in col) else "i64")
@@ -122,8 +138,9 @@ def _merge(texts: list) -> tuple:
     for (a, b), name in reversed(subs):
         body = body[:a] + name + body[b:]
     decl = "".join(f", const {'double' if t == 'f64' else 'i64'} s{j}" for j, t in enumerate(params))
-    head, rest = body.split(") {\n", 1)
-    body = f"{head}{decl}) {{\n{rest}"
+    before, kernel = body[:kernel_at], body[kernel_at:]
+    head, rest = kernel.split(") {\n", 1)
+    body = f"{before}{head}{decl}) {{\n{rest}"
     ordered = sorted(columns, key=columns.get)
     values = [[_value(col[j]) for col in ordered] for j in range(len(texts))]
     return body, params, values
