@@ -18,6 +18,7 @@ from grapec.bundle.format import Bundle
 from grapec.compiler import compile_model
 from grapec.errors import BundleError, GrapecError, InputError
 from grapec.frontend.shapes import parse_ranges, range_buckets
+from grapec.plan import LibraryStep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
@@ -165,3 +166,21 @@ def test_attention_kernels_of_a_range_share_functions():
         own = render_attention(kernels[i], attention_launch(kernels[i]), name)
         assert _NUMBER.sub("#", body) == _NUMBER.sub("#", own)
         assert [float(x.group(1)) for x in _NUMBER.finditer(body)] == [float(x.group(1)) for x in _NUMBER.finditer(own)]
+
+
+def test_a_range_stores_each_weight_once():
+    """Sizes up to 16 rows run small-GEMM kernels that want weights [N, K]; larger sizes run cuBLASLt.
+    One layout for all (passes/weight_layout.py): the range stores no more weights than its largest
+    size alone, but for the small per-size constants (position rows, masks: about 16 KiB here)
+    instead of GPT-2's linear weights twice (about 160 KiB more here, 158 MiB in the full model)."""
+    ranged = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (1, 24)}, precision="fp16", targets=[], jobs=1)
+    alone = compile_model(GPT2, dims={"batch": 1, "seq": 24}, precision="fp16", targets=[])
+    kinds = {k.get("kind") for k in ranged.kernels}
+    assert "small_gemm" in kinds and any(isinstance(st, LibraryStep) for p in ranged.plans for st in p.steps)
+    assert len(ranged.weights) - len(alone.weights) < 32 * 1024, (len(ranged.weights), len(alone.weights))
+    sess, ref = grapec.load(ranged, backend="cpu"), ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    for n in (2, 17, 24):
+        feeds = _ids(rng, n)
+        got, want = sess.run(feeds)["logits"].astype(np.float32), ref.run(None, feeds)[0]
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2, n

@@ -62,6 +62,7 @@ from .passes.simplify import simplify
 from .passes.aligned_rows import aligned_rows
 from .passes.strided_operands import strided_operands
 from .passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
+from .passes.weight_layout import weights_as_nk
 
 
 FUSION_LEVELS = ("full", "rules", "none")
@@ -69,7 +70,7 @@ FUSION_LEVELS = ("full", "rules", "none")
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
-                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES) -> Graph:
+                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -77,7 +78,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     input_values: graph inputs fixed to these values (constants from here on); notes: where
     to report what fusion left alone; profile: the target's DeviceProfile, for the cost model
     (fusion "full" only: it picks every kernel's thread mapping); fold_limit: the largest constant
-    folding stores (smaller in a range of sizes, where each size stores its own)."""
+    folding stores (smaller in a range of sizes, where each size stores its own); shared_weights:
+    one of several buckets, whose weights should have one layout in all of them (weight_layout.py)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
@@ -85,6 +87,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = merge_sibling_matmuls(g)
     g = lower_graph(g)
     if level != "none":
+        if shared_weights:
+            g = weights_as_nk(g)
         g = small_matmuls_as_kernels(g)
         g = fold_epilogues(g)
         g = fuse(g)
@@ -114,6 +118,7 @@ class BucketContext:
     max_branches: int
     brief: bool = False   # many buckets: per-bucket reports kept short
     fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
+    shared_weights: bool = False   # several buckets: one layout per weight in all of them
 
 
 @dataclass
@@ -131,7 +136,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     notes: list = []
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
-                        fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit)
+                        fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -253,7 +258,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
-                        fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES)
+                        fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
+                        shared_weights=len(bucket_shapes) > 1)
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     for i, r in enumerate(results):
