@@ -21,6 +21,9 @@
                                cond_in := cond_out; counter += 1
                            exit steps (carried slots into the Loop's outputs, where they differ)
       arena_bytes, memory (the memory planner's report)
+      aliases        [(buffer, the buffer whose bytes it is)]: Views and values of If/Loop bodies that
+                     live in an enclosing value's bytes (what zero-copy I/O must follow; None in
+                     plans from before grapec recorded them)
 
 A region (If/Loop) step says whether it runs inside the CUDA graph (`graphed`, as conditional IF and
 WHILE nodes) or with its control on the host (`host_reason` says why). The CPU backend runs both
@@ -131,20 +134,40 @@ class Plan:
     steps: list
     arena_bytes: int
     memory: dict = field(default_factory=dict)
+    aliases: list | None = None
 
     def to_json(self) -> dict:
-        return {"buffers": [b.to_json() for b in self.buffers], "inputs": [list(x) for x in self.inputs],
-                "outputs": [list(x) for x in self.outputs], "steps": steps_to_json(self.steps),
-                "arena_bytes": self.arena_bytes, "memory": self.memory}
+        d = {"buffers": [b.to_json() for b in self.buffers], "inputs": [list(x) for x in self.inputs],
+             "outputs": [list(x) for x in self.outputs], "steps": steps_to_json(self.steps),
+             "arena_bytes": self.arena_bytes, "memory": self.memory}
+        if self.aliases is not None:
+            d["aliases"] = [list(a) for a in self.aliases]
+        return d
+
+    def storage_of(self) -> list:
+        """Per buffer, the buffer that owns its bytes (itself unless it is an alias)."""
+        root = list(range(len(self.buffers)))
+        for b, of in self.aliases or []:
+            root[b] = of
+        for b in range(len(root)):   # aliases of aliases
+            while root[root[b]] != root[b]:
+                root[b] = root[root[b]]
+        return root
 
     @staticmethod
     def from_json(d: dict) -> "Plan":
         """Raises KeyError/TypeError/ValueError on malformed input (the bundle reader reports them)."""
         if not isinstance(d, dict):
             raise TypeError("a plan must be a JSON object")
-        return Plan([Buffer.from_json(r) for r in d["buffers"]], [(str(n), int(b)) for n, b in d["inputs"]],
+        aliases = d.get("aliases")
+        buffers = [Buffer.from_json(r) for r in d["buffers"]]
+        if aliases is not None:
+            aliases = [(int(b), int(of)) for b, of in aliases]
+            if any(not (0 <= b < len(buffers) and 0 <= of < len(buffers)) or of == b for b, of in aliases):
+                raise ValueError("an alias names a buffer the plan does not have")
+        return Plan(buffers, [(str(n), int(b)) for n, b in d["inputs"]],
                     [(str(n), int(b)) for n, b in d["outputs"]], steps_from_json(d["steps"]),
-                    int(d["arena_bytes"]), dict(d.get("memory") or {}))
+                    int(d["arena_bytes"]), dict(d.get("memory") or {}), aliases)
 
 
 def steps_to_json(steps: list) -> list:

@@ -85,6 +85,7 @@ class PlanBuilder:
         self.weights = weights
         self.kernels = kernels
         self.buffers: list = []
+        self.aliases: list = []   # (buffer, the buffer whose bytes it is)
         self._ids: dict = {}
         self._scopes: dict = {}   # id(graph) -> (graph, MemoryPlan, base offset)
 
@@ -92,7 +93,8 @@ class PlanBuilder:
         mem = plan_memory(g)
         steps = self._steps(g, mem, 0)
         return Plan(self.buffers, [(n, self.buffer(g, n)) for n in g.inputs],
-                    [(n, self.buffer(g, n)) for n in g.outputs], steps, mem.arena_bytes, mem.report())
+                    [(n, self.buffer(g, n)) for n in g.outputs], steps, mem.arena_bytes, mem.report(),
+                    sorted(set(self.aliases)))
 
     def buffer(self, g: Graph, name: str) -> int:
         scope = g
@@ -111,8 +113,10 @@ class PlanBuilder:
         elif name in mem.weights:
             space, off = "weight", self.weights.add(scope.lookup(mem.weights[name]).const)
         elif name in mem.outer:  # bytes of a value of an enclosing scope (a View of it, or pinned there)
-            src = self.buffers[self.buffer(scope.parent, mem.outer[name])]
+            outer = self.buffer(scope.parent, mem.outer[name])
+            src = self.buffers[outer]
             space, off = src.space, src.offset
+            self.aliases.append((len(self.buffers), outer))
         else:  # pragma: no cover - a planner bug, not a user error
             raise AssertionError(f"value {name} has no storage")
         self._ids[key] = len(self.buffers)
@@ -138,8 +142,8 @@ class PlanBuilder:
             elif node.op == "Library":
                 steps.append(LibraryStep(dict(node.attrs), [ref(n) for n in node.inputs], ref(node.outputs[0]),
                                          node.origin))
-            elif node.op == "View":
-                ref(node.outputs[0])  # same bytes as its source; no work
+            elif node.op == "View":   # same bytes as its source; no work
+                self.aliases.append((ref(node.outputs[0]), ref(node.inputs[0])))
             elif node.op == "If":
                 ws_off, (then_plan, else_plan) = mem.workspaces[i]
                 branches = [Body(self._steps(node.subgraphs[k], p, base + ws_off))

@@ -185,6 +185,81 @@ class Session:
             return {n: outs[n] for n in output_names}
         return outs
 
+    def io_binding(self):
+        """An IOBinding (runtime/binding.py): inputs and outputs bound to your own arrays, run with
+        run_with_iobinding. On the CUDA backend bound device buffers are patched into the graph
+        where that is cheaper than copying them (io_report says what happened)."""
+        from .binding import IOBinding
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding) -> None:
+        """Run with the binding's inputs; its outputs are written into the arrays bound to them (or
+        kept in the session's buffers: binding.get_outputs()). Returns when they are ready."""
+        from .binding import DeviceBuffer
+        arrays = self.check_feeds(dict(binding.inputs))
+        bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
+        outputs = self._check_bound_outputs(binding.outputs, bucket)
+        if self.backend == "cpu":
+            with self._lock:
+                outs = self._runner.run(bucket, arrays)
+            for name, out in outputs.items():
+                if out is not None:
+                    np.copyto(out, outs[name])
+                    outs[name] = out
+            binding._results = {n: outs[n] for n in (outputs or outs)}
+            return
+        bound = {n: a.ptr for n, a in list(arrays.items()) + list(outputs.items()) if isinstance(a, DeviceBuffer)}
+        host_out = {n: a for n, a in outputs.items() if isinstance(a, np.ndarray)}
+        with self._lock:
+            outs = self._runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound or {"": 0})
+            results = {}
+            for name in (outputs or outs):
+                got = outs[name]
+                if name in host_out:
+                    np.copyto(host_out[name], self.to_host(got))
+                    got = host_out[name]
+                elif name in bound:
+                    got = outputs[name]
+                results[name] = got
+        binding._results = results
+
+    def _check_bound_outputs(self, outputs: dict, bucket: int) -> dict:
+        """Bound output arrays against the bucket's output shapes and the model's dtypes."""
+        from .binding import DeviceBuffer
+        plan = self.bundle.plans[bucket]
+        want = {o.name: o for o in self._outputs}
+        shapes = {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
+        for name, a in outputs.items():
+            if a is None:
+                continue
+            if isinstance(a, DeviceBuffer) and self.backend != "cuda":
+                raise InputError(f"output '{name}' is bound to a GPU array; the {self.backend} backend takes host arrays")
+            dtype = a.dtype
+            if dtype != dtypes.np_dtype(want[name].dtype):
+                raise InputError(f"output '{name}': expected dtype {want[name].dtype}, got {dtype}")
+            if name in shapes and tuple(a.shape) != shapes[name]:
+                raise InputError(f"output '{name}': the bound array has shape {list(a.shape)}; this run's output "
+                                 f"has shape {list(shapes[name])}")
+        return outputs
+
+    def to_host(self, array) -> np.ndarray:
+        """A numpy copy of an output (a device array of this session's GPU, or a host array)."""
+        if isinstance(array, np.ndarray):
+            return array.copy()
+        cai = array.__cuda_array_interface__
+        out = np.empty(cai["shape"], np.dtype(cai["typestr"]))
+        self._runner.dev.make_current()
+        self._runner.dev.synchronize()
+        self._runner.dev.download(out.ctypes.data, int(cai["data"][0]), out.nbytes)
+        return out
+
+    def io_report(self) -> list:
+        """For each input and output bound in the last run_with_iobinding (CUDA backend): whether the
+        caller's buffer was patched into the graph or copied, the nodes moved, the bytes a copy moves
+        (saved per run when patched), the host time of the patch, and why a copy was made."""
+        zc = getattr(self._runner, "zero_copy", None)
+        return [c.to_json() for c in zc.choices.values()] if zc is not None else []
+
     def input_buffer(self, name: str, shapes: dict | None = None):
         """The graph-owned device buffer of input `name` (CUDA backend): write into it through
         __cuda_array_interface__ and run with it as the feed, and no copy is made."""

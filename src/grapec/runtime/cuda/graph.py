@@ -36,6 +36,15 @@ def is_kernel_node(node) -> bool:
     return call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
 
 
+def single_kernel(graph):
+    """The graph's node where it is one kernel node, else None."""
+    nodes, count = call("cuGraphGetNodes", graph, 0)
+    if count != 1:
+        return None
+    nodes, _ = call("cuGraphGetNodes", graph, count)
+    return nodes[0] if is_kernel_node(nodes[0]) else None
+
+
 def edge_counts(graph) -> dict:
     """The graph's own edges (not its bodies'), by kind: {"default": n, "programmatic": m}."""
     from cuda.bindings import driver
@@ -50,20 +59,32 @@ def edge_counts(graph) -> dict:
 
 
 class GraphBuilder:
-    def __init__(self, runner, bucket: int):
+    """moved: storage buffer -> a caller's device pointer that takes its place (zero-copy I/O,
+    binding.py); every buffer of that storage (plan.aliases) points there."""
+
+    def __init__(self, runner, bucket: int, moved: dict | None = None):
         self.r = runner
         self.bucket = bucket
-        self.bufs = runner.plan(bucket).buffers
+        plan = runner.plan(bucket)
+        self.bufs = plan.buffers
+        self.moved = moved or {}
+        self.root = plan.storage_of() if self.moved else None
 
     def ptr(self, b: int) -> int:
-        return self.r.ptr(self.bucket, b) if b >= 0 else 0
+        if b < 0:
+            return 0
+        if self.moved and self.root[b] in self.moved:
+            return self.moved[self.root[b]]
+        return self.r.ptr(self.bucket, b)
 
-    def add_steps(self, graph, steps: list, entry: list, order: list | None = None, stamps: list | None = None) -> list:
+    def add_steps(self, graph, steps: list, entry: list, order: list | None = None, stamps: list | None = None,
+                  record: list | None = None) -> list:
         """Add steps to graph, each after the steps it waits for (plan.step_deps, or `order`: each
         step's dependencies as indices into steps) and the first ones after `entry`; returns the
         nodes nothing in the list waits for (what follows must wait for them).
         stamps: [(start event, end event)] per step: each step is put between two event record
-        nodes (runtime/cuda/timeline.py), and no edge is programmatic."""
+        nodes (runtime/cuda/timeline.py), and no edge is programmatic.
+        record: gets each step's node, in order (what zero-copy I/O repoints later)."""
         nodes, kernel_nodes, waited = [], set(), set()
         for i, (st, deps) in enumerate(zip(steps, step_deps(steps) if order is None else order)):
             preds = [nodes[d] for d in deps] or list(entry)
@@ -76,9 +97,7 @@ class GraphBuilder:
             plain = [p for p in preds if not any(p is e for e in early)]
             if isinstance(st, KernelStep):
                 _, grid, block, _ = self.r.launches[st.kernel]
-                node = self.kernel(graph, plain, self.r.functions[st.kernel], grid, block,
-                                   [self.ptr(st.out)] + [self.ptr(a) for a in st.args], self.r.scalars[st.kernel],
-                                   programmatic=early)
+                node = self.kernel(graph, plain, *self.kernel_step_launch(st), programmatic=early)
                 kernel_nodes.add(len(nodes))
             elif isinstance(st, LibraryStep):
                 node = self.library(graph, plain, st)
@@ -96,13 +115,20 @@ class GraphBuilder:
             if stamps is not None:
                 call("cuGraphAddEventRecordNode", graph, [node], 1, stamps[i][1])
             nodes.append(node)
+        if record is not None:
+            record.extend(nodes)
         tail = [n for i, n in enumerate(nodes) if i not in waited]
         return tail if nodes else list(entry)
 
     # --- node kinds ------------------------------------------------------------------------------
-    def kernel(self, graph, deps, func, grid, block, pointers, scalars=(), programmatic=()):
-        """A kernel node after deps, and after the nodes of `programmatic` by programmatic edges (it
-        launches while they run and waits for them in G_AWAIT_PREDECESSOR)."""
+    def kernel_step_launch(self, st: KernelStep) -> tuple:
+        """(function, grid, block, pointers, scalars) of a kernel step."""
+        _, grid, block, _ = self.r.launches[st.kernel]
+        return (self.r.functions[st.kernel], grid, block, [self.ptr(st.out)] + [self.ptr(a) for a in st.args],
+                self.r.scalars[st.kernel])
+
+    def kernel_params(self, func, grid, block, pointers, scalars=()):
+        """The node parameters of one launch; its argument array is kept with the bucket."""
         from cuda.bindings import driver
         args = KernelArgs(pointers, scalars)
         self.r.keep(self.bucket, args)
@@ -112,6 +138,13 @@ class GraphBuilder:
         p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
         p.sharedMemBytes = 0
         p.kernelParams = args.address
+        return p
+
+    def kernel(self, graph, deps, func, grid, block, pointers, scalars=(), programmatic=()):
+        """A kernel node after deps, and after the nodes of `programmatic` by programmatic edges (it
+        launches while they run and waits for them in G_AWAIT_PREDECESSOR)."""
+        from cuda.bindings import driver
+        p = self.kernel_params(func, grid, block, pointers, scalars)
         node = call("cuGraphAddKernelNode", graph, deps, len(deps), p)
         if programmatic:
             edge = driver.CUgraphEdgeData()
@@ -121,7 +154,8 @@ class GraphBuilder:
             call("cuGraphAddDependencies", graph, list(programmatic), [node] * n, [edge] * n, n)
         return node
 
-    def library(self, graph, deps, st: LibraryStep):
+    def matmul_child(self, st: LibraryStep):
+        """The step's cuBLASLt call, captured as a graph (kept with the bucket)."""
         from .blas import apply_views
         attrs = st.attrs
         gap = library_gap(attrs["op"], self.bufs[st.args[0]].dtype)
@@ -134,6 +168,10 @@ class GraphBuilder:
         child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts,
                                                       tune=self.r.tuning, workspace=st.branch)
         self.r.keep(self.bucket, child)
+        return child
+
+    def library(self, graph, deps, st: LibraryStep):
+        child = self.matmul_child(st)
         if self.r.flat_gemms:
             node = self.inlined(graph, deps, child)
             if node is not None:
@@ -143,15 +181,11 @@ class GraphBuilder:
     def inlined(self, graph, deps, child):
         """A captured child graph of one kernel node, added as a kernel node of graph (its launch
         attributes, thread-block clusters included, copied); None for anything else."""
-        nodes, count = call("cuGraphGetNodes", child, 0)
-        if count != 1:
+        only = single_kernel(child)
+        if only is None:
             return None
-        nodes, _ = call("cuGraphGetNodes", child, count)
-        if not is_kernel_node(nodes[0]):
-            return None
-        params = call("cuGraphKernelNodeGetParams", nodes[0])
-        node = call("cuGraphAddKernelNode", graph, deps, len(deps), params)
-        call("cuGraphKernelNodeCopyAttributes", node, nodes[0])
+        node = call("cuGraphAddKernelNode", graph, deps, len(deps), call("cuGraphKernelNodeGetParams", only))
+        call("cuGraphKernelNodeCopyAttributes", node, only)
         return node
 
     def conditional(self, graph, deps, kind: str, n_bodies: int, setter: str, pointers: list) -> tuple:

@@ -22,6 +22,7 @@ from ... import dtypes
 from ...errors import BackendError
 from ...plan import REGIONS, step_deps, walk_steps
 from ..walker import run_region
+from .binding import ZeroCopy
 from .driver import Device, call
 from .graph import GraphBuilder, edge_counts
 
@@ -73,10 +74,12 @@ EXEC_BYTES_PER_NODE = 3 * 1024   # about what an instantiated kernel node takes 
 
 
 class _Segment:
-    """A run of steps (graphed regions included) as one instantiated CUDA graph."""
+    """A run of steps (graphed regions included) as one instantiated CUDA graph: steps[first:] of its
+    list have the nodes `nodes`; `own` says the exec was instantiated from this very graph (not a
+    spare exec updated to it), which per-node updates of the exec need (binding.py)."""
 
-    def __init__(self, graph, exec_):
-        self.graph, self.exec = graph, exec_
+    def __init__(self, graph, exec_, own: bool, first: int = 0, nodes: list | None = None):
+        self.graph, self.exec, self.own, self.first, self.nodes = graph, exec_, own, first, nodes or []
 
 
 class _Built:
@@ -85,6 +88,7 @@ class _Built:
 
     def __init__(self, plan):
         self.plan, self.kept, self.exec_bytes = plan, [], 0
+        self.moved: dict = {}   # storage buffer -> the caller's pointer its nodes use now (binding.py)
 
 
 class CudaPlanRunner:
@@ -124,6 +128,7 @@ class CudaPlanRunner:
         # replay on the zoo (benchmarks/graph_options.py); GRAPEC_FLAT_GEMMS=0 keeps child graphs
         self.flat_gemms = os.environ.get("GRAPEC_FLAT_GEMMS", "1") != "0"
         self.dependent_launch = uses_dependent_launch(bundle, self.code, self.dev.cc)
+        self.zero_copy = ZeroCopy(self)   # caller buffers bound to inputs and outputs (IOBinding)
         self.tuning = False   # True while a bucket's graphs are built ahead of its run (GEMM tuning may write the arena)
         self.launched = 0   # cuGraphLaunch calls of the last run: 1 for a fully graphed plan; host-driven
                             # loops launch their body once per iteration
@@ -278,27 +283,44 @@ class CudaPlanRunner:
             call("cuGraphDestroy", self._spare.graph)
             self._spare = None
 
-    def _instantiate(self, graph):
-        """An exec for graph: the spare one patched where the graphs have the same shape, else a new one."""
+    def _instantiate(self, graph) -> tuple:
+        """(exec, own) for graph: the spare exec patched where the graphs have the same shape (own:
+        False), else a new one."""
         spare, self._spare = self._spare, None
         if spare is not None:
             try:
                 call("cuGraphExecUpdate", spare.exec, graph)
                 call("cuGraphDestroy", spare.graph)
                 self.switches["patched"] += 1
-                return spare.exec
+                return spare.exec, False
             except BackendError:   # another topology: CUDA refuses the update, the exec goes
                 call("cuGraphExecDestroy", spare.exec)
                 call("cuGraphDestroy", spare.graph)
         self.switches["instantiated"] += 1
-        return call("cuGraphInstantiate", graph, 0)
+        return call("cuGraphInstantiate", graph, 0), True
+
+    def own_exec(self, seg: _Segment):
+        """Give a segment an exec instantiated from its own graph (per-node updates name the nodes of
+        the graph an exec was instantiated from)."""
+        if not seg.own:
+            call("cuGraphExecDestroy", seg.exec)
+            seg.exec, seg.own = call("cuGraphInstantiate", seg.graph, 0), True
+            self.switches["instantiated"] += 1
 
     def _segment(self, bucket: int, steps: list, first: int, end: int) -> _Segment:
         """steps[first:end] as one graph; what they wait for before `first` ran in an earlier launch."""
         graph = call("cuGraphCreate", 0)
         order = [[d - first for d in deps if d >= first] for deps in step_deps(steps)[first:end]]
-        GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order)
-        return _Segment(graph, self._instantiate(graph))
+        nodes: list = []
+        GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order, record=nodes)
+        return _Segment(graph, *self._instantiate(graph), first, nodes)
+
+    def segment_of(self, bucket: int, step: int) -> _Segment:
+        """The segment holding top-level step `step` of the bucket's plan (its graphs built)."""
+        for it in self._graphs[(bucket, id(self.plan(bucket).steps))]:
+            if isinstance(it, _Segment) and it.first <= step < it.first + len(it.nodes):
+                return it
+        raise KeyError(step)
 
     def edge_counts(self) -> dict:
         """Edges of the graphs built so far, by kind ({"default": n, "programmatic": m}): how many
@@ -344,15 +366,32 @@ class CudaPlanRunner:
             call("cuMemcpyHtoDAsync", self.ptr(bucket, b), a.ctypes.data, a.nbytes, self.dev.stream)
             self._pending.append(a)   # the async copy may read it after we return
 
-    def run(self, bucket: int, feeds: dict, on_device: bool = False) -> dict:
+    def run(self, bucket: int, feeds: dict, on_device: bool = False, bound: dict | None = None) -> dict:
+        """feeds: input name -> host or device array, copied into the arena. bound (IOBinding): input
+        and output name -> a caller's device pointer, patched into the graph or copied (binding.py);
+        a bound output is returned as its pointer, the others as device arrays (on_device) or numpy."""
         self.dev.make_current()
         self._pending = []
         self.launched = 0
         self.prepare(bucket)
         plan = self.plan(bucket)
+        bound = bound or {}
+        copy_in, copy_out = ({}, {}) if not bound and not self._built[bucket].moved else \
+            self.zero_copy.plan_io(bucket, bound)
         for name, b in plan.inputs:
-            self.feed(bucket, name, b, feeds[name])
+            if name in copy_in:
+                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), copy_in[name], plan.buffers[b].nbytes, self.dev.stream)
+            elif name not in bound:
+                self.feed(bucket, name, b, feeds[name])
         self.execute(bucket, plan.steps)
+        for name, b in plan.outputs:
+            if name in copy_out:
+                call("cuMemcpyDtoDAsync", copy_out[name], self.ptr(bucket, b), plan.buffers[b].nbytes, self.dev.stream)
+        if bound:
+            self.dev.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
+            return {name: bound[name] if name in bound else
+                    DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
+                    for name, b in plan.outputs}
         if on_device:
             return {name: DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
                     for name, b in plan.outputs}
