@@ -113,11 +113,11 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L = []
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     L.append(f'extern "C" __global__ void __launch_bounds__({launch.block}) {name}({", ".join(params)}) {{')
-    # the score function as a lambda in the kernel: its numbers (a mask's row stride) are the kernel's
-    L += ["  " + line for line in ValueFunctionRenderer(k.score).render_function(score_fn, as_lambda=True).split("\n")]
     L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")
     L.append(f"  __shared__ __align__(16) {ty} g_vt[{dvp}][{bc + 8}];  /* value dims x key rows */")
     L.append("  G_AWAIT_PREDECESSOR();")
+    # the score function as a lambda in the kernel: its numbers (a mask's row stride) are the kernel's
+    L += ["  " + line for line in ValueFunctionRenderer(k.score).render_function(score_fn, as_lambda=True).split("\n")]
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;")
     if slices > 1:   # the block's warps share 16 query rows; warp ks walks key slice ks of each tile
         L.append("  const int ks = warp;")

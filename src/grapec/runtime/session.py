@@ -211,7 +211,7 @@ class Session:
         bound = {n: a.ptr for n, a in list(arrays.items()) + list(outputs.items()) if isinstance(a, DeviceBuffer)}
         host_out = {n: a for n, a in outputs.items() if isinstance(a, np.ndarray)}
         with self._lock:
-            outs = self._runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound or {"": 0})
+            outs = self._runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound)
             results = {}
             for name in (outputs or outs):
                 got = outs[name]

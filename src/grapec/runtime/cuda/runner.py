@@ -375,7 +375,7 @@ class CudaPlanRunner:
         self.launched = 0
         self.prepare(bucket)
         plan = self.plan(bucket)
-        bound = bound or {}
+        binding, bound = bound is not None, bound or {}
         copy_in, copy_out = ({}, {}) if not bound and not self._built[bucket].moved else \
             self.zero_copy.plan_io(bucket, bound)
         for name, b in plan.inputs:
@@ -387,7 +387,7 @@ class CudaPlanRunner:
         for name, b in plan.outputs:
             if name in copy_out:
                 call("cuMemcpyDtoDAsync", copy_out[name], self.ptr(bucket, b), plan.buffers[b].nbytes, self.dev.stream)
-        if bound:
+        if binding:
             self.dev.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
             return {name: bound[name] if name in bound else
                     DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
