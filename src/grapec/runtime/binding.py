@@ -42,7 +42,7 @@ def device_buffer(obj, what: str) -> DeviceBuffer | None:
     if cai is not None:
         dtype = np.dtype(cai["typestr"])
         strides = cai.get("strides")
-        if strides not in (None, ()) and tuple(strides) != _contiguous(cai["shape"], dtype.itemsize):
+        if strides not in (None, ()) and tuple(strides) != contiguous_strides(cai["shape"], dtype.itemsize):
             raise InputError(f"{what}: a device array bound must be contiguous (got strides {list(strides)})")
         return DeviceBuffer(obj, int(cai["data"][0]), cai["shape"], dtype)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
@@ -52,7 +52,8 @@ def device_buffer(obj, what: str) -> DeviceBuffer | None:
     return None
 
 
-def _contiguous(shape, itemsize: int) -> tuple:
+def contiguous_strides(shape, itemsize: int) -> tuple:
+    """Byte strides of a C-contiguous array."""
     strides, acc = [], itemsize
     for d in reversed(shape):
         strides.append(acc)
@@ -92,7 +93,7 @@ def _from_dlpack(obj, what: str) -> DeviceBuffer:
     shape = tuple(t.shape[i] for i in range(t.ndim))
     if t.strides:
         strides = tuple(t.strides[i] * np.dtype(dtype).itemsize for i in range(t.ndim))
-        if strides != _contiguous(shape, np.dtype(dtype).itemsize) and 0 not in shape:
+        if strides != contiguous_strides(shape, np.dtype(dtype).itemsize) and 0 not in shape:
             raise InputError(f"{what}: a device array bound must be contiguous")
     # the capsule (not consumed: no one renamed it "used_dltensor") frees the tensor; obj keeps the memory
     return DeviceBuffer(obj, int(t.data or 0) + int(t.byte_offset), shape, np.dtype(dtype))

@@ -21,20 +21,12 @@ from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
 from ..value_range import check_value_range, manifest_ranges
+from .binding import contiguous_strides
 
 
 def _shape(a):
     cai = getattr(a, "__cuda_array_interface__", None)
     return cai["shape"] if cai is not None else a.shape
-
-
-def _contiguous_strides(cai):
-    item = np.dtype(cai["typestr"]).itemsize
-    strides, acc = [], item
-    for d in reversed(cai["shape"]):
-        strides.append(acc)
-        acc *= d
-    return tuple(reversed(strides))
 
 
 def _shapes_key(shapes: dict) -> tuple:
@@ -141,7 +133,8 @@ class Session:
             else:
                 if self.backend != "cuda":
                     raise InputError(f"input '{info.name}' is a GPU array; the {self.backend} backend takes host arrays")
-                if cai.get("strides") not in (None, ()) and cai.get("strides") != _contiguous_strides(cai):
+                if cai.get("strides") not in (None, ()) and tuple(cai["strides"]) != \
+                        contiguous_strides(cai["shape"], np.dtype(cai["typestr"]).itemsize):
                     raise InputError(f"input '{info.name}': GPU arrays must be contiguous")
                 got = np.dtype(cai["typestr"])
             want = dtypes.np_dtype(info.dtype)
@@ -219,7 +212,7 @@ class Session:
                     np.copyto(host_out[name], self.to_host(got))
                     got = host_out[name]
                 elif name in bound:
-                    got = outputs[name]
+                    got = outputs[name].obj   # the caller's own tensor
                 results[name] = got
         binding._results = results
 

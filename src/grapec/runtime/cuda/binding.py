@@ -62,13 +62,14 @@ class ZeroCopy:
         self.choices: dict = {}     # name -> Choice, of the last run with bindings
 
     def routes(self, bucket: int) -> dict:
+        """name -> (Route, estimated patch us, estimated copy us), worked out once per bucket."""
         if bucket not in self._routes:
-            self._routes[bucket] = io_routes(self.r.plan(bucket))
+            steps = self.r.plan(bucket).steps
+            self._routes[bucket] = {
+                name: (route, sum(LIBRARY_PATCH_US if isinstance(steps[i], LibraryStep) else KERNEL_PATCH_US
+                                  for i in route.steps), COPY_LAUNCH_US + route.nbytes / COPY_BYTES_PER_US)
+                for name, route in io_routes(self.r.plan(bucket)).items()}
         return self._routes[bucket]
-
-    def estimate_us(self, bucket: int, route) -> float:
-        steps = self.r.plan(bucket).steps
-        return sum(LIBRARY_PATCH_US if isinstance(steps[i], LibraryStep) else KERNEL_PATCH_US for i in route.steps)
 
     def plan_io(self, bucket: int, bound: dict) -> tuple:
         """bound: input/output name -> the caller's device pointer. Patches what pays and returns
@@ -77,7 +78,7 @@ class ZeroCopy:
         built = self.r._built[bucket]
         patches, copy_in, copy_out = {}, {}, {}
         choices = {}
-        for name, route in self.routes(bucket).items():
+        for name, (route, patch_us, copy_us) in self.routes(bucket).items():
             want, cur = bound.get(name), built.moved.get(route.buffer)
             if want is None:
                 if cur is not None:
@@ -87,8 +88,6 @@ class ZeroCopy:
             last, runs = self._streak.get((bucket, name), (None, 0))
             runs = runs + 1 if last == want else 1
             self._streak[(bucket, name)] = (want, runs)
-            copy_us = COPY_LAUNCH_US + route.nbytes / COPY_BYTES_PER_US
-            patch_us = self.estimate_us(bucket, route)
             reason = route.reason or self._refused.get((bucket, name), "") or \
                 ("" if os.environ.get("GRAPEC_ZERO_COPY", "1") != "0" else "GRAPEC_ZERO_COPY=0")
             if not reason and want % ALIGN:
@@ -119,8 +118,7 @@ class ZeroCopy:
         call captured again picks another kernel) stays in the arena and is copied. -> host us."""
         t0 = time.perf_counter()
         built = self.r._built[bucket]
-        routes = self.routes(bucket)
-        by_storage = {r.buffer: r for r in routes.values()}
+        by_storage = {r.buffer: r for r, _, _ in self.routes(bucket).values()}
         moved = dict(built.moved)
         for storage, ptr in patches.items():
             if ptr is None:

@@ -96,7 +96,6 @@ class GraphBuilder:
                 if isinstance(st, KernelStep) and self.r.dependent_launch and stamps is None else []
             plain = [p for p in preds if not any(p is e for e in early)]
             if isinstance(st, KernelStep):
-                _, grid, block, _ = self.r.launches[st.kernel]
                 node = self.kernel(graph, plain, *self.kernel_step_launch(st), programmatic=early)
                 kernel_nodes.add(len(nodes))
             elif isinstance(st, LibraryStep):
