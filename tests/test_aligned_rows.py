@@ -7,7 +7,7 @@ kernels that were there: the im2col gather and the ReLU/residual kernels), and t
 onnxruntime."""
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import TensorProto, helper
 
 import grapec
 from grapec.bundle.format import Bundle
@@ -103,3 +103,29 @@ def test_a_gemm_with_a_residual_and_an_unpaddable_operand_stays_dense():
     assert mm.args[2] >= 0 and "out" not in (mm.attrs.get("views") or {})
     got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["z"]
     assert rel_err(got, ort_run(m, feeds)["z"]) < 1e-5
+
+
+@pytest.mark.parametrize("precision,itemsize,tol", [("fp32", 4, 1e-5), ("fp16", 2, 3e-3)])
+def test_a_tied_embedding_is_stored_once_with_its_padded_rows(precision, itemsize, tol):
+    """GPT-2's lm_head is its token table read transposed (trans_b, in a range of sizes, where the
+    Transpose is not folded into a copy; over 16 rows, where cuBLASLt runs it): the GEMM's B gets padded rows (1001 columns are not 16-byte
+    rows), and the Gather reads the padded copy, whose first rows are the table, instead of the
+    table being stored a second time."""
+    vocab, dim = 1001, 64
+    rng = np.random.default_rng(11)
+    table = (rng.standard_normal((vocab, dim)) / 8).astype(np.float32)
+    m = model([helper.make_node("Gather", ["table", "ids"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+               helper.make_node("Transpose", ["table"], ["table_t"], perm=[1, 0]),
+               helper.make_node("MatMul", ["t", "table_t"], ["logits"]), helper.make_node("Softmax", ["logits"], ["p"])],
+              [tinfo("ids", TensorProto.INT64, [1, "seq"])], [tinfo("p", shape=[1, "seq", vocab])], [init("table", table)])
+    b = grapec.compile(m, dynamic={"seq": (17, 19)}, targets=[], precision=precision, jobs=1)
+    widths, unaligned = gemm_rows(b, itemsize)
+    assert widths and unaligned == 0, widths
+    table_bytes = vocab * dim * itemsize
+    assert table_bytes <= len(b.weights) < 1.2 * table_bytes, (len(b.weights), table_bytes)
+    sess = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu")
+    for seq in (17, 19):
+        feeds = {"ids": np.concatenate([[0, vocab - 1], rng.integers(0, vocab, seq - 2)]).reshape(1, seq).astype(np.int64)}
+        got, ref = sess.run(feeds)["p"].astype(np.float32), ort_run(m, feeds)["p"]
+        assert rel_err(got, ref) < tol, seq
+        assert np.allclose(got, ref, rtol=10 * tol, atol=10 * tol), seq

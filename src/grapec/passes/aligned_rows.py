@@ -178,13 +178,32 @@ def _pad_transposed_weight_and_bias(g: Graph, mm: Node, cols: int):
     if mm.attrs.get("trans_b"):
         b = g.lookup(ins[1])
         w = np.asarray(b.const).reshape(b.shape)
-        ins[1] = g.add_value(f"{ins[1]}_rows", b.dtype, (cols, w.shape[1]),
+        padded = g.add_value(f"{ins[1]}_rows", b.dtype, (cols, w.shape[1]),
                              np.pad(w, [(0, cols - w.shape[0]), (0, 0)])).name
+        _share_padded_weight(g, ins[1], padded, mm)
+        ins[1] = padded
     if ins[3]:
         bias = g.lookup(ins[3])
         v = np.asarray(bias.const).reshape(-1)
         ins[3] = g.add_value(f"{ins[3]}_rows", bias.dtype, (cols,), np.pad(v, (0, cols - v.shape[0]))).name
     mm.inputs = ins[:len(mm.inputs)]
+
+
+def _share_padded_weight(g: Graph, weight: str, padded: str, mm: Node):
+    """The padded [N+pad, K] weight begins with the [N, K] original's bytes, so kernels reading the
+    original (a tied embedding's Gather: GPT-2's lm_head is its token table) read the padded one
+    with the same addresses, and the original need not be stored too (77 MiB in GPT-2 fp16). Only
+    when every other reader is such a kernel; otherwise both stay."""
+    readers = [u for u in g.consumers().get(weight, []) if u is not mm]
+    if not readers or weight in g.outputs \
+            or not all(u.op == "Kernel" and isinstance(u.attrs["kernel"], K.Kernel) for u in readers):
+        return
+    shape = g.lookup(padded).shape
+    for u in readers:
+        k = u.attrs["kernel"]
+        inputs = tuple((shape, dt) if name == weight else (s, dt) for name, (s, dt) in zip(u.inputs, k.inputs))
+        u.attrs = dict(u.attrs, kernel=K.Kernel(k.shape, k.dtype, k.body, inputs, k.mapping))
+        u.inputs = [padded if i == weight else i for i in u.inputs]
 
 
 def _padded_kernel(k: K.Kernel, slots: dict, out_lead: int | None, width: int, cols: int) -> K.Kernel:
