@@ -51,7 +51,7 @@ from .passes.lower import lower_graph
 from .passes.mappings import choose_mappings
 from .cost.device import DeviceProfile
 from .cost.report import plan_report
-from .passes.build_plan import KernelStore, PlanBuilder, WeightStore
+from .passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
 from .passes.predicate import form_regions, regions
 from .passes.schedule import schedule
 from .passes.streams import MAX_BRANCHES, schedule_streams
@@ -262,6 +262,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                         shared_weights=len(bucket_shapes) > 1)
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
+    relocate_weights(plans, weights.share_prefixes())
     for i, r in enumerate(results):
         notes += [n for n in r.notes if n not in notes]
         if len(results) <= BRIEF_REPORTS_OVER:

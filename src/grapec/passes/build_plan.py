@@ -19,6 +19,7 @@ from ..plan import Body, Buffer, IfStep, KernelStep, LibraryStep, LoopStep, Plan
 from .plan_memory import MemoryPlan, plan_memory
 
 WEIGHT_ALIGN = 256
+PREFIX_HEAD = 4096   # entries shorter than this are not worth sharing as prefixes
 
 
 class WeightStore:
@@ -48,6 +49,26 @@ class WeightStore:
         self.size = off + len(data)
         return off
 
+    def share_prefixes(self) -> dict:
+        """Stores once an entry whose bytes begin a longer one: a weight and its copy with zero rows
+        appended (passes/aligned_rows.py pads a GEMM's weight; in a range the sizes that keep the
+        unpadded one, and a tied embedding's Gather, read the same table). Relocates the rest.
+        Returns old offset -> new offset for every entry (the plans' weight buffers are rewritten
+        with it, relocate_weights)."""
+        longest_first = sorted(self.entries, key=lambda e: -len(e[1]))
+        by_head: dict = {}
+        home: dict = {}   # old offset -> the old offset of the entry that holds its bytes
+        for off, data in longest_first:
+            head = hashlib.sha1(data[:PREFIX_HEAD]).digest() if len(data) >= PREFIX_HEAD else None
+            holder = next((o for o, d in by_head.get(head, ()) if d[:len(data)] == data), None) if head else None
+            home[off] = off if holder is None else holder
+            if holder is None and head:
+                by_head.setdefault(head, []).append((off, data))
+        kept = [(off, data) for off, data in self.entries if home[off] == off]
+        self.__init__()
+        moved = {off: self.add(np.frombuffer(data, np.uint8)) for off, data in kept}
+        return {off: moved[home[off]] for off in home}
+
     def blob(self) -> bytes:
         out = bytearray(self.size)   # the gaps between entries stay zero
         for off, data in self.entries:
@@ -72,6 +93,14 @@ class KernelStore:
             k = self._index[key] = len(self.kernels)
             self.kernels.append(j)
         return k
+
+
+def relocate_weights(plans: list, moved: dict):
+    """The plans' weight buffers moved as WeightStore.share_prefixes moved the entries they start."""
+    for plan in plans:
+        for b in plan.buffers:
+            if b.space == "weight":
+                b.offset = moved[b.offset]
 
 
 def copy_kernel(shape: tuple, dtype: str) -> Kernel:
