@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,8 +49,7 @@ class Blas:
         self.workspaces: list = []   # one per branch of the stream schedule: calls that may run at once must not share one
         self.tf32 = tf32
         self.capture_stream = call("cuStreamCreate", 0)
-        self._keep: list = []     # descriptors and scalars referenced by captured work
-        self._choices: dict = {}  # GEMM signature -> index of the tuned algorithm in the heuristic's list
+        self._gemms: dict = {}    # GEMM signature -> GemmProblem
 
     def workspace_size(self, branch: int) -> int:
         return self.workspace_bytes if branch == 0 else min(self.workspace_bytes, SIDE_BRANCH_WORKSPACE)
@@ -69,7 +69,6 @@ class Blas:
             st = np.array([stride], np.int64)
             lt.matrix_layout_set_attribute(lay, lt.MatrixLayoutAttribute.BATCH_COUNT, cnt.ctypes.data, 4)
             lt.matrix_layout_set_attribute(lay, lt.MatrixLayoutAttribute.STRIDED_BATCH_OFFSET, st.ctypes.data, 8)
-        self._keep.append(lay)
         return lay
 
     def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int,
@@ -83,6 +82,34 @@ class Blas:
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16/bfloat16/float64)")
         lt = self.lt
+        has_c = len(ptrs) > 2 and ptrs[2]
+        bias_ptr = ptrs[3] if len(ptrs) > 3 else 0
+        ws, ws_bytes = self.workspace(workspace), self.workspace_size(workspace)
+        enabled = os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
+        # one signature per GEMM problem: GPT-2's 12 layers share theirs, and a range's sizes met again
+        # (a bucket switch rebuilds its graph) find their descriptors, heuristic and tuned choice here
+        sig = (repr(sorted(attrs.items())), repr(shapes), dtype, repr(out_shape), repr(layouts),
+               tuple(p % 256 if p else -1 for p in ptrs + [out_ptr]), ws_bytes, enabled)
+        gemm = self._gemms.get(sig)
+        if gemm is None:
+            gemm = self._gemms[sig] = self._problem(attrs, shapes, dtype, out_shape, layouts, bool(has_c),
+                                                    bool(bias_ptr), ws_bytes, TUNE_CANDIDATES if enabled else 1)
+        if bias_ptr:   # read when the call is captured: the graph keeps its own copy
+            bp = np.array([bias_ptr], np.uint64)
+            lt.matmul_desc_set_attribute(gemm.desc, lt.MatmulDescAttribute.BIAS_POINTER, bp.ctypes.data, 8)
+        c_ptr = ptrs[2] if has_c else out_ptr
+
+        def launch(algo, stream):
+            lt.matmul(self.handle, gemm.desc, gemm.alpha.ctypes.data, ptrs[1], gemm.b_lay, ptrs[0], gemm.a_lay,
+                      gemm.beta.ctypes.data, c_ptr, gemm.d_lay, out_ptr, gemm.d_lay, algo, ws, ws_bytes, int(stream))
+        if enabled and tune and gemm.choice is None:
+            gemm.choice = self._fastest(gemm.algos, launch)
+        return self._capture(launch, gemm.algos[gemm.choice or 0])
+
+    def _problem(self, attrs: dict, shapes: list, dtype: str, out_shape, layouts: dict, has_c: bool, has_bias: bool,
+                 ws_bytes: int, candidates: int) -> "GemmProblem":
+        """The descriptors of one GEMM problem and cuBLASLt's ranked algorithms for it."""
+        lt = self.lt
         a_shape, b_shape = shapes[0], shapes[1]
         ta, tb = int(attrs.get("trans_a", 0)), int(attrs.get("trans_b", 0))
         m, n = out_shape[-2], out_shape[-1]
@@ -93,10 +120,13 @@ class Blas:
             if nb not in (1, batch) or (nb == batch and tuple(sh[:-2]) != tuple(out_shape[:-2]) and batch > 1):
                 raise BackendError(f"matmul: operand {name} batch dims {list(sh[:-2])} broadcast against "
                                    f"{list(out_shape[:-2])} in a way strided cuBLASLt batches cannot express")
+        if has_c and "out" in layouts:
+            raise BackendError("matmul: a C operand with a strided output is not supported")
+        if has_c and tuple(shapes[2]) != tuple(out_shape):
+            raise BackendError(f"matmul: C of shape {list(shapes[2])} must match the output {list(out_shape)}")
         compute = COMPUTE_64F if dtype == "float64" else COMPUTE_32F_FAST_TF32 if self.tf32 else COMPUTE_32F
         scale_t = CUDA_R["float64"] if dtype == "float64" else CUDA_R["float32"]
         desc = lt.matmul_desc_create(compute, scale_t)
-        self._keep.append(desc)
         op_first, op_second = np.array([OP_T if tb else OP_N], np.int32), np.array([OP_T if ta else OP_N], np.int32)
         lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.TRANSA, op_first.ctypes.data, 4)
         lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.TRANSB, op_second.ctypes.data, 4)
@@ -109,29 +139,10 @@ class Blas:
         d_lay = self._layout(dtype, n, m, d_ld, batch, d_stride)
         sdt = np.float64 if dtype == "float64" else np.float32
         alpha = np.array([attrs.get("alpha", 1.0)], sdt)
-        has_c = len(ptrs) > 2 and ptrs[2]
         beta = np.array([attrs.get("beta", 1.0) if has_c else 0.0], sdt)
-        c_ptr = ptrs[2] if has_c else out_ptr
-        if has_c and "out" in layouts:
-            raise BackendError("matmul: a C operand with a strided output is not supported")
-        if has_c and tuple(shapes[2]) != tuple(out_shape):
-            raise BackendError(f"matmul: C of shape {list(shapes[2])} must match the output {list(out_shape)}")
-        self._keep += [alpha, beta, op_first, op_second]
-        self._epilogue(desc, attrs.get("act", ""), ptrs[3] if len(ptrs) > 3 else 0, dtype)
-
-        ws, ws_bytes = self.workspace(workspace), self.workspace_size(workspace)
-
-        def launch(algo, stream):
-            lt.matmul(self.handle, desc, alpha.ctypes.data, ptrs[1], b_lay, ptrs[0], a_lay, beta.ctypes.data,
-                      c_ptr, d_lay, out_ptr, d_lay, algo, ws, ws_bytes, int(stream))
-        # the same GEMM (GPT-2's 12 layers, a step profiled alone) reuses the choice: one tuning per shape
-        key = (repr(sorted(attrs.items())), repr(shapes), dtype, repr(out_shape), repr(layouts),
-               tuple(p % 256 for p in ptrs + [out_ptr] if p), ws_bytes)
-        enabled = os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
-        algos = self._heuristic(desc, b_lay, a_lay, d_lay, TUNE_CANDIDATES if enabled else 1, ws_bytes)
-        if enabled and tune and key not in self._choices:
-            self._choices[key] = self._fastest(algos, launch)
-        return self._capture(launch, algos[self._choices.get(key, 0) if enabled else 0])
+        self._epilogue(desc, attrs.get("act", ""), has_bias, dtype)
+        ranked = self._heuristic(desc, b_lay, a_lay, d_lay, candidates, ws_bytes)
+        return GemmProblem(desc, a_lay, b_lay, d_lay, alpha, beta, ranked)
 
     def _capture(self, launch, algo: int, repeats: int = 1):
         call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
@@ -159,40 +170,58 @@ class Blas:
 
     def tuning_counts(self) -> dict:
         """GEMM signatures tuned so far, and those where a candidate beat cuBLASLt's first choice."""
-        return {"shapes_timed": len(self._choices), "beat_first_choice": sum(i != 0 for i in self._choices.values())}
+        tuned = [g.choice for g in self._gemms.values() if g.choice is not None]
+        return {"shapes_timed": len(tuned), "beat_first_choice": sum(i != 0 for i in tuned)}
 
-    def _epilogue(self, desc, act: str, bias_ptr: int, dtype: str):
-        """Bias (a vector over the output's columns, which are cuBLASLt's rows) and activation."""
+    def _epilogue(self, desc, act: str, has_bias: bool, dtype: str):
+        """Bias (a vector over the output's columns, which are cuBLASLt's rows; its address is set per
+        call) and activation."""
         act = act or "none"
         if act not in EPILOGUE or (act != "none" and dtype == "float64"):
             raise BackendError(f"matmul: no cuBLASLt epilogue for activation '{act}' on {dtype}")
-        if not bias_ptr and act == "none":
+        if not has_bias and act == "none":
             return
         # DEFAULT is 1, the others are bit flags: RELU 2, BIAS 4, GELU 32 (RELU_BIAS 6, GELU_BIAS 36)
-        code = (EPILOGUE[act] if act != "none" else 0) | (EPILOGUE_BIAS if bias_ptr else 0)
-        lt = self.lt
+        code = (EPILOGUE[act] if act != "none" else 0) | (EPILOGUE_BIAS if has_bias else 0)
         epi = np.array([code], np.int32)
-        lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.EPILOGUE, epi.ctypes.data, 4)
-        self._keep.append(epi)
-        if bias_ptr:
-            bp = np.array([bias_ptr], np.uint64)
-            lt.matmul_desc_set_attribute(desc, lt.MatmulDescAttribute.BIAS_POINTER, bp.ctypes.data, 8)
-            self._keep.append(bp)
+        self.lt.matmul_desc_set_attribute(desc, self.lt.MatmulDescAttribute.EPILOGUE, epi.ctypes.data, 4)
 
-    def _heuristic(self, desc, a_lay, b_lay, d_lay, n: int, workspace_bytes: int) -> list:
-        """Addresses of up to n algorithms for the shape that fit the workspace, cuBLASLt's best guess first."""
+    def _heuristic(self, desc, a_lay, b_lay, d_lay, n: int, workspace_bytes: int) -> np.ndarray:
+        """Up to n algorithms for the shape that fit the workspace, cuBLASLt's best guess first."""
         lt = self.lt
         pref = lt.matmul_preference_create()
-        self._keep.append(pref)
         ws = np.array([workspace_bytes], np.uint64)
         lt.matmul_preference_set_attribute(pref, lt.MatmulPreferenceAttribute.MAX_WORKSPACE_BYTES, ws.ctypes.data, 8)
         res = np.zeros(n, dtype=lt.matmul_heuristic_result_dtype)
         count = np.zeros(1, np.int32)
-        lt.matmul_algo_get_heuristic(self.handle, desc, a_lay, b_lay, d_lay, d_lay, pref, n, res.ctypes.data, count.ctypes.data)
+        try:
+            lt.matmul_algo_get_heuristic(self.handle, desc, a_lay, b_lay, d_lay, d_lay, pref, n, res.ctypes.data,
+                                         count.ctypes.data)
+        finally:
+            lt.matmul_preference_destroy(pref)
         if count[0] < 1:
             raise BackendError("cuBLASLt found no algorithm for a matmul of this shape")
-        self._keep.append(res)
-        return [res.ctypes.data + i * res.itemsize + res.dtype.fields["algo"][1] for i in range(int(count[0]))]
+        return res[:int(count[0])]
+
+
+@dataclass
+class GemmProblem:
+    """One GEMM problem's cuBLASLt descriptors (kept alive while graphs captured from them exist),
+    its ranked algorithms, and the index the tuning chose (None: not tuned)."""
+    desc: int
+    a_lay: int
+    b_lay: int
+    d_lay: int
+    alpha: np.ndarray
+    beta: np.ndarray
+    ranked: np.ndarray   # cublasLtMatmulHeuristicResult_t records
+    choice: int | None = None
+
+    @property
+    def algos(self) -> list:
+        """Addresses of the ranked algorithms (cublasLtMatmulAlgo_t) for the matmul call."""
+        r = self.ranked
+        return [r.ctypes.data + i * r.itemsize + r.dtype.fields["algo"][1] for i in range(len(r))]
 
 
 def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, dtype: str) -> tuple:
