@@ -53,6 +53,20 @@ def test_good_path_compile_inspect_run_check(mlp, tmp_path):
     assert "PASS" in text
 
 
+def test_a_closed_output_pipe_ends_the_cli_quietly(mlp, tmp_path):
+    """`grapec inspect m.grape | head -1`: the reader is gone before grapec writes. No message, no
+    traceback, the exit code `cat` would give (141)."""
+    out = tmp_path / "mlp.grape"
+    assert grapec("compile", mlp, "-o", out, "--dim", "batch=3")[0] == 0
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    p = subprocess.Popen([sys.executable, "-m", "grapec.cli", "inspect", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env)
+    p.stdout.close()   # before the interpreter has even started: every write meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 141, err
+    assert err == "", err
+
+
 def test_missing_file(tmp_path):
     assert_user_error(*grapec("compile", tmp_path / "nope.onnx"), "nope.onnx", "no such file")
 

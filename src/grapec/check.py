@@ -67,7 +67,8 @@ def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -
     try:
         import onnxruntime as ort
     except ImportError:
-        raise GrapecError("grapec check needs onnxruntime as the reference: pip install onnxruntime") from None
+        raise GrapecError("grapec check needs onnxruntime as the reference: pip install 'grapec[cpu]' (onnxruntime), or "
+                          "'grapec[gpu]' (onnxruntime-gpu)") from None
     so = ort.SessionOptions()
     so.log_severity_level = 3
     try:

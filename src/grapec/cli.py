@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from . import __version__
-from .errors import GrapecError
+from .errors import BundleError, GrapecError
 
 SHAPES_HELP = ("Input shapes for the bucket, trtexec style: NAME=DxDx..,NAME2=... "
                "(e.g. input_ids=1x128). Repeatable.")
@@ -28,6 +28,16 @@ def _err(msg: str):
     click.echo(f"error: {msg}", err=True)
 
 
+EXIT_BROKEN_PIPE = 141   # 128 + SIGPIPE: what `cat` ends with when the reader of its output goes away
+
+
+def _quiet_stdout():
+    """The reader of stdout went away (`grapec inspect m.grape | head -1`): end without a message, and
+    point stdout at /dev/null so the interpreter's last flush does not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 class GrapecGroup(click.Group):
     """Turns every GrapecError into one clear message and exit code 2, and hides tracebacks."""
 
@@ -39,6 +49,9 @@ class GrapecGroup(click.Group):
             sys.exit(e.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
+        except BrokenPipeError:
+            _quiet_stdout()
+            sys.exit(EXIT_BROKEN_PIPE)
         except KeyboardInterrupt:
             _err("interrupted")
             sys.exit(130)
@@ -62,7 +75,8 @@ def main():
       grapec check model.onnx --dim batch=1,seq=8     # compare with onnxruntime
       grapec inspect model.grape
 
-    Compilation needs no GPU. Exit codes: 0 ok, 1 mismatch or internal error, 2 bad usage/input.
+    Compilation needs no GPU. Exit codes: 0 ok, 1 mismatch or internal error, 2 bad usage/input,
+    141 when the reader of the output goes away first (as `| head`), quietly.
     """
 
 
@@ -286,6 +300,15 @@ def inspect(bundle, as_json, fusion, schedule):
     """Show what a BUNDLE holds: inputs, outputs, buckets, kernels, arena, ops."""
     from .bundle.format import Bundle
     b = Bundle.read(bundle)
+    try:
+        _show_bundle(bundle, b, as_json, fusion, schedule)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        # the reports are the compiler's notes, not checked at load (bundle/schema.py checks what runs)
+        raise BundleError(f"{bundle}: corrupted manifest: its reports cannot be shown "
+                          f"({type(e).__name__}: {e})") from None
+
+
+def _show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     m = b.manifest
     if schedule:
         if as_json:

@@ -36,7 +36,7 @@ import numpy as np
 
 from . import __version__
 from .bundle.format import Bundle
-from .errors import GrapecError, UnsupportedError
+from .errors import GrapecError, UnsupportedError, gpu_package
 from .fanout import map_buckets
 from .frontend.onnx_import import import_model, load_model, opset_of
 from .frontend.shapes import range_buckets, resolve_input_shapes, resolve_input_values
@@ -323,7 +323,7 @@ def _gpu_code(kernels, plans, targets, notes, say):
             nvrtc_version()
             targets = ["sm_90"]
         except NvrtcUnavailable:
-            notes.append("no NVRTC here (pip install cuda-bindings nvidia-cuda-nvrtc): no GPU code, CPU backend only")
+            notes.append(f"no NVRTC here ({gpu_package('cuda-bindings nvidia-cuda-nvrtc')}): no GPU code, CPU backend only")
             return [], {}, None
     targets = list(targets or [])
     if not targets:

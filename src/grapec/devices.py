@@ -1,5 +1,34 @@
-"""Which backend runs here: `auto` picks the CUDA backend when a usable NVIDIA GPU is present."""
+"""Which backend runs here: `auto` picks the CUDA backend when a usable NVIDIA GPU is present; and
+whether a bundle's memory fits in what this machine has."""
 from __future__ import annotations
+
+import os
+
+from .errors import BackendError
+
+
+def host_memory_available() -> int | None:
+    """Bytes of host memory available for new allocations (Linux MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(needs: dict, available: int | None, where: str):
+    """Refuse before allocating when the bundle's sizes (what -> bytes) exceed what `where` has."""
+    total = sum(needs.values())
+    if available is not None and total > available:
+        parts = ", ".join(f"{what} {n / 2**20:,.1f} MiB" for what, n in needs.items())
+        raise BackendError(f"the bundle needs {total / 2**20:,.1f} MiB of {where} ({parts}); "
+                           f"{available / 2**20:,.1f} MiB is available")
 
 
 def gpu_count() -> int:

@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 
+def gpu_package(package: str) -> str:
+    """How to install a piece of the CUDA backend or GPU code generation that is missing."""
+    return f"pip install 'grapec[gpu]' (or just {package})"
+
+
 class GrapecError(Exception):
     """Bad input or usage: the message names the thing at fault. Exit code 2."""
 

@@ -38,11 +38,13 @@ from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreSte
 from ..errors import BundleError
 from . import templates
 from ..value_range import manifest_ranges
+from .schema import MAX_JSON_DEPTH, check_manifest, json_depth
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
 FORMAT_VERSION = 3   # v3: plans and kernels as templates plus deltas; v2: typed plan steps, If/Loop regions
 EAGER_CHECK_UP_TO = 16   # plans checked at load; beyond, each when first used
+MAX_INFLATED = 1 << 30   # a JSON section's bytes once inflated (512 sizes of GPT-2 take 2 MiB)
 
 
 @dataclass
@@ -109,8 +111,8 @@ class Bundle:
         if hashlib.sha256(mbytes).digest() != data[16:HEADER]:
             raise BundleError(f"{where}: corrupted bundle (the manifest fails its sha256 check)")
         try:
-            manifest = json.loads(mbytes.decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            manifest = _json(mbytes, "the manifest")
+        except (UnicodeDecodeError, ValueError) as e:
             raise BundleError(f"{where}: corrupted manifest ({e})") from None
         if not isinstance(manifest, dict):
             raise BundleError(f"{where}: corrupted manifest")
@@ -123,9 +125,15 @@ class Bundle:
         if ver < FORMAT_VERSION:
             raise BundleError(f"{where}: bundle format v{ver} was written by an older grapec "
                               f"({manifest.get('grapec_version', '?')}); this grapec reads v{FORMAT_VERSION}: recompile the model")
+        try:
+            check_manifest(manifest)
+        except ValueError as e:
+            raise BundleError(f"{where}: corrupted manifest ({e})") from None
         body = memoryview(data)[HEADER + mlen:]
         sections = {}
         try:
+            if not isinstance(manifest.get("sections"), list) or not all(isinstance(s, dict) for s in manifest["sections"]):
+                raise ValueError("no list of sections")
             for s in manifest["sections"]:
                 lo, n = int(s["offset"]), int(s["size"])
                 if lo < 0 or n < 0 or lo + n > len(body):
@@ -134,17 +142,20 @@ class Bundle:
                 chunk = bytes(body[lo:lo + n])
                 if hashlib.sha256(chunk).hexdigest() != s["sha256"]:
                     raise BundleError(f"{where}: corrupted bundle (section '{s['name']}' fails its sha256 check)")
-                sections[s["name"]] = zlib.decompress(chunk) if s["compression"] == "zlib" else chunk
+                sections[s["name"]] = _inflate(chunk, s["name"]) if s["compression"] == "zlib" else chunk
             if sum(int(s["size"]) for s in manifest["sections"]) != len(body):
                 raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists "
                                   f"{sum(int(s['size']) for s in manifest['sections'])})")
-            kernels = templates.decode(json.loads(sections["kernels"]))
-            docs = templates.TemplatedDocs(json.loads(sections["plans"]))
+            missing = [n for n in ("weights", "kernels", "plans") if n not in sections]
+            if missing:
+                raise ValueError(f"no section {missing}")
+            kernels = templates.decode(_json(sections["kernels"], "the kernels"))
+            docs = templates.TemplatedDocs(_json(sections["plans"], "the plans"))
             if len(docs) != len(manifest["buckets"]):
                 raise ValueError(f"{len(docs)} plans for {len(manifest['buckets'])} buckets")
         except BundleError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, zlib.error) as e:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, zlib.error) as e:
             raise BundleError(f"{where}: corrupted bundle ({type(e).__name__}: {e})") from None
         extra = {k: v for k, v in sections.items() if k not in ("weights", "kernels", "plans")}
         b = Bundle(manifest, sections["weights"], kernels, [], extra)
@@ -187,6 +198,16 @@ class Bundle:
             raise BundleError(f"{where}: bucket {bi}: malformed plan ({type(e).__name__}: {e})") from None
 
 
+def decode_kernel(bundle: Bundle, k: int):
+    """Kernel k's IR (ir/kinds.py), for the backends that run it (the CPU interpreter); a malformed
+    entry is a BundleError naming it. The CUDA backend runs the machine code and does not decode them."""
+    from ..ir.kinds import kernel_from_json
+    try:
+        return kernel_from_json(bundle.kernels[k])
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
+        raise BundleError(f"kernel {k} is malformed ({type(e).__name__}: {e})") from None
+
+
 class StoredPlans:
     """A read bundle's plans, each built from its stored template and numbers when first asked for and
     checked then; the last PLANS_KEPT are kept."""
@@ -220,6 +241,24 @@ class StoredPlans:
         if len(self.kept) > self.PLANS_KEPT:
             del self.kept[next(iter(self.kept))]
         return plan
+
+
+def _json(text: bytes, what: str):
+    """JSON of bounded nesting: a hand-made document nested thousands deep is refused by name instead
+    of exhausting the parser's recursion."""
+    depth = json_depth(bytes(text))
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"{what}: JSON nested {depth} deep, more than the {MAX_JSON_DEPTH} a bundle may have")
+    return json.loads(bytes(text).decode())
+
+
+def _inflate(chunk: bytes, name: str) -> bytes:
+    """A zlib section, refused past MAX_INFLATED bytes (a small section that inflates to gigabytes)."""
+    z = zlib.decompressobj()
+    out = z.decompress(chunk, MAX_INFLATED)
+    if z.unconsumed_tail:
+        raise ValueError(f"section '{name}' inflates past {MAX_INFLATED >> 20} MiB")
+    return out + z.flush()
 
 
 def _packed(docs: list) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import glob
 import os
 
-from ..errors import GrapecError
+from ..errors import GrapecError, gpu_package
 from .nvrtc import compile_cuda
 
 SETTERS = r"""
@@ -108,8 +108,9 @@ def build_control_cubin(arch: str) -> bytes:
         from cuda.bindings import nvjitlink
         version = ".".join(map(str, nvjitlink.version()))
     except Exception as e:  # noqa: BLE001 - no module, or no libnvJitLink for it to load
-        raise DeviceRuntimeUnavailable(f"linking the If/Loop setter kernels needs nvJitLink ({e}): pip install "
-                                       "cuda-bindings nvidia-nvjitlink, or compile with --host-control") from None
+        raise DeviceRuntimeUnavailable(f"linking the If/Loop setter kernels needs nvJitLink ({e}): "
+                                       f"{gpu_package('cuda-bindings nvidia-nvjitlink')}, or compile with "
+                                       "--host-control") from None
     failures = []
     for library in libraries:
         try:

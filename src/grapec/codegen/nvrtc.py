@@ -6,7 +6,7 @@ this NVRTC, which the loader reports clearly when it is not).
 """
 from __future__ import annotations
 
-from ..errors import GrapecError
+from ..errors import GrapecError, gpu_package
 
 
 class NvrtcUnavailable(GrapecError):
@@ -17,7 +17,7 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError:
-        raise NvrtcUnavailable("GPU code generation needs NVRTC: pip install cuda-bindings nvidia-cuda-nvrtc") from None
+        raise NvrtcUnavailable(f"GPU code generation needs NVRTC: {gpu_package('cuda-bindings nvidia-cuda-nvrtc')}") from None
     return nvrtc
 
 

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..errors import BundleError
 from .kernel import Expr, Kernel, walk
 
 
@@ -169,7 +170,10 @@ class _Evaluator:
         idxs = [self.ev(i, rvars) for i in index]
         if mask is not None:
             idxs = [np.clip(i, 0, max(d - 1, 0)) for i, d in zip(idxs, buf.shape)]
-        val = _widen(buf[tuple(idxs)])
+        try:
+            val = _widen(buf[tuple(idxs)])
+        except IndexError:   # grapec's loads stay inside (masked ones are clamped): the kernel was edited
+            raise BundleError(f"a kernel reads input {slot} outside its shape {list(buf.shape)}: a malformed bundle") from None
         if mask is not None:
             if buf.size == 0:
                 return np.broadcast_to(self.ev(other, rvars), val.shape)

@@ -268,8 +268,10 @@ class Kernel:
     @staticmethod
     def from_json(d: dict) -> "Kernel":
         mapping = d.get("mapping") or ()
+        inputs = inputs_from_json(d["inputs"])
+        check_table(d["body"], len(d["shape"]), inputs)
         return Kernel(tuple(d["shape"]), d["dtype"], expr_from_json(d["body"]),
-                      inputs_from_json(d["inputs"]), (str(mapping[0]), int(mapping[1])) if mapping else ())
+                      inputs, (str(mapping[0]), int(mapping[1])) if mapping else ())
 
 
 def inputs_to_json(inputs: tuple) -> list:
@@ -336,6 +338,54 @@ def expr_to_json(root: Expr) -> list:
         pos[e] = len(table)
         table.append(row)
     return table
+
+
+MAX_EXPR_DEPTH = 200   # the interpreter recurses ~3 frames a level; grapec's kernels stay near 20 (the zoo)
+
+
+def check_table(table: list, rank: int, inputs: tuple):
+    """A stored expression table that expr_from_json can build and the interpreter can run: every
+    reference to an earlier row, coordinates within the kernel's rank, loads of existing input slots
+    with one index per input dim, and a bounded depth. Raises ValueError naming the row."""
+    depth: list = []
+
+    def refs(r: int, xs) -> int:
+        if any(not isinstance(x, int) or isinstance(x, bool) or not 0 <= x < r for x in xs):
+            raise ValueError(f"row {r} refers to {list(xs)}, not to rows before it")
+        return 1 + max((depth[x] for x in xs), default=0)
+
+    for r, row in enumerate(table):
+        if not isinstance(row, list) or not row or not isinstance(row[0], str):
+            raise ValueError(f"row {r} is not an expression row")
+        op = row[0]
+        if op == "const":
+            d = 1
+        elif op == "idx":
+            if not isinstance(row[1], int) or not 0 <= row[1] < rank:
+                raise ValueError(f"row {r}: coordinate {row[1]!r} of a rank-{rank} kernel")
+            d = 1
+        elif op == "ridx":
+            if not isinstance(row[2], int) or row[2] < 0:
+                raise ValueError(f"row {r}: reduction extent {row[2]!r}")
+            d = 1
+        elif op == "load":
+            _, _, slot, index, m, o = row
+            if not isinstance(slot, int) or not 0 <= slot < len(inputs):
+                raise ValueError(f"row {r}: load of input {slot!r}; the kernel has {len(inputs)}")
+            if len(index) != len(inputs[slot][0]):
+                raise ValueError(f"row {r}: {len(index)} indices into input {slot} of rank {len(inputs[slot][0])}")
+            d = refs(r, list(index) + [x for x in (m, o) if x is not None])
+        elif op == "reduce":
+            d = refs(r, [row[2], *row[3]])
+        elif op == "cast":
+            d = refs(r, [row[2]])
+        else:
+            d = refs(r, row[1])
+        if d > MAX_EXPR_DEPTH:
+            raise ValueError(f"row {r}: expression {d} deep, more than {MAX_EXPR_DEPTH}")
+        depth.append(d)
+    if not table:
+        raise ValueError("empty expression table")
 
 
 def expr_from_json(table: list) -> Expr:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ... import dtypes
+from ...bundle.format import decode_kernel
+from ...devices import check_fits, host_memory_available
 from ...hazards import random_order
 from ...ir.interpret import run_kernel
-from ...ir.kinds import kernel_from_json
 from ...ir.library import run_library, view_array
 from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region
@@ -23,9 +24,10 @@ class CpuPlanRunner:
     def __init__(self, bundle, order_seed: int | None = None):
         self.bundle = bundle
         self.rng = None if order_seed is None else np.random.default_rng(order_seed)
-        self.kernels = [kernel_from_json(k) for k in bundle.kernels]
+        self.kernels = [decode_kernel(bundle, k) for k in range(len(bundle.kernels))]
         self.weights = np.frombuffer(bundle.weights, np.uint8)
         arena_bytes = bundle.largest_arena()
+        check_fits({"activation arena": arena_bytes}, host_memory_available(), "host memory")
         self.arena = np.zeros(arena_bytes, np.uint8)   # one arena shared by all buckets
         self._views = {}
 

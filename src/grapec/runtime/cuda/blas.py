@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import BackendError
+from ...errors import BackendError, gpu_package
 from .driver import call, graph_ms
 
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1, "bfloat16": 14}
@@ -41,10 +41,13 @@ class Blas:
         try:
             from nvmath.bindings import cublasLt
         except ImportError:
-            raise BackendError("the CUDA backend needs cuBLASLt through nvmath-python: pip install nvmath-python") from None
+            raise BackendError(f"the CUDA backend needs cuBLASLt through nvmath-python: {gpu_package('nvmath-python')}") from None
         self.lt = cublasLt
         self.device = device
-        self.handle = cublasLt.create()
+        try:
+            self.handle = cublasLt.create()
+        except Exception as e:  # noqa: BLE001 - the bindings load libcublasLt only now: no library, or too old a one
+            raise BackendError(f"cuBLASLt did not start ({type(e).__name__}: {e}): {gpu_package('nvidia-cublas')}") from None
         self.workspace_bytes = workspace_bytes
         self.workspaces: list = []   # one per branch of the stream schedule: calls that may run at once must not share one
         self.tf32 = tf32

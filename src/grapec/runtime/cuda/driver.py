@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import ctypes
 
-from ...errors import BackendError
+from ...errors import BackendError, gpu_package
 
 
 def _driver():
     try:
         from cuda.bindings import driver
     except ImportError:
-        raise BackendError("the CUDA backend needs cuda-python: pip install cuda-bindings") from None
+        raise BackendError(f"the CUDA backend needs the CUDA driver bindings: {gpu_package('cuda-bindings')}") from None
     return driver
 
 

@@ -19,6 +19,7 @@ from collections import Counter, OrderedDict
 import numpy as np
 
 from ... import dtypes
+from ...devices import check_fits
 from ...errors import BackendError
 from ...plan import REGIONS, step_deps, walk_steps
 from ..walker import run_region
@@ -115,6 +116,8 @@ class CudaPlanRunner:
             raise BackendError("this bundle was made by an older grapec (no kernel launch shapes); recompile it")
         self.scalars = bundle.manifest["cuda"].get("scalars") or [[] for _ in names]   # size arguments
         self.control = self._control_module(bundle)
+        check_fits({"weights": len(bundle.weights), "activation arena": bundle.largest_arena()},
+                   self.dev.mem_info()[0], f"free GPU memory on {self.dev.name}")
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
         self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
         self.arena_bytes = bundle.largest_arena()
