@@ -132,20 +132,18 @@ class Bundle:
         body = memoryview(data)[HEADER + mlen:]
         sections = {}
         try:
-            if not isinstance(manifest.get("sections"), list) or not all(isinstance(s, dict) for s in manifest["sections"]):
-                raise ValueError("no list of sections")
             for s in manifest["sections"]:
-                lo, n = int(s["offset"]), int(s["size"])
-                if lo < 0 or n < 0 or lo + n > len(body):
+                lo, n = s["offset"], s["size"]
+                if lo + n > len(body):
                     raise BundleError(f"{where}: truncated bundle (section '{s['name']}' ends at byte "
                                       f"{HEADER + mlen + lo + n}, file has {len(data)})")
                 chunk = bytes(body[lo:lo + n])
                 if hashlib.sha256(chunk).hexdigest() != s["sha256"]:
                     raise BundleError(f"{where}: corrupted bundle (section '{s['name']}' fails its sha256 check)")
                 sections[s["name"]] = _inflate(chunk, s["name"]) if s["compression"] == "zlib" else chunk
-            if sum(int(s["size"]) for s in manifest["sections"]) != len(body):
-                raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists "
-                                  f"{sum(int(s['size']) for s in manifest['sections'])})")
+            listed = sum(s["size"] for s in manifest["sections"])
+            if listed != len(body):
+                raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists {listed})")
             missing = [n for n in ("weights", "kernels", "plans") if n not in sections]
             if missing:
                 raise ValueError(f"no section {missing}")

@@ -42,10 +42,9 @@ def _count(x, path: str, upto: int = MAX_BYTES) -> int:
     return x
 
 
-def _of(x, kind, path: str):
-    if not isinstance(x, kind) or (kind is int and isinstance(x, bool)):
-        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        _fail(path, f"expected {names}, got {type(x).__name__}")
+def _of(x, kind: type, path: str):
+    if not isinstance(x, kind):
+        _fail(path, f"expected {kind.__name__}, got {type(x).__name__}")
     return x
 
 
@@ -85,6 +84,13 @@ def _io(entries, path: str, buckets: int, with_shapes: bool):
 
 
 def check_manifest(m: dict):
+    for i, sec in enumerate(_of(m.get("sections"), list, "sections")):
+        p = f"sections[{i}]"
+        _of(sec, dict, p)
+        for k in ("name", "sha256", "compression"):
+            _of(sec.get(k), str, f"{p}.{k}")
+        _count(sec.get("offset"), f"{p}.offset")
+        _count(sec.get("size"), f"{p}.size")
     buckets = _of(m.get("buckets"), list, "buckets")
     if not buckets:
         _fail("buckets", "no bucket")

@@ -64,6 +64,8 @@ class WeightStore:
             home[off] = off if holder is None else holder
             if holder is None and head:
                 by_head.setdefault(head, []).append((off, data))
+        if all(home[off] == off for off in home):
+            return {off: off for off in home}
         kept = [(off, data) for off, data in self.entries if home[off] == off]
         self.__init__()
         moved = {off: self.add(np.frombuffer(data, np.uint8)) for off, data in kept}
