@@ -152,7 +152,7 @@ def _grapec_memory(bundle, ids, max_graphs, model_weights_mib, say) -> dict:
     for feeds in ids.values():
         sess.run(feeds)
     sweep_s = time.perf_counter() - t0
-    sess._runner.dev.synchronize()
+    sess._runner.synchronize()
     free1, _ = probe.mem_info()
     r = sess._runner
     used = (free0 - free1) / MIB
@@ -201,7 +201,7 @@ def _switch_cost(bundle, ids, samples, max_graphs) -> dict:
     def timed(n):
         t0 = time.perf_counter()
         sess.run(ids[n], on_device=True)
-        r.dev.synchronize()
+        r.synchronize()
         return (time.perf_counter() - t0) * 1e3
     kept_ms, switch_ms = [], []
     cycle = sorted(set(samples + list(ids)[:: max(1, len(ids) // (3 * max_graphs))]))

@@ -14,7 +14,7 @@ from grapec.plan import KernelStep
 from grapec.ir.attention import AttentionKernel
 from grapec.ir.kinds import kernel_from_json
 from grapec.ir.small_gemm import SmallGemmKernel
-from grapec.runtime.cuda import runner as cuda_runner
+from grapec.runtime.cuda import model as cuda_model
 from helpers import needs_nvrtc, ort_run, rel_err
 from test_small_gemm import profile_file
 
@@ -74,12 +74,12 @@ class _Bundle:
     (True, "cubin sm_90", (9, 0), 12080, "0", False),      # turned off by the user
 ])
 def test_dependent_launch_only_where_the_code_waits(flag, code, cc, driver, env, expected, monkeypatch):
-    monkeypatch.setattr(cuda_runner, "call", lambda name, *a: driver if name == "cuDriverGetVersion" else None)
+    monkeypatch.setattr(cuda_model, "call", lambda name, *a: driver if name == "cuDriverGetVersion" else None)
     if env is None:
         monkeypatch.delenv("GRAPEC_DEPENDENT_LAUNCH", raising=False)
     else:
         monkeypatch.setenv("GRAPEC_DEPENDENT_LAUNCH", env)
-    assert cuda_runner.uses_dependent_launch(_Bundle(flag), code, cc) is expected
+    assert cuda_model.uses_dependent_launch(_Bundle(flag), code, cc) is expected
 
 
 @pytest.mark.gpu

@@ -131,16 +131,17 @@ class GpuStepChecker:
         if st.op == "kernel":
             _, grid, block, _ = self.gpu.launches[st.kernel]
             args = KernelArgs([out] + [p for p in ptrs], self.gpu.scalars[st.kernel])
-            call("cuLaunchKernel", self.gpu.functions[st.kernel], grid, 1, 1, block, 1, 1, 0, dev.stream,
+            call("cuLaunchKernel", self.gpu.functions[st.kernel], grid, 1, 1, block, 1, 1, 0, self.gpu.stream,
                  args.address, 0)
         else:
             from grapec.runtime.cuda.blas import apply_views, shared_blas
             blas = shared_blas(dev)
             shapes, at = [a.shape if a is not None else None for a in ins], list(ptrs)   # ptrs are freed below
             out_shape, out_ptr, layouts = apply_views(st.attrs, shapes, at, want.shape, out, str(want.dtype))
-            g = blas.matmul_graph(st.attrs, shapes, str(want.dtype), at, out_shape, out_ptr, layouts)
+            g = blas.matmul_graph(st.attrs, shapes, str(want.dtype), at, out_shape, out_ptr, layouts,
+                                  self.gpu.workspaces.get(0))
             ex = call("cuGraphInstantiate", g, 0)
-            call("cuGraphLaunch", ex, dev.stream)
+            call("cuGraphLaunch", ex, self.gpu.stream)
         dev.synchronize()
         got = np.empty_like(want)
         dev.download(got.ctypes.data, out, want.nbytes)

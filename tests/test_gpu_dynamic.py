@@ -50,11 +50,11 @@ def test_device_memory_stays_flat_over_every_size(ranged):
             feeds = {"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)}
             outs[n] = sess.run(feeds)["logits"]
     sweep()
-    runner.dev.synchronize()
+    runner.synchronize()
     free_after_one, _ = runner.dev.mem_info()
     sweep()
     sweep()
-    runner.dev.synchronize()
+    runner.synchronize()
     free_after_three, _ = runner.dev.mem_info()
     # two more sweeps of all 40 sizes build and patch graphs again and again: nothing accumulates
     assert abs(free_after_one - free_after_three) <= 2 * 2**20, (free_after_one - free_after_three) / 2**20

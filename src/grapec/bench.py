@@ -61,9 +61,9 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     load_s = time.perf_counter() - t0
     launches = r.launched
     meta = bundle.manifest.get("metadata", {})
-    r.dev.synchronize()
+    r.synchronize()
     free1, _ = probe.mem_info()
-    stream = r.dev.stream
+    stream = r.stream
     host = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
 
     def h2d():
@@ -241,10 +241,11 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
         from .frontend.precision import to_fp16
         proto = to_fp16(proto)
     data = proto.SerializeToString()
-    dev = Device(0)
+    Device(0)   # its context current: the stream below belongs to it
+    stream = call("cuStreamCreate", 0)
     out = {}
     for label, graph in (("onnxruntime CUDA", "0"), ("onnxruntime CUDA graph", "1")):
-        opts = {"device_id": "0", "user_compute_stream": str(int(dev.stream)), "enable_cuda_graph": graph}
+        opts = {"device_id": "0", "user_compute_stream": str(int(stream)), "enable_cuda_graph": graph}
         try:
             sess = ort.InferenceSession(data, providers=[("CUDAExecutionProvider", opts)])
             binding = sess.io_binding()
@@ -256,8 +257,8 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
             sess.run_with_iobinding(binding)      # the graph mode captures on this first run
             binding.synchronize_outputs()
             run = lambda: sess.run_with_iobinding(binding)  # noqa: E731
-            _event_times(dev.stream, run, warmup)
-            out[label] = _stats(_event_times(dev.stream, run, iters))
+            _event_times(stream, run, warmup)
+            out[label] = _stats(_event_times(stream, run, iters))
         except Exception as e:  # noqa: BLE001 - report which peer failed and why, keep the others
             out[f"_{label} error"] = _failure(e)
     return out

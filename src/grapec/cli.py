@@ -209,7 +209,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
 
 
-def _load_session(path, backend, shapes, dims, values=(), quiet=True):
+def _load_session(path, backend, shapes, dims, values=(), quiet=True, device=0):
     import grapec
     from .bundle.format import MAGIC
     if os.path.exists(path) and not os.path.isdir(path):
@@ -217,11 +217,11 @@ def _load_session(path, backend, shapes, dims, values=(), quiet=True):
             is_bundle = f.read(8) == MAGIC
         if not is_bundle and path.endswith(".onnx"):
             sess = grapec.load(_compile(path, shapes, dims, quiet=quiet, targets=[] if backend == "cpu" else "auto",
-                                        values=values), backend=backend)
+                                        values=values), backend=backend, device=device)
             return sess, 0
     if values:
         raise GrapecError("--value applies when running an .onnx file; a bundle has its values fixed at compile time")
-    sess = grapec.load(path, backend=backend)
+    sess = grapec.load(path, backend=backend, device=device)
     return sess, _bucket_for(sess, shapes, dims)
 
 
@@ -262,16 +262,18 @@ def _feeds(sess, inputs, seed, bucket=0):
                    "ranges the model declares).")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--save", type=click.Path(file_okay=False), help="Write each output as NAME.npy into this folder.")
+@click.option("--device", default=0, show_default=True, type=click.IntRange(min=0),
+              help="GPU ordinal for the CUDA backend (as nvidia-smi numbers them, within CUDA_VISIBLE_DEVICES).")
 @_shape_options
-def run(bundle, backend, inputs, seed, save, shapes, dims, values):
+def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
     """Run a BUNDLE (or an .onnx file, compiled on the fly) once and summarize its outputs.
 
     Inputs not given with --input are random: floats ~ N(0,1), token ids within the vocabulary.
     """
     from .devices import resolve_backend
-    backend, why = resolve_backend(backend)
+    backend, why = resolve_backend(backend, device)
     click.echo(f"running on the {why}")
-    sess, bucket = _load_session(bundle, backend, shapes, dims, values)
+    sess, bucket = _load_session(bundle, backend, shapes, dims, values, device=device)
     feeds = _feeds(sess, inputs, seed, bucket)
     t0 = time.perf_counter()
     outs = sess.run(feeds)

@@ -57,13 +57,15 @@ def cuda_backend_available() -> bool:
     return True
 
 
-def resolve_backend(name: str) -> tuple:
+def resolve_backend(name: str, device: int = 0) -> tuple:
     """-> (backend, why): `auto` becomes cuda or cpu, with the reason in words."""
+    if name == "cuda":
+        return name, f"cuda backend (as asked), GPU {device}"
     if name != "auto":
         return name, f"{name} backend (as asked)"
     n = gpu_count()
     if n and cuda_backend_available():
-        return "cuda", f"CUDA backend on GPU 0 of {n}"
+        return "cuda", f"CUDA backend on GPU {device} of {n}"
     if n:
         return "cpu", f"CPU backend: {n} GPU(s) found, but nvmath-python (cuBLASLt) is not installed"
     return "cpu", "CPU backend: no NVIDIA GPU found"

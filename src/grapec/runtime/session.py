@@ -4,15 +4,19 @@
     sess.get_inputs()            # [IOInfo(name, dtype, shape)]
     sess.run({"x": array})       # -> {output name: numpy array}
 
-A session owns one arena (the plan's memory), so runs are serialised: `run` may be called from
-several threads, and each call holds the session's lock from feeding the inputs to copying the
-outputs out. Outputs returned with on_device=True live in the arena and are valid only until the
-next run from any thread. For runs in parallel, load one session per thread (or per stream).
+Threads. `run`, `run_with_iobinding`, `get_inputs` and `get_outputs` may be called from any number
+of threads at once. A session has `concurrency` runners (default 1), each with its own arena (on the
+GPU also its own stream, cuBLASLt workspaces and CUDA graphs) over one copy of the weights and code:
+a run takes an idle runner from inputs in to outputs out, so up to `concurrency` runs are in flight
+at once and the others wait. Outputs returned with on_device=True live in a runner's arena and are
+valid only until the next run (from any thread). An IOBinding belongs to the thread that fills it.
+`close` must not race a run.
 """
 from __future__ import annotations
 
 import os
-import threading
+import queue
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,28 +46,58 @@ class IOInfo:
 
 class Session:
     def __init__(self, bundle: Bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None = None,
-                 graph_memory: int | None = None):
+                 graph_memory: int | None = None, concurrency: int = 1):
         self.bundle = bundle
         self.backend = backend
         m = bundle.manifest
         self._inputs = [IOInfo(i["name"], i["dtype"], i["dims"]) for i in m["inputs"]]
         self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
         self._ranges = manifest_ranges(m)
-        self._lock = threading.Lock()
         self._bucket_of = None   # input shapes -> bucket, built on first use
         self._buckets = None
         # inputs fixed at compile time (--value): feeding them is optional, and only the same value is accepted
         self._fixed = {f["name"]: np.array(f["value"], dtypes.np_dtype(f["dtype"])).reshape(f["shape"])
                        for f in m.get("fixed_inputs", [])}
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InputError(f"concurrency must be a whole number of runs at once, 1 or more; got {concurrency!r}")
+        self.concurrency = concurrency
+        self._runners = self._make_runners(backend, device, max_graphs, graph_memory)
+        self._runner = self._runners[0]   # the one a single thread uses (the pool is last in, first out)
+        self._last_binding_runner = self._runner   # io_report's
+        self._idle: queue.LifoQueue = queue.LifoQueue()
+        for r in reversed(self._runners):
+            self._idle.put(r)
+
+    def _make_runners(self, backend, device, max_graphs, graph_memory) -> list:
+        n = self.concurrency
         if backend == "cpu":
             from .cpu.runner import CpuPlanRunner
-            self._runner = CpuPlanRunner(bundle)
-        elif backend == "cuda":
+            first = CpuPlanRunner(self.bundle, arenas=n)
+            return [first] + [CpuPlanRunner(self.bundle, kernels=first.kernels) for _ in range(n - 1)]
+        if backend == "cuda":
+            from .cuda.model import CudaModel
             from .cuda.runner import CudaPlanRunner
-            self._runner = CudaPlanRunner(bundle, device, tf32=bundle.manifest.get("precision") == "tf32",
-                                          max_graphs=max_graphs, graph_memory=graph_memory)
-        else:
-            raise BackendError(f"unknown backend '{backend}' (choose cpu or cuda)")
+            model = CudaModel(self.bundle, device, tf32=self.bundle.manifest.get("precision") == "tf32", arenas=n)
+            # the first runner gives the model back when it closes (it is closed last)
+            return [CudaPlanRunner(self.bundle, max_graphs=max_graphs, graph_memory=graph_memory, model=model,
+                                   owns_model=i == 0) for i in range(n)]
+        raise BackendError(f"unknown backend '{backend}' (choose cpu or cuda)")
+
+    @contextmanager
+    def _lane(self):
+        """An idle runner for one run (waiting for one when all are busy)."""
+        runner = self._idle.get()
+        try:
+            yield runner
+        finally:
+            self._idle.put(runner)
+
+    def close(self):
+        """Give back the session's memory (device memory, graphs) now rather than when it is collected."""
+        for r in reversed(getattr(self, "_runners", [])):
+            close = getattr(r, "close", None)
+            if close is not None:
+                close()
 
     @classmethod
     def load(cls, src, backend: str = "cpu", device: int = 0, **options) -> "Session":
@@ -169,8 +203,8 @@ class Session:
         arena that stay valid until the next run."""
         arrays = self.check_feeds(feeds)
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
-        with self._lock:   # one arena: a run owns it from inputs in to outputs out
-            outs = self._runner.run(bucket, arrays, on_device=True) if on_device else self._runner.run(bucket, arrays)
+        with self._lane() as runner:   # a runner's arena is the run's from inputs in to outputs out
+            outs = runner.run(bucket, arrays, on_device=True) if on_device else runner.run(bucket, arrays)
         if output_names:
             bad = [n for n in output_names if n not in outs]
             if bad:
@@ -193,8 +227,8 @@ class Session:
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
         outputs = self._check_bound_outputs(binding.outputs, bucket)
         if self.backend == "cpu":
-            with self._lock:
-                outs = self._runner.run(bucket, arrays)
+            with self._lane() as runner:
+                outs = runner.run(bucket, arrays)
             for name, out in outputs.items():
                 if out is not None:
                     np.copyto(out, outs[name])
@@ -203,8 +237,9 @@ class Session:
             return
         bound = {n: a.ptr for n, a in list(arrays.items()) + list(outputs.items()) if isinstance(a, DeviceBuffer)}
         host_out = {n: a for n, a in outputs.items() if isinstance(a, np.ndarray)}
-        with self._lock:
-            outs = self._runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound)
+        with self._lane() as runner:
+            self._last_binding_runner = runner
+            outs = runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound)
             results = {}
             for name in (outputs or outs):
                 got = outs[name]
@@ -241,8 +276,7 @@ class Session:
             return array.copy()
         cai = array.__cuda_array_interface__
         out = np.empty(cai["shape"], np.dtype(cai["typestr"]))
-        self._runner.dev.make_current()
-        self._runner.dev.synchronize()
+        self._runner.dev.synchronize()   # the run that wrote it, on whichever runner's stream
         self._runner.dev.download(out.ctypes.data, int(cai["data"][0]), out.nbytes)
         return out
 
@@ -250,7 +284,7 @@ class Session:
         """For each input and output bound in the last run_with_iobinding (CUDA backend): whether the
         caller's buffer was patched into the graph or copied, the nodes moved, the bytes a copy moves
         (saved per run when patched), the host time of the patch, and why a copy was made."""
-        zc = getattr(self._runner, "zero_copy", None)
+        zc = getattr(self._last_binding_runner, "zero_copy", None)
         return [c.to_json() for c in zc.choices.values()] if zc is not None else []
 
     def input_buffer(self, name: str, shapes: dict | None = None):
@@ -258,6 +292,9 @@ class Session:
         __cuda_array_interface__ and run with it as the feed, and no copy is made."""
         if self.backend != "cuda":
             raise InputError("input_buffer() needs the cuda backend")
+        if self.concurrency > 1:
+            raise InputError(f"input_buffer() is one arena's buffer, and this session has {self.concurrency} "
+                             "(concurrency); bind your own device arrays with io_binding() instead")
         bucket = self.select_bucket(shapes) if shapes else 0
-        with self._lock:
-            return self._runner.input_buffer(bucket, name)
+        with self._lane() as runner:
+            return runner.input_buffer(bucket, name)

@@ -21,13 +21,18 @@ from ..walker import run_region
 
 
 class CpuPlanRunner:
-    def __init__(self, bundle, order_seed: int | None = None):
+    """kernels: another runner's decoded kernels, shared (the runners of one session); arenas: how
+    many runners' arenas to check against the host's memory (the first of them checks all)."""
+
+    def __init__(self, bundle, order_seed: int | None = None, kernels: list | None = None, arenas: int = 1):
         self.bundle = bundle
         self.rng = None if order_seed is None else np.random.default_rng(order_seed)
-        self.kernels = [decode_kernel(bundle, k) for k in range(len(bundle.kernels))]
+        self.kernels = kernels if kernels is not None else [decode_kernel(bundle, k) for k in range(len(bundle.kernels))]
         self.weights = np.frombuffer(bundle.weights, np.uint8)
         arena_bytes = bundle.largest_arena()
-        check_fits({"activation arena": arena_bytes}, host_memory_available(), "host memory")
+        if kernels is None:
+            what = "activation arena" if arenas == 1 else f"{arenas} activation arenas"
+            check_fits({what: arenas * arena_bytes}, host_memory_available(), "host memory")
         self.arena = np.zeros(arena_bytes, np.uint8)   # one arena shared by all buckets
         self._views = {}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,10 +35,38 @@ TUNE_CANDIDATES = 8
 # default before Hopper) serves them, and keeps four branches at 44 MiB of workspace instead of 128.
 SIDE_BRANCH_WORKSPACE = 4 << 20
 TUNE_REPEATS = 20
+WORKSPACE_BYTES = 32 << 20
+
+
+class Workspaces:
+    """cuBLASLt workspaces of one runner, one per branch of its stream schedule: calls that may run
+    at once (two branches of a graph, or the graphs of two runners) must not share one."""
+
+    def __init__(self, device, nbytes: int = WORKSPACE_BYTES):
+        self.device, self.nbytes, self.ptrs = device, nbytes, []
+
+    def size(self, branch: int) -> int:
+        return self.nbytes if branch == 0 else min(self.nbytes, SIDE_BRANCH_WORKSPACE)
+
+    def get(self, branch: int) -> tuple:
+        """(pointer, bytes) of a branch's workspace, allocated on first use."""
+        while len(self.ptrs) <= branch:
+            n = len(self.ptrs)
+            self.ptrs.append(self.device.alloc(self.size(n), f"cuBLASLt workspace {n}"))
+        return self.ptrs[branch], self.size(branch)
+
+    def free(self):
+        for p in self.ptrs:
+            self.device.free(p)
+        self.ptrs = []
 
 
 class Blas:
-    def __init__(self, device, workspace_bytes: int = 32 << 20, tf32: bool = False):
+    """One cuBLASLt handle per device, shared by every runner of the process: the GEMM problems met
+    (descriptors, heuristic, tuned choice) are kept once, and a lock keeps two threads from capturing
+    on its stream at once. Workspaces belong to the runners."""
+
+    def __init__(self, device, tf32: bool = False):
         try:
             from nvmath.bindings import cublasLt
         except ImportError:
@@ -48,21 +77,10 @@ class Blas:
             self.handle = cublasLt.create()
         except Exception as e:  # noqa: BLE001 - the bindings load libcublasLt only now: no library, or too old a one
             raise BackendError(f"cuBLASLt did not start ({type(e).__name__}: {e}): {gpu_package('nvidia-cublas')}") from None
-        self.workspace_bytes = workspace_bytes
-        self.workspaces: list = []   # one per branch of the stream schedule: calls that may run at once must not share one
         self.tf32 = tf32
         self.capture_stream = call("cuStreamCreate", 0)
         self._gemms: dict = {}    # GEMM signature -> GemmProblem
-
-    def workspace_size(self, branch: int) -> int:
-        return self.workspace_bytes if branch == 0 else min(self.workspace_bytes, SIDE_BRANCH_WORKSPACE)
-
-    def workspace(self, branch: int) -> int:
-        """The workspace of a branch (allocated on first use): calls on one branch run one at a time."""
-        while len(self.workspaces) <= branch:
-            n = len(self.workspaces)
-            self.workspaces.append(self.device.alloc(self.workspace_size(n), f"cuBLASLt workspace {n}"))
-        return self.workspaces[branch]
+        self._lock = threading.Lock()
 
     def _layout(self, dtype, rows, cols, ld, batch, stride):
         lt = self.lt
@@ -75,19 +93,22 @@ class Blas:
         return lay
 
     def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int,
-                     layouts: dict | None = None, tune: bool = False, workspace: int = 0):
+                     layouts: dict | None, workspace: tuple, tune: bool = False):
         """A child graph computing one `matmul` step. shapes/ptrs: A, B, optional C and bias (0 when
         absent); attrs["act"] picks the epilogue. layouts: {"0" (A) | "1" (B) | "out": (ld, batch
         stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise.
         tune: time the candidate algorithms (the caller vouches that nothing lives in the output yet).
-        workspace: the branch whose workspace the call uses (runtime/cuda/graph.py)."""
-        layouts = layouts or {}
+        workspace: (pointer, bytes) the call may use, its runner's for the step's branch (graph.py)."""
+        with self._lock:
+            return self._matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts or {}, workspace, tune)
+
+    def _matmul_graph(self, attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts, workspace, tune):
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16/bfloat16/float64)")
         lt = self.lt
         has_c = len(ptrs) > 2 and ptrs[2]
         bias_ptr = ptrs[3] if len(ptrs) > 3 else 0
-        ws, ws_bytes = self.workspace(workspace), self.workspace_size(workspace)
+        ws, ws_bytes = workspace
         enabled = os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
         # one signature per GEMM problem: GPT-2's 12 layers share theirs, and a range's sizes met again
         # (a bucket switch rebuilds its graph) find their descriptors, heuristic and tuned choice here
@@ -250,10 +271,13 @@ def _capture_mode():
 _SHARED: dict = {}
 
 
+_SHARED_LOCK = threading.Lock()
+
+
 def shared_blas(device, tf32: bool = False) -> Blas:
-    """One cuBLASLt handle and workspace per device and precision mode, shared by all sessions
-    (their graphs run one at a time on the device's stream)."""
+    """One cuBLASLt handle per device and precision mode, shared by all sessions of the process."""
     key = (device.ordinal, tf32)
-    if key not in _SHARED:
-        _SHARED[key] = Blas(device, tf32=tf32)
-    return _SHARED[key]
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = Blas(device, tf32=tf32)
+        return _SHARED[key]

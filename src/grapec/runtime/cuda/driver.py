@@ -1,6 +1,7 @@
 """A thin layer over the CUDA driver API (cuda.bindings.driver): every call checked, errors named.
 
-Only what the runtime needs: a context, device memory, modules, explicit graphs, streams.
+Only what the runtime needs: a context, device memory, modules, explicit graphs, streams (each
+runner creates its own: runner.py).
 """
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ class Device:
                    call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev))
         self.name = call("cuDeviceGetName", 256, self.dev).split(b"\0")[0].decode()
         self.sms = call("cuDeviceGetAttribute", A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev)
-        self.stream = call("cuStreamCreate", 0)
 
     def make_current(self):
         """A context is current per thread: a session called from a new thread makes it current there."""
@@ -95,7 +95,9 @@ class Device:
             call("cuMemcpyDtoH", host, src, nbytes)
 
     def synchronize(self):
-        call("cuStreamSynchronize", self.stream)
+        """Wait for all work on this GPU's context (every stream); a runner waits for its own stream."""
+        self.make_current()
+        call("cuCtxSynchronize")
 
 
 def graph_ms(graph, stream, launches: int) -> float:

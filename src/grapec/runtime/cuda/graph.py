@@ -11,8 +11,8 @@ One builder serves the top level and every region body, so a body holds the same
                     Loop's body ending in grapec_loop_next, then the exit copies
 Each node waits for the steps its plan step names (`deps`, passes/streams.py): steps no edge
 orders run as parallel branches. The handles of conditional nodes are created on the graph that
-holds the node, as the driver requires for nesting. A cuBLASLt call uses the workspace of its step's
-branch: two calls that may run at once never share one.
+holds the node, as the driver requires for nesting. A cuBLASLt call uses its runner's workspace of its
+step's branch: two calls that may run at once never share one.
 
 Where the runner allows it (runner.uses_dependent_launch), a generated kernel that waits for another
 generated kernel is joined to it by a programmatic edge: it launches while its predecessor still
@@ -165,7 +165,7 @@ class GraphBuilder:
         out = self.bufs[st.out]
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), out.dtype)
         child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts,
-                                                      tune=self.r.tuning, workspace=st.branch)
+                                                      self.r.workspaces.get(st.branch), tune=self.r.tuning)
         self.r.keep(self.bucket, child)
         return child
 

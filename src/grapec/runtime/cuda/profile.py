@@ -44,6 +44,6 @@ def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = I
     for i, st in enumerate(steps):
         graph = call("cuGraphCreate", 0)
         GraphBuilder(runner, bucket).add_steps(graph, [st] * repeat, [], order=chain_deps(repeat))
-        ms = graph_ms(graph, runner.dev.stream, iterations)
+        ms = graph_ms(graph, runner.stream, iterations)
         out.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
     return out

@@ -1,15 +1,16 @@
 """The CUDA backend: a plan replayed as CUDA graphs built explicitly from its steps (graph.py).
 
-At load: pick the bundle's code for this GPU (a cubin of the same major architecture, else PTX),
-load the module (and the conditional-node setter kernels where the plan has graphed regions),
-upload the weights once, allocate one arena shared by all buckets. A bucket's graph is built on
-its first run and kept, for at most `max_graphs` buckets and `graph_memory` bytes of instantiated
-graphs (a range of sizes may have hundreds): the least recently run bucket gives way, and where
-its graph has the shape of the new one its exec is patched in place (cuGraphExecUpdate: new
-kernel arguments, grids and functions) instead of a new one being instantiated. Graphed If/Loop
-regions are conditional nodes inside the graph, so such a model replays as one cuGraphLaunch; a
-host-driven region (--host-control) splits the plan, and its control runs on the host between
-launches through the walker the CPU backend uses (runtime/walker.py).
+A runner is one lane of execution over a loaded model (model.py: code and weights, shared): its own
+stream, activation arena (one for all buckets), cuBLASLt workspaces and graphs. A session runs N
+runs at once with N runners over one model (runtime/session.py).
+
+A bucket's graph is built on its first run and kept, for at most `max_graphs` buckets and
+`graph_memory` bytes of instantiated graphs (a range of sizes may have hundreds): the least recently
+run bucket gives way, and where its graph has the shape of the new one its exec is patched in place
+(cuGraphExecUpdate: new kernel arguments, grids and functions) instead of a new one being
+instantiated. Graphed If/Loop regions are conditional nodes inside the graph, so such a model
+replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
+runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
 """
 from __future__ import annotations
 
@@ -19,54 +20,13 @@ from collections import Counter, OrderedDict
 import numpy as np
 
 from ... import dtypes
-from ...devices import check_fits
 from ...errors import BackendError
 from ...plan import REGIONS, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
-from .driver import Device, call
+from .driver import call
 from .graph import GraphBuilder, edge_counts
-
-# Conditional IF nodes with an else body need CUDA 12.8 (WHILE and plain IF came with 12.4).
-CONDITIONAL_DRIVER = 12080
-# Programmatic edges between the kernel nodes of a graph came with CUDA 12.3.
-DEPENDENT_LAUNCH_DRIVER = 12030
-
-
-def runs_here(arch: str, cc: tuple) -> bool:
-    """A cubin for sm_XY runs on a GPU of the same major version and at least its minor version."""
-    return int(arch[3:-1]) == cc[0] and int(arch[-1]) <= cc[1]
-
-
-def select_code(bundle, device) -> tuple:
-    """-> (image bytes, 'cubin sm_90' | 'ptx compute_90'); a clear error when nothing fits."""
-    cuda = bundle.manifest.get("cuda")
-    if not cuda:
-        raise BackendError("this bundle has no GPU code (compiled without NVRTC or with --no-gpu); "
-                           "recompile it with `grapec compile --target " + device.arch + "`, or use --backend cpu")
-    major, minor = device.cc
-    fits = [t for t in cuda["targets"] if runs_here(t, device.cc)]
-    if fits:
-        best = max(fits, key=lambda t: int(t[3:]))
-        return bundle.extra_sections[f"cubin.{best}"], f"cubin {best}"
-    ptx = cuda.get("ptx")
-    if ptx and int(ptx.split("_")[1]) <= major * 10 + minor:
-        return bundle.extra_sections[f"ptx.{ptx}"], f"ptx {ptx}"
-    have = ", ".join(cuda["targets"]) + (f" and PTX {ptx}" if ptx else ", no PTX")
-    raise BackendError(f"this bundle's GPU code is for {have}; this GPU ({device.name}) is {device.arch}: "
-                       f"recompile with `grapec compile --target {device.arch}`")
-
-
-def uses_dependent_launch(bundle, code: str, cc: tuple) -> bool:
-    """Join kernel nodes by programmatic edges (graph.py)? Only where every kernel of the loaded code
-    waits for its predecessor: a bundle that says so (codegen/build.py), code for sm_90 or newer (below
-    it the wait compiles to nothing), a Hopper-or-newer GPU and driver. GRAPEC_DEPENDENT_LAUNCH=0 turns
-    it off (benchmarks/graph_options.py measures both)."""
-    if os.environ.get("GRAPEC_DEPENDENT_LAUNCH", "1") == "0" or not bundle.manifest["cuda"].get("dependent_launch"):
-        return False
-    code_arch = int(code.rsplit("_", 1)[1])
-    return code_arch >= 90 and cc[0] >= 9 and call("cuDriverGetVersion") >= DEPENDENT_LAUNCH_DRIVER
-
+from .model import CudaModel
 
 # Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
 # about 2.6 MiB of device memory; a switch to a bucket not kept costs a graph build and a patch.
@@ -93,87 +53,50 @@ class _Built:
 
 
 class CudaPlanRunner:
+    """model: a CudaModel runners share (made for as many arenas as there will be runners: it checks
+    them against free memory); without one, the runner loads the bundle on GPU `device` itself.
+    owns_model (default: it loaded it): close gives the model back too."""
+
     def __init__(self, bundle, device: int = 0, tf32: bool = False, max_graphs: int | None = None,
-                 graph_memory: int | None = None):
+                 graph_memory: int | None = None, model: CudaModel | None = None, owns_model: bool | None = None):
         self.bundle = bundle
+        self.owns_model = model is None if owns_model is None else owns_model
+        self.model = model = model or CudaModel(bundle, device, tf32)
+        self.dev = model.dev
+        self.dev.make_current()
+        self.code, self.functions, self.launches, self.scalars = model.code, model.functions, model.launches, model.scalars
+        self.weights, self.tf32, self.dependent_launch = model.weights, model.tf32, model.dependent_launch
         self.max_graphs = max(1, max_graphs or MAX_GRAPHS)
         self.graph_memory = graph_memory   # bytes of instantiated graphs to stay under (None: no limit)
         self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
         self._spare = None      # an evicted bucket's exec, offered to the next segment built
         self.switches = Counter()   # "instantiated", "patched", "evicted": what bucket switches cost
-        self.dev = Device(device)
-        image, self.code = select_code(bundle, self.dev)
-        self.module = self._load(image, self.code)
-        names = bundle.manifest["cuda"]["kernels"]
-        by_name: dict = {}
-        for n in names:   # identical kernels share one function
-            if n not in by_name:
-                by_name[n] = call("cuModuleGetFunction", self.module, n.encode())
-        self.functions = [by_name[n] for n in names]
-        self._extra: dict = {}
-        self.launches = bundle.manifest["cuda"].get("launch")   # [mode, grid, block, split] per kernel
-        if self.launches is None:
-            raise BackendError("this bundle was made by an older grapec (no kernel launch shapes); recompile it")
-        self.scalars = bundle.manifest["cuda"].get("scalars") or [[] for _ in names]   # size arguments
-        self.control = self._control_module(bundle)
-        check_fits({"weights": len(bundle.weights), "activation arena": bundle.largest_arena()},
-                   self.dev.mem_info()[0], f"free GPU memory on {self.dev.name}")
-        self.weights = self.dev.alloc(len(bundle.weights), "weights")
-        self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
+        self.stream = call("cuStreamCreate", 0)
         self.blas = None
-        self.tf32 = tf32
+        from .blas import Workspaces
+        self.workspaces = Workspaces(self.dev)   # this lane's: GEMMs of two lanes may run at once
         self._graphs: dict = {}
         self._loose: list = []
         self._pending: list = []
         # a captured cuBLASLt call of one kernel becomes a plain kernel node, not a child graph: 1-2% per
         # replay on the zoo (benchmarks/graph_options.py); GRAPEC_FLAT_GEMMS=0 keeps child graphs
         self.flat_gemms = os.environ.get("GRAPEC_FLAT_GEMMS", "1") != "0"
-        self.dependent_launch = uses_dependent_launch(bundle, self.code, self.dev.cc)
         self.zero_copy = ZeroCopy(self)   # caller buffers bound to inputs and outputs (IOBinding)
         self.tuning = False   # True while a bucket's graphs are built ahead of its run (GEMM tuning may write the arena)
         self.launched = 0   # cuGraphLaunch calls of the last run: 1 for a fully graphed plan; host-driven
                             # loops launch their body once per iteration
 
-    def _load(self, image, what):
-        try:
-            return call("cuModuleLoadData", image)
-        except BackendError as e:
-            if "PTX" in str(e) or "UNSUPPORTED" in str(e):
-                raise BackendError(f"the driver cannot load this bundle's {what}: {e}. PTX needs a driver at least "
-                                   f"as new as the NVRTC that made it ({self.bundle.manifest['cuda'].get('nvrtc')}); "
-                                   f"recompile with --target {self.dev.arch} for a cubin") from None
-            raise
-
-    def _control_module(self, bundle):
-        """The setter kernels of graphed If/Loop regions: a linked cubin for this GPU, and a driver
-        that has conditional nodes. Either missing is a clear error, not a silent host fallback."""
-        if not bundle.manifest["cuda"].get("control"):   # codegen/build.py: some plan has a graphed region
-            return None
-        fits = [k for k in bundle.extra_sections if k.startswith("control.sm_")
-                and runs_here(k[len("control."):], self.dev.cc)]
-        if not fits:
-            raise BackendError(f"this bundle runs If/Loop inside the CUDA graph but has no setter kernels for "
-                               f"{self.dev.arch}: recompile with --target {self.dev.arch} (or --host-control)")
-        version = call("cuDriverGetVersion")
-        if version < CONDITIONAL_DRIVER:
-            raise BackendError(f"this bundle runs If/Loop as CUDA conditional nodes, which need a driver for CUDA "
-                               f"12.8 or newer (this one is {version // 1000}.{version % 1000 // 10}); update the "
-                               "driver or recompile with --host-control")
-        return self._load(bundle.extra_sections[max(fits, key=lambda k: int(k[len("control.sm_"):]))],
-                          "If/Loop setter kernels")
-
     def function(self, name: str):
-        if name not in self._extra:
-            self._extra[name] = call("cuModuleGetFunction", self.module, name.encode())
-        return self._extra[name]
+        return self.model.function(name)
 
     def control_function(self, name: str):
-        key = "control:" + name
-        if key not in self._extra:
-            self._extra[key] = call("cuModuleGetFunction", self.control, name.encode())
-        return self._extra[key]
+        return self.model.control_function(name)
+
+    def synchronize(self):
+        """Wait for this runner's stream (its last run)."""
+        call("cuStreamSynchronize", self.stream)
 
     def keep(self, bucket: int, obj):
         """Keep alive what a graph node points at (kernel arguments, captured child graphs), for as
@@ -193,19 +116,22 @@ class CudaPlanRunner:
         return self.blas
 
     def close(self):
-        """Give the device memory and graphs back (also done when the session is collected)."""
+        """Give the device memory and graphs back (also done when the session is collected); the
+        model too where this runner loaded it."""
         if getattr(self, "dev", None) is None:
             return
+        self.dev.make_current()
         for bucket in list(self._built):
             self._evict(bucket, spare=False)
-        for p in (getattr(self, "arena", 0), getattr(self, "weights", 0)):
-            self.dev.free(p)
-        self.arena = self.weights = 0
-        for attr in ("module", "control"):
-            if getattr(self, attr, None) is not None:
-                call("cuModuleUnload", getattr(self, attr))
-                setattr(self, attr, None)
-        call("cuStreamDestroy", self.dev.stream)
+        self.dev.free(getattr(self, "arena", 0))
+        self.arena = 0
+        if getattr(self, "workspaces", None) is not None:
+            self.workspaces.free()
+        if getattr(self, "stream", None) is not None:
+            call("cuStreamDestroy", self.stream)
+            self.stream = None
+        if self.owns_model:
+            self.model.close()
         self.dev = None
 
     def __del__(self):
@@ -242,7 +168,7 @@ class CudaPlanRunner:
         if bucket in self._built:
             self._built.move_to_end(bucket)
             return
-        self.dev.synchronize()   # a run in flight still uses the arena (and maybe the exec patched next)
+        self.synchronize()   # a run in flight still uses the arena (and maybe the exec patched next)
         self._make_room()
         built = self._built[bucket] = _Built(self.bundle.plans[bucket])
         free = call("cuMemGetInfo")[0]
@@ -341,7 +267,7 @@ class CudaPlanRunner:
     def execute(self, bucket: int, steps: list):
         for item in self.program(bucket, steps):
             if isinstance(item, _Segment):
-                call("cuGraphLaunch", item.exec, self.dev.stream)
+                call("cuGraphLaunch", item.exec, self.stream)
                 self.launched += 1
             else:
                 run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub))
@@ -349,13 +275,13 @@ class CudaPlanRunner:
     def _read(self, bucket, b) -> np.ndarray:
         buf = self.plan(bucket).buffers[b]
         out = np.empty(buf.shape, dtypes.np_dtype(buf.dtype))
-        self.dev.synchronize()
+        self.synchronize()
         self.dev.download(out.ctypes.data, self.ptr(bucket, b), buf.nbytes)
         return out
 
     def _write(self, bucket, b, arr: np.ndarray):
         arr = np.ascontiguousarray(arr)
-        self.dev.synchronize()
+        self.synchronize()
         self.dev.upload(self.ptr(bucket, b), arr.ctypes.data, arr.nbytes)
 
     def feed(self, bucket: int, name: str, b: int, value):
@@ -363,10 +289,10 @@ class CudaPlanRunner:
         cai = getattr(value, "__cuda_array_interface__", None)
         if cai is not None:
             if int(cai["data"][0]) != self.ptr(bucket, b):   # not already the graph's own buffer
-                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), int(cai["data"][0]), buf.nbytes, self.dev.stream)
+                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), int(cai["data"][0]), buf.nbytes, self.stream)
         else:
             a = np.ascontiguousarray(value)
-            call("cuMemcpyHtoDAsync", self.ptr(bucket, b), a.ctypes.data, a.nbytes, self.dev.stream)
+            call("cuMemcpyHtoDAsync", self.ptr(bucket, b), a.ctypes.data, a.nbytes, self.stream)
             self._pending.append(a)   # the async copy may read it after we return
 
     def run(self, bucket: int, feeds: dict, on_device: bool = False, bound: dict | None = None) -> dict:
@@ -383,15 +309,15 @@ class CudaPlanRunner:
             self.zero_copy.plan_io(bucket, bound)
         for name, b in plan.inputs:
             if name in copy_in:
-                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), copy_in[name], plan.buffers[b].nbytes, self.dev.stream)
+                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), copy_in[name], plan.buffers[b].nbytes, self.stream)
             elif name not in bound:
                 self.feed(bucket, name, b, feeds[name])
         self.execute(bucket, plan.steps)
         for name, b in plan.outputs:
             if name in copy_out:
-                call("cuMemcpyDtoDAsync", copy_out[name], self.ptr(bucket, b), plan.buffers[b].nbytes, self.dev.stream)
+                call("cuMemcpyDtoDAsync", copy_out[name], self.ptr(bucket, b), plan.buffers[b].nbytes, self.stream)
         if binding:
-            self.dev.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
+            self.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
             return {name: bound[name] if name in bound else
                     DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
                     for name, b in plan.outputs}

@@ -30,8 +30,8 @@ def measure_timeline(runner, bucket: int, launches: int = 20) -> list:
         exec_ = call("cuGraphInstantiate", graph, 0)
         samples = []
         for n in range(launches + 1):
-            call("cuGraphLaunch", exec_, runner.dev.stream)
-            runner.dev.synchronize()
+            call("cuGraphLaunch", exec_, runner.stream)
+            runner.synchronize()
             if n:   # the first launch warms up
                 t0 = events[0][0]
                 samples.append([(float(call("cuEventElapsedTime", t0, a)) * 1e3, float(call("cuEventElapsedTime", t0, b)) * 1e3)
