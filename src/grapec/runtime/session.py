@@ -274,10 +274,17 @@ class Session:
         """A numpy copy of an output (a device array of this session's GPU, or a host array)."""
         if isinstance(array, np.ndarray):
             return array.copy()
+        from .cuda.driver import call
         cai = array.__cuda_array_interface__
         out = np.empty(cai["shape"], np.dtype(cai["typestr"]))
-        self._runner.dev.synchronize()   # the run that wrote it, on whichever runner's stream
-        self._runner.dev.download(out.ctypes.data, int(cai["data"][0]), out.nbytes)
+        stream = getattr(array, "stream", None)
+        self._runner.dev.make_current()
+        if stream is None:   # someone else's array: wait for the whole GPU
+            self._runner.dev.synchronize()
+            self._runner.dev.download(out.ctypes.data, int(cai["data"][0]), out.nbytes)
+        else:   # behind the run that wrote it, on its runner's stream
+            call("cuMemcpyDtoHAsync", out.ctypes.data, int(cai["data"][0]), out.nbytes, stream)
+            call("cuStreamSynchronize", stream)
         return out
 
     def io_report(self) -> list:

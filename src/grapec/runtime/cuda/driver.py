@@ -39,6 +39,13 @@ def call(name: str, *args):
     return vals[0] if len(vals) == 1 else vals
 
 
+def new_stream():
+    """A stream that does not wait for the legacy default stream, nor it for this one: a copy on the
+    legacy stream (cuMemcpyHtoD at load) in one thread must not join another thread's capture."""
+    from cuda.bindings import driver
+    return call("cuStreamCreate", int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING))
+
+
 class Device:
     """One GPU with its primary context made current."""
 

@@ -24,7 +24,7 @@ from ...errors import BackendError
 from ...plan import REGIONS, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
-from .driver import call
+from .driver import call, new_stream
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
 
@@ -73,7 +73,7 @@ class CudaPlanRunner:
         self.switches = Counter()   # "instantiated", "patched", "evicted": what bucket switches cost
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
-        self.stream = call("cuStreamCreate", 0)
+        self.stream = new_stream()
         self.blas = None
         from .blas import Workspaces
         self.workspaces = Workspaces(self.dev)   # this lane's: GEMMs of two lanes may run at once
@@ -273,16 +273,24 @@ class CudaPlanRunner:
                 run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub))
 
     def _read(self, bucket, b) -> np.ndarray:
-        buf = self.plan(bucket).buffers[b]
-        out = np.empty(buf.shape, dtypes.np_dtype(buf.dtype))
+        return self._download(bucket, [b])[0]
+
+    def _download(self, bucket, bufs: list) -> list:
+        """Buffers copied to new host arrays on this runner's stream, then waited for (every copy on
+        the runner's own stream: the legacy stream would join another thread's stream capture)."""
+        plan = self.plan(bucket)
+        outs = [np.empty(plan.buffers[b].shape, dtypes.np_dtype(plan.buffers[b].dtype)) for b in bufs]
+        for b, out in zip(bufs, outs):
+            if out.nbytes:
+                call("cuMemcpyDtoHAsync", out.ctypes.data, self.ptr(bucket, b), out.nbytes, self.stream)
         self.synchronize()
-        self.dev.download(out.ctypes.data, self.ptr(bucket, b), buf.nbytes)
-        return out
+        return outs
 
     def _write(self, bucket, b, arr: np.ndarray):
         arr = np.ascontiguousarray(arr)
+        if arr.nbytes:
+            call("cuMemcpyHtoDAsync", self.ptr(bucket, b), arr.ctypes.data, arr.nbytes, self.stream)
         self.synchronize()
-        self.dev.upload(self.ptr(bucket, b), arr.ctypes.data, arr.nbytes)
 
     def feed(self, bucket: int, name: str, b: int, value):
         buf = self.plan(bucket).buffers[b]
@@ -319,19 +327,19 @@ class CudaPlanRunner:
         if binding:
             self.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
             return {name: bound[name] if name in bound else
-                    DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
+                    DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype, self.stream)
                     for name, b in plan.outputs}
         if on_device:
-            return {name: DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
+            return {name: DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype, self.stream)
                     for name, b in plan.outputs}
-        return {name: self._read(bucket, b) for name, b in plan.outputs}
+        return dict(zip([name for name, _ in plan.outputs], self._download(bucket, [b for _, b in plan.outputs])))
 
     def input_buffer(self, bucket: int, name: str):
         self.dev.make_current()
         self.prepare(bucket)   # before the caller writes the buffer
         plan = self.plan(bucket)
         b = dict(plan.inputs)[name]
-        return DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype)
+        return DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype, self.stream)
 
 
 class _BucketMemory:
@@ -349,10 +357,11 @@ class _BucketMemory:
 
 
 class DeviceArray:
-    """A view of device memory in the arena, for zero-copy interop (__cuda_array_interface__)."""
+    """A view of device memory in the arena, for zero-copy interop (__cuda_array_interface__);
+    `stream`: the stream of the runner whose arena it is (the work that writes it runs there)."""
 
-    def __init__(self, ptr: int, shape, dtype: str):
-        self.ptr, self.shape, self.dtype = ptr, tuple(shape), dtype
+    def __init__(self, ptr: int, shape, dtype: str, stream=None):
+        self.ptr, self.shape, self.dtype, self.stream = ptr, tuple(shape), dtype, stream
 
     @property
     def __cuda_array_interface__(self):
