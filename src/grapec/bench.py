@@ -242,8 +242,7 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
         proto = to_fp16(proto)
     data = proto.SerializeToString()
     Device(0)   # its context current: the stream below belongs to it
-    from .runtime.cuda.driver import new_stream
-    stream = new_stream()
+    stream = call("cuStreamCreate", 0)
     out = {}
     for label, graph in (("onnxruntime CUDA", "0"), ("onnxruntime CUDA graph", "1")):
         opts = {"device_id": "0", "user_compute_stream": str(int(stream)), "enable_cuda_graph": graph}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BackendError, gpu_package
-from .driver import call, graph_ms, new_stream
+from .driver import call, capture_stream, graph_ms
 
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1, "bfloat16": 14}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -78,7 +78,7 @@ class Blas:
         except Exception as e:  # noqa: BLE001 - the bindings load libcublasLt only now: no library, or too old a one
             raise BackendError(f"cuBLASLt did not start ({type(e).__name__}: {e}): {gpu_package('nvidia-cublas')}") from None
         self.tf32 = tf32
-        self.capture_stream = new_stream()
+        self.capture_stream = capture_stream()
         self._gemms: dict = {}    # GEMM signature -> GemmProblem
         self._lock = threading.Lock()
 

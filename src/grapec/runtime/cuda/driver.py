@@ -39,9 +39,11 @@ def call(name: str, *args):
     return vals[0] if len(vals) == 1 else vals
 
 
-def new_stream():
-    """A stream that does not wait for the legacy default stream, nor it for this one: a copy on the
-    legacy stream (cuMemcpyHtoD at load) in one thread must not join another thread's capture."""
+def capture_stream():
+    """A stream to capture on that the legacy default stream does not wait for: a copy on the legacy
+    stream in another thread (cuMemcpyHtoD at load, a caller's own copy) would otherwise join the
+    capture and invalidate it. Runners' streams stay blocking, so that work a caller puts on the
+    legacy stream is ordered after a run, as __cuda_array_interface__ consumers expect."""
     from cuda.bindings import driver
     return call("cuStreamCreate", int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING))
 

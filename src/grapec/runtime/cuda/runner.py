@@ -24,7 +24,7 @@ from ...errors import BackendError
 from ...plan import REGIONS, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
-from .driver import call, new_stream
+from .driver import call
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
 
@@ -73,7 +73,7 @@ class CudaPlanRunner:
         self.switches = Counter()   # "instantiated", "patched", "evicted": what bucket switches cost
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
-        self.stream = new_stream()
+        self.stream = call("cuStreamCreate", 0)
         self.blas = None
         from .blas import Workspaces
         self.workspaces = Workspaces(self.dev)   # this lane's: GEMMs of two lanes may run at once
