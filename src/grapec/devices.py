@@ -64,6 +64,8 @@ def resolve_backend(name: str, device: int = 0) -> tuple:
     if name != "auto":
         return name, f"{name} backend (as asked)"
     n = gpu_count()
+    if n and device >= n:
+        raise BackendError(f"--device {device}: this machine has {n} CUDA device(s), numbered from 0")
     if n and cuda_backend_available():
         return "cuda", f"CUDA backend on GPU {device} of {n}"
     if n:
