@@ -3,13 +3,16 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TRITON_VENV := .venv-triton
+TRITON_STAMP := $(TRITON_VENV)/.installed
 OUT := out
 
 .PHONY: run test test-fast gpu-test node-tests models clean help
 
 help:
 	@echo "make run        compile a shipped model and run it (GPU if present, else the CPU backend)"
-	@echo "make test       the test suite (CPU-only machine; GPU tests skip with a reason)"
+	@echo "make test       the test suite (CPU-only machine; GPU tests skip with a reason); builds .venv-triton"
+	@echo "                for the Triton serving test"
 	@echo "make gpu-test   only the GPU tests (run on a machine with an NVIDIA GPU)"
 	@echo "make node-tests ONNX backend node tests through grapec, with pass/fail counts"
 	@echo "make models     rebuild the full-size model zoo into models/full (needs torch, transformers)"
@@ -21,16 +24,24 @@ $(STAMP): pyproject.toml requirements-dev.txt
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
+# Triton Inference Server for the serving test (tests/test_triton.py): numpy<2, so a venv of its own
+$(TRITON_STAMP): pyproject.toml requirements-triton.txt
+	$(PY) -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TRITON_VENV)/bin/python -m pip install -q -r requirements-triton.txt
+	$(TRITON_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
+
 run: $(STAMP)
 	@mkdir -p $(OUT)
 	$(BIN)/grapec compile models/tiny/gpt2.onnx -o $(OUT)/gpt2.grape --dim batch=1,seq=8
 	$(BIN)/grapec inspect $(OUT)/gpt2.grape
 	$(BIN)/grapec run $(OUT)/gpt2.grape --backend auto
 
-test: $(STAMP)
+test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q
 
-gpu-test: $(STAMP)
+gpu-test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q -m gpu
 
 node-tests: $(STAMP)
@@ -41,4 +52,4 @@ models: $(STAMP)
 	$(BIN)/python models/build.py --size full --out models/full
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(TRITON_VENV) $(OUT) .pytest_cache

@@ -655,5 +655,32 @@ def _parse(shapes, dims, values=()):
     return parse_shapes(list(shapes)), parse_dims(list(dims)), parse_values(values)
 
 
+@main.command("export-triton")
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.argument("repo", type=click.Path(file_okay=False))
+@click.option("--name", help="The model's name in the repository [default: the bundle's file name].")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: cuda where the bundle has GPU code (one instance per GPU), else cpu.")
+@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Instances per GPU (or of the CPU model): each is a process with its own copy of the bundle.")
+@click.option("--overwrite", is_flag=True, help="Replace a model of that name in REPO (once the new one is complete).")
+def export_triton(bundle, repo, name, backend, instances, overwrite):
+    """Write BUNDLE as a Triton Inference Server model into the model repository REPO.
+
+    \b
+    REPO/NAME/config.pbtxt     inputs, outputs, dims (-1 where buckets or a --dynamic range vary)
+    REPO/NAME/1/model.py       Python-backend model: loads the bundle once per instance
+    REPO/NAME/1/model.grape    the bundle
+
+    \b
+    Serve it with a Triton whose Python has grapec installed, e.g.:
+      tritonserver --model-repository REPO
+      curl localhost:8000/v2/models/NAME/config
+    """
+    from .serve.triton import export_triton as export
+    path = export(bundle, repo, name, backend, instances, overwrite)
+    click.echo(f"wrote {path} (config.pbtxt, 1/model.py, 1/model.grape)")
+
+
 if __name__ == "__main__":
     main()
