@@ -92,7 +92,7 @@ def triton_config(bundle: Bundle, name: str, backend: str, instances: int = 1) -
         "output [", ",\n".join(outputs), "]",
         f"instance_group [ {{ kind: {kind}, count: {instances} }} ]",
         f'parameters: {{ key: "grapec_backend", value: {{ string_value: "{backend}" }} }}',
-        f'parameters: {{ key: "grapec_bundle", value: {{ string_value: "model.grape" }} }}',
+        'parameters: { key: "grapec_bundle", value: { string_value: "model.grape" } }',
         "",
     ])
 
