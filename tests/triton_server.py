@@ -27,8 +27,9 @@ def pytriton_dir() -> str | None:
     """site-packages of the Triton venv, where pytriton lies; None where the venv is not built."""
     if not os.path.exists(venv_python()):
         return None
-    out = subprocess.run([venv_python(), "-c", "import pytriton, os, sysconfig; "
-                          "print(os.path.dirname(os.path.dirname(pytriton.__file__))); "
+    # found, not imported: pytriton's own client would want grpc, which serving does not need
+    out = subprocess.run([venv_python(), "-c", "import importlib.util, os, sysconfig; "
+                          "print(os.path.dirname(importlib.util.find_spec('pytriton').submodule_search_locations[0])); "
                           "print('%d.%d' % __import__('sys').version_info[:2]); print(sysconfig.get_config_var('LIBDIR'))"],
                          capture_output=True, text=True)
     return out.stdout.split("\n")[:3] if out.returncode == 0 else None

@@ -14,7 +14,7 @@ orders run as parallel branches. The handles of conditional nodes are created on
 holds the node, as the driver requires for nesting. A cuBLASLt call uses its runner's workspace of its
 step's branch: two calls that may run at once never share one.
 
-Where the runner allows it (runner.uses_dependent_launch), a generated kernel that waits for another
+Where the runner allows it (model.uses_dependent_launch), a generated kernel that waits for another
 generated kernel is joined to it by a programmatic edge: it launches while its predecessor still
 runs, loads its weights, and waits in G_AWAIT_PREDECESSOR (codegen/cuda.py) until the writes of all
 its predecessors are visible. cuBLASLt kernels keep plain edges on both sides: after one, a kernel that waits
