@@ -76,6 +76,8 @@ class Device:
         return f"sm_{self.cc[0]}{self.cc[1]}"
 
     def mem_info(self) -> tuple:
+        """(free, total) bytes of this GPU (cuMemGetInfo reads the current context's device)."""
+        self.make_current()
         free, total = call("cuMemGetInfo")
         return int(free), int(total)
 
