@@ -118,6 +118,16 @@ def test_runs_in_flight_never_exceed_concurrency_and_reach_it(concurrency):
     assert seen["most"] == concurrency
 
 
+def test_a_closed_session_says_so():
+    from grapec.errors import BackendError
+    sess = grapec.load(bundle_of(GPT2, "cpu", {"batch": 1, "seq": 8}), backend="cpu", concurrency=2)
+    feeds = token_feeds(sess, 1, 2)[0]
+    sess.run(feeds)
+    sess.close()
+    with pytest.raises(BackendError, match="closed"):
+        sess.run(feeds)
+
+
 @pytest.mark.parametrize("bad", [0, -1, "2", 1.5, True])
 def test_concurrency_must_be_a_positive_whole_number(bad):
     b = bundle_of(GPT2, "cpu", {"batch": 1, "seq": 8})

@@ -61,6 +61,7 @@ class Session:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InputError(f"concurrency must be a whole number of runs at once, 1 or more; got {concurrency!r}")
         self.concurrency = concurrency
+        self._closed = False
         self._runners = self._make_runners(backend, device, max_graphs, graph_memory)
         self._runner = self._runners[0]   # the one a single thread uses (the pool is last in, first out)
         self._last_binding_runner = self._runner   # io_report's
@@ -86,6 +87,8 @@ class Session:
     @contextmanager
     def _lane(self):
         """An idle runner for one run (waiting for one when all are busy)."""
+        if self._closed:
+            raise BackendError("this session was closed; load the bundle again to run it")
         runner = self._idle.get()
         try:
             yield runner
@@ -94,6 +97,7 @@ class Session:
 
     def close(self):
         """Give back the session's memory (device memory, graphs) now rather than when it is collected."""
+        self._closed = True
         for r in reversed(getattr(self, "_runners", [])):
             close = getattr(r, "close", None)
             if close is not None:
