@@ -150,6 +150,29 @@ def test_bench_vs_ort_without_its_cuda_provider_says_so(mlp):
                       "onnxruntime-gpu")
 
 
+def test_check_against_onnxruntime_cuda_without_its_provider_says_so(mlp):
+    import onnxruntime
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("onnxruntime's CUDA provider is installed here")
+    assert_user_error(*grapec("check", mlp, "--dim", "batch=2", "--backend", "cpu", "--reference", "onnxruntime-cuda"),
+                      "--reference onnxruntime-cuda", "CUDA provider is not installed", "onnxruntime-gpu")
+
+
+@pytest.mark.gpu
+def test_check_against_onnxruntime_cuda_and_bench_vs_ort(mlp):
+    """On a GPU machine with onnxruntime-gpu: check compares with its CUDA provider, bench times it."""
+    import onnxruntime
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        pytest.skip("onnxruntime-gpu (its CUDA provider) is not installed here")
+    gpt2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+    rc, out, err = grapec("check", gpt2, "--dim", "batch=1,seq=8", "--backend", "cuda", "--reference", "onnxruntime-cuda")
+    assert rc == 0, (out, err)
+    assert "PASS" in out and "vs onnxruntime CUDA (no TF32)" in out
+    rc, out, err = grapec("bench", gpt2, "--dim", "batch=1,seq=8", "--vs", "ort", "--iterations", "50")
+    assert rc == 0, (out, err)
+    assert "onnxruntime CUDA graph" in out, out
+
+
 def test_bench_vs_host_control_needs_the_onnx_model(mlp, tmp_path):
     bundle = tmp_path / "mlp.grape"
     assert grapec("compile", mlp, "-o", bundle, "--dim", "batch=2", "--no-gpu")[0] == 0

@@ -59,9 +59,14 @@ def compare(name, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) ->
 REFERENCES = ("onnxruntime", "onnx")
 
 
+REFERENCES = {"onnxruntime": "onnxruntime CPU", "onnxruntime-cuda": "onnxruntime CUDA (no TF32)", "onnx": "onnx.reference"}
+
+
 def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -> dict:
-    """The model's outputs from onnxruntime's CPU provider, or from onnx.reference (numpy, exact
-    integer arithmetic; slow, but the arbiter where onnxruntime's x86 int8 kernels saturate)."""
+    """The model's outputs in fp32 from onnxruntime's CPU provider, its CUDA provider
+    ("onnxruntime-cuda": onnxruntime-gpu, TF32 off, refused where the provider is missing or does
+    not take the session), or onnx.reference (numpy, exact integer arithmetic; slow, but the
+    arbiter where onnxruntime's x86 int8 kernels saturate)."""
     if reference == "onnx":
         return _onnx_reference(model_path, feeds)
     try:
@@ -69,10 +74,23 @@ def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -
     except ImportError:
         raise GrapecError("grapec check needs onnxruntime as the reference: pip install 'grapec[cpu]' (onnxruntime), or "
                           "'grapec[gpu]' (onnxruntime-gpu)") from None
+    providers = ["CPUExecutionProvider"]
+    if reference == "onnxruntime-cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise GrapecError("--reference onnxruntime-cuda: onnxruntime's CUDA provider is not installed here "
+                              f"(providers: {', '.join(ort.get_available_providers())}); pip install 'grapec[gpu]' "
+                              "(onnxruntime-gpu)")
+        providers = [("CUDAExecutionProvider", {"use_tf32": "0"})]
     so = ort.SessionOptions()
     so.log_severity_level = 3
     try:
-        s = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+        s = ort.InferenceSession(str(model_path), so, providers=providers)
+    except Exception as e:  # noqa: BLE001 - the reference failing is the user's model's problem
+        raise GrapecError(f"onnxruntime could not load {model_path} as a reference: {str(e).splitlines()[0]}") from None
+    if reference == "onnxruntime-cuda" and s.get_providers()[0] != "CUDAExecutionProvider":
+        raise GrapecError(f"--reference onnxruntime-cuda: onnxruntime did not start its CUDA provider (it runs on "
+                          f"{', '.join(s.get_providers())}); check its CUDA and cuDNN libraries")
+    try:
         return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
     except Exception as e:  # noqa: BLE001 - the reference failing is the user's model's problem
         raise GrapecError(f"onnxruntime could not run {model_path} as a reference: {str(e).splitlines()[0]}") from None
@@ -100,7 +118,8 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
                 precision="fp32", atol=None, inputs=None, values=None, calibration_inputs=None,
                 precision_tolerance=None, reference="onnxruntime"):
     """-> (list of OutputCheck, seconds grapec's run took). The reference runs the model in fp32:
-    onnxruntime's CPU provider, or onnx.reference (reference="onnx"). inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time."""
+    onnxruntime's CPU provider, its CUDA provider (reference="onnxruntime-cuda"), or onnx.reference
+    (reference="onnx"). inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time."""
     import grapec
     from .bundle.format import Bundle
     from .inputs import bundle_inputs

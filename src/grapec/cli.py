@@ -444,9 +444,11 @@ def _describe_regions(steps, depth=0) -> list:
               help="Feed an input from a .npy file (its shape sets the input's shape), or a scalar input its "
                    "value; others are random, within the ranges the model declares (token ids within the vocabulary).")
 @click.option("--seed", default=0, show_default=True, help="Seed for random inputs.")
-@click.option("--reference", type=click.Choice(["onnxruntime", "onnx"]), default="onnxruntime", show_default=True,
-              help="What computes the expected outputs (in fp32): onnxruntime's CPU provider, or onnx.reference "
-                   "(numpy; exact integer arithmetic, for int8 models where onnxruntime's x86 u8s8 kernels saturate).")
+@click.option("--reference", type=click.Choice(["onnxruntime", "onnxruntime-cuda", "onnx"]), default="onnxruntime",
+              show_default=True,
+              help="What computes the expected outputs (in fp32): onnxruntime's CPU provider, its CUDA provider "
+                   "(onnxruntime-gpu, TF32 off), or onnx.reference (numpy; exact integer arithmetic, for int8 models "
+                   "where onnxruntime's x86 u8s8 kernels saturate).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def check(model, shapes, dims, values, backend, precision, calibration_inputs, precision_tolerance, atol, rtol, inputs,
           seed, reference, quiet):
@@ -456,7 +458,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
     passes when every element is within atol + rtol*|ref| (allclose, as polygraphy judges), so
     outputs near zero are judged fairly. Exit 0 when all pass, 1 on a mismatch.
     """
-    from .check import TOLERANCES, check_model
+    from .check import REFERENCES, TOLERANCES, check_model
     from .inputs import load_calibration_inputs, load_npy_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     atol = TOLERANCES[precision][0] if atol is None else atol
@@ -476,7 +478,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
         click.echo(f"note: the model has {', '.join(_int8_ops(model))}; onnxruntime's x86 u8s8 kernels saturate "
                    "intermediate sums, so it can be the one that is off: compare with --reference onnx", err=True)
     click.echo(f"{verdict}: {os.path.basename(model)} in {precision} on the {backend} backend ({t_run * 1e3:.0f} ms) "
-               f"vs {'onnxruntime CPU' if reference == 'onnxruntime' else 'onnx.reference'} (fp32), atol {atol:g}, rtol {rtol:g}")
+               f"vs {REFERENCES[reference]} (fp32), atol {atol:g}, rtol {rtol:g}")
     sys.exit(1 if bad else 0)
 
 
