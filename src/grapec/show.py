@@ -1,0 +1,128 @@
+"""What `grapec inspect` shows of a bundle: inputs, outputs, buckets with their memory and regions,
+the planner's fusion report, the stream scheduler's account (cli.py parses the command)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .errors import GrapecError
+
+
+def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
+    """`grapec inspect`: the summary, or (fusion) the planner's account, or (schedule) the stream
+    scheduler's, as text or JSON."""
+    m = b.manifest
+    if schedule:
+        if as_json:
+            click.echo(json.dumps([bk.get("schedule") for bk in m.get("buckets", [])], indent=1))
+        else:
+            from .timeline import schedule_text
+            click.echo(schedule_text(b))
+        return
+    if fusion:
+        print_fusion_report(m, as_json)
+        return
+    summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes",
+                                      "kernels", "dynamic")}
+    summary["storage"] = b.storage()
+    shown = range(len(m["buckets"])) if as_json or len(m["buckets"]) <= 16 else \
+        [0, 1, 2, len(m["buckets"]) - 2, len(m["buckets"]) - 1]
+    plans = [{"shapes": m["buckets"][i]["shapes"], "steps": m["buckets"][i]["steps"], "library_ops": library_ops(p),
+              "regions": describe_regions(p.steps), **p.memory} for i, p in ((i, b.plans[i]) for i in shown)]
+    if as_json:
+        click.echo(json.dumps({**summary, "inputs": m["inputs"], "outputs": m["outputs"], "buckets": plans,
+                               "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", []),
+                               "mixed_precision": m.get("mixed_precision")}, indent=1))
+        return
+    click.echo(f"{bundle}: grapec bundle v{m['format_version']} (grapec {m['grapec_version']}), model {m['model']} (opset {m['opset']})")
+    click.echo(f"  targets: {', '.join(m['targets']) or 'none (CPU backend only)'}")
+    click.echo(f"  weights: {m['weights_bytes'] / 2**20:.2f} MiB; kernels: {m['kernels']} distinct")
+    for i in m["inputs"]:
+        click.echo(f"  input  {i['name']}: {i['dtype']}{i['dims']}")
+    for o in m["outputs"]:
+        click.echo(f"  output {o['name']}: {o['dtype']}{o['dims']}")
+    st = summary["storage"]
+    if m.get("dynamic"):
+        click.echo("  dynamic: " + ", ".join(f"{d}={lo}:{hi}" for d, (lo, hi) in m["dynamic"].items())
+                   + f" ({len(m['buckets'])} sizes, each with its own plan; one arena of "
+                   f"{b.largest_arena() / 2**20:.2f} MiB serves them all)")
+    click.echo(f"  plans: {st['plans']} in {st['plan_templates']} templates, {st['plan_bytes'] / 1024:.1f} KiB stored "
+               f"({st['plan_bytes'] / 1024 / max(1, st['plans']):.2f} KiB per plan); kernels {st['kernel_bytes'] / 1024:.1f} KiB")
+    for i, p in zip(shown, plans):
+        if len(shown) < len(m["buckets"]) and i == shown[-2]:
+            click.echo(f"  ... {len(m['buckets']) - len(shown)} more buckets (--json lists them all)")
+        shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in p["shapes"].items())
+        click.echo(f"  bucket {i} ({shp}): steps {p['steps']}, library {p['library_ops']}")
+        click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
+                   f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x; "
+                   f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
+        for r in p["regions"]:
+            click.echo(f"    {'  ' * r['depth']}{r['text']}")
+    mixed = m.get("mixed_precision")
+    if mixed:
+        click.echo(f"  {mixed['precision']}: calibrated on {mixed['calibration']['samples']}; output error "
+                   + ", ".join(f"{k} {v:.1e}" if isinstance(v, float) else f"{k} {v}" for k, v in mixed["output_rel_err"].items()))
+        for k in mixed["kept_fp32"]:
+            click.echo(f"    float32: '{k['node']}' ({k['op']}): {k['why']}")
+    ops = m.get("onnx_ops") or {}
+    click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
+    for n in m.get("notes", []):
+        click.echo(f"  note: {n}")
+
+
+def print_fusion_report(manifest: dict, as_json: bool):
+    """Every fusion group of every bucket: its scheme, mapping, estimated time and the mappings that lost."""
+    buckets = manifest.get("buckets", [])
+    if as_json:
+        click.echo(json.dumps([{"shapes": bk["shapes"], "estimated_us": bk.get("estimated_us"),
+                                "groups": bk.get("fusion_report", [])} for bk in buckets], indent=1))
+        return
+    if not any("fusion_report" in bk for bk in buckets):
+        raise GrapecError("this bundle has no fusion report (compiled by a grapec before the cost model); recompile it")
+    click.echo(f"fusion {manifest.get('fusion')}, cost model for device profile '{manifest.get('device_profile')}' "
+               "(estimates are the model's, not measurements: grapec bench --per-step measures)")
+    for i, bk in enumerate(buckets):
+        shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in bk["shapes"].items())
+        rows = bk.get("fusion_report", [])
+        click.echo(f"bucket {i} ({shp}): {len(rows)} groups, estimated {bk.get('estimated_us', 0):.1f} us in all")
+        click.echo(f"  {'step':>4}  {'kind':<9} {'ops':>3}  {'estimated':>9}  {'bound':<12} scheme; mapping  <- ONNX nodes")
+        for r in rows:
+            click.echo(f"  {r['step']:>4}  {r['kind']:<9} {r['ops']:>3}  {r['us']:>6.2f} us  {r['bound']:<12} "
+                       f"{r['scheme']}; {r['mapping']}  <- {', '.join(r['origin'])}")
+            if r["alternatives"]:
+                click.echo("        lost: " + "; ".join(f"{a['mapping']} ({a['scheme']}) {a['us']:.2f} us"
+                                                   for a in r["alternatives"]))
+
+
+def library_ops(plan) -> dict:
+    """Library (cuBLASLt) calls of a plan, by op, bodies included."""
+    from .plan import LibraryStep, walk_steps
+    lib: dict = {}
+    for st in walk_steps(plan.steps):
+        if isinstance(st, LibraryStep):
+            lib[st.attrs["op"]] = lib.get(st.attrs["op"], 0) + 1
+    return lib
+
+
+def describe_regions(steps, depth=0) -> list:
+    """One line per If/Loop step: how it runs (a conditional node of the graph, or host control)."""
+    from .plan import IfStep, LoopStep
+    out = []
+    for st in steps:
+        if not isinstance(st, (IfStep, LoopStep)):
+            continue
+        name = ", ".join(st.origin)
+        how = "host-driven: " + st.host_reason if not st.graphed else None
+        if isinstance(st, IfStep):
+            text = (f"If '{name}': {how or 'conditional IF node (then and else bodies)'}; "
+                    f"then {len(st.then.steps)} steps, else {len(st.else_.steps)} steps")
+            subs = [st.then.steps, st.else_.steps]
+        else:
+            text = (f"Loop '{name}': {how or 'conditional WHILE node'}; body {len(st.body.steps)} steps"
+                    f"{', trip count from buffer ' + str(st.trip) if st.trip >= 0 else ''}")
+            subs = [st.body.steps]
+        out.append({"depth": depth, "op": st.op, "name": name, "graphed": st.graphed, "text": text})
+        for sub in subs:
+            out += describe_regions(sub, depth + 1)
+    return out
