@@ -21,6 +21,7 @@ from triton_server import TritonServer, pytriton_dir, venv_python  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+GENERATE = os.path.join(ROOT, "models", "tiny", "gpt2_generate.onnx")   # scalar inputs, a scalar output, a Loop
 BACKEND = os.environ.get("GRAPEC_TRITON_BACKEND", "cpu")
 
 
@@ -33,8 +34,12 @@ def bucketed(tmp_path_factory):
     return path
 
 
+def rng_ids(lo, hi, shape, seed=9):
+    return np.random.default_rng(seed).integers(lo, hi, shape, dtype=np.int64)
+
+
 def config_lines(text):
-    return [line.strip() for line in text.splitlines()]
+    return [line.strip().rstrip(",") for line in text.splitlines()]
 
 
 def test_dims_vary_where_the_buckets_differ(bucketed):
@@ -52,6 +57,18 @@ def test_one_bucket_gives_exact_dims_and_gpu_instances(tmp_path):
     assert '{ name: "input_ids", data_type: TYPE_INT64, dims: [ 1, 8 ] }' in lines
     assert '{ name: "logits", data_type: TYPE_FP32, dims: [ 1, 8, 256 ] }' in lines
     assert "instance_group [ { kind: KIND_GPU, count: 2 } ]" in lines
+
+
+def test_an_input_fixed_at_compile_time_is_optional_and_scalars_are_reshaped():
+    from onnx import TensorProto, helper
+    from helpers import model, tinfo
+    m = model([helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Mul", ["r", "s"], ["y"])],
+              [tinfo("x", shape=[2, 6]), tinfo("shape", TensorProto.INT64, [2]), tinfo("s", shape=[])], [tinfo("y")])
+    b = grapec.compile(m, values={"shape": [3, 4]}, targets=[])
+    lines = config_lines(triton_config(b, "g", "cpu"))
+    assert '{ name: "shape", data_type: TYPE_INT64, dims: [ 2 ], optional: true }' in lines
+    assert '{ name: "s", data_type: TYPE_FP32, dims: [ 1 ] }' in lines   # a scalar travels as [1]
+    assert '{ name: "y", data_type: TYPE_FP32, dims: [ 3, 4 ] }' in lines
 
 
 def test_a_dynamic_range_is_minus_one():
@@ -121,6 +138,11 @@ def test_triton_serves_the_bundle_round_trip(bucketed, tmp_path):
             pytest.skip("GRAPEC_TRITON_BACKEND=cuda needs a GPU")
     repo = str(tmp_path / "repo")
     export_triton(bucketed, repo, name="gpt2", backend=BACKEND)
+    generate = str(tmp_path / "generate.grape")
+    grapec.compile(GENERATE, targets="auto" if BACKEND == "cuda" else []).write(generate)
+    export_triton(generate, repo, name="generate", backend=BACKEND)
+    prompt = {"prompt_ids": rng_ids(0, 256, (1, 8)), "max_new_tokens": np.array([12], np.int64),
+              "eos_token_id": np.array([-1], np.int64)}
     vocab = Bundle.read(bucketed).manifest["inputs"][0]["value_range"]["hi"] + 1
     rng = np.random.default_rng(5)
     good = {f"r{i}": {"input_ids": rng.integers(0, vocab, (1, 8 if i % 2 else 16), dtype=np.int64)} for i in range(8)}
@@ -128,6 +150,7 @@ def test_triton_serves_the_bundle_round_trip(bucketed, tmp_path):
            "oov": {"input_ids": np.full((1, 8), vocab + 7, np.int64)}}
     with TritonServer(repo, str(tmp_path)) as server:
         answers = send(server, "gpt2", {**good, **bad}, tmp_path)
+        generated = send(server, "generate", {"g": prompt}, tmp_path)
     config = answers["config"]   # as the server read it (--strict-model-config: nothing filled in)
     assert [i["dims"] for i in config["input"]] == [[1, -1]]
     assert [o["dims"] for o in config["output"]] == [[1, -1, 256]]
@@ -143,5 +166,14 @@ def test_triton_serves_the_bundle_round_trip(bucketed, tmp_path):
         ref = ref_sess.run(None, feeds)[0]
         rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
         assert rel < 1e-4 and np.allclose(got, ref, rtol=1e-3, atol=1e-4), (r, rel, np.abs(got - ref).max())
+    # scalars travel as [1] both ways (Triton has no rank 0 without batching); the model reshapes them
+    gen_config = {i["name"]: i for i in generated["config"]["input"]}
+    assert gen_config["max_new_tokens"]["dims"] == [1]
+    assert generated["g"]["num_generated"].shape == (1,)
+    want = grapec.load(generate, backend=BACKEND).run({k: v.reshape(()) if k != "prompt_ids" else v
+                                                      for k, v in prompt.items()})
+    assert "error" not in generated["g"], generated["g"]
+    assert int(generated["g"]["num_generated"].reshape(-1)[0]) == int(want["num_generated"]) == 12
+    np.testing.assert_array_equal(generated["g"]["generated"], want["generated"])
     assert "no bucket for input shapes input_ids=1x5" in answers["short"]["error"]
     assert "outside the valid range" in answers["oov"]["error"] and "input 'input_ids'" in answers["oov"]["error"]

@@ -68,20 +68,20 @@ def _dtype(info: dict, what: str) -> str:
 
 
 def _tensor(name: str, dtype: str, dims: list, optional: bool = False) -> str:
-    dims_text = ", ".join(str(d) for d in dims) if dims else ""
+    # a scalar travels as dims [ 1 ]: Triton has no rank 0 for a model without batching (nor an empty
+    # reshape), so the served model reshapes it (triton_model.py)
+    dims_text = ", ".join(str(d) for d in dims) if dims else "1"
     extra = ", optional: true" if optional else ""
-    # a scalar is dims [ 1 ] reshaped to [ ] (Triton's config cannot say rank 0)
-    reshape = ", reshape: { shape: [ ] }" if not dims else ""
-    return f'  {{ name: "{name}", data_type: {dtype}, dims: [ {dims_text or 1} ]{reshape}{extra} }}'
+    return f'  {{ name: "{name}", data_type: {dtype}, dims: [ {dims_text} ]{extra} }}'
 
 
 def triton_config(bundle: Bundle, name: str, backend: str, instances: int = 1) -> str:
     """config.pbtxt for the bundle served by the Python backend."""
     m = bundle.manifest
-    fixed = {f["name"] for f in m.get("fixed_inputs", [])}
     ins, outs = input_dims(bundle), output_dims(bundle)
-    inputs = [_tensor(i["name"], _dtype(i, "input"), ins.get(i["name"], []), optional=i["name"] in fixed)
-              for i in m["inputs"]]
+    inputs = [_tensor(i["name"], _dtype(i, "input"), ins.get(i["name"], [])) for i in m["inputs"]]
+    # inputs fixed at compile time (--value): optional, and only their compiled value is accepted
+    inputs += [_tensor(f["name"], _dtype(f, "input"), list(f["shape"]), optional=True) for f in m.get("fixed_inputs", [])]
     outputs = [_tensor(o["name"], _dtype(o, "output"), outs[o["name"]]) for o in m["outputs"]]
     kind = "KIND_GPU" if backend == "cuda" else "KIND_CPU"
     return "\n".join([

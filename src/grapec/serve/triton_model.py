@@ -26,6 +26,9 @@ class TritonPythonModel:
         self.session = grapec.load(path, backend=backend, device=device)
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
+        # scalars travel as [1] (Triton has no rank 0 without batching): reshaped on the way in and out
+        self.scalars = {i.name for i in self.session.get_inputs() if i.shape == []}
+        self.scalars |= {f for f, v in self.session.fixed_inputs.items() if v.ndim == 0}
 
     def execute(self, requests):
         responses = []
@@ -35,10 +38,12 @@ class TritonPythonModel:
                 for name in self.inputs:
                     tensor = pb_utils.get_input_tensor_by_name(request, name)
                     if tensor is not None:
-                        feeds[name] = tensor.as_numpy()
+                        a = tensor.as_numpy()
+                        feeds[name] = a.reshape(()) if name in self.scalars and a.size == 1 else a
                 outs = self.session.run(feeds)
                 responses.append(pb_utils.InferenceResponse(
-                    [pb_utils.Tensor(name, np.ascontiguousarray(outs[name])) for name in self.outputs]))
+                    [pb_utils.Tensor(name, np.ascontiguousarray(outs[name]).reshape(np.shape(outs[name]) or (1,)))
+                     for name in self.outputs]))
             except self.GrapecError as e:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e))))
             except Exception as e:  # noqa: BLE001 - the request fails with a message; the server stays up
