@@ -23,8 +23,9 @@ def venv_python() -> str:
     return os.path.join(TRITON_VENV, "bin", "python")
 
 
-def pytriton_dir() -> str | None:
-    """site-packages of the Triton venv, where pytriton lies; None where the venv is not built."""
+def pytriton_dir() -> tuple | None:
+    """(site-packages where pytriton lies, the venv's Python version "3.X", its libpython's folder);
+    None where the Triton venv is not built."""
     if not os.path.exists(venv_python()):
         return None
     # found, not imported: pytriton's own client would want grpc, which serving does not need
@@ -32,7 +33,7 @@ def pytriton_dir() -> str | None:
                           "print(os.path.dirname(importlib.util.find_spec('pytriton').submodule_search_locations[0])); "
                           "print('%d.%d' % __import__('sys').version_info[:2]); print(sysconfig.get_config_var('LIBDIR'))"],
                          capture_output=True, text=True)
-    return out.stdout.split("\n")[:3] if out.returncode == 0 else None
+    return tuple(out.stdout.split("\n")[:3]) if out.returncode == 0 else None
 
 
 def free_port() -> int:

@@ -269,8 +269,6 @@ def _capture_mode():
 
 
 _SHARED: dict = {}
-
-
 _SHARED_LOCK = threading.Lock()
 
 
