@@ -99,7 +99,7 @@ def test_write_is_atomic(tmp_path, monkeypatch):
     def boom(src, dst):
         raise OSError("disk full")
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(BundleError, match=f"cannot write {p}: disk full"):
         b.write(str(p))
     assert p.read_bytes() == b"previous contents"
     assert [f.name for f in tmp_path.iterdir()] == ["m.grape"]   # no temp file left behind

@@ -5,6 +5,8 @@ are never acceptable, whatever the count (unsupported ops are reported, not fail
 """
 import io
 
+import pytest
+
 from grapec.onnx_backend import run_suite
 
 PINNED_PASSES = 1672   # + narrow types, If on a known condition, GridSample, AffineGrid, DFT, STFT, windows, RoiAlign (2026-11-23)
@@ -36,6 +38,8 @@ KNOWN_FAILURES.update({
     for x in ("", "_expanded")})
 
 
+@pytest.mark.no_round_trip("the backend already runs every bundle through to_bytes/from_bytes with the node "
+                            "test's own inputs; random ones are not valid for index inputs (RoiAlign's batch ids)")
 def test_onnx_node_tests_cpu_backend():
     buf = io.StringIO()
     results = run_suite(backend="cpu", out=buf)

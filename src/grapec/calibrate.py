@@ -17,6 +17,7 @@ The profile is a small JSON file. Compilers on machines without a GPU read it
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 import re
 from typing import Callable
 
@@ -65,7 +66,6 @@ def unpriced_profile() -> DeviceProfile:
     """The shipped profile without small_gemm coefficients: with it every small GEMM candidate is
     built (passes/small_gemm.py), so the samples do not depend on the choices an older profile
     would make (which would hide exactly the shapes it misprices)."""
-    from dataclasses import replace
     from .cost.device import load_profile
     shipped = load_profile(None)
     return replace(shipped, coefficients={k: v for k, v in shipped.coefficients.items() if k != "small_gemm"})
@@ -74,7 +74,6 @@ def unpriced_profile() -> DeviceProfile:
 def add_mapping_variants(bundle) -> int:
     """Append to the plan a copy of every row kernel's step in each other mapping it can take (the
     copies rewrite the same output), and rebuild the GPU code. -> the number of steps added."""
-    from dataclasses import replace
     from .codegen.build import build_gpu_code
     from .codegen.launch import candidate_mappings, plan_launch, mapped_launch
     from .ir.kernel import Kernel
@@ -115,13 +114,15 @@ def fit_profile(device_name: str, sms: int, samples: list, name: str | None = No
 def calibrate(device: int = 0, name: str | None = None, say: Callable = print, samples_path: str | None = None) -> DeviceProfile:
     """samples_path: also write every (work, measured us) pair there, to refit or study offline."""
     device_name, sms, samples, gap = measure_samples(device, say)
+    from .runtime.cuda.driver import Device
+    memory = Device(device).mem_info()[1]
     if samples_path:
         import dataclasses
         import json
         with open(samples_path, "w") as f:
-            json.dump({"device": device_name, "sms": sms, "node_gap_us": gap,
+            json.dump({"device": device_name, "sms": sms, "node_gap_us": gap, "memory_bytes": memory,
                        "samples": [{"work": dataclasses.asdict(w), "us": us} for w, us in samples]}, f)
-    return fit_profile(device_name, sms, samples, name, gap)
+    return replace(fit_profile(device_name, sms, samples, name, gap), memory_bytes=memory)
 
 
 def refit(samples_path: str, name: str | None = None) -> DeviceProfile:
@@ -133,6 +134,7 @@ def refit(samples_path: str, name: str | None = None) -> DeviceProfile:
         with open(samples_path) as f:
             d = json.load(f)
         samples = [(Work(**s["work"]), float(s["us"])) for s in d["samples"]]
-        return fit_profile(str(d["device"]), int(d["sms"]), samples, name, float(d.get("node_gap_us", 0.0)))
+        return replace(fit_profile(str(d["device"]), int(d["sms"]), samples, name, float(d.get("node_gap_us", 0.0))),
+                       memory_bytes=int(d.get("memory_bytes", 0)))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"{samples_path}: not a samples file from `grapec calibrate --save-samples` ({e})") from None

@@ -16,6 +16,30 @@ from .errors import GrapecError
 # (atol, rtol) per precision. fp32: reductions summed in another order differ by a few ulp of the
 # partial sums; tf32 keeps 10 mantissa bits in GEMM operands, fp16 rounds every activation.
 TOLERANCES = {"fp32": (1e-4, 1e-3), "tf32": (1e-3, 1e-2), "fp16": (1e-2, 1e-2), "bf16": (3e-2, 3e-2)}
+# Half precision is judged by one measure, in `grapec check` and in compile's calibration alike:
+# ||out-ref||/||ref|| <= t per output, t the precision's tolerance (or --precision-tolerance).
+# Not element by element: a half GEMM's output near zero (a sum that cancels) carries the rounding
+# of its whole dot product, so allclose fails there on models that are right in every sense a user
+# means (the cost-model calibration net: 1716 of 262144 elements, at rel-L2 3.6e-4). check still
+# reports the elements outside allclose, and judges them too where --atol/--rtol are given.
+# Compile accepts a half model only within HALF_MARGIN * t on every calibration draw, so that
+# fresh inputs pass check at t.
+HALF_TOLERANCE = {"fp16": 1e-2, "bf16": 3e-2}
+HALF_MARGIN = 0.8
+
+
+def check_limits(precision: str, precision_tolerance=None, atol=None, rtol=None) -> tuple:
+    """(atol, rtol, rel-L2 limit) that `grapec check` judges by. In fp16/bf16 the rel-L2 limit
+    judges, and atol/rtol only where given (else they are the precision's defaults, reported as a
+    count of elements outside them, not judged); in fp32/tf32 allclose judges and the limit is None."""
+    d_atol, d_rtol = TOLERANCES[precision]
+    max_rel_l2 = half_limit(precision, precision_tolerance) if precision in HALF_TOLERANCE else None
+    return d_atol if atol is None else atol, d_rtol if rtol is None else rtol, max_rel_l2
+
+
+def half_limit(precision: str, tolerance: float | None = None, margin: float = 1.0) -> float:
+    """The largest ||out-ref||/||ref|| the half-precision measure accepts, scaled by `margin`."""
+    return (HALF_TOLERANCE[precision] if tolerance is None else tolerance) * margin
 
 
 @dataclass
@@ -30,7 +54,11 @@ class OutputCheck:
     note: str = ""
 
 
-def compare(name, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> OutputCheck:
+def compare(name, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float,
+            max_rel_l2: float | None = None, elementwise: bool = True) -> OutputCheck:
+    """Passes on the same non-finite values, allclose(atol, rtol) on every element (where
+    `elementwise`; else the elements outside it are only counted) and, where max_rel_l2 is given,
+    ||got-ref||/||ref|| <= max_rel_l2."""
     if got.shape != ref.shape:
         return OutputCheck(name, got.shape, float("inf"), float("inf"), float("inf"), False, got.size,
                            f"shape {list(got.shape)} vs reference {list(ref.shape)}")
@@ -53,7 +81,13 @@ def compare(name, got: np.ndarray, ref: np.ndarray, atol: float, rtol: float) ->
                      f"{g[worst]:.6g} vs {r[worst]:.6g}")
     if not same_nonfinite:
         notes.append("non-finite values differ")
-    return OutputCheck(name, got.shape, mae, max_rel, rel, not bad and same_nonfinite, bad, "; ".join(notes))
+    rel_ok = max_rel_l2 is None or rel <= max_rel_l2
+    if not rel_ok:
+        notes.append(f"||out-ref||/||ref|| {rel:.2e} above {max_rel_l2:g}")
+    if bad and not elementwise:
+        notes[0] += " (reported, not judged)"
+    ok = (not bad or not elementwise) and same_nonfinite and rel_ok
+    return OutputCheck(name, got.shape, mae, max_rel, rel, ok, bad, "; ".join(notes))
 
 
 REFERENCES = ("onnxruntime", "onnx")
@@ -123,8 +157,8 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
     import grapec
     from .bundle.format import Bundle
     from .inputs import bundle_inputs
-    d_atol, d_rtol = TOLERANCES[precision]
-    atol, rtol = d_atol if atol is None else atol, d_rtol if rtol is None else rtol
+    elementwise = precision not in HALF_TOLERANCE or atol is not None or rtol is not None
+    atol, rtol, max_rel_l2 = check_limits(precision, precision_tolerance, atol, rtol)
     given = dict(inputs or {})
     shapes = {**{k: np.shape(v) for k, v in given.items()}, **(shapes or {})}
     bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress, precision=precision,
@@ -136,4 +170,4 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
     outs = sess.run(feeds)
     dt = time.perf_counter() - t0
     refs = reference_outputs(model_path, {**sess.fixed_inputs, **feeds}, reference)
-    return [compare(n, outs[n], refs[n], atol, rtol) for n in outs], dt
+    return [compare(n, outs[n], refs[n], atol, rtol, max_rel_l2, elementwise) for n in outs], dt

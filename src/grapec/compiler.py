@@ -36,8 +36,9 @@ import numpy as np
 
 from . import __version__
 from .bundle.format import Bundle
-from .errors import GrapecError, UnsupportedError, gpu_package
+from .errors import GrapecError, IndexRangeError, ShapeError, UnsupportedError, gpu_package
 from .fanout import map_buckets
+from .frontend.contrib import contrib_as_onnx
 from .frontend.onnx_import import import_model, load_model, opset_of
 from .frontend.shapes import range_buckets, resolve_input_shapes, resolve_input_values
 from .inputs import value_ranges
@@ -104,6 +105,43 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     return form_regions(g, host_control) if parent is None else g
 
 
+def _check_range_fits(graph: Graph, fixed: dict, bucket_shapes: list, bucket_dims: list, dynamic: dict):
+    """The largest size of a --dynamic range reads no table past its end, or the message names the
+    largest size that does (found by bisection over the sizes, specializing only)."""
+    def fits(i: int) -> bool:
+        try:
+            specialize(graph, bucket_shapes[i], None, fixed, RANGE_FOLD_LIMIT_BYTES)
+            return True
+        except IndexRangeError:
+            return False
+    try:
+        specialize(graph, bucket_shapes[-1], None, fixed, RANGE_FOLD_LIMIT_BYTES)
+        return
+    except IndexRangeError as e:
+        first = e
+    spans = ", ".join(f"{n}={lo}:{hi}" for n, (lo, hi) in dynamic.items())
+    if len(dynamic) != 1 or not fits(0):
+        raise IndexRangeError(f"--dynamic {spans}: {first}") from None
+    good, bad = 0, len(bucket_shapes) - 1    # sizes ascend: bisect for the last one that fits
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    (name, (lo, hi)), = dynamic.items()
+    largest = bucket_dims[good][name]
+    raise IndexRangeError(f"--dynamic {spans}: at {name}={hi}, {first}. The largest {name} that "
+                          f"fits is {largest}: use --dynamic {name}={lo}:{largest}") from None
+
+
+def check_plan_fits(plan, weights: WeightStore, profile: DeviceProfile, ishapes: dict):
+    """A size whose arena and weights exceed the target GPU's memory is refused here, not at load."""
+    need = plan.arena_bytes + weights.size
+    if profile.memory_bytes and need > profile.memory_bytes:
+        raise ShapeError(f"input shapes {_fmt_shapes(ishapes)} need {need / 2**30:,.1f} GiB (activations "
+                         f"{plan.arena_bytes / 2**30:,.1f} GiB, weights {weights.size / 2**30:,.2f} GiB); the target "
+                         f"{profile.device} has {profile.memory_bytes / 2**30:,.1f} GiB (smaller --dim/--shapes values, "
+                         "or --device-profile for a larger GPU)")
+
+
 BRIEF_REPORTS_OVER = 16   # buckets beyond which the manifest keeps no fusion report or timeline per bucket
 
 
@@ -143,6 +181,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
             if note not in notes:
                 notes.append(note)
     plan = PlanBuilder(weights, kernels).build(low)
+    check_plan_fits(plan, weights, ctx.profile, ishapes)
     streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches)
     unordered = unordered_conflicts(plan.steps, plan.buffers)
     if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
@@ -224,8 +263,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
     from .cost.device import load_profile
     profile = load_profile(device_profile)
-    proto = load_model(model)
-    graph = import_model(proto, where)
+    proto, contrib_problems = contrib_as_onnx(load_model(model))   # onnxruntime's com.microsoft ops
+    graph = import_model(proto, where, contrib_problems)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
     fixed = resolve_input_values(graph, values)
     fixed_shapes = {n: a.shape for n, a in fixed.items()}
@@ -245,6 +284,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     for i, b in enumerate(bucket_shapes):
         if b in bucket_shapes[:i]:
             raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {bucket_shapes.index(b)}")
+
+    if dynamic:
+        _check_range_fits(graph, fixed, bucket_shapes, bucket_dims, dynamic)
 
     mixed = None
     if precision in HALF_PRECISIONS:

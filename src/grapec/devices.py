@@ -57,9 +57,27 @@ def cuda_backend_available() -> bool:
     return True
 
 
+def require_cuda(device: int = 0):
+    """Refuse the CUDA backend by name, before anything loads, where this machine cannot run it."""
+    try:
+        import cuda.bindings.driver  # noqa: F401
+    except ImportError:
+        raise BackendError("the cuda backend needs cuda-bindings, which is not installed: pip install 'grapec[gpu]'") from None
+    n = gpu_count()
+    if not n:
+        raise BackendError("the cuda backend needs an NVIDIA GPU and its driver, and none was found here "
+                           "(use --backend cpu, or auto to pick what there is)")
+    if not isinstance(device, int) or not 0 <= device < n:
+        raise BackendError(f"device {device}: this machine has {n} CUDA device(s), numbered from 0")
+    if not cuda_backend_available():
+        raise BackendError("the cuda backend runs GEMMs through nvmath-python (cuBLASLt), which is not installed: "
+                           "pip install 'grapec[gpu]'")
+
+
 def resolve_backend(name: str, device: int = 0) -> tuple:
     """-> (backend, why): `auto` becomes cuda or cpu, with the reason in words."""
     if name == "cuda":
+        require_cuda(device)
         return name, f"cuda backend (as asked), GPU {device}"
     if name != "auto":
         return name, f"{name} backend (as asked)"

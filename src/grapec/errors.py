@@ -42,6 +42,11 @@ class ShapeError(GrapecError):
     """A dynamic dim was not given, or given shapes contradict the model."""
 
 
+class IndexRangeError(ShapeError):
+    """An index known at compile time (a position id made by Range from a shape) reaches past the
+    table it reads: onnxruntime refuses such a run, so the bundle is not made."""
+
+
 class BundleError(GrapecError):
     """A .grape file is truncated, corrupted, foreign, or from a newer grapec."""
 

@@ -10,8 +10,10 @@
    - While an output of the model is off by more than the tolerance, a node whose error jumps
      (JUMP_FACTOR times its inputs' error, and above JUMP_MIN) stays float32. A kept node that
      still diverges was handed inputs already wrong: its producers follow it into float32.
-3. The rounds stop when the outputs agree within OUTPUT_TOLERANCE. If they never do, compilation
-   is refused, naming the outputs and the nodes that diverge, rather than shipping a wrong model.
+3. The rounds stop when every output passes `grapec check`'s half-precision measure (check.py:
+   ||out-ref||/||ref|| <= t) within HALF_MARGIN * t, on every calibration draw
+   (CALIBRATION_DRAWS random ones, or the user's samples). If they never do, compilation is refused,
+   naming the outputs and the nodes that diverge, rather than shipping a wrong model.
 
 The CPU backend computes half exactly as the CUDA one does (float32 registers, rounding at every
 store, float32 GEMM accumulation), so what diverges here diverges there.
@@ -26,10 +28,12 @@ import onnx
 from onnx import TensorProto, helper
 
 from . import dtypes
+from .check import HALF_MARGIN, TOLERANCES, compare, half_limit
 from .errors import GrapecError, InputError
 from .frontend.precision import FP16_MAX, FP32_OPS, to_half
 
-OUTPUT_TOLERANCE = {"fp16": 1e-2, "bf16": 3e-2}   # ||out - ref|| / ||ref|| per output, as `grapec check` reports it
+CALIBRATION_DRAWS = 4   # random input draws: one draw's luck is not a model's accuracy
+CALIBRATION_SEED = 1000
 JUMP_FACTOR = 8.0
 JUMP_MIN = {"fp16": 1e-2, "bf16": 4e-2}
 ERROR_FLOOR = {"fp16": 1e-3, "bf16": 8e-3}   # an input's own rounding error: a jump is measured against at least this
@@ -100,7 +104,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     ref_bundle = _compile_cpu(_exposing(proto, probes, types), input_shapes, fixed)
     feeds_list, where = _samples(ref_bundle, samples)
     refs = _run(ref_bundle, feeds_list)
-    tol = OUTPUT_TOLERANCE[precision] if tolerance is None else tolerance
+    tol = half_limit(precision, tolerance, HALF_MARGIN)
+    limits = (*TOLERANCES[precision], tol, False)   # check's measure: rel-L2 judges, allclose is counted
     floor, jump_min = ERROR_FLOOR[precision], JUMP_MIN[precision]
     report = MixedPrecision(precision, samples=where, tolerance=tol)
     producers = {o: i for i, n in enumerate(nodes) for o in n.output if o}
@@ -119,7 +124,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
         err = {name: max(_rel_err(g[name], r[name.removesuffix("__fp32")]) for g, r in zip(got, refs))
                for name in probes + own + outputs}
         report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
-        bad_outputs = [o for o in outputs if not err[o] <= tol]
+        verdicts = {o: _worst([compare(o, g[o], r[o], *limits) for g, r in zip(got, refs)]) for o in outputs}
+        bad_outputs = [o for o in outputs if not verdicts[o].ok]
         flagged, growth = {}, []
         for i, n in enumerate(nodes):
             e_out = max((err.get(o + "__fp32" if i in kept and o in probes else o, 0.0) for o in n.output if o),
@@ -142,23 +148,46 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
             new = {p: f"feeds '{names[i]}', which diverges in float32 on half inputs"
                    for i in flagged if i in kept for x in nodes[i].input
                    if (p := producers.get(x)) is not None and p in candidates and p not in kept}
+        if not new and bad_outputs:   # no node jumps: the error accumulates
+            new = _where_error_grows(growth, kept, candidates, nodes, producers)
         say(f"{precision} calibration round {rnd}: {len(kept)} node(s) in float32, output error "
             + ", ".join(f"{o} {err[o]:.1e}" for o in outputs) + (f"; {len(new)} more to float32" if new and rnd < MAX_ROUNDS else ""))
         if not new or rnd == MAX_ROUNDS:   # `half` is then the model these errors were measured on
             break
         kept.update(new)
     report.kept = [KeptNode(names[i], nodes[i].op_type, kept[i]) for i in sorted(kept)]
-    if any(not report.output_errors[o] <= tol for o in outputs):
+    if bad_outputs:
         accumulates = not flagged   # no node stands out: name where the error grows most
         if accumulates:
             flagged = {i: why for _, i, why in sorted(growth, reverse=True)[:5]}
-        raise PrecisionError(_refusal(report, flagged, names, nodes, candidates, tol, accumulates))
+        raise PrecisionError(_refusal(report, [verdicts[o] for o in bad_outputs], flagged, names, nodes, candidates,
+                                      tol, accumulates))
     return half, report
 
 
-def _refusal(report, flagged, names, nodes, candidates, tol, accumulates) -> str:
-    outs = "; ".join(f"'{o}' off by {e:.2g} (||out-ref||/||ref||, tolerance {tol:g})"
-                     for o, e in report.output_errors.items() if not e <= tol)
+def _where_error_grows(growth: list, kept: dict, candidates: set, nodes, producers) -> dict:
+    """The node where the error grows most goes to float32, or where it is there already (it was
+    handed inputs already wrong), its producers: one step a round, while an output fails."""
+    for _, i, why in sorted(growth, reverse=True):
+        if i in candidates and i not in kept:
+            return {i: f"the error grows most here ({why})"}
+        if i in kept:
+            up = {p: f"feeds '{nodes[i].name or nodes[i].op_type}', where the error grows most"
+                  for x in nodes[i].input if (p := producers.get(x)) is not None and p in candidates and p not in kept}
+            if up:
+                return up
+    return {}
+
+
+def _worst(checks: list):
+    """The calibration draw that judges an output: the first one that fails, else the largest error."""
+    failing = [c for c in checks if not c.ok]
+    return failing[0] if failing else max(checks, key=lambda c: c.rel)
+
+
+def _refusal(report, failed, flagged, names, nodes, candidates, tol, accumulates) -> str:
+    outs = "; ".join(f"'{c.name}' off by {c.rel:.2g} (||out-ref||/||ref||, accepted within {tol:g}"
+                     f"{'; ' + c.note if c.note else ''})" for c in failed)
     worst = [f"'{names[i]}' ({nodes[i].op_type}): {why}" + ("" if i in candidates else
              " (control flow and nodes without float outputs are not kept in float32)") for i, why in list(flagged.items())[:10]]
     kept = f"{len(report.kept)} node(s) already kept in float32. " if report.kept else ""
@@ -259,7 +288,9 @@ def _compile_cpu(proto, input_shapes, fixed):
 def _samples(bundle, given):
     from .inputs import bundle_inputs
     if not given:
-        return [bundle_inputs(bundle.manifest, 0, seed=0)], "1 random sample"
+        # seeds of their own: `grapec check` (seed 0 unless told) then judges on inputs calibration never saw
+        return ([bundle_inputs(bundle.manifest, 0, seed=CALIBRATION_SEED + k) for k in range(CALIBRATION_DRAWS)],
+                f"{CALIBRATION_DRAWS} random samples")
     names = {i["name"]: tuple(i["shapes"][0]) for i in bundle.manifest["inputs"]}
     for k, sample in enumerate(given):
         for name, shape in names.items():

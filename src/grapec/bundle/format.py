@@ -47,6 +47,18 @@ EAGER_CHECK_UP_TO = 16   # plans checked at load; beyond, each when first used
 MAX_INFLATED = 1 << 30   # a JSON section's bytes once inflated (512 sizes of GPT-2 take 2 MiB)
 
 
+def check_writable(path: str) -> str:
+    """The directory a bundle at `path` goes in, refused by name where it cannot be written."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if os.path.isdir(path):
+        raise BundleError(f"{path} is a directory; give the bundle's file name (e.g. {os.path.join(path, 'model.grape')})")
+    if not os.path.isdir(d):
+        raise BundleError(f"cannot write {path}: the directory {d} does not exist")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise BundleError(f"cannot write {path}: no permission to write in {d}")
+    return d
+
+
 @dataclass
 class Bundle:
     manifest: dict
@@ -74,8 +86,11 @@ class Bundle:
     def write(self, path: str):
         """Atomic: a reader sees the old file or the complete new one, never a partial write."""
         data = self.to_bytes()
-        d = os.path.dirname(os.path.abspath(path)) or "."
-        fd, tmp = tempfile.mkstemp(prefix=".grape-", suffix=".tmp", dir=d)
+        d = check_writable(path)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".grape-", suffix=".tmp", dir=d)
+        except OSError as e:
+            raise BundleError(f"cannot write {path}: {e.strerror}") from None
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a bundle is an ordinary file
@@ -85,9 +100,11 @@ class Bundle:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+            if isinstance(e, OSError):   # a full disk, a quota: the old file, if any, is left as it was
+                raise BundleError(f"cannot write {path}: {e.strerror or e}") from None
             raise
 
     # --- reading ---------------------------------------------------------------------------------

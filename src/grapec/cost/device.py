@@ -29,16 +29,19 @@ class DeviceProfile:
     measured: dict = field(default_factory=dict)   # when, driver, calibration fit error per kind
     node_gap_us: float = 0.0   # what a node adds to a chain's replay beyond its time measured alone:
     #                            the cost of one more node, which fusing two kernels into one saves
+    memory_bytes: int = 0      # the GPU's memory (0: unknown): a plan larger than this is refused at compile time
 
     def to_json(self) -> dict:
         return {"name": self.name, "device": self.device, "sms": self.sms,
-                "coefficients": self.coefficients, "node_gap_us": self.node_gap_us, "measured": self.measured}
+                "coefficients": self.coefficients, "node_gap_us": self.node_gap_us, "memory_bytes": self.memory_bytes,
+                "measured": self.measured}
 
     @staticmethod
     def from_json(d: dict) -> "DeviceProfile":
         return DeviceProfile(str(d["name"]), str(d["device"]), int(d["sms"]),
                              {k: {f: float(v) for f, v in c.items()} for k, c in d["coefficients"].items()},
-                             dict(d.get("measured") or {}), float(d.get("node_gap_us", 0.0)))
+                             dict(d.get("measured") or {}), float(d.get("node_gap_us", 0.0)),
+                             int(d.get("memory_bytes", 0)))
 
     def write(self, path: str):
         tmp = path + ".tmp"

@@ -53,6 +53,9 @@ def simulate(tasks: list, deps: list, gap_us: float, issue_us: float = ISSUE_US)
         nxt = min(ready_at, key=lambda j: (ready_at[j], j)) if ready_at else None
         next_start = max(ready_at[nxt], last_issue + issue_us) if nxt is not None else float("inf")
         t = min(next_done, next_start)
+        # finished: those whose end is t (compared as times: at 1e12 us, work left after a subtraction
+        # is rounding noise far above any absolute epsilon, and the loop would never end)
+        done = [j for j, w in left.items() if now + w * slow <= t]
         for j in left:
             left[j] -= (t - now) / slow
         now = t
@@ -61,7 +64,7 @@ def simulate(tasks: list, deps: list, gap_us: float, issue_us: float = ISSUE_US)
             start[nxt], last_issue = now, now
             left[nxt] = tasks[nxt].us
             continue
-        for j in [j for j, w in left.items() if w <= 1e-9]:
+        for j in done:
             del left[j]
             end[j] = now
             for u in users[j]:

@@ -52,8 +52,9 @@ def opset_of(model: onnx.ModelProto) -> int:
     return 0
 
 
-def import_model(model: onnx.ModelProto, where: str = "model") -> Graph:
-    """ModelProto -> Graph. Reports every unsupported op and dtype at once."""
+def import_model(model: onnx.ModelProto, where: str = "model", problems: list | None = None) -> Graph:
+    """ModelProto -> Graph. Reports every unsupported op and dtype at once, after `problems` an
+    earlier rewrite found (contrib.py)."""
     opset = opset_of(model)
     if 0 < opset < MIN_OPSET:
         try:
@@ -61,7 +62,7 @@ def import_model(model: onnx.ModelProto, where: str = "model") -> Graph:
             opset = MIN_OPSET
         except Exception as e:
             raise ModelError(f"{where}: opset {opset} is older than {MIN_OPSET} and could not be converted: {e}") from None
-    problems: list = []
+    problems = list(problems or [])
     unsupported_ops: dict = {}
     if any(n.op_type in ("Scan", *GATES) for n in all_nodes(model.graph)):
         model = copy_model(model)   # the caller's model stays as given
@@ -90,7 +91,8 @@ def _value_from_info(info, problems, where) -> Value:
         dt = None
     shape = None
     if t.tensor_type.HasField("shape"):
-        shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+        # paddle2onnx and some tf2onnx exports write an unknown dim as dim_value -1
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or "?")
                       for d in t.tensor_type.shape.dim)
     return Value(info.name, dt, shape)
 

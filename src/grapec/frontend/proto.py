@@ -1,7 +1,9 @@
 """Walking and copying ONNX protos, shared by the frontend's rewrites (precision, Scan) and import."""
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import helper, numpy_helper
 
 
 def subgraphs(n: onnx.NodeProto):
@@ -25,3 +27,55 @@ def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     return m
+
+
+class NodeBuilder:
+    """Emits ONNX nodes with unique names, in the forms the model's opset expects (the frontend's
+    rewrites: recurrent ops as Loops, onnxruntime's contrib ops as standard ops)."""
+
+    def __init__(self, prefix: str, opset: int, float_dtype=np.float32):
+        self.prefix, self.opset, self.float_dtype, self.out, self._n = prefix, opset, float_dtype, [], 0
+
+    def name(self, hint: str) -> str:
+        self._n += 1
+        return f"{self.prefix}_{hint}{self._n}"
+
+    def node(self, op: str, inputs: list, hint: str = "", out: str | None = None, **attrs) -> str:
+        out = out or self.name(hint or op.lower())
+        self.out.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def multi(self, op: str, inputs: list, outs: list, **attrs) -> list:
+        """A node with several outputs; an empty name in `outs` gets a fresh one."""
+        outs = [o or self.name(f"{op.lower()}_out") for o in outs]
+        self.out.append(helper.make_node(op, inputs, outs, **attrs))
+        return outs
+
+    def const(self, value, dtype=np.int64) -> str:
+        arr = np.asarray(value, dtype)
+        return self.node("Constant", [], "c", value=numpy_helper.from_array(arr, self.name("v")))
+
+    def fconst(self, v) -> str:
+        return self.const(v, self.float_dtype)
+
+    def unsqueeze(self, x: str, axis: int) -> str:
+        if self.opset >= 13:
+            return self.node("Unsqueeze", [x, self.const([axis])])
+        return self.node("Unsqueeze", [x], axes=[axis])
+
+    def reduce_sum(self, x: str, axes: list, keepdims: int = 0) -> str:
+        if self.opset >= 13:
+            return self.node("ReduceSum", [x, self.const(axes)], keepdims=keepdims)
+        return self.node("ReduceSum", [x], axes=axes, keepdims=keepdims)
+
+    def span(self, x: str, start: int, end: int, axis: int = 0) -> str:
+        """x[start:end] along axis (Slice with inputs: the rewrite needs opset 10 or later)."""
+        return self.node("Slice", [x, self.const([start]), self.const([end]), self.const([axis])])
+
+    def pick(self, x: str, i: int) -> str:
+        """x[i] (the leading dim dropped)."""
+        return self.node("Gather", [x, self.const(i)], axis=0)
+
+    def dim(self, x: str, axis: int) -> str:
+        """x's size along axis, as an int64 scalar (folded at compile time)."""
+        return self.node("Gather", [self.node("Shape", [x]), self.const(axis)], axis=0)

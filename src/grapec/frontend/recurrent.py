@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .proto import subgraphs
+from .proto import NodeBuilder, subgraphs
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -51,37 +51,8 @@ class _Unsupported(Exception):
     pass
 
 
-class _Builder:
-    """Emits ONNX nodes with unique names, in the forms the model's opset expects."""
-
-    def __init__(self, prefix: str, opset: int, float_dtype):
-        self.prefix, self.opset, self.float_dtype, self.out, self._n = prefix, opset, float_dtype, [], 0
-
-    def name(self, hint: str) -> str:
-        self._n += 1
-        return f"{self.prefix}_{hint}{self._n}"
-
-    def node(self, op: str, inputs: list, hint: str = "", out: str | None = None, **attrs) -> str:
-        out = out or self.name(hint or op.lower())
-        self.out.append(helper.make_node(op, inputs, [out], **attrs))
-        return out
-
-    def const(self, value, dtype=np.int64) -> str:
-        arr = np.asarray(value, dtype)
-        return self.node("Constant", [], "c", value=numpy_helper.from_array(arr, self.name("v")))
-
-    def unsqueeze(self, x: str, axis: int) -> str:
-        if self.opset >= 13:
-            return self.node("Unsqueeze", [x, self.const([axis])])
-        return self.node("Unsqueeze", [x], axes=[axis])
-
-    def span(self, x: str, start: int, end: int, axis: int = 0) -> str:
-        """x[start:end] along axis (Slice with inputs: the rewrite needs opset 10 or later)."""
-        return self.node("Slice", [x, self.const([start]), self.const([end]), self.const([axis])])
-
-    def pick(self, x: str, i: int) -> str:
-        """x[i] (the leading dim dropped)."""
-        return self.node("Gather", [x, self.const(i)], axis=0)
+class _Builder(NodeBuilder):
+    """NodeBuilder with the recurrent ops' activations."""
 
     def act(self, name: str, x: str, alpha: float, beta: float) -> str:
         if name in ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus"):
@@ -96,8 +67,6 @@ class _Builder:
             return self.node("Add", [self.node("Mul", [x, self.fconst(alpha)]), self.fconst(beta)])
         raise _Unsupported(f"activation {name} is not supported")
 
-    def fconst(self, v) -> str:
-        return self.const(v, self.float_dtype)
 
 
 class _Rewrite:

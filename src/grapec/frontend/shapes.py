@@ -8,14 +8,17 @@ from ..ir.graph import Graph
 
 
 def parse_shapes(text: str | None) -> dict:
-    """'input_ids=1x128,pixels=1x3x224x224' -> {'input_ids': (1, 128), ...}; 'x=' or 'x=scalar' is rank 0."""
+    """'input_ids=1x128,pixels=1x3x224x224' -> {'input_ids': (1, 128), ...}; 'x=' or 'x=scalar' is rank 0.
+    trtexec's 'input_ids:1x128' is read too (the last ':' splits, so tf2onnx's 'x:0:1x8' names 'x:0')."""
     out: dict = {}
     if not text:
         return out
     for item in _split_items(text):
         name, sep, dims = item.rpartition("=")
+        if not sep:
+            name, sep, dims = item.rpartition(":")
         if not sep or not name:
-            raise GrapecError(f"--shapes: expected NAME=DxDx..., got '{item}'")
+            raise GrapecError(f"--shapes: expected NAME=DxDx... (or trtexec's NAME:DxDx...), got '{item}'")
         dims = dims.strip()
         try:
             out[name.strip()] = () if dims in ("", "scalar") else tuple(int(d) for d in dims.lower().split("x"))

@@ -45,17 +45,34 @@ def _define_outputs(ctx, shapes_dtypes):
 @op("If")
 def if_(ctx):
     _require_single(ctx, ctx.value(0), "condition", "bool")
+    try:
+        branches, outs = _both_branches(ctx)
+    except NeedsValueError:
+        raise
+    except UnsupportedError as e:
+        # A condition known at compile time takes one branch in specialize (passes/specialize.py);
+        # here it is a run-time value. Where it follows from a small graph input (silero VAD's sample
+        # rate), specialize's hint names that input and --value.
+        raise NeedsValueError(f"node '{ctx.node.name}' (If): its condition '{ctx.node.inputs[0]}' is known only at "
+                              "run time, so both branches must compile for these shapes and agree, but "
+                              f"{e.problems[0]}", ctx.node.inputs[0]) from None
+    results = _define_outputs(ctx, outs)
+    ctx.emit(Node("If", [ctx.node.inputs[0]], list(ctx.node.outputs), ctx.node.name, {}, branches))
+    return results
+
+
+def _both_branches(ctx) -> tuple:
+    """-> ({branch name: lowered body}, [(shape, dtype) per output]) where both branches compile
+    and their outputs agree on shapes (one set of slots serves the conditional node)."""
     branches = {k: compile_body(ctx, ctx.node.subgraphs[k], {}) for k in ("then_branch", "else_branch")}
     outs = []
     for i, (t, e) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
         tv, ev = branches["then_branch"].lookup(t), branches["else_branch"].lookup(e)
         if (tv.shape, tv.dtype) != (ev.shape, ev.dtype):
-            ctx.fail(f"output {i} has {tv.dtype}{list(tv.shape)} in then_branch but {ev.dtype}{list(ev.shape)} "
-                     "in else_branch; grapec needs both branches to agree on shapes")
+            raise UnsupportedError([f"output {i} has {tv.dtype}{list(tv.shape)} in then_branch but "
+                                    f"{ev.dtype}{list(ev.shape)} in else_branch"])
         outs.append((tv.shape, tv.dtype))
-    results = _define_outputs(ctx, outs)
-    ctx.emit(Node("If", [ctx.node.inputs[0]], list(ctx.node.outputs), ctx.node.name, {}, branches))
-    return results
+    return branches, outs
 
 
 @op("Loop")

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..errors import IndexRangeError
 from ..ir import kernel as K
 from ..ir.tensor import T, affine, broadcast_shapes, expand, norm_axis, reshape, transpose
 from . import op
@@ -263,6 +264,25 @@ def compress(ctx):
 
 # --- gathers ---------------------------------------------------------------------------------------
 
+def _check_const_indices(ctx, coords, dims: list):
+    """Indices known at compile time must lie in [-dim, dim) along each axis they index: a run
+    with them would read past the table (onnxruntime refuses it; grapec's masked read would give 0)."""
+    v = ctx.value(1)
+    if v.const is None or v.const.size == 0:
+        return
+    idx = np.asarray(v.const, np.int64)
+    for c, dim in enumerate(dims):
+        sel = idx if coords is None else idx[..., c]
+        lo, hi = int(sel.min()), int(sel.max())
+        if lo < -dim or hi >= dim:
+            bad = hi if hi >= dim else lo
+            table = ctx.node.inputs[0]
+            raise IndexRangeError(
+                f"node '{ctx.node.name}' ({ctx.node.op}): index {bad} reaches past '{table}', which has {dim} "
+                f"entries along the axis it indexes (valid: {-dim}..{dim - 1}); the indices '{ctx.node.inputs[1]}' "
+                f"are known at compile time, so these input shapes ask for more than the model holds")
+
+
 @op("Gather")
 def gather(ctx):
     """out[a, i.., b] = x[a, ind[i..], b] along `axis`; out-of-range indices read 0."""
@@ -270,6 +290,7 @@ def gather(ctx):
     axis = norm_axis(ctx.attr("axis", 0), x.ndim)
     dim, q = x.shape[axis], ind.ndim
     shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
+    _check_const_indices(ctx, None, [dim])
 
     def fn(ix):
         i = _wrap_negative(ind.at(ix[axis:axis + q]), dim)
@@ -283,6 +304,7 @@ def gather_elements(ctx):
     x, ind = ctx.input(0), ctx.input(1)
     axis = norm_axis(ctx.attr("axis", 0), x.ndim)
     dim = x.shape[axis]
+    _check_const_indices(ctx, None, [dim])
 
     def fn(ix):
         i = _wrap_negative(ind.at(ix), dim)
@@ -301,6 +323,7 @@ def gather_nd(ctx):
     k = ind.shape[-1]
     lead = ind.ndim - 1
     shape = ind.shape[:-1] + x.shape[b + k:]
+    _check_const_indices(ctx, k, list(x.shape[b:b + k]))
 
     def fn(ix):
         coords, valid = [], K.const(True, "bool")

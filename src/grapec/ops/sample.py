@@ -217,7 +217,11 @@ def roi_align(ctx):
 
     def fn(ix):
         r, c, i, j = ix
+        # an image index past the batch reads nothing (0 out, as Gather's out-of-range indices), never
+        # memory beyond X
         b = K.cast(batch.at((r,)), I64)
+        b_valid = K.binary("and", K.binary("ge", b, K.const(0, I64)), K.binary("lt", b, K.const(x.shape[0], I64)))
+        b = K.binary("min", K.binary("max", b, K.const(0, I64)), K.const(x.shape[0] - 1, I64))
         x1, y1, x2, y2 = (corner(r, k) for k in range(4))
         roi_w, roi_h = _sub(x2, x1), _sub(y2, y1)
         if not half_pixel:
@@ -232,7 +236,7 @@ def roi_align(ctx):
             sample = _add(_add(terms[0], terms[1]), _add(terms[2], terms[3]))
         else:
             sample = K.binary("max", K.binary("max", terms[0], terms[1]), K.binary("max", terms[2], terms[3]))
-        sample = K.where(K.binary("and", in_y, in_x), sample, d(0.0))
+        sample = K.where(K.binary("and", K.binary("and", in_y, in_x), b_valid), sample, d(0.0))
         if mode == "avg":
             out = K.binary("div", K.reduce("sum", sample, (ty, tx)), d(grid * grid))
         else:

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.tensor import T, full, norm_axis
 from . import op
@@ -66,7 +67,16 @@ def range_(ctx):
     three must be constants."""
     start, limit, delta = (ctx.const(i, what, "the output length is data-dependent otherwise").reshape(-1)[0]
                           for i, what in enumerate(("start", "limit", "delta")))
+    if delta == 0:
+        raise ShapeError(f"Range node '{ctx.node.name}': delta is 0")
+    n = max(0, math.ceil((limit.item() - start.item()) / delta.item()))
+    if n > RANGE_CONST_MAX_ELEMENTS:   # a kernel, not a constant: a huge length must not fill host memory
+        dt = dtypes.from_numpy(start.dtype)
+        return [T((n,), dt, lambda ix: K.const(start.item(), dt) + K.cast(ix[0], dt) * K.const(delta.item(), dt))]
     return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]
+
+
+RANGE_CONST_MAX_ELEMENTS = 1 << 20   # 8 MiB of int64: position ids of every practical length stay constants (their range is checked)
 
 
 @op("EyeLike")

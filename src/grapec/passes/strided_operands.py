@@ -38,7 +38,7 @@ def strided_operands(g: Graph) -> Graph:
         for i in set(n.inputs):
             readers.setdefault(i, []).append(n)
     keep = set(g.outputs)
-    changed, absorbed = False, []
+    changed, absorbed, sourced = False, [], set()
     for node in g.nodes:
         if node.op != "Library" or node.attrs.get("op") != "matmul" or node.attrs.get("views"):
             continue
@@ -52,6 +52,7 @@ def strided_operands(g: Graph) -> Graph:
             v = _operand_view(p.attrs["kernel"], g.lookup(node.inputs[slot]).shape)
             if v is None:
                 continue
+            sourced.add(id(p))
             view, flipped = v
             views[str(slot)] = view
             node.inputs[slot] = p.inputs[0]
@@ -64,11 +65,14 @@ def strided_operands(g: Graph) -> Graph:
             users = readers.get(chain[-1], [])
         has_c = len(node.inputs) > 2 and node.inputs[2]
         if (not has_c and not keep & set(chain) and len(users) == 1 and users[0].op == "Kernel"
+                and id(users[0]) not in sourced
                 and tuple(users[0].attrs["kernel"].inputs[0][0]) == tuple(g.values[out].shape)):
             view = _output_view(users[0].attrs["kernel"])
             if view is not None:
                 views["out"] = view
                 node.outputs[0] = users[0].outputs[0]
+                # the copy is gone: a later GEMM reading its output reads this one's, not the copy's source
+                producers[node.outputs[0]] = node
                 absorbed.append(users[0])
         if views:
             node.attrs = dict(node.attrs, views=views)

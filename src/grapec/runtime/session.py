@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import queue
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -39,9 +40,37 @@ def _shapes_key(shapes: dict) -> tuple:
 
 @dataclass
 class IOInfo:
+    """An input or output as onnxruntime's NodeArg shows it: .name, .shape (ints, dim names, None
+    where the model names no dim) and .type ('tensor(int64)'); .dtype is numpy's name."""
     name: str
     dtype: str
-    shape: list
+    dims: list | None
+
+    @property
+    def shape(self) -> list | None:
+        return None if self.dims is None else [None if d == "?" else d for d in self.dims]
+
+    @property
+    def type(self) -> str:
+        return f"tensor({ORT_TYPE_NAMES.get(self.dtype, self.dtype)})"
+
+
+ORT_TYPE_NAMES = {"float32": "float", "float64": "double"}   # the rest: onnxruntime writes numpy's name
+
+
+def _run_args(args: tuple, output_names) -> tuple:
+    """(feeds, output names or None, whether the answer is a list) from run's positional arguments."""
+    if len(args) == 1 and isinstance(args[0], Mapping):
+        return args[0], output_names, False
+    if len(args) in (2, 3) and isinstance(args[1], Mapping):   # onnxruntime's (names, feeds[, run_options])
+        names = args[0]
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
+            raise InputError(f"run(output_names, feeds): output_names must be a list of names or None, got {names!r}")
+        return args[1], (list(names) if names is not None else None), True
+    if len(args) == 2 and isinstance(args[0], Mapping):       # grapec's older (feeds, output_names)
+        return args[0], args[1], False
+    got = ", ".join(type(a).__name__ for a in args) or "nothing"
+    raise InputError(f"run takes (feeds) or (output_names, feeds) as onnxruntime does; got ({got})")
 
 
 class Session:
@@ -76,6 +105,8 @@ class Session:
             first = CpuPlanRunner(self.bundle, arenas=n)
             return [first] + [CpuPlanRunner(self.bundle, kernels=first.kernels) for _ in range(n - 1)]
         if backend == "cuda":
+            from ..devices import require_cuda
+            require_cuda(device)
             from .cuda.model import CudaModel
             from .cuda.runner import CudaPlanRunner
             model = CudaModel(self.bundle, device, tf32=self.bundle.manifest.get("precision") == "tf32", arenas=n)
@@ -202,9 +233,17 @@ class Session:
         """Inputs whose values were fixed at compile time: name -> value."""
         return {k: v.copy() for k, v in self._fixed.items()}
 
-    def run(self, feeds: dict, output_names: list | None = None, on_device: bool = False) -> dict:
-        """Outputs as numpy arrays, or (on_device=True, CUDA backend) as device arrays in the
-        arena that stay valid until the next run."""
+    def run(self, *args, output_names: list | None = None, on_device: bool = False):
+        """Two forms:
+            run(feeds) -> {output name: array}                 (grapec's)
+            run(output_names | None, feeds) -> [array, ...]    (onnxruntime's: in the order asked, all if None)
+        Outputs are numpy arrays, or (on_device=True, CUDA backend) device arrays in the arena that
+        stay valid until the next run."""
+        feeds, names, as_list = _run_args(args, output_names)
+        outs = self._run_dict(feeds, names, on_device)
+        return [outs[n] for n in (names or [o.name for o in self._outputs])] if as_list else outs
+
+    def _run_dict(self, feeds: dict, output_names, on_device: bool) -> dict:
         arrays = self.check_feeds(feeds)
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
         with self._lane() as runner:   # a runner's arena is the run's from inputs in to outputs out
