@@ -34,7 +34,7 @@ def _load_zoo():
 zoo = _load_zoo()
 NAMES = list(zoo.MODELS)
 TORCH_NAMES = list(zoo.TORCH_MODELS)
-TRANSFORMERS = {"gpt2", "bert", "wav2vec2"}
+TRANSFORMERS = {"gpt2", "bert", "wav2vec2", "gpt2_generate"}
 
 _sessions: dict[str, "ort.InferenceSession"] = {}
 _torch_models: dict[str, object] = {}

@@ -18,7 +18,7 @@ from ..errors import ModelError, UnsupportedError
 from ..ir.graph import Graph, Node, Value
 from ..ops import lowering
 from .proto import all_nodes, copy_model
-from .recurrent import GATES, recurrent_as_loops
+from .recurrent import GATES, QUANTIZED_LSTM, recurrent_as_loops
 from .scan import scans_as_loops
 
 MIN_OPSET = 7
@@ -64,7 +64,7 @@ def import_model(model: onnx.ModelProto, where: str = "model", problems: list | 
             raise ModelError(f"{where}: opset {opset} is older than {MIN_OPSET} and could not be converted: {e}") from None
     problems = list(problems or [])
     unsupported_ops: dict = {}
-    if any(n.op_type in ("Scan", *GATES) for n in all_nodes(model.graph)):
+    if any(n.op_type in ("Scan", QUANTIZED_LSTM, *GATES) for n in all_nodes(model.graph)):
         model = copy_model(model)   # the caller's model stays as given
         scans_as_loops(model.graph, opset, problems)
         recurrent_as_loops(model.graph, opset, problems)

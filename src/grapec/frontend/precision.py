@@ -44,6 +44,7 @@ FP32_OPS = {
     "QuantizeLinear": "float32 scales; a half input moves values across quantization steps",
     "DequantizeLinear": "float32 scales (opsets before 19 take float32 only)",
     "DynamicQuantizeLinear": "takes float32 and gives a float32 scale by definition",
+    "DynamicQuantizeLSTM": "quantizes its float32 input on the fly; its scales are float32",
 }
 
 
@@ -104,7 +105,8 @@ def _half_interface(g: onnx.GraphProto, half: int, kept_at: set):
 def _keep_nodes_fp32(g: onnx.GraphProto, kept: set, types: dict, fp32_consts: dict, half: int) -> set:
     """Rewrite the nodes at positions `kept` to compute in float32; -> their new positions."""
     kept_outputs = {o for i in kept for o in g.node[i].output if o and types.get(o) == TensorProto.FLOAT}
-    graph_inputs = {vi.name for vi in g.input}
+    # IR < 4 lists weights as graph inputs too: those are initializers, half by now
+    graph_inputs = {vi.name for vi in g.input} - {t.name for t in g.initializer}
     new_inits, cast_done = {}, set()
     nodes, kept_at = [], set()
     for idx, n in enumerate(g.node):

@@ -64,9 +64,13 @@ class NodeBuilder:
         return self.node("Unsqueeze", [x], axes=[axis])
 
     def reduce_sum(self, x: str, axes: list, keepdims: int = 0) -> str:
-        if self.opset >= 13:
-            return self.node("ReduceSum", [x, self.const(axes)], keepdims=keepdims)
-        return self.node("ReduceSum", [x], axes=axes, keepdims=keepdims)
+        return self.reduce("ReduceSum", x, axes, keepdims)
+
+    def reduce(self, op: str, x: str, axes: list, keepdims: int = 0) -> str:
+        """A Reduce* node: axes as an input from opset 13 (ReduceSum) or 18 (the others), else an attribute."""
+        if self.opset >= (13 if op == "ReduceSum" else 18):
+            return self.node(op, [x, self.const(axes)], keepdims=keepdims)
+        return self.node(op, [x], axes=axes, keepdims=keepdims)
 
     def span(self, x: str, start: int, end: int, axis: int = 0) -> str:
         """x[start:end] along axis (Slice with inputs: the rewrite needs opset 10 or later)."""

@@ -23,6 +23,15 @@ from onnx import TensorProto, helper, numpy_helper
 from .proto import NodeBuilder, subgraphs
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+# onnxruntime's quantizer writes LSTM with int8 weights as this contrib op: W [dirs, in, 4h] and
+# R [dirs, h, 4h] (stored transposed) with per-direction (or per-column) scales and zero points,
+# inputs 8..11. onnxruntime's kernel quantizes the activations to uint8 on the fly (min/max range
+# including 0, round half to even): X once for all steps, and H at each step, one batch row at a
+# time (its rows are split over threads; with as many threads as rows, one row each), then takes
+# the products in int32 and scales them. The rewrite does the same, so it agrees to float rounding
+# (7e-8 on ddddocr's LSTM); where onnxruntime groups several rows per thread, its answer differs
+# by their shared quantization range.
+QUANTIZED_LSTM = "DynamicQuantizeLSTM"
 DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 WITH_ALPHA = {"LeakyRelu": 0.01, "ThresholdedRelu": 1.0, "Elu": 1.0, "HardSigmoid": 0.2, "ScaledTanh": 1.0, "Affine": 1.0}
 WITH_BETA = {"HardSigmoid": 0.5, "ScaledTanh": 1.0, "Affine": 0.0}
@@ -34,7 +43,7 @@ def recurrent_as_loops(graph: onnx.GraphProto, opset: int, problems: list) -> No
     for i, n in enumerate(graph.node):
         for body in subgraphs(n):
             recurrent_as_loops(body, opset, problems)
-        if n.op_type in GATES and n.domain in ("", "ai.onnx"):
+        if (n.op_type in GATES and n.domain in ("", "ai.onnx")) or (n.op_type == QUANTIZED_LSTM and n.domain == "com.microsoft"):
             name = n.name or f"{n.op_type}_{i}"
             try:
                 nodes += _Rewrite(n, name, opset, graph).nodes()
@@ -71,9 +80,10 @@ class _Builder(NodeBuilder):
 
 class _Rewrite:
     def __init__(self, n, name: str, opset: int, graph):
-        self.n, self.op, self.name = n, n.op_type, name
+        self.quantized = n.op_type == QUANTIZED_LSTM
+        self.n, self.op, self.name = n, "LSTM" if self.quantized else n.op_type, name
         self.attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        self.ins = list(n.input) + [""] * (8 - len(n.input))
+        self.ins = list(n.input) + [""] * (12 - len(n.input))
         self.b = _Builder(f"{name}__rnn", opset, _float_dtype(graph, self.ins[0]))
         if opset < 10:
             raise _Unsupported(f"opset {opset}: the rewrite needs opset 10 or later")
@@ -143,17 +153,32 @@ class _Rewrite:
         shape = b.node("Concat", [batch, b.const([self.hidden])], axis=0)
         return b.node("ConstantOfShape", [shape], value=numpy_helper.from_array(np.zeros(1, self.b.float_dtype), "z"))
 
+    def _weight(self, idx: int, k: int):
+        """Direction k's W (idx 1) or R (idx 2), as the [in, g*h] operand of x @ W^T: a float
+        tensor, or for the quantized op (int8 weights, scale, zero point)."""
+        b = self.b
+        if not self.quantized:
+            return b.node("Transpose", [b.pick(self.ins[idx], k)], perm=[1, 0])
+        scale, zp = (8, 9) if idx == 1 else (10, 11)
+        wq, w_scale = b.pick(self.ins[idx], k), b.pick(self.ins[scale], k)
+        w_zp = b.pick(self.ins[zp], k) if self.ins[zp] else ""
+        if idx == 2:   # R: as integers (minus the zero point) in float, exact; scaled after the product
+            centered = b.node("Cast", [wq], to=TensorProto.FLOAT)
+            if w_zp:
+                centered = b.node("Sub", [centered, b.node("Cast", [w_zp], to=TensorProto.FLOAT)])
+            return _RowQuantized(centered, w_scale)
+        return wq, w_scale, w_zp
+
     def _direction(self, x: str, trip: str, k: int, reverse: bool):
         b, h, g = self.b, self.hidden, GATES[self.op]
-        w, r = b.pick(self.ins[1], k), b.pick(self.ins[2], k)                       # [g*h, in], [g*h, h]
         bias = b.pick(self.ins[3], k) if self.ins[3] else None                       # [2*g*h]
-        xw = b.node("MatMul", [x, b.node("Transpose", [w], perm=[1, 0])])           # [seq, batch, g*h]
+        xw = _times(b, x, self._weight(1, k))                                        # [seq, batch, g*h]
         if bias is not None:
             xw = b.node("Add", [xw, b.span(bias, 0, g * h)])
             rb = b.span(bias, g * h, 2 * g * h)
         else:
             rb = None
-        rt = b.node("Transpose", [r], perm=[1, 0])                                   # [h, g*h]
+        rt = self._weight(2, k)                                                      # [h, g*h]
         h0 = self._initial(5, k, x)
         c0 = self._initial(6, k, x) if self.op == "LSTM" else None
         peep = b.pick(self.ins[7], k) if self.op == "LSTM" and self.ins[7] else None
@@ -184,7 +209,7 @@ class _Rewrite:
             return b.span(src, i * h, (i + 1) * h, axis=1)
 
         if self.op == "GRU":
-            hr = b.node("MatMul", [hin, rt])
+            hr = _times(b, hin, rt)
             if rb is not None:
                 hr = b.node("Add", [hr, rb])
             z = f(0, clip(b.node("Add", [gate(xw_t, 0), gate(hr, 0)])))
@@ -201,7 +226,7 @@ class _Rewrite:
             hout = b.node("Add", [ht, b.node("Mul", [z, b.node("Sub", [hin, ht])])], "h_out")
             cout = None
         else:
-            pre = b.node("Add", [xw_t, b.node("MatMul", [hin, rt])])
+            pre = b.node("Add", [xw_t, _times(b, hin, rt)])
             if rb is not None:
                 pre = b.node("Add", [pre, rb])
             if self.op == "RNN":
@@ -239,6 +264,36 @@ class _Rewrite:
             outs.append(helper.make_tensor_value_info(cout, fdt, None))
         outs.append(helper.make_tensor_value_info(y, fdt, None))
         return helper.make_graph(b.out, f"{self.name}_body{k}", ins, outs)
+
+
+class _RowQuantized:
+    """A quantized recurrent weight: its integers minus the zero point (float), and its scale."""
+
+    def __init__(self, centered: str, scale: str):
+        self.centered, self.scale = centered, scale
+
+
+def _times(b: NodeBuilder, x: str, w) -> str:
+    """x @ w for a float w; for a quantized (w, scale, zero point), x is quantized to uint8 on the
+    fly and the product taken in int32, then scaled; for a _RowQuantized w, each row of x [B, K]
+    is quantized on its own range, as onnxruntime's quantized LSTM does."""
+    if isinstance(w, str):
+        return b.node("MatMul", [x, w])
+    if isinstance(w, _RowQuantized):
+        f = b.fconst
+        lo = b.node("Min", [b.reduce("ReduceMin", x, [1], keepdims=1), f(0.0)])
+        hi = b.node("Max", [b.reduce("ReduceMax", x, [1], keepdims=1), f(0.0)])
+        span = b.node("Sub", [hi, lo])
+        scale = b.node("Where", [b.node("Equal", [span, f(0.0)]), f(1.0), b.node("Div", [span, f(255.0)])])
+        clamp = lambda v: b.node("Max", [b.node("Min", [v, f(255.0)]), f(0.0)])  # noqa: E731
+        zp = clamp(b.node("Round", [b.node("Div", [b.node("Neg", [lo]), scale])]))
+        q = clamp(b.node("Add", [b.node("Round", [b.node("Div", [x, scale])]), zp]))
+        acc = b.node("MatMul", [b.node("Sub", [q, zp]), w.centered])    # integers, exact in float32
+        return b.node("Mul", [acc, b.node("Mul", [scale, w.scale])])
+    wq, w_scale, w_zp = w
+    xq, x_scale, x_zp = b.multi("DynamicQuantizeLinear", [x], ["", "", ""])
+    acc = b.node("MatMulInteger", [xq, wq, x_zp] + ([w_zp] if w_zp else []))
+    return b.node("Mul", [b.node("Cast", [acc], to=TensorProto.FLOAT), b.node("Mul", [x_scale, w_scale])])
 
 
 def _text(v) -> str:
