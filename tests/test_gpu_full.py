@@ -55,8 +55,10 @@ def test_tiny_cnns_in_fp16_on_gpu_match_as_well_as_pytorch_fp16(name):
     computing in fp32 moves the logits 1.9% (ResNet) and 2.4% (GoogLeNet), so no fp16 engine is
     within 1e-2 of the fp32 answer (the full-size ResNet-50 is, in the test above). So `--precision
     fp16` refuses them at its default tolerance, naming where the error grows. Accepted with
-    --precision-tolerance 5e-2, the yardstick is PyTorch's own fp16 run of the same module: grapec's
-    fp16 error against onnxruntime fp32 must be within 1e-2 or no more than 1.25x PyTorch's."""
+    --precision-tolerance 6.25e-2 (compile accepts within 0.8 of it on each of 4 draws: the 5e-2 bar
+    this test had with one draw and no margin; tiny Inception-v3 is 4.6% off on one draw), the
+    yardstick is PyTorch's own fp16 run of the same module: grapec's fp16 error against onnxruntime
+    fp32 must be within 1e-2 or no more than 1.25x PyTorch's."""
     import torch
     from grapec.bench import zoo_module
     from grapec.mixed_precision import PrecisionError
@@ -64,7 +66,7 @@ def test_tiny_cnns_in_fp16_on_gpu_match_as_well_as_pytorch_fp16(name):
     with pytest.raises(PrecisionError, match="grows most at"):
         check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16")
     results, _ = check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16",
-                             precision_tolerance=5e-2)
+                             precision_tolerance=6.25e-2)
     import grapec
     b = grapec.compile(path, dims=ZOO_DIMS[name])
     infos = b.manifest["inputs"]

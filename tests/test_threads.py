@@ -182,7 +182,7 @@ def test_a_device_that_is_not_there_is_named():
     from grapec.devices import gpu_count
     from grapec.errors import BackendError
     n = gpu_count()
-    with pytest.raises(BackendError, match=f"device {n} requested, but {n} CUDA device"):
+    with pytest.raises(BackendError, match=f"device {n}: this machine has {n} CUDA device"):
         grapec.load(bundle_of(GPT2, "cuda", {"batch": 1, "seq": 8}), backend="cuda", device=n)
 
 

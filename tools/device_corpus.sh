@@ -3,14 +3,14 @@
 # machine's cache (tools/corpus.py names them ID.onnx) in parts under the device link's 64 MiB.
 # A file over the limit travels split (ID.onnx.part-aa, -ab ... and ID.onnx.parts, the count), a
 # part per call while the machine stays warm, and is joined here when its last part arrives.
-# Usage, in a device call that carries .whl and .corpus_carry:
+# Usage, in a device call that carries .whl and .corpus_carry (or the folder $CORPUS_CARRY names):
 #   bash tools/device_corpus.sh [fp32,fp16]    # runs the files this call completed; JSON to $OUT
 set -e
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null || true
 export PYTHONPATH=/tmp/site:src PYTHONUNBUFFERED=1 GRAPEC_CORPUS_DIR=/tmp/grapec-corpus
 mkdir -p $GRAPEC_CORPUS_DIR/files /tmp/corpus-parts
 ids=""
-for f in .corpus_carry/*; do
+for f in ${CORPUS_CARRY:-.corpus_carry}/*; do
   case "$f" in
     *.onnx) cp "$f" $GRAPEC_CORPUS_DIR/files/; ids="$ids$(basename "$f" .onnx),";;
     *) cp "$f" /tmp/corpus-parts/;;
