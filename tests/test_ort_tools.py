@@ -1,5 +1,5 @@
 """Models as onnxruntime's own tools write them: the transformer optimizer (com.microsoft fusions,
-models/ort_optimized.py made the committed files) and quantize_dynamic (MatMulInteger,
+models/ort/build.py made the committed files) and quantize_dynamic (MatMulInteger,
 DynamicQuantizeLSTM), compiled, run on the CPU backend and compared with onnxruntime."""
 import os
 
@@ -10,21 +10,22 @@ from grapec.check import check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "models", "tiny")
+ORT = os.path.join(ROOT, "models", "ort")
 
 
-@pytest.mark.parametrize("name,ops", [("bert_ort_optimized", {"BiasGelu", "SkipLayerNormalization"}),
-                                      ("gpt2_ort_optimized", {"FastGelu"})])
+@pytest.mark.parametrize("name,ops", [("bert_optimized", {"BiasGelu", "SkipLayerNormalization"}),
+                                      ("gpt2_optimized", {"FastGelu"})])
 @pytest.mark.parametrize("dims", [{"batch": 1, "seq": 8}, {"batch": 3, "seq": 17}])
 def test_transformer_optimizer_output_matches_onnxruntime(name, ops, dims):
-    path = os.path.join(TINY, f"{name}.onnx")
+    path = os.path.join(ORT, f"{name}.onnx")
     assert {n.op_type for n in onnx.load(path).graph.node if n.domain == "com.microsoft"} == ops
     results, _ = check_model(path, dims=dims, seed=dims["seq"])
     assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
 
 
-@pytest.mark.parametrize("name", ["bert_ort_optimized", "gpt2_ort_optimized"])
+@pytest.mark.parametrize("name", ["bert_optimized", "gpt2_optimized"])
 def test_transformer_optimizer_output_in_fp16(name):
-    results, _ = check_model(os.path.join(TINY, f"{name}.onnx"), dims={"batch": 2, "seq": 8}, precision="fp16")
+    results, _ = check_model(os.path.join(ORT, f"{name}.onnx"), dims={"batch": 2, "seq": 8}, precision="fp16")
     assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
 
 
