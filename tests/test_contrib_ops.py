@@ -266,3 +266,20 @@ def test_an_unsupported_form_is_named_with_its_node():
     from grapec.errors import UnsupportedError
     with pytest.raises(UnsupportedError, match="node 'packed' \\(MultiHeadAttention, domain com.microsoft\\): packed QKV"):
         grapec.compile(m, shapes={"q": (1, 4, 2, 3, 8)}, targets=[])
+
+
+@pytest.mark.parametrize("case", [{}, {"mask_shape": [2, 5]}, {"unidirectional": 1}])
+def test_contrib_attention_meets_the_fused_attention_kernel(case):
+    """Rewritten as exporters write attention, so in half precision the three steps (scores, softmax,
+    probabilities @ V) become one flash-attention kernel, as they do for a torch export."""
+    m = _attention_model(**case)
+    b = grapec.compile(m, shapes={"x": (2, 5, 32), **({"mask": (2, 5)} if "mask_shape" in case else {})},
+                       precision="fp16", targets=[])
+    kinds = [b.kernels[st.kernel].get("kind") for st in b.plans[0].steps if st.op == "kernel"]
+    assert kinds.count("attention") == 1, kinds
+    assert not any(st.op == "library" for st in b.plans[0].steps)
+    feeds = {"x": f32(2, 5, 32)}
+    if "mask_shape" in case:
+        feeds["mask"] = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
+    got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)["y"]
+    assert rel_err(got, ort_run(m, feeds)["y"]) < 1e-2

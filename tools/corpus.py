@@ -187,7 +187,8 @@ def run_one(f: CorpusFile, precision: str = "fp32", backend: str = "cpu") -> Res
         results, _ = check_model(path_of(f), shapes=f.shapes or None, backend=backend, precision=precision,
                                  values=values, reference=f.reference)
     except GrapecError as e:
-        return Result(f.id, precision, backend, "REFUSED", str(e).splitlines()[0][:400], seconds=time.perf_counter() - t0)
+        return Result(f.id, precision, backend, "REFUSED", " ".join(str(e).split())[:600],
+                      seconds=time.perf_counter() - t0)
     ok = all(r.ok or (rel_l2 is not None and r.rel <= rel_l2) for r in results)
     worst = max(results, key=lambda r: r.rel)
     detail = "" if ok else "; ".join(f"{r.name}: rel {r.rel:.2e} {r.note}" for r in results if not r.ok)[:400]
@@ -212,7 +213,7 @@ def run_all(precisions=("fp32",), backend="cpu", only=None, workers: int = 1) ->
 def table(results: list) -> str:
     """Markdown: one row per file, one column per (backend, precision) measured."""
     by = {(r["id"], r["backend"], r["precision"]): r for r in results}
-    cols = sorted({(r["backend"], r["precision"]) for r in results}, key=lambda c: (c[0] != "cpu", c[0], c[1]))
+    cols = sorted({(r["backend"], r["precision"]) for r in results}, key=lambda c: (c[1] != "fp32", c[1], c[0] != "cpu"))
     head = "| model | producer | task | " + " | ".join(f"{p} {b.upper() if b == 'cpu' else 'CUDA'}" for b, p in cols) + " |"
     lines = [head, "|" + "---|" * (3 + len(cols))]
     for f in FILES:
@@ -224,9 +225,22 @@ def table(results: list) -> str:
             elif r["status"] == "PASS":
                 cells.append(f"pass ({r['rel']:.1e})")
             else:
-                cells.append(f"{r['status'].lower()}: {r['detail'][:90]}")
+                cells.append(f"{r['status'].lower()}: {_short(r['detail'])}")
         lines.append(f"| {f.id} | {f.producer} | {f.task} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _short(detail: str) -> str:
+    """A refusal in a table cell: the output and its error, or the unsupported construct."""
+    import re
+    m = re.search(r"'([^']+)' off by ([0-9.e+-]+)", detail)
+    if m and "breaks this model's accuracy" in detail:
+        return f"'{m.group(1)}' {float(m.group(2)):.1e} off, nodes named"
+    ops = re.findall(r"op (\S+) \(domain ([^)]+)\)", detail)
+    if ops:
+        return f"{', '.join(o for o, _ in ops)} ({ops[0][1]}) unsupported"
+    m = re.search(r"\d+ unsupported construct\(s\)", detail)
+    return m.group(0) if m else detail[:90]
 
 
 def main(argv=None):

@@ -285,26 +285,35 @@ def _causal(b, q_len: str, total: str, filter_value: float) -> str:
 
 def _heads_attention(b, n, q, k, v, heads, mask, mask_rank, bias, past_k, past_v, causal):
     """softmax(Q K^T * scale + masks) V over `heads` heads of 3-D Q, K, V ([B, S, N*H]); past_k and
-    past_v [B, N, P, H] are prepended. -> (output [B, S, N*H'], present key, present value)."""
+    past_v [B, N, P, H] are prepended. -> (output [B, S, N*H'], present key, present value).
+
+    Written as exporters write attention (MatMul, scale, mask add, Softmax, MatMul, heads split and
+    merged by Reshape/Transpose), so the fused attention pass (passes/attention.py) takes it."""
     filter_value = float(n.attr("mask_filter_value", -10000.0))
+    split = b.const([0, 0, heads, -1])
+
+    def heads_first(x: str) -> str:   # [B, S, N*H] -> [B, N, S, H]
+        return b.node("Transpose", [b.node("Reshape", [x, split])], perm=[0, 2, 1, 3])
+    qh, kh, vh = heads_first(q), heads_first(k), heads_first(v)
+    if past_k:
+        kh = b.node("Concat", [past_k, kh], axis=2)
+        vh = b.node("Concat", [past_v, vh], axis=2)
+    total = b.dim(kh, 2)
     scale = n.attr("scale")
-    masks = []
-    total = b.node("Add", [b.dim(k, 1), b.dim(past_k, 2)]) if past_k else b.dim(k, 1)
+    if not scale:
+        scale = b.node("Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])])
+    else:
+        scale = b.fconst(float(scale))
+    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [kh], perm=[0, 1, 3, 2])]), scale])
     if mask:
-        masks.append(_key_mask(b, mask, mask_rank, q, total, filter_value))
+        scores = b.node("Add", [scores, _key_mask(b, mask, mask_rank, q, total, filter_value)])
     if causal:
-        masks.append(_causal(b, b.dim(q, 1), total, filter_value))
+        scores = b.node("Add", [scores, _causal(b, b.dim(q, 1), total, filter_value)])
     if bias:
-        masks.append(bias)
-    attn_mask = ""
-    for m in masks:
-        attn_mask = m if not attn_mask else b.node("Add", [attn_mask, m])
-    attrs = dict(q_num_heads=heads, kv_num_heads=heads)
-    if scale:
-        attrs["scale"] = float(scale)
-    ins = [q, k, v, attn_mask] + ([past_k, past_v] if past_k else [])
-    out, pk, pv = b.multi("Attention", ins, ["", "", ""], **attrs)
-    return out, pk, pv
+        scores = b.node("Add", [scores, bias])
+    out = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), vh])
+    merged = b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])])
+    return merged, kh, vh
 
 
 @rewrite("Attention")
