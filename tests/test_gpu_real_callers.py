@@ -21,7 +21,7 @@ def test_swept_shapes_on_the_gpu(name, batch, seq):
     assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
 
 
-@pytest.mark.parametrize("name", ["bert_optimized", "gpt2_optimized"])
+@pytest.mark.parametrize("name", ["bert_optimized", "gpt2_optimized", "bert_fused"])
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_transformer_optimizer_output_on_the_gpu(name, precision):
     results, _ = check_model(os.path.join(ORT, f"{name}.onnx"), dims={"batch": 4, "seq": 16}, backend="cuda",
@@ -29,8 +29,9 @@ def test_transformer_optimizer_output_on_the_gpu(name, precision):
     assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("case", ["mask_2d", "past_causal"])
-def test_contrib_attention_on_the_gpu(case, tmp_path):
+def test_contrib_attention_on_the_gpu(case, precision, tmp_path):
     import onnx
     from test_contrib_ops import _attention_model
     kw = {"mask_2d": {"mask_shape": [2, 5]}, "past_causal": {"past": True, "unidirectional": 1}}[case]
@@ -39,5 +40,5 @@ def test_contrib_attention_on_the_gpu(case, tmp_path):
     import numpy as np
     inputs = {"mask": np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)} if case == "mask_2d" else {}
     results, _ = check_model(path, shapes={"x": (2, 5, 32), **({"past": (2, 2, 4, 3, 8)} if kw.get("past") else {})},
-                             backend="cuda", inputs=inputs)
+                             backend="cuda", inputs=inputs, precision=precision)
     assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]

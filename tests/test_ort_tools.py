@@ -57,3 +57,21 @@ def test_dynamically_quantized_transformers_match_onnxruntime(quantized, name):
     assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
     results, _ = check_model(quantized[name], dims={"batch": 2, "seq": 7})
     assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
+
+
+@pytest.mark.parametrize("batch,seq", [(1, 1), (2, 8), (5, 33)])
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fused_bert_attention_and_embeddings_match_onnxruntime(batch, seq, precision):
+    """EmbedLayerNormalization (its mask_index: each row's count of ones) feeding Attention, with
+    right-padded rows, as the optimizer writes a Hugging Face-style BERT."""
+    import numpy as np
+    path = os.path.join(ORT, "bert_fused.onnx")
+    ops = {n.op_type for n in onnx.load(path).graph.node if n.domain == "com.microsoft"}
+    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu"} <= ops
+    rng = np.random.default_rng(batch * 100 + seq)
+    lengths = rng.integers(1, seq + 1, batch)
+    feeds = {"input_ids": rng.integers(0, 512, (batch, seq)).astype(np.int64),
+             "attention_mask": (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64),
+             "token_type_ids": rng.integers(0, 2, (batch, seq)).astype(np.int64)}
+    results, _ = check_model(path, inputs=feeds, precision=precision)
+    assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
