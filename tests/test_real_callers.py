@@ -209,3 +209,14 @@ def test_check_judges_half_by_the_measure_compile_accepts_by():
     assert judged.ok and judged.bad == 1 and "not judged" in judged.note
     assert not compare("y", got, ref, *TOLERANCES["fp16"], half_limit("fp16"), elementwise=True).ok
     assert not compare("y", got * 1.02, ref, *TOLERANCES["fp16"], half_limit("fp16"), elementwise=False).ok
+
+
+def test_classical_ml_ops_are_refused_by_name():
+    """onnxruntime ships logreg_iris.onnx (onnxmltools): ai.onnx.ml ops, which grapec does not run."""
+    import importlib.util
+    from grapec.errors import UnsupportedError
+    path = os.path.join(os.path.dirname(importlib.util.find_spec("onnxruntime").origin), "datasets", "logreg_iris.onnx")
+    rc, out, _ = cli("compile", path, "--no-gpu", "-o", os.devnull + ".grape")
+    assert rc == 2 and "op LinearClassifier (domain ai.onnx.ml)" in out and "op ZipMap (domain ai.onnx.ml)" in out, out
+    with pytest.raises(UnsupportedError, match="Normalizer"):
+        grapec.compile(path, targets=[])

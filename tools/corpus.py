@@ -8,8 +8,8 @@
 The cache lives outside the repository: $GRAPEC_CORPUS_DIR, else ~/.cache/grapec-corpus. Each file
 ends as PASS (every output within `grapec check`'s measure), FAIL (a wrong answer: the one outcome
 that is never acceptable) or REFUSED (grapec said no, by name: an unsupported op, a precision that
-breaks the model). Producers: pytorch, paddle2onnx, tf2onnx, spox, onnx-caffe2, onnx.quantize,
-onnxruntime's quantizer (run here on a third-party float model) and onnxmltools.
+breaks the model). Producers: pytorch, paddle2onnx, tf2onnx, spox, onnx-caffe2, onnx.quantize and
+onnxruntime's quantizer (run here on a third-party float model).
 """
 from __future__ import annotations
 
@@ -93,10 +93,7 @@ FILES = [
                why="onnxruntime's x86 u8s8 MatMulInteger saturates its int16 pair sums (3e-2 off); onnx.reference "
                    "computes the integers exactly, and grapec matches it to 0"),
 ] + [CorpusFile(f"light_{n}", f"installed:{LIGHT}light_{n}.onnx", "onnx-caffe2", "classification")
-     for n in ("shufflenet", "squeezenet")] + [
-    CorpusFile("logreg_iris", "installed:onnxruntime/datasets/logreg_iris.onnx", "onnxmltools",
-               "classical ML (ai.onnx.ml)"),
-]
+     for n in ("shufflenet", "squeezenet")]
 
 
 def cache_dir() -> str:
