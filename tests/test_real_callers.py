@@ -220,3 +220,23 @@ def test_classical_ml_ops_are_refused_by_name():
     assert rc == 2 and "op LinearClassifier (domain ai.onnx.ml)" in out and "op ZipMap (domain ai.onnx.ml)" in out, out
     with pytest.raises(UnsupportedError, match="Normalizer"):
         grapec.compile(path, targets=[])
+
+
+def test_nodes_inside_a_known_branch_can_stay_float32(tmp_path):
+    """An If on a --value input is its taken branch at compile time; calibration sees that branch's
+    nodes as the model's own, so one that breaks in half stays float32 (silero VAD's layout: the
+    whole model inside an If on `sr`)."""
+    then = helper.make_graph([helper.make_node("Add", ["x", "c"], ["shifted"], name="shift"),
+                              helper.make_node("Sub", ["shifted", "c"], ["y_then"], name="unshift")], "then", [],
+                             [tinfo("y_then", TensorProto.FLOAT, None)], [init("c", np.float32(40.0))])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["y_else"])], "else", [],
+                              [tinfo("y_else", TensorProto.FLOAT, None)])
+    m = model([helper.make_node("Equal", ["sr", "k"], ["cond"]),
+               helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)],
+              [tinfo("x", shape=[64, 64]), tinfo("sr", TensorProto.INT64, [])], [tinfo("y")],
+              [init("k", np.array(16000, np.int64))])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    b = grapec.compile(str(tmp_path / "m.onnx"), precision="fp16", values={"sr": np.array(16000)}, targets=[])
+    assert "unshift" in {k["node"] for k in b.manifest["mixed_precision"]["kept_fp32"]}
+    results, _ = check_model(str(tmp_path / "m.onnx"), precision="fp16", values={"sr": np.array(16000)}, seed=3)
+    assert all(r.ok for r in results), [(r.rel, r.note) for r in results]

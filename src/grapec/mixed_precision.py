@@ -86,6 +86,11 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     tolerance: the largest ||out - ref|| / ||ref|| accepted per output (--precision-tolerance)."""
     from .passes.specialize import specialize
     spec = specialize(graph, input_shapes, None, fixed)
+    inlined = _taken_branches_inline(proto, spec)
+    if inlined is not proto:   # their nodes become candidates: only top-level nodes can stay float32
+        from .frontend.onnx_import import import_model
+        proto = inlined
+        spec = specialize(import_model(proto), input_shapes, None, fixed)
     types = {n: dtypes.to_onnx(v.dtype) for n, v in spec.values.items() if v.dtype}
     nodes = list(proto.graph.node)
     names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)]
@@ -168,6 +173,22 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
         raise PrecisionError(_refusal(report, [verdicts[o] for o in bad_outputs], flagged, names, nodes, candidates,
                                       tol, accumulates))
     return half, report
+
+
+def _taken_branches_inline(proto: onnx.ModelProto, spec) -> onnx.ModelProto:
+    """Top-level Ifs whose condition is known at compile time (silero VAD's `sr == 16000` with
+    --value sr=16000) replaced by the branch they take, as specialize takes it in the IR."""
+    from .frontend.proto import inline_if
+    while True:
+        for i, n in enumerate(proto.graph.node):
+            cond = spec.lookup(n.input[0]) if n.op_type == "If" else None
+            if cond is not None and cond.const is not None and cond.const.size == 1:
+                inlined = inline_if(proto, i, bool(cond.const.reshape(-1)[0]))
+                if inlined is not None:
+                    proto = inlined
+                    break
+        else:
+            return proto
 
 
 def _stalled(worst: list) -> bool:

@@ -83,3 +83,23 @@ class NodeBuilder:
     def dim(self, x: str, axis: int) -> str:
         """x's size along axis, as an int64 scalar (folded at compile time)."""
         return self.node("Gather", [self.node("Shape", [x]), self.const(axis)], axis=0)
+
+
+def inline_if(model: onnx.ModelProto, index: int, take_then: bool) -> onnx.ModelProto | None:
+    """A copy of the model with top-level node `index`, an If, replaced by the nodes of the branch
+    it takes (an Identity per output), the branch's initializers moved to the graph; None where a
+    branch value's name is taken in the graph already."""
+    m = copy_model(model)
+    g = m.graph
+    node = g.node[index]
+    branch = next(a.g for a in node.attribute if a.name == ("then_branch" if take_then else "else_branch"))
+    taken = {t.name for t in g.initializer} | {i.name for i in g.input} | {o for n in g.node for o in n.output}
+    if {t.name for t in branch.initializer} & taken or {o for n in branch.node for o in n.output} & taken:
+        return None
+    g.initializer.extend(branch.initializer)
+    body = list(branch.node) + [helper.make_node("Identity", [src.name], [dst], name=f"{node.name or 'If'}/out{k}")
+                                for k, (src, dst) in enumerate(zip(branch.output, node.output)) if dst]
+    nodes = list(g.node[:index]) + body + list(g.node[index + 1:])
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
