@@ -36,7 +36,7 @@ import numpy as np
 
 from . import __version__
 from .bundle.format import Bundle
-from .errors import GrapecError, IndexRangeError, ShapeError, UnsupportedError, gpu_package
+from .errors import GrapecError, ShapeError, UnsupportedError, gpu_package
 from .fanout import map_buckets
 from .frontend.contrib import contrib_as_onnx
 from .frontend.onnx_import import import_model, load_model, opset_of
@@ -106,30 +106,31 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
 
 
 def _check_range_fits(graph: Graph, fixed: dict, bucket_shapes: list, bucket_dims: list, dynamic: dict):
-    """The largest size of a --dynamic range reads no table past its end, or the message names the
-    largest size that does (found by bisection over the sizes, specializing only)."""
+    """The largest size of a --dynamic range specializes (reads no table past its end, meets no
+    shape a model fixed: BERT's token-type buffer of 64 positions), or the message names the largest
+    size that does (found by bisection over the sizes, specializing only)."""
     def fits(i: int) -> bool:
         try:
             specialize(graph, bucket_shapes[i], None, fixed, RANGE_FOLD_LIMIT_BYTES)
             return True
-        except IndexRangeError:
+        except ShapeError:
             return False
     try:
         specialize(graph, bucket_shapes[-1], None, fixed, RANGE_FOLD_LIMIT_BYTES)
         return
-    except IndexRangeError as e:
+    except ShapeError as e:
         first = e
     spans = ", ".join(f"{n}={lo}:{hi}" for n, (lo, hi) in dynamic.items())
     if len(dynamic) != 1 or not fits(0):
-        raise IndexRangeError(f"--dynamic {spans}: {first}") from None
+        raise type(first)(f"--dynamic {spans}: {first}") from None
     good, bad = 0, len(bucket_shapes) - 1    # sizes ascend: bisect for the last one that fits
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
     (name, (lo, hi)), = dynamic.items()
     largest = bucket_dims[good][name]
-    raise IndexRangeError(f"--dynamic {spans}: at {name}={hi}, {first}. The largest {name} that "
-                          f"fits is {largest}: use --dynamic {name}={lo}:{largest}") from None
+    raise type(first)(f"--dynamic {spans}: at {name}={hi}, {first}. The largest {name} that "
+                      f"fits is {largest}: use --dynamic {name}={lo}:{largest}") from None
 
 
 def check_plan_fits(plan, weights: WeightStore, profile: DeviceProfile, ishapes: dict):

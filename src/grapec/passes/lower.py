@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..errors import GrapecError, UnsupportedError
+from ..errors import GrapecError, ShapeError, UnsupportedError
 from ..ir.graph import Graph, Node, Value
 from ..ir.tensor import T
 from ..ops import lowering
@@ -29,6 +29,11 @@ def lower_node(node: Node, graph: Graph, emitted: list) -> list:
     ctx = LowerCtx(node, graph, emitted)
     try:
         results = fn(ctx)
+    except ShapeError as e:   # name the node, where the lowering did not
+        if f"'{node.name}'" in str(e) or type(e) is not ShapeError:
+            raise
+        raise ShapeError(f"node '{node.name}' ({node.op}) with inputs {[_describe(graph, i) for i in node.inputs]}: "
+                         f"{e}") from None
     except GrapecError:
         raise
     except (ValueError, IndexError, KeyError, TypeError, AssertionError) as e:
