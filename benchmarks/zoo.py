@@ -8,7 +8,9 @@ Builds missing full-size models into models/full (models/build.py), compiles eac
 measures grapec's CUDA-graph replay and PyTorch eager / CUDA graph / torch.compile on the same
 weights and inputs (and onnxruntime's CUDA provider where it is installed), and writes
 DIR/results.json, DIR/table.md and DIR/plot.png (when matplotlib is there). Each configuration's
-results are written as soon as they exist.
+results are written as soon as they exist. Each row also shows the model's floor on this GPU
+(cost/roofline.py: its weights read once at the bandwidth measured here, or its FLOPs at the matrix
+peak measured here, whichever is longer) and grapec's time as a multiple of it.
 
 --per-step: also time every step of grapec's plan alone (results.json: grapec.steps), the per-kernel
 measurements the cost model is checked against. --fusion-levels: also compile and time grapec with
@@ -69,7 +71,8 @@ def main():
         ap.error("--compile-only needs --bundles DIR")
     os.makedirs(a.bundles if a.compile_only else a.out, exist_ok=True)
     import grapec
-    from grapec.bench import bench_grapec, bench_ort, bench_torch, ort_cuda_available, zoo_module
+    from grapec.bench import bench_grapec, bench_ort, bench_torch, measure_roofs, ort_cuda_available, zoo_module
+    from grapec.cost.roofline import plan_roofline
     from grapec.bundle.format import Bundle
     with_ort = not a.compile_only and ort_cuda_available()[0]
     if not a.compile_only and not with_ort:
@@ -78,6 +81,7 @@ def main():
     from grapec.cost.work import step_work
     only = set(filter(None, a.only.split(",")))
     results = {}
+    roofs = {}   # precision -> the device's measured bandwidth and matrix peak
     for (label0, name, dims), precision in [(c, p) for p in a.precision.split(",") for c in CONFIGS]:
         label = f"{label0}/{precision}"
         if only and label0 not in only and label not in only:
@@ -96,6 +100,10 @@ def main():
             print(f"{pre}: {t_compile:.0f}s", flush=True)
             continue
         feeds = bundle_inputs(bundle.manifest, 0, 0)
+        if precision not in roofs:
+            roofs[precision] = measure_roofs(precision)
+            print(f"{precision}: measured {roofs[precision]['bandwidth_gbs']:.0f} GB/s, "
+                  f"{roofs[precision]['peak_tflops']:.0f} TFLOP/s", flush=True)
         r = {"grapec": bench_grapec(bundle, feeds, a.iterations, per_step=a.per_step), "compile_s": t_compile,
              "bundle": origin, "steps": bundle.manifest["buckets"][0]["steps"], "rel_err_vs_ort": accuracy(bundle, path, feeds)}
         r["fusion"] = {"full": {"ms": r["grapec"]["replay"]["median_ms"], "steps": r["steps"]}}
@@ -106,6 +114,7 @@ def main():
                 work = step_work(bundle.kernels, bundle.plans[0], bundle.plans[0].steps[st["index"]])
                 st["work"] = dataclasses.asdict(work)
         r["device_profile"] = bundle.manifest.get("device_profile")
+        r["roofline"] = plan_roofline(bundle, 0, **roofs[precision]).to_json()
         for level in filter(None, a.fusion_levels.split(",")):
             other = grapec.compile(path, dims=dims, precision=precision, fusion=level, device_profile=a.device_profile)
             r["fusion"][level] = {"ms": bench_grapec(other, feeds, a.iterations)["replay"]["median_ms"],
@@ -176,18 +185,23 @@ def row(label, r, peers=PEERS[:3]):
     g = r["grapec"]["replay"]["median_ms"]
     cells = [f"{r[p]['median_ms']:.3f} ({r[p]['median_ms'] / g:.2f}x)" if p in r else "-" for p in peers]
     steps = r.get("steps", {})
-    return (f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {r['grapec']['device_memory_mib']:.0f} | "
+    roof = r.get("roofline")
+    floor = f"{roof['floor_ms']:.3f} {roof['bound']} ({g / roof['floor_ms']:.1f}x)" if roof and roof["floor_ms"] else "-"
+    return (f"| {label} | {g:.3f} | " + " | ".join(cells) + f" | {floor} | {r['grapec']['device_memory_mib']:.0f} | "
             f"{steps.get('kernel', 0)} + {steps.get('library', 0)} | {r.get('rel_err_vs_ort', float('nan')):.1e} | "
             f"{r.get('torch_rel_err_vs_ort', float('nan')):.1e} |")
 
 
 def render(results):
     peers = measured_peers(results)
-    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in peers) + " | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
-    head += "|" + "---|" * (6 + len(peers)) + "\n"
+    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in peers) + " | floor ms (grapec / floor) | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
+    head += "|" + "---|" * (7 + len(peers)) + "\n"
     dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
+    roof = next((r["roofline"] for r in results.values() if r.get("roofline")), None)
+    measured = (f" Floor: the weights read once at the measured {roof['bandwidth_gbs']:.0f} GB/s, or the plan's FLOPs at "
+                f"the measured {roof['peak_tflops']:.0f} TFLOP/s, whichever is longer (cost/roofline.py).") if roof else ""
     return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster). " \
-        "Errors: worst ||out - ref|| / ||ref|| over the outputs, ref = onnxruntime CPU fp32.\n\n" + \
+        "Errors: worst ||out - ref|| / ||ref|| over the outputs, ref = onnxruntime CPU fp32." + measured + "\n\n" + \
         head + "\n".join(row(k, v, peers) for k, v in results.items()) + "\n"
 
 

@@ -282,3 +282,40 @@ def zoo_module(name: str, size: str):
                     m.config._attn_implementation = "sdpa"
             break
     return module
+
+
+def measure_roofs(precision: str = "fp16", iters: int = 20) -> dict:
+    """The device's measured ceilings, with torch on the current GPU: DRAM bandwidth (a 1 GiB
+    device-to-device copy reads and writes each byte) and matrix peak (an 8192^3 matmul in the
+    plan's precision; fp32 without TF32). -> {"bandwidth_gbs", "peak_tflops"}."""
+    import torch
+    nbytes = 1 << 30
+    src, dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda"), torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+    n = 8192
+    a, b = torch.randn(n, n, device="cuda", dtype=dtype), torch.randn(n, n, device="cuda", dtype=dtype)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        copy_ms = _torch_ms(lambda: dst.copy_(src), iters)
+        mm_ms = _torch_ms(lambda: torch.matmul(a, b), iters)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return {"bandwidth_gbs": round(2 * nbytes / (copy_ms * 1e-3) / 1e9, 1),
+            "peak_tflops": round(2 * n ** 3 / (mm_ms * 1e-3) / 1e12, 1)}
+
+
+def _torch_ms(fn, iters: int) -> float:
+    """Median milliseconds of fn on the current stream, by CUDA events, after a warm-up."""
+    import torch
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return float(np.median(times))
