@@ -135,6 +135,11 @@ def main():
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(table)
     print(table)
+    if a.per_step:
+        gemms = render_gemm_efficiency(results)
+        with open(os.path.join(a.out, "gemm.md"), "w") as f:
+            f.write(gemms)
+        print(gemms)
     if a.fusion_levels:
         fusion = render_fusion(results)
         with open(os.path.join(a.out, "fusion.md"), "w") as f:
@@ -203,6 +208,29 @@ def render(results):
     return f"Device: {dev}. Median GPU time of one replay; ratio = peer / grapec (above 1: grapec faster). " \
         "Errors: worst ||out - ref|| / ||ref|| over the outputs, ref = onnxruntime CPU fp32." + measured + "\n\n" + \
         head + "\n".join(row(k, v, peers) for k, v in results.items()) + "\n"
+
+
+def render_gemm_efficiency(results, top: int = 6) -> str:
+    """--per-step: each GEMM step's achieved TFLOP/s (its FLOPs over its time measured alone) as a
+    fraction of the matrix peak measured on this GPU; per model, all GEMMs together and the slowest."""
+    out = []
+    for label, r in results.items():
+        peak = r.get("roofline", {}).get("peak_tflops") or 0.0
+        gemms = [st for st in r["grapec"].get("steps", []) if st.get("est_kind") == "gemm" and st.get("work")]
+        if not gemms or not peak:
+            continue
+        flops = sum(st["work"]["gflop"] for st in gemms) * 1e9
+        us = sum(st["us"] for st in gemms)
+        total_us = sum(st["us"] for st in r["grapec"]["steps"])
+        out.append(f"{label}: {len(gemms)} GEMMs, {us:.1f} of {total_us:.1f} us of steps timed alone, "
+                   f"{flops / (us * 1e-6) / 1e12:.0f} TFLOP/s = {flops / (us * 1e-6) / 1e12 / peak:.0%} of the measured "
+                   f"{peak:.0f}\n\n| step | origin | us | GFLOP | TFLOP/s | of peak |\n|---|---|---|---|---|---|")
+        for st in sorted(gemms, key=lambda s: -s["us"])[:top]:
+            tf = st["work"]["gflop"] * 1e9 / (st["us"] * 1e-6) / 1e12
+            out.append(f"| {st['index']} | {' '.join(st['origin'][:1])[:40]} | {st['us']:.1f} | {st['work']['gflop']:.3f} | "
+                       f"{tf:.0f} | {tf / peak:.0%} |")
+        out.append("")
+    return "\n".join(out) + "\n"
 
 
 def render_fusion(results) -> str:
