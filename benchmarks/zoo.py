@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--per-step", action="store_true", help="time every grapec step alone too")
     ap.add_argument("--fusion-levels", default="", help="comma-separated extra --fusion levels to measure: none, rules")
     ap.add_argument("--device-profile", default="h100", help="the cost model's device profile: a name or a file from grapec calibrate")
+    ap.add_argument("--batch", default="1", help="comma-separated batch sizes (rows labelled -bN past 1); half precision "
+                                                 "calibrates at batch 1 (compile_model's calibration_dims)")
     a = ap.parse_args()
     if a.compile_only and not a.bundles:
         ap.error("--compile-only needs --bundles DIR")
@@ -82,9 +84,12 @@ def main():
     only = set(filter(None, a.only.split(",")))
     results = {}
     roofs = {}   # precision -> the device's measured bandwidth and matrix peak
-    for (label0, name, dims), precision in [(c, p) for p in a.precision.split(",") for c in CONFIGS]:
+    sweep = [((label if b == 1 else f"{label}-b{b}"), name, {**dims, "batch": b})
+             for b in map(int, a.batch.split(",")) for label, name, dims in CONFIGS]
+    for (label0, name, dims), precision in [(c, p) for p in a.precision.split(",") for c in sweep]:
         label = f"{label0}/{precision}"
-        if only and label0 not in only and label not in only:
+        base = label0.split("-b")[0] if "-b" in label0 else label0
+        if only and label0 not in only and label not in only and base not in only:
             continue
         path = full_model(name)
         t0 = time.perf_counter()
@@ -92,8 +97,9 @@ def main():
         if a.bundles and os.path.exists(pre) and not a.compile_only:
             bundle, origin = Bundle.read(pre), f"precompiled {pre}"
         else:
-            bundle, origin = grapec.compile(path, dims=dims, precision=precision,
-                                            device_profile=a.device_profile), "compiled here"
+            calibration = {"batch": 1} if dims["batch"] > 1 and precision in ("fp16", "bf16") else None
+            bundle, origin = grapec.compile(path, dims=dims, precision=precision, device_profile=a.device_profile,
+                                            calibration_dims=calibration), "compiled here"
         t_compile = time.perf_counter() - t0
         if a.compile_only:
             bundle.write(pre)
@@ -199,7 +205,7 @@ def row(label, r, peers=PEERS[:3]):
 
 def render(results):
     peers = measured_peers(results)
-    head = "| model / precision (batch 1) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in peers) + " | floor ms (grapec / floor) | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
+    head = "| model / precision (batch 1 unless -bN) | grapec ms | " + " | ".join(f"{p} ms (ratio)" for p in peers) + " | floor ms (grapec / floor) | grapec MiB | grapec kernels + GEMMs | grapec rel err vs ORT | PyTorch eager rel err vs ORT |\n"
     head += "|" + "---|" * (7 + len(peers)) + "\n"
     dev = next(iter(results.values()))["grapec"]["device"] if results else "?"
     roof = next((r["roofline"] for r in results.values() if r.get("roofline")), None)

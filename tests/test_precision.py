@@ -200,3 +200,26 @@ def test_bf16_keeps_the_float32_range():
     assert b.manifest["mixed_precision"]["kept_fp32"] == []
     x = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float32)
     assert rel_err(grapec.load(b, backend="cpu").run({"x": x})["y"], ort_run(m, {"x": x})["y"]) < 3e-2
+
+
+def test_half_precision_can_calibrate_at_a_smaller_batch(monkeypatch):
+    """calibration_dims: a batch-8 bundle calibrated on batch-1 samples (each sample's arithmetic is
+    the same; the CPU calibration 8 times cheaper), then right on batch 8 against onnxruntime."""
+    import grapec.mixed_precision as mp
+    seen = []
+    choose = mp.choose_precision
+
+    def spy(proto, graph, precision, input_shapes, *args, **kwargs):
+        seen.append(dict(input_shapes))
+        return choose(proto, graph, precision, input_shapes, *args, **kwargs)
+    monkeypatch.setattr(mp, "choose_precision", spy)
+    path = os.path.join(ROOT, "models", "tiny", "bert.onnx")
+    b = grapec.compile(path, dims={"batch": 8, "seq": 16}, precision="fp16", calibration_dims={"batch": 1}, targets=[])
+    assert seen == [{"input_ids": (1, 16), "attention_mask": (1, 16)}]
+    assert b.manifest["buckets"][0]["shapes"]["input_ids"] == [8, 16]
+    sess = grapec.load(b)
+    from grapec.inputs import bundle_inputs
+    feeds = bundle_inputs(b.manifest, 0, 5)
+    want = ort_run(onnx.load(path), feeds)
+    got = sess.run(feeds)
+    assert all(rel_err(got[k], want[k]) < 1e-2 for k in want)
