@@ -259,7 +259,7 @@ def _additive(b, keep: str, filter_value: float) -> str:
     return b.node("Mul", [b.node("Sub", [b.fconst(1.0), k]), b.fconst(filter_value)])
 
 
-def _key_mask(b, mask: str, rank: int | None, batch_of: str, total: str, filter_value: float) -> str:
+def _key_mask(b, mask: str, rank: int | None, total: str, filter_value: float) -> str:
     """onnxruntime's mask_index / key_padding_mask forms -> an additive mask broadcastable to
     [B, N, S, T]: 1-D [B] (keys past each row's length masked), 2-D [B, T] (1 keep, 0 mask) and
     3-D [B, S, T]."""
@@ -306,7 +306,7 @@ def _heads_attention(b, n, q, k, v, heads, mask, mask_rank, bias, past_k, past_v
         scale = b.fconst(float(scale))
     scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [kh], perm=[0, 1, 3, 2])]), scale])
     if mask:
-        scores = b.node("Add", [scores, _key_mask(b, mask, mask_rank, q, total, filter_value)])
+        scores = b.node("Add", [scores, _key_mask(b, mask, mask_rank, total, filter_value)])
     if causal:
         scores = b.node("Add", [scores, _causal(b, b.dim(q, 1), total, filter_value)])
     if bias:
@@ -422,8 +422,7 @@ def qgemm(b, n):
     a, a_scale, a_zp, bm, b_scale, b_zp, c, y_scale, y_zp = (n.input(i) for i in range(9))
     trans_b = int(n.attr("transB", 0))
     af = _dequant(b, n, a, a_scale, a_zp)
-    per_column = b_scale  # per-tensor or per output column: DequantizeLinear's axis says which
-    bf = b.node("DequantizeLinear", [bm, per_column, _zero_point(b, n, b_zp, bm)], axis=0 if trans_b else 1)
+    bf = _dequant(b, n, bm, b_scale, b_zp, axis=0 if trans_b else 1)   # a per-column scale runs along N
     ins = [af, bf]
     if c:
         ins.append(b.node("Mul", [b.node("Cast", [c], to=TensorProto.FLOAT), b.node("Mul", [a_scale, b_scale])]))
@@ -494,7 +493,3 @@ def qlinear_average_pool(b, n):
     attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
     y = _back(b, b.node("AveragePool", [_nchw(b, _dequant(b, n, x, x_scale, x_zp), last)], **attrs), last)
     _quant(b, n, y, y_scale, y_zp, x, out=n.output(0))
-
-
-def supported() -> list:
-    return sorted(REWRITES)
