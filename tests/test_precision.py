@@ -223,3 +223,14 @@ def test_half_precision_can_calibrate_at_a_smaller_batch(monkeypatch):
     want = ort_run(onnx.load(path), feeds)
     got = sess.run(feeds)
     assert all(rel_err(got[k], want[k]) < 1e-2 for k in want)
+
+
+def test_calibration_dim_on_the_command_line(tmp_path):
+    path = os.path.join(ROOT, "models", "tiny", "bert.onnx")
+    r = CliRunner().invoke(main, ["compile", path, "--dim", "batch=4,seq=8", "--precision", "fp16", "--no-gpu",
+                                  "--calibration-dim", "batch=1", "-o", str(tmp_path / "b.grape")])
+    assert r.exit_code == 0, r.output
+    assert "calibrated on 4 random samples" in r.output
+    r = CliRunner().invoke(main, ["compile", path, "--dim", "batch=4,seq=8", "--precision", "fp16", "--no-gpu",
+                                  "--calibration-dim", "beam=1", "-o", str(tmp_path / "c.grape")])
+    assert r.exit_code == 2 and "--calibration-dim names 'beam'" in r.output, r.output

@@ -107,7 +107,7 @@ def _shape_options(f):
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
-             device_profile=None, max_branches=None, dynamic=(), jobs=None):
+             device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=()):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_ranges
     from .inputs import load_calibration_inputs
@@ -117,6 +117,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
                          targets=targets, progress=say, precision=precision, host_control=host_control,
                          calibration_inputs=load_calibration_inputs(calibration_inputs),
+                         calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs)
@@ -154,6 +155,10 @@ def _precision_option(f):
                           "calibration draw [default: 1e-2 fp16, 3e-2 bf16].")(f)
     f = click.option("--calibration-inputs", "calibration_inputs", multiple=True, metavar="FILE.npz",
                      type=click.Path(dir_okay=False), help=CALIBRATION_HELP)(f)
+    f = click.option("--calibration-dim", "calibration_dims", multiple=True, metavar="NAME=N",
+                     help="For fp16 and bf16: calibrate with these named dims instead of the largest bucket's "
+                          "(e.g. batch=1 for a batch-32 bundle: each sample's arithmetic is the same, and the CPU "
+                          "calibration 32 times cheaper).")(f)
     return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
                         show_default=True, help=PRECISION_HELP)(f)
 
@@ -201,7 +206,8 @@ def _branches(serial: bool, max_branches: int) -> int:
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
-            precision, calibration_inputs, precision_tolerance, fusion, device_profile, serial, max_branches, force,
+            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, device_profile, serial,
+            max_branches, force,
             quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
@@ -224,7 +230,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
-                      _branches(serial, max_branches), dynamic, jobs)
+                      _branches(serial, max_branches), dynamic, jobs, calibration_dims)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -357,7 +363,8 @@ def _int8_ops(model_path) -> list:
                    "(onnxruntime-gpu, TF32 off), or onnx.reference (numpy; exact integer arithmetic, for int8 models "
                    "where onnxruntime's x86 u8s8 kernels saturate).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def check(model, shapes, dims, values, backend, precision, calibration_inputs, precision_tolerance, atol, rtol, inputs,
+def check(model, shapes, dims, values, backend, precision, calibration_inputs, calibration_dims, precision_tolerance,
+          atol, rtol, inputs,
           seed, reference, quiet):
     """Compile MODEL, run it, and compare with onnxruntime (CPU, fp32) on the same inputs.
 
@@ -369,6 +376,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
     --atol/--rtol are given. Exit 0 when all pass, 1 on a mismatch.
     """
     from .check import REFERENCES, check_limits, check_model
+    from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs, load_npy_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     given_atol, given_rtol = atol, rtol
@@ -378,6 +386,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
                                  atol=given_atol,
                                  inputs=load_npy_inputs(list(inputs)), values=value_args,
                                  calibration_inputs=load_calibration_inputs(calibration_inputs),
+                                 calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
                                  precision_tolerance=precision_tolerance, reference=reference)
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs':>10s} {'max-rel':>10s} {'rel-L2':>10s}")
     for r in results:
@@ -426,7 +435,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, p
               "around every step) and draw it, one row per parallel branch: compare with the simulated timeline "
               "of grapec inspect --schedule.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs,
+def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, calibration_dims,
           precision_tolerance, seed, inputs, fusion, device_profile, per_step, serial, max_branches, timeline, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
@@ -446,9 +455,11 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     import grapec
     from .bundle.format import Bundle
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
+    from .frontend.shapes import parse_dims
     from .inputs import load_calibration_inputs
     calib = load_calibration_inputs(calibration_inputs)
     options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
+                   calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
                    precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile)
     bundle = grapec.compile(model, max_branches=_branches(serial, max_branches), **options) \
         if model.endswith(".onnx") else Bundle.read(model)

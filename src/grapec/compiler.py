@@ -301,6 +301,10 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         calibrated = bucket_shapes[at]
         if calibration_dims:   # named dims of the largest bucket set smaller (a batch's samples are independent)
             shapes_at, dims_at = specs[at]
+            unknown = sorted(set(calibration_dims) - set(dims_at))
+            if unknown:
+                raise ShapeError(f"--calibration-dim names {', '.join(repr(u) for u in unknown)}, which the compiled "
+                                 f"shapes do not set by name (named dims: {', '.join(sorted(dims_at)) or 'none'})")
             calibrated = resolve_input_shapes(graph, shapes_at, {**dims_at, **calibration_dims})
         proto, mixed = choose_precision(proto, graph, precision, calibrated, fixed, calibration_inputs, say,
                                         precision_tolerance)
