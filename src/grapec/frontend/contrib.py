@@ -184,17 +184,17 @@ def bias_softmax(b, n):
 
 # --- normalizations ---------------------------------------------------------------------------------
 
-def _skip_sum(b, n) -> str:
+def _skip_sum(b, n, bias_at: int) -> str:
+    """input + skip (+ bias, the optional input at `bias_at`)."""
     s = b.node("Add", [n.input(0), n.input(1)])
-    return b.node("Add", [s, n.input(4 if n.proto.op_type == "SkipLayerNormalization" else 3)]) \
-        if n.input(4 if n.proto.op_type == "SkipLayerNormalization" else 3) else s
+    return b.node("Add", [s, n.input(bias_at)]) if n.input(bias_at) else s
 
 
 @rewrite("SkipLayerNormalization")
 def skip_layer_norm(b, n):
     """LayerNorm(input + skip + bias) * gamma + beta over the last axis; outputs: the result, mean,
     inverse std (both optional) and the sum it normalized (optional)."""
-    s = _skip_sum(b, n)
+    s = _skip_sum(b, n, 4)
     ins = [s, n.input(2)] + ([n.input(3)] if n.input(3) else [])
     b.multi("LayerNormalization", ins, [n.output(0), n.output(1), n.output(2)], axis=-1,
             epsilon=float(n.attr("epsilon", 1e-12)))
@@ -207,7 +207,7 @@ def skip_rms_norm(b, n):
     mean and inverse std (not taken) and the sum it normalized (optional)."""
     if n.output(1) or n.output(2):
         raise Unsupported("the mean and inv_std_var outputs are not supported")
-    s = _skip_sum(b, n)
+    s = _skip_sum(b, n, 3)
     b.node("RMSNormalization", [s, n.input(2)], out=n.output(0), axis=-1, epsilon=float(n.attr("epsilon", 1e-12)))
     _write(b, s, n.output(3))
 
