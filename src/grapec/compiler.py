@@ -10,6 +10,7 @@
         small_matmuls_as_kernels  few-row matmuls against weights become gemv kernels (they fuse)
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
         fuse                      producer kernels inlined into consumers (reductions stitched)
+        channels_last             values between channels-last convolutions stored NHWC
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
@@ -45,10 +46,12 @@ from .inputs import value_ranges
 from .ir.graph import Graph
 from .plan import walk_steps
 from .passes.attention import fuse_attention
+from .passes.channels_last import channels_last
 from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
+from .ops.nn import CONV_PATHS
 from .passes.mappings import choose_mappings
 from .cost.device import DeviceProfile
 from .cost.report import plan_report
@@ -71,7 +74,8 @@ FUSION_LEVELS = ("full", "rules", "none")
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
-                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False) -> Graph:
+                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
+                  conv: str = "auto") -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -80,19 +84,21 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     to report what fusion left alone; profile: the target's DeviceProfile, for the cost model
     (fusion "full" only: it picks every kernel's thread mapping); fold_limit: the largest constant
     folding stores (smaller in a range of sizes, where each size stores its own); shared_weights:
-    one of several buckets, whose weights should have one layout in all of them (weight_layout.py)."""
+    one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
+    conv: how convolutions run (ops/nn.py conv_path)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
         g = merge_sibling_matmuls(g)
-    g = lower_graph(g)
+    g = lower_graph(g, options={"conv": conv})
     if level != "none":
         if shared_weights:
             g = weights_as_nk(g)
         g = small_matmuls_as_kernels(g)
         g = fold_epilogues(g)
         g = fuse(g)
+        g = channels_last(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
         g = strided_operands(g)
         if level == "full":
@@ -158,6 +164,7 @@ class BucketContext:
     brief: bool = False   # many buckets: per-bucket reports kept short
     fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
     shared_weights: bool = False   # several buckets: one layout per weight in all of them
+    conv: str = "auto"             # ops/nn.py conv_path
 
 
 @dataclass
@@ -175,7 +182,8 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     notes: list = []
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
-                        fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights)
+                        fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights,
+                        conv=ctx.conv)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -217,7 +225,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   calibration_inputs: list | None = None, precision_tolerance: float | None = None,
                   calibration_dims: dict | None = None,
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
-                  max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None) -> Bundle:
+                  max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
+                  conv: str = "auto") -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -258,6 +267,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              bundle made for it alone; the plans share kernels (sizes passed as arguments), weights and one
              arena, and are stored as templates plus deltas (bundle/templates.py).
     jobs:    processes compiling buckets at once (fanout.py) [default: one per core, up to 16].
+    conv:    "auto" (default: 1-D and 2-D floating-point convolutions as one channels-last `conv` library
+             node each, cuDNN on the GPU), "cudnn" (the same) or "gemm" (an im2col gather + GEMM each:
+             no cuDNN needed on the GPU machine).
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -266,6 +278,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if fusion not in FUSION_LEVELS:
         raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
+    if conv not in CONV_PATHS:
+        raise GrapecError(f"--conv {conv}: expected one of {', '.join(CONV_PATHS)}")
     from .cost.device import load_profile
     profile = load_profile(device_profile)
     proto, contrib_problems = contrib_as_onnx(load_model(model))   # onnxruntime's com.microsoft ops
@@ -315,7 +329,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
-                        shared_weights=len(bucket_shapes) > 1)
+                        shared_weights=len(bucket_shapes) > 1, conv=conv)
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     relocate_weights(plans, weights.share_prefixes())

@@ -8,9 +8,13 @@ matmul(a, b, [c], [bias]):  act(alpha * op(a) @ op(b) + beta * c + bias), act no
                     op() transposes the last two dims when trans_a / trans_b; batch dims broadcast;
                     c has the output's shape (a residual), bias is a vector over the last dim (these
                     are cuBLASLt's C operand and BIAS epilogue; passes/epilogue.py fuses them in).
+conv(x, w, [bias]):   act(conv(x, w) + bias) in channels-last layout (cuDNN's NHWC on the GPU):
+                    x [N, H, W, C], w [K, R, S, C/group], bias [K], out [N, OH, OW, K]; attrs
+                    strides (2), dilations (2), pads (top, left, bottom, right), group, act none|relu.
+                    One-dimensional convolutions come as H = R = 1 (ops/nn.py).
 topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
                     sorted, ties to the lower index; indices are int64.
-(Convolutions are im2col kernels + matmul; integer GEMMs are kernel-IR reductions: ops/nn.py, ops/quant.py.)
+(Integer convolutions are im2col kernels + a kernel-IR reduction: ops/nn.py, ops/quant.py.)
 """
 from __future__ import annotations
 
@@ -61,6 +65,28 @@ def matmul(attrs, a, b, c=None, bias=None):
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 
+def conv(attrs, x, w, bias=None):
+    out_dt = x.dtype
+    acc = _acc_dtype(x.dtype)
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs["strides"], attrs["dilations"], attrs["pads"]
+    group = attrs.get("group", 1)
+    xp = np.pad(x.astype(acc), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    n, hp, wp, c = xp.shape
+    k, r, s, cg = w.shape
+    oh, ow = (hp - (r - 1) * dh - 1) // sh + 1, (wp - (s - 1) * dw - 1) // sw + 1
+    st = xp.strides
+    win = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, r, s, c), (st[0], st[1] * sh, st[2] * sw, st[1] * dh, st[2] * dw, st[3]))
+    wa = w.astype(acc)
+    if group == 1:
+        y = np.tensordot(win, wa, axes=([3, 4, 5], [1, 2, 3]))
+    else:
+        y = np.einsum("nhwrsgc,gkrsc->nhwgk", win.reshape(n, oh, ow, r, s, group, cg),
+                      wa.reshape(group, k // group, r, s, cg), optimize=True).reshape(n, oh, ow, k)
+    if bias is not None:
+        y = y + bias.astype(acc)
+    return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
+
+
 def topk(attrs, x, want: str):
     """want = 'values' | 'indices'. attrs: axis, k, largest, sorted."""
     axis, k = attrs["axis"], attrs["k"]
@@ -74,6 +100,7 @@ def topk(attrs, x, want: str):
 
 LIBRARY = {
     "matmul": matmul,
+    "conv": conv,
     "topk_values": lambda attrs, x: topk(attrs, x, "values"),
     "topk_indices": lambda attrs, x: topk(attrs, x, "indices"),
 }
@@ -117,4 +144,6 @@ def flops(attrs: dict, in_shapes: list, out_shape) -> int:
     if op == "matmul":
         ka = in_shapes[0][-2] if attrs.get("trans_a") else in_shapes[0][-1]
         return 2 * math.prod(out_shape) * ka
+    if op == "conv":   # out [N, OH, OW, K], w [K, R, S, C/group]
+        return 2 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
     return 0

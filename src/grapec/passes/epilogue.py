@@ -1,11 +1,13 @@
-"""epilogue: fold the elementwise kernel after a matmul into the GEMM itself.
+"""epilogue: fold the elementwise kernel after a matmul or convolution into the library call itself.
 
 cuBLASLt computes act(alpha * A @ B + beta * C + bias) in one call. A kernel that only
     * adds a tensor of the matmul's own shape (a residual)  -> C with beta = 1, or
     * adds a vector over the last axis                       -> the BIAS epilogue, or
     * applies ReLU or tanh-GELU                              -> the activation epilogue
 to the output of a matmul nobody else reads is removed: the matmul writes the kernel's value (a View
-replaces the kernel). Activations are recognised by value, not by the shape of the expression (the
+replaces the kernel). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
+channels) and ReLU the same way; after fusion the ReLU between two convolutions is the next one's
+input copy, which then goes. Activations are recognised by value, not by the shape of the expression (the
 ONNX exporters spell GELU a dozen ways): the kernel is evaluated on sample points and compared with
 the reference function.
 """
@@ -42,7 +44,7 @@ def fold_epilogues(g: Graph) -> Graph:
             continue
         k = node.attrs["kernel"]
         for slot, name in enumerate(node.inputs):
-            mm_name, mm = _matmul_behind(name, producers)
+            mm_name, mm = _library_behind(name, producers)
             if mm is None or readers.get(name) != 1 or (name != mm_name and readers.get(mm_name) != 1) \
                     or mm_name in outputs or not _is_identity_load_of(k, slot):
                 continue
@@ -50,10 +52,10 @@ def fold_epilogues(g: Graph) -> Graph:
             if change is None:
                 continue
             attrs, extra = change
-            if 2 in extra:   # C must be a buffer of the matmul's own shape
+            if 2 in extra and mm.attrs["op"] == "matmul":   # C must be a buffer of the matmul's own shape
                 extra[2] = _view_as(g, extra[2], g.lookup(mm.outputs[0]).shape, node, new_nodes)
             mm.attrs.update(attrs)
-            ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
+            ins = list(mm.inputs) + [""] * (SLOTS[mm.attrs["op"]] - len(mm.inputs))
             for pos, value in extra.items():
                 ins[pos] = value
             mm.inputs = ins
@@ -64,13 +66,20 @@ def fold_epilogues(g: Graph) -> Graph:
     return g
 
 
-def _matmul_behind(name, producers):
-    """The matmul Library node whose output `name` is (directly or through Views)."""
+# per library op: its input count, the input positions of C (a residual) and bias, its activations
+SLOTS = {"matmul": 4, "conv": 3}
+C_AT = {"matmul": 2}
+BIAS_AT = {"matmul": 3, "conv": 2}
+ACTIVATIONS = {"matmul": ("relu", "gelu_tanh"), "conv": ("relu",)}
+
+
+def _library_behind(name, producers):
+    """The matmul or conv Library node whose output `name` is (directly or through Views)."""
     n = producers.get(name)
     while n is not None and n.op == "View":
         name = n.inputs[0]
         n = producers.get(name)
-    if n is not None and n.op == "Library" and n.attrs.get("op") == "matmul":
+    if n is not None and n.op == "Library" and n.attrs.get("op") in SLOTS:
         return name, n
     return None, None
 
@@ -87,8 +96,10 @@ def _is_identity_load_of(k: K.Kernel, slot: int) -> bool:
 def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
     """-> ({attrs}, {matmul input position: value name}) or None."""
     body = k.body
-    has_c = len(mm.inputs) > 2 and bool(mm.inputs[2])
-    has_bias = len(mm.inputs) > 3 and bool(mm.inputs[3])
+    op = mm.attrs["op"]
+    c_at, bias_at = C_AT.get(op), BIAS_AT[op]
+    has_c = c_at is not None and len(mm.inputs) > c_at and bool(mm.inputs[c_at])
+    has_bias = len(mm.inputs) > bias_at and bool(mm.inputs[bias_at])
     act = mm.attrs.get("act", "")
     if body.op == "add" and not act:
         a, b = body.args
@@ -100,10 +111,11 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
         o_name = node.inputs[o_slot]
         o_shape = k.inputs[o_slot][0]
         n_cols = k.shape[-1] if k.shape else 1
-        if not has_c and o_shape == k.shape and o_index == index_vars(k.shape) and o_name not in mm.inputs:
-            return {"beta": 1.0}, {2: o_name}
+        if c_at is not None and not has_c and o_shape == k.shape and o_index == index_vars(k.shape) \
+                and o_name not in mm.inputs:
+            return {"beta": 1.0}, {c_at: o_name}
         if not has_bias and k.shape and o_index == (K.idx(len(k.shape) - 1),) and o_shape == (n_cols,) and n_cols > 1:
-            return {}, {3: o_name}
+            return {}, {bias_at: o_name}
         return None
     if act or has_c:
         return None
@@ -115,7 +127,7 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
                      (((len(SAMPLES),), k.dtype),))
     got = run_kernel(probe, [SAMPLES.astype(k.dtype)]).astype(np.float64)
     tol = {"float16": 3e-3, "bfloat16": 2e-2}.get(k.dtype, 1e-5)   # half kernels round their constants
-    for name in ("relu", "gelu_tanh"):
+    for name in ACTIVATIONS[op]:
         want = _reference(name, SAMPLES)
         if np.max(np.abs(got - want)) <= tol * max(1.0, np.max(np.abs(want))):
             return {"act": name}, {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from .. import dtypes
 from ..codegen.launch import plan_launch
 from ..ir import kernel as K
 from ..ir.graph import Graph, outer_reads
@@ -32,6 +33,12 @@ MAX_BODY_NODES = 3000     # keeps generated functions (and compile times) reason
 CHEAP_OPS = 24            # an elementwise producer this small may be inlined into several consumers
 RECOMPUTE_OPS = 4         # ... and one this small even where consumers read its elements repeatedly
 MAX_RECOMPUTE = 64
+# A producer read by several kernels is recomputed in each only while that moves at most this many
+# more bytes than writing it once and reading it back: about what one launch gap costs (2 us at
+# 3 TB/s moves 6 MB). Past it, a residual add read by the next block's two branches would be
+# recomputed in both, and inlined again into the block after: a ResNet stage at batch 32 read six
+# earlier outputs per element where one would do.
+RECOMPUTE_BYTES = 1 << 20
 
 
 def fuse(g: Graph) -> Graph:
@@ -113,8 +120,9 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         # a gather through loaded indices (an embedding lookup) is a chain of dependent reads:
         # cheap in work, not in latency, so it is not repeated in every reader
         cheap = cost <= CHEAP_OPS and not _indirect(kp)
-        if not ((dup <= 1.01 and (readers == 1 or cheap)) or
-                (cost <= RECOMPUTE_OPS and dup <= MAX_RECOMPUTE)):
+        shared = readers > 1 and _recompute_bytes(kp, readers) > RECOMPUTE_BYTES
+        if shared or not ((dup <= 1.01 and (readers == 1 or cheap)) or
+                          (cost <= RECOMPUTE_OPS and dup <= MAX_RECOMPUTE)):
             return None
 
     names = [n for i, n in enumerate(c_inputs) if i != slot]
@@ -156,6 +164,13 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         if launch.mode not in ("row", "warp") or launch.rows > kp.size:
             return None   # the reduction would be recomputed per output element, not once per row
     return fused, names
+
+
+def _recompute_bytes(kp: K.Kernel, readers: int) -> int:
+    """Bytes more that recomputing kp in each of its readers moves than materializing it: each reader
+    then reads kp's full-size inputs itself, against one write of kp and a read per reader."""
+    full = sum(1 for shape, _ in kp.inputs if 2 * math.prod(shape) >= kp.size)
+    return (readers * full - readers - 1) * kp.size * dtypes.itemsize(kp.dtype)
 
 
 def _indirect(kernel: K.Kernel) -> bool:

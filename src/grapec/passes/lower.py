@@ -19,14 +19,14 @@ from ..ops.context import LowerCtx
 NONDETERMINISTIC = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli", "Multinomial"}
 
 
-def lower_node(node: Node, graph: Graph, emitted: list) -> list:
+def lower_node(node: Node, graph: Graph, emitted: list, options: dict | None = None) -> list:
     """Lower one ONNX node into `emitted`; define its outputs' Values in `graph`. Returns the
-    lowered nodes this call added."""
+    lowered nodes this call added. options: what the lowerings may choose (LowerCtx.options)."""
     fn = lowering(node.op, node.domain)
     if fn is None:
         raise UnsupportedError([f"node '{node.name}': op {node.op} is not supported"])
     start = len(emitted)
-    ctx = LowerCtx(node, graph, emitted)
+    ctx = LowerCtx(node, graph, emitted, options)
     try:
         results = fn(ctx)
     except ShapeError as e:   # name the node, where the lowering did not
@@ -73,7 +73,7 @@ def _describe(graph, name):
     return f"{name}:{v.dtype}{list(v.shape)}" if v is not None and v.shape is not None else name
 
 
-def lower_graph(graph: Graph, into: Graph | None = None) -> Graph:
+def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = None) -> Graph:
     """Lower every node of a specialized, simplified graph. Returns a new graph of lowered nodes,
     whose values include the originals (with their shapes) and the intermediates lowering made."""
     out = into or Graph([], list(graph.inputs), list(graph.outputs), {}, graph.name, graph.parent, graph.opset)
@@ -82,7 +82,7 @@ def lower_graph(graph: Graph, into: Graph | None = None) -> Graph:
     problems = []
     for node in graph.nodes:
         try:
-            lower_node(node, out, out.nodes)
+            lower_node(node, out, out.nodes, options)
         except UnsupportedError as e:
             problems.extend(e.problems)
     if problems:

@@ -169,8 +169,22 @@ class GraphBuilder:
         self.r.keep(self.bucket, child)
         return child
 
+    def conv_child(self, st: LibraryStep):
+        """The step's cuDNN convolution, captured as a graph (kept with the bucket)."""
+        attrs = st.attrs
+        gap = library_gap(attrs["op"], self.bufs[st.args[0]].dtype)
+        if gap:
+            raise BackendError(f"{gap} (ONNX node(s) {', '.join(st.origin)}); this bundle runs on the CPU backend only")
+        shapes = [list(self.bufs[a].shape) if a >= 0 else None for a in st.args]
+        out = self.bufs[st.out]
+        child = self.r.dnn_for_graphs().conv_graph(attrs, shapes, out.dtype, [self.ptr(a) for a in st.args],
+                                                   list(out.shape), self.ptr(st.out), self.r.workspaces.get(st.branch),
+                                                   warm=self.r.tuning)
+        self.r.keep(self.bucket, child)
+        return child
+
     def library(self, graph, deps, st: LibraryStep):
-        child = self.matmul_child(st)
+        child = self.conv_child(st) if st.attrs["op"] == "conv" else self.matmul_child(st)
         if self.r.flat_gemms:
             node = self.inlined(graph, deps, child)
             if node is not None:

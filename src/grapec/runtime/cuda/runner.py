@@ -75,6 +75,7 @@ class CudaPlanRunner:
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
         self.stream = call("cuStreamCreate", 0)
         self.blas = None
+        self.dnn = None
         from .blas import Workspaces
         self.workspaces = Workspaces(self.dev)   # this lane's: GEMMs of two lanes may run at once
         self._graphs: dict = {}
@@ -114,6 +115,12 @@ class CudaPlanRunner:
             from .blas import shared_blas
             self.blas = shared_blas(self.dev, tf32=self.tf32)
         return self.blas
+
+    def dnn_for_graphs(self):
+        if self.dnn is None:
+            from .dnn import shared_dnn
+            self.dnn = shared_dnn(self.dev, tf32=self.tf32)
+        return self.dnn
 
     def close(self):
         """Give the device memory and graphs back (also done when the session is collected); the

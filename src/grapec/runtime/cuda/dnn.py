@@ -1,0 +1,148 @@
+"""Library `conv` nodes on the GPU: cuDNN through nvidia-cudnn-frontend's graph API, recorded into the
+CUDA graph at load time (captured on a side stream into a child graph), as blas.py does for GEMMs.
+
+One cuDNN graph per convolution problem: conv_fprop on channels-last tensors (NHWC activations,
+KRSC weights: the layout cuDNN's tensor-core kernels read natively), then the bias add and the
+activation fused into the same kernel. cuDNN's heuristic (mode A) picks the engine; the graph is
+built once per problem and shared by every convolution of that shape.
+
+fp32 convolutions keep fp32 arithmetic: engines that would use TF32 tensor cores are deselected
+unless the session runs in tf32 mode, as for GEMMs.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ...errors import BackendError, gpu_package
+from .driver import call, capture_stream
+
+IO_TYPES = ("float16", "bfloat16", "float32")
+
+
+class Dnn:
+    """One cuDNN handle per device, shared by every runner of the process (blas.Blas's pattern):
+    the built graphs are kept once per problem, and a lock keeps two threads from capturing on its
+    stream at once. Workspaces belong to the runners."""
+
+    def __init__(self, device, tf32: bool = False):
+        try:
+            import cudnn
+        except ImportError:
+            raise BackendError(f"convolutions on the GPU run through cuDNN: {gpu_package('nvidia-cudnn-frontend')} "
+                               "(or compile with --conv gemm)") from None
+        except Exception as e:  # noqa: BLE001 - the frontend loads libcudnn on import
+            raise BackendError(f"cuDNN's frontend did not load ({type(e).__name__}: {e}): "
+                               f"{gpu_package('nvidia-cudnn-cu13')}") from None
+        self.cudnn = cudnn
+        self.device = device
+        self.tf32 = tf32
+        try:
+            self.handle = cudnn.create_handle()
+        except Exception as e:  # noqa: BLE001 - no libcudnn, or one too old for this frontend
+            raise BackendError(f"cuDNN did not start ({type(e).__name__}: {e}): {gpu_package('nvidia-cudnn-cu13')}") from None
+        self.capture_stream = capture_stream()
+        cudnn.set_stream(self.handle, int(self.capture_stream))   # once: cudnnSetStream queries the driver each call
+        self._problems: dict = {}   # signature -> ConvProblem
+        self._lock = threading.Lock()
+
+    def conv_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int, workspace: tuple,
+                   warm: bool = False):
+        """A child graph computing one `conv` step (ir/library.py). shapes/ptrs: x [N,H,W,C],
+        w [K,R,S,C/g], optional bias [K] (pointer 0 when absent). workspace: (pointer, bytes) of the
+        step's branch. warm: run the call once before capturing it (the caller vouches that nothing
+        lives in the output yet), so that cuDNN loads its kernels outside the capture."""
+        with self._lock:
+            has_bias = len(ptrs) > 2 and bool(ptrs[2])
+            sig = (repr(sorted(attrs.items())), repr(shapes[:2]), dtype, has_bias, workspace[1])
+            problem = self._problems.get(sig)
+            fresh = problem is None
+            if fresh:
+                problem = self._problems[sig] = self._build(attrs, shapes, dtype, out_shape, has_bias, workspace[1])
+            pack = {problem.x: ptrs[0], problem.w: ptrs[1], problem.y: out_ptr}
+            if has_bias:
+                pack[problem.b] = ptrs[2]
+
+            def launch():
+                problem.graph.execute(pack, workspace[0], handle=self.handle)
+            if fresh and warm:
+                launch()
+                call("cuStreamSynchronize", self.capture_stream)
+            call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
+            try:
+                launch()
+            finally:
+                graph = call("cuStreamEndCapture", self.capture_stream)
+            return graph
+
+    def _build(self, attrs: dict, shapes: list, dtype: str, out_shape, has_bias: bool, ws_bytes: int) -> "ConvProblem":
+        cudnn = self.cudnn
+        if dtype not in IO_TYPES:
+            raise BackendError(f"conv on {dtype} has no cuDNN path in this grapec (only {', '.join(IO_TYPES)})")
+        dt = {"float16": cudnn.data_type.HALF, "bfloat16": cudnn.data_type.BFLOAT16, "float32": cudnn.data_type.FLOAT}[dtype]
+        n, h, w, c = shapes[0]
+        k, r, s, cg = shapes[1]
+        _, oh, ow, _ = out_shape
+        pt, pl, pb, pr = attrs["pads"]
+        g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=self.handle)
+        # cuDNN names dims NCHW whatever the layout; the strides say NHWC / KRSC
+        x = g.tensor(name="x", dim=[n, c, h, w], stride=[h * w * c, 1, w * c, c], data_type=dt)
+        wt = g.tensor(name="w", dim=[k, cg, r, s], stride=[r * s * cg, 1, s * cg, cg], data_type=dt)
+        y = g.conv_fprop(image=x, weight=wt, pre_padding=[pt, pl], post_padding=[pb, pr], stride=list(attrs["strides"]),
+                         dilation=list(attrs["dilations"]), compute_data_type=cudnn.data_type.FLOAT)
+        b = None
+        if has_bias:
+            b = g.tensor(name="bias", dim=[1, k, 1, 1], stride=[k, 1, k, k], data_type=dt)
+            y = g.add(a=y, b=b, compute_data_type=cudnn.data_type.FLOAT)
+        act = attrs.get("act") or "none"
+        if act == "relu":
+            y = g.relu(input=y, compute_data_type=cudnn.data_type.FLOAT)
+        elif act != "none":
+            raise BackendError(f"conv: no cuDNN epilogue for activation '{act}'")
+        y.set_output(True).set_data_type(dt).set_dim([n, k, oh, ow]).set_stride([oh * ow * k, 1, ow * k, k])
+        try:
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            if dtype == "float32" and not self.tf32:
+                g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
+            g.deselect_workspace_greater_than(ws_bytes)
+            g.check_support()
+            g.build_plans()
+        except Exception as e:  # noqa: BLE001 - cuDNN says why in its own words; name the problem too
+            raise BackendError(f"cuDNN has no engine for conv x{[n, h, w, c]} (NHWC) w{[k, r, s, cg]} (KRSC) {dtype} "
+                               f"{ {key: attrs[key] for key in ('strides', 'dilations', 'pads', 'group') if key in attrs} }: "
+                               f"{type(e).__name__}: {e}") from None
+        if g.get_workspace_size() > ws_bytes:
+            raise BackendError(f"cuDNN's plan for conv x{[n, h, w, c]} needs {g.get_workspace_size()} bytes of workspace, "
+                               f"more than the {ws_bytes} the runner has")
+        return ConvProblem(g, x, wt, b, y)
+
+
+@dataclass
+class ConvProblem:
+    """One convolution problem's built cuDNN graph and its tensors (the variant pack's keys)."""
+    graph: object
+    x: object
+    w: object
+    b: object
+    y: object
+
+
+def _capture_mode():
+    from cuda.bindings import driver
+    return driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_dnn(device, tf32: bool = False) -> Dnn:
+    """One cuDNN handle per device and precision mode, shared by all sessions of the process."""
+    key = (device.ordinal, tf32)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = Dnn(device, tf32=tf32)
+        return _SHARED[key]
