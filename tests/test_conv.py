@@ -1,0 +1,91 @@
+"""Channels-last convolutions (ops/nn.py conv_channels_last, the `conv` library node, passes/channels_last.py)
+on the CPU backend, against onnxruntime; and what the plan looks like around them."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import grapec
+from conv_cases import CASES, conv_model, ids
+from grapec.check import check_model
+from grapec.errors import GrapecError
+from grapec.show import library_ops
+from helpers import model, tinfo
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "models", "tiny")
+
+
+def _check(tmp_path, m, backend="cpu", **kw):
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    results, _ = check_model(path, backend=backend, seed=3, **kw)
+    assert all(r.ok for r in results), [(r.name, r.rel, r.max_abs, r.note) for r in results]
+    return results
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+@pytest.mark.parametrize("conv", ["auto", "gemm"])
+def test_conv_matches_onnxruntime(case, conv, tmp_path):
+    _check(tmp_path, conv_model(case), conv=conv)
+
+
+@pytest.mark.parametrize("case", CASES[:6], ids=ids(CASES[:6]))
+def test_conv_relu_conv_matches_onnxruntime(case, tmp_path):
+    """The ReLU folds into the first convolution (epilogue.py) and the copy between them goes."""
+    m = conv_model(case, relu_chain=True)
+    _check(tmp_path, m)
+    b = grapec.compile(m, targets=[])
+    steps = b.manifest["buckets"][0]["steps"]
+    assert library_ops(b.plans[0]) == {"conv": 2}
+    # the input's NCHW -> NHWC copy and the output's way back: nothing between the convolutions
+    assert steps.get("kernel", 0) <= 2, steps
+
+
+def test_conv_path_is_chosen_by_the_option():
+    m = conv_model(CASES[0])
+    lib = {c: library_ops(grapec.compile(m, targets=[], conv=c).plans[0]) for c in ("auto", "gemm")}
+    assert lib == {"auto": {"conv": 1}, "gemm": {"matmul": 1}}
+    with pytest.raises(GrapecError, match="--conv"):
+        grapec.compile(m, targets=[], conv="winograd")
+
+
+def test_integer_and_3d_convolutions_keep_the_gemm_path():
+    w = np.random.default_rng(0).standard_normal((4, 2, 3, 3, 3)).astype(np.float32)
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6)], [tinfo("x", shape=[1, 2, 5, 5, 5])],
+              [tinfo("y")], [onnx.numpy_helper.from_array(w, "w")])
+    assert library_ops(grapec.compile(m, targets=[]).plans[0]) == {"matmul": 1}
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_resnet_stores_activations_channels_last(batch):
+    """Between convolutions nothing is transposed: the kernels left are the input's layout copy, the
+    residual adds (with their ReLU), the max-pool, the global pool and the classifier."""
+    path = os.path.join(TINY, "resnet50.onnx")
+    adds = sum(n.op_type == "Add" for n in onnx.load(path).graph.node)
+    cudnn = grapec.compile(path, dims={"batch": batch}, targets=[])
+    gemm = grapec.compile(path, dims={"batch": batch}, targets=[], conv="gemm")
+    assert library_ops(cudnn.plans[0]) == {"conv": 53}
+    kernels = [b.manifest["buckets"][0]["steps"]["kernel"] for b in (cudnn, gemm)]
+    assert kernels[0] <= adds + 6 < kernels[1], kernels
+
+
+@pytest.mark.parametrize("name,dims", [("resnet50", {"batch": 3}), ("googlenet", {"batch": 2}),
+                                       ("inception_v3", {"batch": 2}), ("wav2vec2", {"batch": 2, "samples": 3000})])
+def test_cnn_zoo_matches_onnxruntime(name, dims):
+    results, _ = check_model(os.path.join(TINY, f"{name}.onnx"), dims=dims, seed=5)
+    assert all(r.ok for r in results), [(r.name, r.rel, r.note) for r in results]
+
+
+def test_shared_producer_is_materialized_past_the_byte_budget():
+    """a = x + y read by two kernels: recomputed in both while small, written once when large
+    (passes/fuse.py RECOMPUTE_BYTES)."""
+    def build(n):
+        return model([helper.make_node("Add", ["x", "y"], ["a"]), helper.make_node("Exp", ["a"], ["e"]),
+                      helper.make_node("Neg", ["a"], ["z"])],
+                     [tinfo("x", shape=[n]), tinfo("y", shape=[n])], [tinfo("e"), tinfo("z")])
+    small = grapec.compile(build(1024), targets=[]).manifest["buckets"][0]["steps"]
+    large = grapec.compile(build(1 << 20), targets=[]).manifest["buckets"][0]["steps"]
+    assert small == {"kernel": 2} and large == {"kernel": 3}, (small, large)
