@@ -1,6 +1,6 @@
 """passes/aligned_rows.py: GEMM rows padded to 16 bytes through the kernels that write and read them.
 
-A ResNet bottleneck on a 14x14 map: every convolution is a GEMM whose rows are 196 columns (392
+A ResNet bottleneck on a 14x14 map, convolutions on the im2col path (--conv gemm): every convolution is a GEMM whose rows are 196 columns (392
 bytes in fp16, 784 in fp32: neither a multiple of 16 bytes in fp16). After the pass every GEMM
 operand and output has aligned rows, the count of steps is unchanged (the padding is written by the
 kernels that were there: the im2col gather and the ReLU/residual kernels), and the answers match
@@ -45,11 +45,12 @@ def gemm_rows(b, itemsize, plan=0):
 @pytest.mark.parametrize("hw", [14, 7])
 def test_convolutions_on_odd_maps_get_aligned_rows_and_the_same_answers(hw, precision, itemsize, tol):
     m, feeds = bottleneck(hw)
-    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision=precision)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision=precision, conv="gemm")
     widths, unaligned = gemm_rows(b, itemsize)
     assert len(widths) == 6 and unaligned == 0, widths
     assert min(widths) >= hw * hw
-    plain = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision=precision, fusion="rules")
+    plain = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[], precision=precision, fusion="rules",
+                           conv="gemm")
     assert len(b.plans[0].steps) == len(plain.plans[0].steps), "no copy kernels were added"
     got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["y"]
     ref = ort_run(m, feeds)["y"]
@@ -65,7 +66,7 @@ def test_a_graph_output_read_as_a_gemm_operand_keeps_its_rows():
     m = model([helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]), helper.make_node("Sigmoid", ["c"], ["y"])],
               [tinfo("x", shape=[1, 16, 7, 7])], [tinfo("y", shape=[1, 8, 7, 7])], [init("w", w)])
     x = rng.standard_normal((1, 16, 7, 7)).astype(np.float32)
-    b = grapec.compile(m, shapes={"x": x.shape}, targets=[])   # fp32: no cast kernel writes x
+    b = grapec.compile(m, shapes={"x": x.shape}, targets=[], conv="gemm")   # fp32: no cast kernel writes x
     mm = next(st for st in b.plans[0].steps if st.op == "library")
     assert mm.attrs["views"]["out"] == [0, 8 * 52, 52, [1, 8, 49]]
     got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run({"x": x})["y"]
@@ -83,7 +84,7 @@ def test_padded_rows_on_the_gpu_match_onnxruntime(hw, tmp_path):
     onnx.save(m, tmp_path / "m.onnx")
     for precision, tol in (("fp32", 1e-4), ("fp16", 1e-2)):
         results, _ = check_model(str(tmp_path / "m.onnx"), shapes={"x": feeds["x"].shape}, backend="cuda",
-                                 rtol=tol, seed=4, precision=precision)
+                                 rtol=tol, seed=4, precision=precision, conv="gemm")
         assert all(r.ok for r in results), [(precision, r.name, r.rel) for r in results]
 
 

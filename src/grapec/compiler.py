@@ -14,6 +14,8 @@
         fold_epilogues            again: activations, now one kernel each
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
+        attention_operands        ... reading q, k, v and writing its output through the head split and
+                                  merge copies around it (batch > 1), which then go
         small_gemms               few-row GEMMs against weights as one kernel each, with the LayerNorm
                                   before them as prologue and bias/activation/residual as epilogue
         aligned_rows              GEMM rows padded to 16 bytes, through the kernels that write and read them
@@ -46,6 +48,7 @@ from .inputs import value_ranges
 from .ir.graph import Graph
 from .plan import walk_steps
 from .passes.attention import fuse_attention
+from .passes.attention_operands import attention_operands
 from .passes.channels_last import channels_last
 from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
@@ -103,6 +106,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = strided_operands(g)
         if level == "full":
             g = fuse_attention(g, notes)
+            g = attention_operands(g)
             g = small_gemms(g, profile)
         g = aligned_rows(g)
         if level == "full" and profile is not None:

@@ -1,0 +1,189 @@
+"""attention_operands: a fused attention kernel reads q, k and v where the copies before it read
+them, and writes its output where the copy after it would.
+
+At batch 1 the head split and merge around attention are strides (passes/strided_operands.py). At
+batch > 1 a head of the fused QKV projection [B, S, 3, H, D] is two batch strides away (batch and
+head), which a cuBLASLt operand cannot express, so lowering left a transposing copy before each
+product and after the second: four copies a layer, each a full pass over an activation (BERT at
+batch 32: 15 us each, as much as the attention itself). The attention kernel takes any stride per
+batch dim (ir/attention.py Operand), so once the products are fused the copies can go:
+
+  * an operand read from a copy that only moves elements (its body one load at an index computed
+    from the output coordinates) and that nothing else reads: the attention reads the copy's source
+    at the composed strides;
+  * an output read only by such a copy of the same size that moves every element once: the
+    attention writes the copy's output at the composed strides, and the copy goes.
+
+Strides compose where the map is affine: checked at the corners, the unit steps and random points of
+the operand's index space (integer arithmetic, exact).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import kernel as K
+from ..ir.attention import AttentionKernel, Operand
+from ..ir.graph import Graph, outer_reads
+from ..ir.interpret import run_kernel
+from .fuse import drop_unused, is_gather
+
+PROBES = 16   # random points each composed map is checked at, besides the corners and unit steps
+
+
+def attention_operands(g: Graph) -> Graph:
+    changed = False
+    for node in list(g.nodes):
+        if node.op == "Kernel" and isinstance(node.attrs.get("kernel"), AttentionKernel):
+            changed |= _inputs_through_copies(g, node)
+            changed |= _output_through_copy(g, node)
+    return drop_unused(g) if changed else g
+
+
+def _readers(g: Graph) -> dict:
+    users: dict = {}
+    for n in g.nodes:
+        for i in list(n.inputs) + sorted(outer_reads(n)):
+            if i:
+                users.setdefault(i, []).append(n)
+    return users
+
+
+def _copy_of(g: Graph, name: str):
+    """The pure-gather Kernel node writing `name`, or None."""
+    node = g.producers().get(name)
+    if node is None or node.op != "Kernel" or not isinstance(node.attrs.get("kernel"), K.Kernel):
+        return None
+    k = node.attrs["kernel"]
+    return node if is_gather(k) and k.dtype == k.inputs[k.body.args[0]][1] else None
+
+
+def _inputs_through_copies(g: Graph, node) -> bool:
+    ak: AttentionKernel = node.attrs["kernel"]
+    b = ak.batch
+    extents = {0: (*b, ak.seq_q, ak.head_dim), 1: (*b, ak.seq_k, ak.head_dim), 2: (*b, ak.seq_k, ak.value_dim)}
+    readers = _readers(g)
+    ops = [ak.q, ak.k, ak.v]
+    inputs, names, changed = list(ak.inputs), list(node.inputs), False
+    for slot in (0, 1, 2):
+        name = names[slot]
+        copy = _copy_of(g, name)
+        if copy is None or name in g.outputs or len(readers.get(name, [])) != 1 or names.count(name) != 1:
+            continue
+        k = copy.attrs["kernel"]
+        src_slot = k.body.args[0]
+        src_shape = k.inputs[src_slot][0]
+
+        def at(x, op=ops[slot], shape=k.shape, k=k, src_shape=src_shape):
+            flat = op.offset + sum(s * xi for s, xi in zip(op.strides, x))
+            index = K.rebuild(k.body, tuple(K.const(i, "int64") for i in _unravel(flat, shape))).args[1]
+            if not all(i.is_const for i in index):
+                return None
+            return _ravel([i.value for i in index], src_shape)
+        found = _affine(at, extents[slot])
+        if found is None:
+            continue
+        ops[slot] = Operand(*found)
+        names[slot] = copy.inputs[src_slot]
+        inputs[slot] = (tuple(src_shape), inputs[slot][1])
+        changed = True
+    if changed:
+        node.inputs = names
+        node.attrs["kernel"] = _replace(ak, inputs=tuple(inputs), q=ops[0], k=ops[1], v=ops[2])
+    return changed
+
+
+def _output_through_copy(g: Graph, node) -> bool:
+    ak: AttentionKernel = node.attrs["kernel"]
+    out = node.outputs[0]
+    users = _readers(g).get(out, [])
+    if len(users) != 1 or out in g.outputs:
+        return False
+    copy = users[0]
+    if copy is not _copy_of(g, copy.outputs[0]) or copy.inputs != [out]:
+        return False
+    k = copy.attrs["kernel"]
+    if k.size != ak.size or copy.outputs[0] in g.outputs:
+        return False
+    table = _gather_table(k, k.inputs[0][0])    # output element j of the copy reads element table[j]
+    where = np.full(ak.size, -1, np.int64)
+    where[table] = np.arange(k.size)
+    if (where < 0).any():
+        return False   # not a permutation: some element is read twice, another never
+    op = ak.out
+
+    def at(x):
+        return int(where[op.offset + sum(s * xi for s, xi in zip(op.strides, x))])
+    found = _affine(at, (*ak.batch, ak.seq_q, ak.value_dim))
+    if found is None:
+        return False
+    node.outputs = list(copy.outputs)
+    node.origin = list(dict.fromkeys(node.origin + copy.origin))
+    node.attrs["kernel"] = _replace(ak, shape=tuple(k.shape), out=Operand(*found))
+    g.nodes = [n for n in g.nodes if n is not copy]
+    return True
+
+
+def _gather_table(k: K.Kernel, src_shape) -> np.ndarray:
+    """For every element of a pure-gather kernel's output (row-major), the flat index it reads."""
+    index = k.body.args[1]
+    flat = K.const(0, "int64")
+    for i, stride in zip(index, _strides(src_shape)):
+        flat = flat + i * K.const(stride, "int64")
+    return run_kernel(K.Kernel(k.shape, "int64", flat, ()), []).reshape(-1)
+
+
+def _affine(at, extents):
+    """(offset, strides) when at(x) = offset + Σ strides·x over the index space `extents`, else None."""
+    n = len(extents)
+    zero = (0,) * n
+    c0 = at(zero)
+    if c0 is None:
+        return None
+    strides = []
+    for d in range(n):
+        if extents[d] == 1:
+            strides.append(0)
+            continue
+        unit = tuple(1 if e == d else 0 for e in range(n))
+        v = at(unit)
+        if v is None:
+            return None
+        strides.append(v - c0)
+    rng = np.random.default_rng(0)
+    probes = [tuple(e - 1 for e in extents)] + [tuple(int(rng.integers(0, e)) for e in extents) for _ in range(PROBES)]
+    for d in range(n):
+        probes.append(tuple(extents[e] - 1 if e == d else 0 for e in range(n)))
+    for x in probes:
+        if at(x) != c0 + sum(s * xi for s, xi in zip(strides, x)):
+            return None
+    return c0, tuple(strides)
+
+
+def _strides(shape) -> list:
+    out, acc = [0] * len(shape), 1
+    for i in range(len(shape) - 1, -1, -1):
+        out[i] = acc
+        acc *= shape[i]
+    return out
+
+
+def _unravel(flat: int, shape) -> tuple:
+    out = []
+    for d in reversed(shape):
+        out.append(flat % d)
+        flat //= d
+    return tuple(reversed(out))
+
+
+def _ravel(index, shape) -> int:
+    return sum(i * s for i, s in zip(index, _strides(shape)))
+
+
+def _replace(ak: AttentionKernel, **changes) -> AttentionKernel:
+    from dataclasses import replace
+    return replace(ak, **changes)
+
+
+__all__ = ["attention_operands"]
