@@ -26,6 +26,8 @@ VARIANTS = {   # name -> codegen/attention.py constants
     "warps8": {"MAX_WARPS": 8},
     "tile32": {"MAX_KEY_TILE": 32},
     "tile128": {"MAX_KEY_TILE": 128},
+    "min4": {"MIN_BLOCKS": 4},
+    "tile32_min4": {"MAX_KEY_TILE": 32, "MIN_BLOCKS": 4},
 }
 
 
@@ -79,7 +81,7 @@ def main():
     import grapec
     from grapec.bench import bench_grapec
     from grapec.codegen import attention as att
-    base = {k: getattr(att, k) for k in ("MAX_WARPS", "MAX_KEY_TILE")}
+    base = {k: getattr(att, k) for k in ("MAX_WARPS", "MAX_KEY_TILE", "MIN_BLOCKS")}
     rows = []
     for shp in a.shapes.split(","):
         b, h, s, d = (int(x) for x in shp.split("x"))

@@ -1,8 +1,10 @@
 """AttentionKernel -> one flash-attention CUDA kernel on fp16/bf16 tensor cores (mma.sync m16n8k16).
 
 Each warp owns 16 query rows; a block of WARPS warps walks the keys in tiles of BC: the tile's k rows
-and v rows go to shared memory (v transposed, so that both products read their B fragments as one
-32-bit load; the next tile is read into registers while this one is computed), the warp computes S = Q Kᵀ for its rows in registers, applies the model's own score
+and v rows go to shared memory as they are (16-byte stores; the next tile is read into registers
+while this one is computed). Q Kᵀ reads its B fragments from the k rows as 32-bit loads; P V reads
+them from the v rows with ldmatrix .trans, which hands each lane its two keys of one value column
+(a transposing store would hit one bank eight times). The warp computes S = Q Kᵀ for its rows in registers, applies the model's own score
 expression (rendered from kernel IR by the element renderer, called per score with its coordinates),
 and updates the online softmax: running max m, running sum l, output O scaled by exp(m_old - m_new).
 The probabilities go from the S accumulators straight into the A fragments of P·V: the m16n8 f32
@@ -28,9 +30,13 @@ MAX_KEY_TILE = 64
 MAX_PREFETCH = 8
 MAX_KEY_SLICES = 4
 MAX_STATIC_SMEM = 46 * 1024   # of the 48 KB a block may declare statically; the rest is the merge's
+MIN_BLOCKS = 0       # __launch_bounds__' second argument (0: none): blocks an SM should hold at once
 
 ATTENTION_PRELUDE = r"""
 __device__ __forceinline__ unsigned g_pack2(unsigned short lo, unsigned short hi) { return (unsigned)lo | ((unsigned)hi << 16); }
+/* two 8x8 b16 matrices, transposed: lanes 0-15 give the row addresses (shared space) */
+#define G_LDMATRIX_X2_T(b0, b1, addr) \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(addr))
 #define G_MMA(TY, c, a0, a1, a2, a3, b0, b1) \
   asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" \
       : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
@@ -74,7 +80,7 @@ def _merge_fits(k: AttentionKernel, slices: int) -> bool:
     dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
     keys = slices * _key_tile(k, 32 * slices, slices)
     isz = 2   # the kernel is fp16/bf16 only
-    k_bytes, v_bytes = keys * (dp + 8) * isz, dvp * (keys + 8) * isz
+    k_bytes, v_bytes = keys * (dp + 8) * isz, keys * (dvp + 8) * isz
     partial_bytes = (slices - 1) * 16 * dvp * 4
     return partial_bytes <= k_bytes and k_bytes + v_bytes <= MAX_STATIC_SMEM
 
@@ -112,9 +118,10 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     score_fn = f"{name}_score"
     L = []
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-    L.append(f'extern "C" __global__ void __launch_bounds__({launch.block}) {name}({", ".join(params)}) {{')
+    bounds = f"{launch.block}, {MIN_BLOCKS}" if MIN_BLOCKS else f"{launch.block}"
+    L.append(f'extern "C" __global__ void __launch_bounds__({bounds}) {name}({", ".join(params)}) {{')
     L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")
-    L.append(f"  __shared__ __align__(16) {ty} g_vt[{dvp}][{bc + 8}];  /* value dims x key rows */")
+    L.append(f"  __shared__ __align__(16) {ty} g_v[{bc}][{dvp + 8}];   /* key rows x value dims */")
     L.append("  G_AWAIT_PREDECESSOR();")
     # the score function as a lambda in the kernel: its numbers (a mask's row stride) are the kernel's
     L += ["  " + line for line in ValueFunctionRenderer(k.score).render_function(score_fn, as_lambda=True).split("\n")]
@@ -153,8 +160,8 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("  #pragma unroll")
     L.append(f"  for (int n = 0; n < {dvp // 8}; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;")
     L.append("  float m[2] = {-G_INF, -G_INF}, l[2] = {0.f, 0.f};")
-    copies = [_TileCopy("k", k.k, d, dp, 1, "g_k", False, k, bc, launch.block, ty),
-              _TileCopy("v", k.v, dv, dvp, 2, "g_vt", True, k, bc, launch.block, ty)]
+    copies = [_TileCopy("k", k.k, d, dp, 1, "g_k", k, bc, launch.block, ty),
+              _TileCopy("v", k.v, dv, dvp, 2, "g_v", k, bc, launch.block, ty)]
     for cp in copies:
         L += cp.declare() + cp.fetch("0", "  ")
     L.append(f"  for (i64 k0 = 0; k0 < {t}; k0 += {bc}) {{")
@@ -216,10 +223,11 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("    }")
     L.append("    #pragma unroll")
     L.append(f"    for (int kk = 0; kk < {bw // 16}; ++kk) {{")
+    L.append(f"      const unsigned vrow = (unsigned)__cvta_generic_to_shared(&g_v[{kw}kk * 16 + (lane & 15)][0]);")
     L.append("      #pragma unroll")
     L.append(f"      for (int n = 0; n < {dvp // 8}; ++n) {{")
-    L.append(f"        const unsigned b0 = *(const unsigned*)&g_vt[n * 8 + g][{kw}kk * 16 + t2];")
-    L.append(f"        const unsigned b1 = *(const unsigned*)&g_vt[n * 8 + g][{kw}kk * 16 + 8 + t2];")
+    L.append("        unsigned b0, b1;")
+    L.append(f"        G_LDMATRIX_X2_T(b0, b1, vrow + n * 16);")
     L.append(f'        G_MMA("{mma}", o[n], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b0, b1);')
     L.append("      }")
     L.append("    }")
@@ -290,14 +298,14 @@ class _TileCopy:
     fetch(k0) reads into registers, stash() writes them to shared memory. 16-byte reads where the
     rows are contiguous and aligned, element reads otherwise; zeros past the last key."""
 
-    def __init__(self, tag, op, width, padded, slot, smem, transposed, k: AttentionKernel, bc: int, block: int, ty: str):
+    def __init__(self, tag, op, width, padded, slot, smem, k: AttentionKernel, bc: int, block: int, ty: str):
         row, col = op.strides[-2:]
         self.vec = col == 1 and width % 8 == 0 and all(x % 8 == 0 for x in (op.offset, row, *op.strides[:-2]))
         self.step = 8 if self.vec else 1
         self.per_row = padded // self.step
         self.total = bc * self.per_row
         self.n = _ceil(self.total, block)
-        self.tag, self.op, self.width, self.slot, self.smem, self.transposed = tag, op, width, slot, smem, transposed
+        self.tag, self.op, self.width, self.slot, self.smem = tag, op, width, slot, smem
         self.seq_k, self.block, self.ty = k.seq_k, block, ty
         self.reg = f"g_{tag}buf"
 
@@ -322,11 +330,8 @@ class _TileCopy:
         return self._loop(indent) + body + [f"{indent}  }}", f"{indent}}}"]
 
     def stash(self, indent: str) -> list:
-        at = f"{self.smem}[c + u][j]" if self.transposed else f"{self.smem}[j][c + u]"
-        if self.vec:
-            body = [f"{indent}    const {self.ty}* x = (const {self.ty}*)&{self.reg}[it];",
-                    f"{indent}    #pragma unroll",
-                    f"{indent}    for (int u = 0; u < 8; ++u) {at} = x[u];"]
+        if self.vec:   # rows are padded+8 elements: every 8-element chunk is 16-byte aligned
+            body = [f"{indent}    *(uint4*)&{self.smem}[j][c] = {self.reg}[it];"]
         else:
-            body = [f"{indent}    const int u = 0;", f"{indent}    {at} = {self.reg}[it];"]
+            body = [f"{indent}    {self.smem}[j][c] = {self.reg}[it];"]
         return self._loop(indent) + body + [f"{indent}  }}", f"{indent}}}"]
