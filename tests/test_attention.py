@@ -207,15 +207,20 @@ def _copies_around_attention(bundle) -> int:
     """Plan steps that only move elements into an attention kernel's q/k/v or out of its output."""
     plan = bundle.plans[0]
     att = [st for st in plan.steps if st.op == "kernel" and bundle.kernels[st.kernel].get("kind") == "attention"]
-    feeding = {a for st in att for a in st.args[:3]}
-    fed = {st.out for st in att}
+
+    def where(b):   # a View is another buffer over the same bytes
+        buf = plan.buffers[b]
+        return buf.space, buf.offset, buf.nbytes
+    feeding = {where(a) for st in att for a in st.args[:3]}
+    fed = {where(st.out) for st in att}
     from grapec.ir.kinds import kernel_from_json
     from grapec.passes.fuse import is_gather
     copies = 0
     for st in plan.steps:
         if st.op != "kernel" or bundle.kernels[st.kernel].get("kind"):
             continue
-        if is_gather(kernel_from_json(bundle.kernels[st.kernel])) and (st.out in feeding or any(a in fed for a in st.args)):
+        if is_gather(kernel_from_json(bundle.kernels[st.kernel])) and (where(st.out) in feeding or
+                                                                       any(where(a) in fed for a in st.args)):
             copies += 1
     return copies
 
@@ -232,7 +237,7 @@ def test_batched_attention_reads_and_writes_through_the_head_copies(name, dims):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,dims", BATCHED + [("bert", {"batch": 16, "seq": 64}), ("gpt2", {"batch": 8, "seq": 128})])
+@pytest.mark.parametrize("name,dims", BATCHED + [("bert", {"batch": 16, "seq": 64}), ("gpt2", {"batch": 8, "seq": 64})])
 def test_batched_attention_through_the_head_copies_on_gpu(name, dims):
     from grapec.check import check_model
     results, _ = check_model(_zoo(name), dims=dims, precision="fp16", backend="cuda", seed=9)

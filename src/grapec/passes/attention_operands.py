@@ -11,8 +11,9 @@ batch dim (ir/attention.py Operand), so once the products are fused the copies c
   * an operand read from a copy that only moves elements (its body one load at an index computed
     from the output coordinates) and that nothing else reads: the attention reads the copy's source
     at the composed strides;
-  * an output read only by such a copy of the same size that moves every element once: the
-    attention writes the copy's output at the composed strides, and the copy goes.
+  * an output read only by such a copy of the same size that moves every element once (directly or
+    through reshapes): the attention writes the copy's output at the composed strides, and the copy
+    goes.
 
 Strides compose where the map is affine: checked at the corners, the unit steps and random points of
 the operand's index space (integer arithmetic, exact).
@@ -97,9 +98,14 @@ def _inputs_through_copies(g: Graph, node) -> bool:
 def _output_through_copy(g: Graph, node) -> bool:
     ak: AttentionKernel = node.attrs["kernel"]
     out = node.outputs[0]
-    users = _readers(g).get(out, [])
-    if len(users) != 1 or out in g.outputs:
-        return False
+    readers = _readers(g)
+    while True:   # through reshapes (Views: the same bytes, row-major) to the one copy that reads them
+        users = readers.get(out, [])
+        if len(users) != 1 or out in g.outputs:
+            return False
+        if users[0].op != "View":
+            break
+        out = users[0].outputs[0]
     copy = users[0]
     if copy is not _copy_of(g, copy.outputs[0]) or copy.inputs != [out]:
         return False
