@@ -133,6 +133,13 @@ class GpuStepChecker:
             args = KernelArgs([out] + [p for p in ptrs], self.gpu.scalars[st.kernel])
             call("cuLaunchKernel", self.gpu.functions[st.kernel], grid, 1, 1, block, 1, 1, 0, self.gpu.stream,
                  args.address, 0)
+        elif st.attrs["op"] == "conv":
+            from grapec.runtime.cuda.dnn import shared_dnn
+            shapes = [list(a.shape) if a is not None else None for a in ins]
+            g = shared_dnn(dev).conv_graph(st.attrs, shapes, str(want.dtype), list(ptrs), list(want.shape), out,
+                                           self.gpu.workspaces.get(0))
+            ex = call("cuGraphInstantiate", g, 0)
+            call("cuGraphLaunch", ex, self.gpu.stream)
         else:
             from grapec.runtime.cuda.blas import apply_views, shared_blas
             blas = shared_blas(dev)
