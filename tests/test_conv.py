@@ -1,4 +1,4 @@
-"""Channels-last convolutions (ops/nn.py conv_channels_last, the `conv` library node, passes/channels_last.py)
+"""Channels-last convolutions (ops/conv.py conv_channels_last, the `conv` library node, passes/channels_last.py)
 on the CPU backend, against onnxruntime; and what the plan looks like around them."""
 import os
 

@@ -1,4 +1,4 @@
-"""ops/nn.py against onnxruntime on fresh random inputs: Conv/ConvTranspose (Library nodes),
+"""ops/nn.py, conv.py and pool.py against onnxruntime on fresh random inputs: Conv/ConvTranspose (Library nodes),
 pooling (kernel IR), Einsum, TopK, integer matmul/conv, Attention and RotaryEmbedding."""
 import numpy as np
 import pytest

@@ -54,7 +54,7 @@ from .passes.epilogue import fold_epilogues
 from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
-from .ops.nn import CONV_PATHS
+from .ops.conv import CONV_PATHS
 from .passes.mappings import choose_mappings
 from .cost.device import DeviceProfile
 from .cost.report import plan_report
@@ -88,7 +88,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     (fusion "full" only: it picks every kernel's thread mapping); fold_limit: the largest constant
     folding stores (smaller in a range of sizes, where each size stores its own); shared_weights:
     one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
-    conv: how convolutions run (ops/nn.py conv_path)."""
+    conv: how convolutions run (ops/conv.py conv_path)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
@@ -168,7 +168,7 @@ class BucketContext:
     brief: bool = False   # many buckets: per-bucket reports kept short
     fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
     shared_weights: bool = False   # several buckets: one layout per weight in all of them
-    conv: str = "auto"             # ops/nn.py conv_path
+    conv: str = "auto"             # ops/conv.py conv_path
 
 
 @dataclass

@@ -11,10 +11,10 @@ matmul(a, b, [c], [bias]):  act(alpha * op(a) @ op(b) + beta * c + bias), act no
 conv(x, w, [bias]):   act(conv(x, w) + bias) in channels-last layout (cuDNN's NHWC on the GPU):
                     x [N, H, W, C], w [K, R, S, C/group], bias [K], out [N, OH, OW, K]; attrs
                     strides (2), dilations (2), pads (top, left, bottom, right), group, act none|relu.
-                    One-dimensional convolutions come as H = R = 1 (ops/nn.py).
+                    One-dimensional convolutions come as H = R = 1 (ops/conv.py).
 topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
                     sorted, ties to the lower index; indices are int64.
-(Integer convolutions are im2col kernels + a kernel-IR reduction: ops/nn.py, ops/quant.py.)
+(Integer convolutions are im2col kernels + a kernel-IR reduction: ops/conv.py, ops/quant.py.)
 """
 from __future__ import annotations
 

@@ -4,7 +4,10 @@
     reduce.py        Reduce*, ArgMax/ArgMin, Softmax family, normalizations, CumSum, LRN, losses
     movement.py      Reshape, Transpose, Slice, Concat, Split, Gather*, Scatter*, Pad, Expand, Tile...
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
-    nn.py            MatMul, Gemm, Conv, ConvTranspose, pooling, Einsum, Attention (Library nodes)
+    nn.py            MatMul, Gemm (Library nodes), TopK, Einsum, Attention, RotaryEmbedding
+    conv.py          Conv (channels-last `conv` or im2col + `matmul`), ConvTranspose (Library nodes)
+    pool.py          MaxPool, AveragePool, LpPool, Global*Pool
+    window.py        what windowed ops share: strides, dilations, pads, masked reads
     sample.py        GridSample, AffineGrid, RoiAlign
     spectral.py      DFT, STFT, Hann/Hamming/BlackmanWindow
     quant.py         QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger
@@ -44,7 +47,8 @@ def _load_all():
         return
     _loaded = True
     import importlib
-    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "quant", "sample", "spectral", "control"):
+    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "conv", "pool", "quant", "sample", "spectral",
+                "control"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:

@@ -19,7 +19,7 @@ from ..ir.tensor import T, from_array, index_vars, substitute_loads
 class LowerCtx:
     def __init__(self, node: Node, graph: Graph, emitted: list, options: dict | None = None):
         self.node = node
-        self.options = options or {}   # compile options lowerings read: {"conv": ops/nn.py CONV_PATHS}
+        self.options = options or {}   # compile options lowerings read: {"conv": ops/conv.py CONV_PATHS}
         self.graph = graph          # the graph being built (for new values and scope lookups)
         self.emitted = emitted      # lowered nodes are appended here
         self.slot_names: list = []  # global load slot -> value name, renumbered per kernel

@@ -16,7 +16,9 @@ from ..ir.tensor import reduce as tensor_reduce
 from . import op
 from .elementwise import SATURATING
 from .elementwise import saturate as saturate_float
-from .nn import _window_params, conv_as_gemm, demote_matmul_result, matmul_shape
+from .conv import conv_as_gemm
+from .nn import demote_matmul_result, matmul_shape
+from .window import _window_params
 
 F32 = "float32"
 QUANTIZED = ("uint8", "int8", "uint16", "int16", "int32", "uint32", "int4", "uint4", "int2", "uint2",

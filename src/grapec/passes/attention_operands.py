@@ -20,7 +20,6 @@ the operand's index space (integer arithmetic, exact).
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

@@ -1,6 +1,6 @@
 """channels_last: store 4-D activations NHWC where the convolutions around them read and write NHWC.
 
-A channels-last `conv` (ops/nn.py) reads [N, H, W, C] and writes [N, OH, OW, K]; the ONNX values
+A channels-last `conv` (ops/conv.py) reads [N, H, W, C] and writes [N, OH, OW, K]; the ONNX values
 between convolutions stay NCHW in the IR, and lowering joins the two by transposes, which are index
 remaps. After fusion, a kernel between two convolutions (a ReLU, a residual add, a max-pool) then
 iterates in NCHW order while it reads and writes NHWC data through transposed indices: its reads or
