@@ -52,11 +52,13 @@ def test_conv_path_is_chosen_by_the_option():
         grapec.compile(m, targets=[], conv="winograd")
 
 
-def test_integer_and_3d_convolutions_keep_the_gemm_path():
+def test_3d_convolutions_keep_the_gemm_path_and_say_so():
     w = np.random.default_rng(0).standard_normal((4, 2, 3, 3, 3)).astype(np.float32)
     m = model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 6)], [tinfo("x", shape=[1, 2, 5, 5, 5])],
               [tinfo("y")], [onnx.numpy_helper.from_array(w, "w")])
-    assert library_ops(grapec.compile(m, targets=[]).plans[0]) == {"matmul": 1}
+    b = grapec.compile(m, targets=[])
+    assert library_ops(b.plans[0]) == {"matmul": 1}
+    assert any("Conv (3-D)" in n for n in b.manifest["notes"]), b.manifest["notes"]
 
 
 @pytest.mark.parametrize("batch", [1, 4])

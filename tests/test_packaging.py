@@ -19,6 +19,7 @@ GPU_PIECES = {   # module the CUDA path imports (or whose library it loads) -> t
     "cuda.bindings.nvrtc": "nvidia-cuda-nvrtc",
     "cuda.bindings.nvjitlink": "nvidia-nvjitlink",
     "nvmath.bindings.cublasLt": "nvmath-python",
+    "cudnn": "nvidia-cudnn-frontend",
     "onnxruntime": "onnxruntime-gpu",
 }
 
@@ -52,7 +53,7 @@ def test_the_wheel_names_what_each_backend_needs(wheel):
     req = _requires(wheel)
     assert {"numpy", "onnx", "click"} <= req[""]
     assert "onnxruntime" in req["cpu"]
-    assert set(GPU_PIECES.values()) | {"nvidia-cuda-runtime", "nvidia-cublas"} <= req["gpu"], req["gpu"]
+    assert set(GPU_PIECES.values()) | {"nvidia-cuda-runtime", "nvidia-cublas", "nvidia-cudnn-cu13"} <= req["gpu"], req["gpu"]
     assert "onnxruntime" not in req["gpu"], "onnxruntime and onnxruntime-gpu are one module: gpu brings only the latter"
 
 

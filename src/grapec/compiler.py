@@ -94,7 +94,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
         g = merge_sibling_matmuls(g)
-    g = lower_graph(g, options={"conv": conv})
+    g = lower_graph(g, options={"conv": conv, "notes": notes if notes is not None else []})
     if level != "none":
         if shared_weights:
             g = weights_as_nk(g)

@@ -19,7 +19,8 @@ from ..ir.tensor import T, from_array, index_vars, substitute_loads
 class LowerCtx:
     def __init__(self, node: Node, graph: Graph, emitted: list, options: dict | None = None):
         self.node = node
-        self.options = options or {}   # compile options lowerings read: {"conv": ops/conv.py CONV_PATHS}
+        # compile options lowerings read: {"conv": ops/conv.py CONV_PATHS, "notes": where to report a path taken}
+        self.options = options or {}
         self.graph = graph          # the graph being built (for new values and scope lookups)
         self.emitted = emitted      # lowered nodes are appended here
         self.slot_names: list = []  # global load slot -> value name, renumbered per kernel

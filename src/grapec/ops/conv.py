@@ -40,9 +40,16 @@ def conv_path(ctx, dtype: str, nd: int) -> str:
     1-D and 2-D floating-point convolution: on an H100 it ran each of ResNet-50's convolutions faster
     than the gather + GEMM at batch 1, 8 and 32 (benchmarks/conv_layouts.py)."""
     choice = ctx.options.get("conv", "auto")
-    if choice == "gemm" or dtype not in CHANNELS_LAST_TYPES or nd > 2:
+    if choice == "gemm":
         return "gemm"
-    return "cudnn"
+    why = f"{dtype} data" if dtype not in CHANNELS_LAST_TYPES else f"{nd}-D" if nd > 2 else None
+    if why is None:
+        return "cudnn"
+    notes = ctx.options.get("notes")
+    note = f"Conv ({why}): an im2col gather + GEMM each, not the channels-last conv (1-D and 2-D, float32/16, bfloat16)"
+    if notes is not None and note not in notes:
+        notes.append(note)
+    return "gemm"
 
 
 def conv_channels_last(ctx, x, w, b, strides, dil, pads, group, out_sp):
