@@ -91,3 +91,10 @@ def test_shared_producer_is_materialized_past_the_byte_budget():
     small = grapec.compile(build(1024), targets=[]).manifest["buckets"][0]["steps"]
     large = grapec.compile(build(1 << 20), targets=[]).manifest["buckets"][0]["steps"]
     assert small == {"kernel": 2} and large == {"kernel": 3}, (small, large)
+
+
+def test_inspect_reports_convolutions_as_cudnn_with_their_epilogue():
+    b = grapec.compile(conv_model(CASES[0], relu_chain=True), targets=[])
+    rows = [r for r in b.manifest["buckets"][0]["fusion_report"] if r["kind"] == "gemm"]
+    assert [r["scheme"] for r in rows] == ["cuDNN convolution, NHWC + epilogue (bias, relu)", "cuDNN convolution, NHWC"]
+    assert all(r["us"] > 0 for r in rows)

@@ -57,6 +57,10 @@ def plan_report(kernels: list, plan, profile: DeviceProfile, alternatives: bool 
 
 def _scheme(work, step) -> str:
     """How the group's intermediate values meet: FusionStitching's stitch schemes."""
+    if work.kind == "gemm" and step.attrs.get("op") == "conv":   # x, w, bias
+        epilogue = (["bias"] if len(step.args) > 2 and step.args[2] >= 0 else [])
+        epilogue += [step.attrs["act"]] if step.attrs.get("act") not in (None, "", "none") else []
+        return "cuDNN convolution, NHWC" + (f" + epilogue ({', '.join(epilogue)})" if epilogue else "")
     if work.kind == "gemm":
         args = list(step.args) + [-1, -1]
         epilogue = (["residual"] if args[2] >= 0 else []) + (["bias"] if args[3] >= 0 else [])
