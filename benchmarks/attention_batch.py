@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import numpy as np
@@ -50,28 +49,6 @@ def attention_model(b, h, s, d):
     return m
 
 
-def torch_us(torch, fn, reps=20, rounds=20) -> float:
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / reps)
-    return statistics.median(times)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="1x12x128x64,8x12x128x64,32x12x128x64")
@@ -79,7 +56,7 @@ def main():
     a = ap.parse_args()
     import torch
     import grapec
-    from grapec.bench import bench_grapec
+    from grapec.bench import bench_grapec, torch_graph_us
     from grapec.codegen import attention as att
     base = {k: getattr(att, k) for k in ("MAX_WARPS", "MAX_KEY_TILE", "MIN_BLOCKS")}
     rows = []
@@ -106,7 +83,7 @@ def main():
             setattr(att, k, v)
         t = {n: torch.tensor(feeds[n], device="cuda", dtype=torch.float16) for n in feeds}
         f = torch.nn.functional.scaled_dot_product_attention
-        row["torch_sdpa"] = torch_us(torch, lambda: f(t["q"], t["k"], t["v"], attn_mask=t["mask"]))
+        row["torch_sdpa"] = torch_graph_us(lambda: f(t["q"], t["k"], t["v"], attn_mask=t["mask"]))
         rows.append(row)
         print(row, flush=True)
     names = a.variants.split(",")

@@ -4,7 +4,7 @@ in both memory formats, in one process on one GPU.
 
     python benchmarks/conv_layouts.py [--batch 1,8,32] [--dtype fp16] [--out DIR]
 
-Each variant is captured as a CUDA graph of REPEATS calls and replayed; the table gives the median
+Each variant is captured as a CUDA graph of 20 calls and replayed (grapec.bench.torch_graph_us); the table gives the median
 microseconds per call, weighted by how often ResNet-50 runs the shape, and the ratios to PyTorch's
 channels-last convolution (above 1: faster than it). Every cuDNN output is checked against
 PyTorch's (||out-ref||/||ref||). It answers: which layout the cuDNN path must run in, and at which
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import sys
 
 # (in channels, out channels, kernel, stride, input size, times ResNet-50 runs it)
 RESNET50 = [
@@ -28,30 +28,8 @@ RESNET50 = [
     (1024, 512, 1, 1, 14, 1), (512, 512, 3, 2, 14, 1), (512, 2048, 1, 1, 7, 3), (2048, 512, 1, 1, 7, 2),
     (512, 512, 3, 1, 7, 2), (1024, 2048, 1, 2, 14, 1),
 ]
-REPEATS = 20
-
-
-def graph_us(torch, fn, reps=REPEATS, rounds=15) -> float:
-    """Median microseconds per call of fn, captured as a graph of reps calls."""
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / reps)
-    return statistics.median(times)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
 
 
 def cudnn_conv(torch, cudnn, handle, x, w, b, stride, pad, nhwc: bool):
@@ -109,6 +87,7 @@ def main():
     a = ap.parse_args()
     import torch
     import cudnn
+    from grapec.bench import torch_graph_us
     torch.backends.cudnn.benchmark = True
     dtype = torch.float16 if a.dtype == "fp16" else torch.float32
     handle = cudnn.create_handle()
@@ -123,9 +102,9 @@ def main():
             ref = torch.relu(torch.nn.functional.conv2d(x.float(), w.float(), b.float(), s, pad))
             row = {"batch": batch, "shape": f"{ci}->{co} {k}x{k}/{s} @{hw}", "times": times}
             xl, wl = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
-            row["torch_nhwc"] = graph_us(torch, lambda: torch.relu_(torch.nn.functional.conv2d(xl, wl, b, s, pad)))
-            row["torch_nchw"] = graph_us(torch, lambda: torch.relu_(torch.nn.functional.conv2d(x, w, b, s, pad)))
-            row["im2col_gemm"] = graph_us(torch, im2col_gemm(torch, x, w, b, s, pad))
+            row["torch_nhwc"] = torch_graph_us(lambda: torch.relu_(torch.nn.functional.conv2d(xl, wl, b, s, pad)))
+            row["torch_nchw"] = torch_graph_us(lambda: torch.relu_(torch.nn.functional.conv2d(x, w, b, s, pad)))
+            row["im2col_gemm"] = torch_graph_us(im2col_gemm(torch, x, w, b, s, pad))
             for nhwc in (False, True):
                 key = "cudnn_nhwc" if nhwc else "cudnn_nchw"
                 try:
@@ -133,7 +112,7 @@ def main():
                     run()
                     torch.cuda.synchronize()
                     row[key + "_err"] = float((y.float() - ref).norm() / ref.norm())
-                    row[key] = graph_us(torch, run)
+                    row[key] = torch_graph_us(run)
                 except Exception as e:  # noqa: BLE001 - a probe: record why a variant did not run
                     row[key] = None
                     row[key + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"

@@ -1,6 +1,7 @@
 """Convolution models for the channels-last conv tests, CPU (test_conv.py) and GPU (test_gpu_conv.py):
 every attribute swept, with fresh random weights (never zeros)."""
 import numpy as np
+import onnx
 from onnx import helper
 
 from helpers import init, model, tinfo
@@ -43,3 +44,13 @@ def conv_model(case, seed=0, relu_chain=False):
 
 def ids(cases):
     return [c[0] for c in cases]
+
+
+def check_conv(tmp_path, m, backend="cpu", seed=3, **kw):
+    """grapec check of model m on `backend` against onnxruntime; every output must pass."""
+    from grapec.check import check_model
+    path = str(tmp_path / "m.onnx")
+    onnx.save(m, path)
+    results, _ = check_model(path, backend=backend, seed=seed, **kw)
+    assert all(r.ok for r in results), [(r.name, r.rel, r.max_abs, r.note) for r in results]
+    return results

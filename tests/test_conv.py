@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import grapec
-from conv_cases import CASES, conv_model, ids
+from conv_cases import CASES, check_conv, conv_model, ids
 from grapec.check import check_model
 from grapec.errors import GrapecError
 from grapec.show import library_ops
@@ -18,25 +18,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "models", "tiny")
 
 
-def _check(tmp_path, m, backend="cpu", **kw):
-    path = str(tmp_path / "m.onnx")
-    onnx.save(m, path)
-    results, _ = check_model(path, backend=backend, seed=3, **kw)
-    assert all(r.ok for r in results), [(r.name, r.rel, r.max_abs, r.note) for r in results]
-    return results
-
-
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 @pytest.mark.parametrize("conv", ["auto", "gemm"])
 def test_conv_matches_onnxruntime(case, conv, tmp_path):
-    _check(tmp_path, conv_model(case), conv=conv)
+    check_conv(tmp_path, conv_model(case), conv=conv)
 
 
 @pytest.mark.parametrize("case", CASES[:6], ids=ids(CASES[:6]))
 def test_conv_relu_conv_matches_onnxruntime(case, tmp_path):
     """The ReLU folds into the first convolution (epilogue.py) and the copy between them goes."""
     m = conv_model(case, relu_chain=True)
-    _check(tmp_path, m)
+    check_conv(tmp_path, m)
     b = grapec.compile(m, targets=[])
     steps = b.manifest["buckets"][0]["steps"]
     assert library_ops(b.plans[0]) == {"conv": 2}
@@ -98,3 +90,15 @@ def test_inspect_reports_convolutions_as_cudnn_with_their_epilogue():
     rows = [r for r in b.manifest["buckets"][0]["fusion_report"] if r["kind"] == "gemm"]
     assert [r["scheme"] for r in rows] == ["cuDNN convolution, NHWC + epilogue (bias, relu)", "cuDNN convolution, NHWC"]
     assert all(r["us"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("name,pooling", [("googlenet", ("MaxPool",)), ("inception_v3", ("MaxPool", "AveragePool"))])
+def test_a_concatenation_several_convolutions_read_is_stored_once(name, pooling):
+    """Each Inception module's Concat is written once (NHWC) and read in place by the convolutions
+    and pools of the next module, not copied once for each of them (passes/fuse.py: a copy into a
+    library operand does not inline a producer that others read too)."""
+    path = os.path.join(TINY, f"{name}.onnx")
+    ops = [n.op_type for n in onnx.load(path).graph.node]
+    steps = grapec.compile(path, dims={"batch": 4}, targets=[]).manifest["buckets"][0]["steps"]
+    kernels_at_most = ops.count("Concat") + sum(ops.count(p) for p in pooling) + 6   # + input copy, head, classifier
+    assert steps["kernel"] <= kernels_at_most, (steps, kernels_at_most)

@@ -2,10 +2,9 @@
 against onnxruntime: every attribute swept, fp32 (no TF32) and fp16, alone, chained and in the CNN zoo."""
 import os
 
-import onnx
 import pytest
 
-from conv_cases import CASES, conv_model, ids
+from conv_cases import CASES, check_conv, conv_model, ids
 from grapec.check import check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,29 +12,21 @@ TINY = os.path.join(ROOT, "models", "tiny")
 pytestmark = pytest.mark.gpu
 
 
-def _check(tmp_path, m, **kw):
-    path = str(tmp_path / "m.onnx")
-    onnx.save(m, path)
-    results, _ = check_model(path, backend="cuda", seed=7, **kw)
-    assert all(r.ok for r in results), [(r.name, r.rel, r.max_abs, r.note) for r in results]
-    return results
-
-
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_conv_on_the_gpu(case, precision, tmp_path):
-    _check(tmp_path, conv_model(case), precision=precision)
+    check_conv(tmp_path, conv_model(case), "cuda", 7, precision=precision)
 
 
 @pytest.mark.parametrize("case", CASES[:6], ids=ids(CASES[:6]))
 def test_conv_relu_conv_on_the_gpu(case, tmp_path):
-    _check(tmp_path, conv_model(case, relu_chain=True))
+    check_conv(tmp_path, conv_model(case, relu_chain=True), "cuda", 7)
 
 
 def test_fp32_convolutions_do_not_use_tf32(tmp_path):
     """A 3x3 over 256 channels: TF32's 10-bit mantissa would leave ~3e-4 of relative error."""
     case = ("wide", 2, 256, (14, 14), 64, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1, True)
-    results = _check(tmp_path, conv_model(case))
+    results = check_conv(tmp_path, conv_model(case), "cuda", 7)
     assert max(r.rel for r in results) < 2e-5, [(r.name, r.rel) for r in results]
 
 
@@ -48,4 +39,4 @@ def test_cnn_zoo_on_the_gpu(name, dims):
 
 
 def test_gemm_path_still_runs_on_the_gpu(tmp_path):
-    _check(tmp_path, conv_model(CASES[0], relu_chain=True), conv="gemm")
+    check_conv(tmp_path, conv_model(CASES[0], relu_chain=True), "cuda", 7, conv="gemm")

@@ -305,6 +305,32 @@ def measure_roofs(precision: str = "fp16", iters: int = 20) -> dict:
             "peak_tflops": round(2 * n ** 3 / (mm_ms * 1e-3) / 1e12, 1)}
 
 
+def torch_graph_us(fn, reps: int = 20, rounds: int = 15) -> float:
+    """Median microseconds per call of a short torch call, captured as a CUDA graph of `reps` calls
+    and replayed (launched one by one, such calls would time the launches)."""
+    import statistics
+    import torch
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / reps)
+    return statistics.median(times)
+
+
 def _torch_ms(fn, iters: int) -> float:
     """Median milliseconds of fn on the current stream, by CUDA events, after a warm-up."""
     import torch

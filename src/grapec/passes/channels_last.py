@@ -19,6 +19,8 @@ kernels (views, library calls, If/Loop bodies).
 """
 from __future__ import annotations
 
+import math
+
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, outer_reads
 
@@ -122,7 +124,8 @@ def _identity_copies_as_views(g: Graph) -> Graph:
     nodes = []
     for n in g.nodes:
         k = n.attrs.get("kernel") if n.op == "Kernel" else None
-        if k is not None and len(n.inputs) == 1 and k.inputs[0] == (k.shape, k.dtype) and _is_identity(k):
+        if k is not None and len(n.inputs) == 1 and k.inputs[0][1] == k.dtype and \
+                math.prod(k.inputs[0][0]) == k.size and _is_identity(k):
             n = Node("View", list(n.inputs), list(n.outputs), name=n.name, origin=list(n.origin))
         nodes.append(n)
     g.nodes = nodes
@@ -130,6 +133,14 @@ def _identity_copies_as_views(g: Graph) -> Graph:
 
 
 def _is_identity(k: K.Kernel) -> bool:
+    """The copy reads element i of its input for its element i: the same dims in the same order once
+    the dims of size 1 are left out (NCHW and NHWC of a 1x1 map are the same bytes)."""
     b = k.body
-    ident = tuple(K.idx(a) if d != 1 else K.const(0, "int64") for a, d in enumerate(k.shape))
-    return b.op == "load" and b.args[0] == 0 and b.args[2] is None and b.args[1] == ident
+    if b.op != "load" or b.args[0] != 0 or b.args[2] is not None:
+        return False
+    src_shape = k.inputs[0][0]
+    zero = K.const(0, "int64")
+    if any(i is not zero for i, d in zip(b.args[1], src_shape) if d == 1):
+        return False
+    read = [i for i, d in zip(b.args[1], src_shape) if d != 1]
+    return read == [K.idx(a) for a, d in enumerate(k.shape) if d != 1]

@@ -72,6 +72,11 @@ def fuse(g: Graph) -> Graph:
                 p = producers.get(src)
                 if p is None or p is node or _is_pinned(src, name, view_source, pinned):
                     continue
+                if readers[src] > 1 and node.outputs[0] in pinned and is_gather(node.attrs["kernel"]):
+                    # a copy into a library call's operand (a convolution's channels-last input): with
+                    # the producer inlined, each reader would write its own copy of it, where one stored
+                    # value can be read by all of them in place (passes/channels_last.py)
+                    continue
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
                                     list(p.inputs), readers[src])
                 if fused is not None:

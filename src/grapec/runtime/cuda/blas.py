@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BackendError, gpu_package
-from .driver import call, capture_stream, graph_ms
+from .driver import capture_stream, captured, graph_ms, shared
 
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1, "bfloat16": 14}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -169,13 +169,10 @@ class Blas:
         return GemmProblem(desc, a_lay, b_lay, d_lay, alpha, beta, ranked)
 
     def _capture(self, launch, algo: int, repeats: int = 1):
-        call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
-        try:
+        def calls():
             for _ in range(repeats):
                 launch(algo, self.capture_stream)
-        finally:
-            graph = call("cuStreamEndCapture", self.capture_stream)
-        return graph
+        return captured(self.capture_stream, calls)
 
     def _fastest(self, algos: list, launch) -> int:
         """Index of the algorithm of the fewest microseconds per call, each timed as a graph of
@@ -263,19 +260,6 @@ def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, 
     return out_shape, out_ptr, layouts
 
 
-def _capture_mode():
-    from cuda.bindings import driver
-    return driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-
-
-_SHARED: dict = {}
-_SHARED_LOCK = threading.Lock()
-
-
 def shared_blas(device, tf32: bool = False) -> Blas:
     """One cuBLASLt handle per device and precision mode, shared by all sessions of the process."""
-    key = (device.ordinal, tf32)
-    with _SHARED_LOCK:
-        if key not in _SHARED:
-            _SHARED[key] = Blas(device, tf32=tf32)
-        return _SHARED[key]
+    return shared(Blas, device, tf32)

@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from ...errors import BackendError, gpu_package
-from .driver import call, capture_stream
+from .driver import call, capture_stream, captured, shared
 
 IO_TYPES = ("float16", "bfloat16", "float32")
 
@@ -68,12 +68,7 @@ class Dnn:
             if fresh and warm:
                 launch()
                 call("cuStreamSynchronize", self.capture_stream)
-            call("cuStreamBeginCapture", self.capture_stream, _capture_mode())
-            try:
-                launch()
-            finally:
-                graph = call("cuStreamEndCapture", self.capture_stream)
-            return graph
+            return captured(self.capture_stream, launch)
 
     def _build(self, attrs: dict, shapes: list, dtype: str, out_shape, has_bias: bool, ws_bytes: int) -> "ConvProblem":
         cudnn = self.cudnn
@@ -130,19 +125,6 @@ class ConvProblem:
     y: object
 
 
-def _capture_mode():
-    from cuda.bindings import driver
-    return driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-
-
-_SHARED: dict = {}
-_SHARED_LOCK = threading.Lock()
-
-
 def shared_dnn(device, tf32: bool = False) -> Dnn:
     """One cuDNN handle per device and precision mode, shared by all sessions of the process."""
-    key = (device.ordinal, tf32)
-    with _SHARED_LOCK:
-        if key not in _SHARED:
-            _SHARED[key] = Dnn(device, tf32=tf32)
-        return _SHARED[key]
+    return shared(Dnn, device, tf32)

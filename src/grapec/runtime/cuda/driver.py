@@ -6,6 +6,7 @@ runner creates its own: runner.py).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from ...errors import BackendError, gpu_package
 
@@ -145,3 +146,29 @@ class KernelArgs:
     @property
     def address(self) -> int:
         return ctypes.addressof(self.array)
+
+
+def captured(stream, launch) -> object:
+    """The CUDA graph of what launch() puts on `stream` (relaxed capture: library calls may query
+    the driver meanwhile)."""
+    from cuda.bindings import driver
+    call("cuStreamBeginCapture", stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+    try:
+        launch()
+    finally:
+        graph = call("cuStreamEndCapture", stream)
+    return graph
+
+
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(cls, device, tf32: bool = False):
+    """One cls(device, tf32=tf32) per device and precision mode in the process (a library handle with
+    the problems it has met: blas.Blas, dnn.Dnn), shared by all sessions."""
+    key = (cls, device.ordinal, tf32)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = cls(device, tf32=tf32)
+        return _SHARED[key]
