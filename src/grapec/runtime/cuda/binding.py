@@ -156,16 +156,16 @@ class ZeroCopy:
             params = builder.kernel_params(*builder.kernel_step_launch(st))
             return seg, node, lambda s, n: call("cuGraphExecKernelNodeSetParams", s.exec, n, params)
         if isinstance(st, LibraryStep):
-            child = builder.matmul_child(st)
+            child = builder.library_child(st)
             if not is_kernel_node(node):
                 return seg, node, lambda s, n: call("cuGraphExecChildGraphNodeSetParams", s.exec, n, child)
             only = single_kernel(child)
             if only is None:
-                raise _Unpatchable("cuBLASLt captured more than one kernel for the caller's buffer")
+                raise _Unpatchable(f"the library ({st.attrs['op']}) captured more than one kernel for the caller's buffer")
             new, old = call("cuGraphKernelNodeGetParams", only), call("cuGraphKernelNodeGetParams", node)
             same = (int(new.func) == int(old.func) and (new.blockDimX, new.gridDimX, new.sharedMemBytes)
                     == (old.blockDimX, old.gridDimX, old.sharedMemBytes))
             if not same:
-                raise _Unpatchable("cuBLASLt picked another kernel for the caller's buffer")
+                raise _Unpatchable(f"the library ({st.attrs['op']}) picked another kernel for the caller's buffer")
             return seg, node, lambda s, n: call("cuGraphExecKernelNodeSetParams", s.exec, n, new)
-        raise _Unpatchable(f"step {i} is not a kernel or cuBLASLt node")
+        raise _Unpatchable(f"step {i} is not a kernel or library node")

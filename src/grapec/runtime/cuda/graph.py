@@ -183,8 +183,12 @@ class GraphBuilder:
         self.r.keep(self.bucket, child)
         return child
 
+    def library_child(self, st: LibraryStep):
+        """The step's library call (cuDNN convolution or cuBLASLt GEMM), captured as a graph."""
+        return self.conv_child(st) if st.attrs["op"] == "conv" else self.matmul_child(st)
+
     def library(self, graph, deps, st: LibraryStep):
-        child = self.conv_child(st) if st.attrs["op"] == "conv" else self.matmul_child(st)
+        child = self.library_child(st)
         if self.r.flat_gemms:
             node = self.inlined(graph, deps, child)
             if node is not None:
