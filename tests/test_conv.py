@@ -102,3 +102,17 @@ def test_a_concatenation_several_convolutions_read_is_stored_once(name, pooling)
     steps = grapec.compile(path, dims={"batch": 4}, targets=[]).manifest["buckets"][0]["steps"]
     kernels_at_most = ops.count("Concat") + sum(ops.count(p) for p in pooling) + 6   # + input copy, head, classifier
     assert steps["kernel"] <= kernels_at_most, (steps, kernels_at_most)
+
+
+@pytest.mark.no_round_trip("the tampered bundle is refused on purpose")
+def test_a_conv_step_whose_attributes_do_not_give_its_output_is_refused_on_load():
+    from grapec.bundle.format import Bundle
+    from grapec.errors import BundleError
+    b = grapec.compile(conv_model(CASES[0]), targets=[])
+    step = next(st for st in b.plans[0].steps if st.op == "library")
+    step.attrs["pads"] = [9, 9, 9, 9]
+    with pytest.raises(BundleError, match="conv of x"):
+        Bundle.from_bytes(b.to_bytes())
+    del step.attrs["pads"]
+    with pytest.raises(BundleError, match="malformed conv step"):
+        Bundle.from_bytes(b.to_bytes())

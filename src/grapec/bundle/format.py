@@ -292,6 +292,22 @@ def _check_view(view, buf, what):
         raise BundleError(f"{what}: view {view} reaches element {last} of a buffer of {n}")
 
 
+def _check_conv(st, bufs, what):
+    """A channels-last `conv` step (ir/library.py): its window attributes and the shapes they give."""
+    a = st.attrs
+    try:
+        (sh, sw), (dh, dw), (pt, pl, pb, pr) = a["strides"], a["dilations"], a["pads"]
+        group = int(a.get("group", 1))
+        (n, h, w, c), (k, r, s, cg), out = bufs[st.args[0]].shape, bufs[st.args[1]].shape, bufs[st.out].shape
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise BundleError(f"{what}: malformed conv step (attrs {a})") from None
+    oh = (h + pt + pb - (r - 1) * dh - 1) // sh + 1 if min(sh, dh) > 0 else -1
+    ow = (w + pl + pr - (s - 1) * dw - 1) // sw + 1 if min(sw, dw) > 0 else -1
+    bias_ok = len(st.args) < 3 or st.args[2] < 0 or bufs[st.args[2]].shape == (k,)
+    if group < 1 or c != cg * group or k % group or tuple(out) != (n, oh, ow, k) or not bias_ok:
+        raise BundleError(f"{what}: conv of x{[n, h, w, c]} w{[k, r, s, cg]} with {a} cannot write {list(out)}")
+
+
 def _validate_plan(plan: Plan, weight_bytes, kernels, nk):
     arena = plan.arena_bytes
     bufs = plan.buffers
@@ -343,6 +359,8 @@ def _validate_plan(plan: Plan, weight_bytes, kernels, nk):
                 for key, view in (st.attrs.get("views") or {}).items():
                     b = st.out if key == "out" else st.args[int(key)]
                     _check_view(view, bufs[b], f"{what} view {key}")
+                if st.attrs.get("op") == "conv":
+                    _check_conv(st, bufs, what)
             elif isinstance(st, ScanStoreStep):
                 check_buf(st.src, what)
                 check_buf(st.dst, what)
