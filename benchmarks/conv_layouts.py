@@ -48,9 +48,10 @@ def cudnn_conv(torch, cudnn, handle, x, w, b, stride, pad, nhwc: bool):
     B = g.tensor(name="B", dim=[1, k, 1, 1], stride=[k, 1, k, k], data_type=dt)
     conv = g.conv_fprop(image=X, weight=W, padding=[pad, pad], stride=[stride, stride], dilation=[1, 1])
     Y = g.relu(input=g.add(a=conv, b=B))
-    Y.set_output(True).set_data_type(dt)
-    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     oh = (h + 2 * pad - r) // stride + 1
+    # the output's strides said outright: left to cuDNN they follow the input's (NHWC) whatever y is
+    Y.set_output(True).set_data_type(dt).set_dim([n, k, oh, oh]).set_stride(strides([n, k, oh, oh]))
+    g.build([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
     fmt = torch.channels_last if nhwc else torch.contiguous_format
     xx, ww = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
     y = torch.empty((n, k, oh, oh), dtype=x.dtype, device="cuda").contiguous(memory_format=fmt)
