@@ -49,8 +49,9 @@ def _flip_round(g: Graph) -> bool:
     for name, node in producers.items():
         k = node.attrs["kernel"]
         users = readers.get(name, [])
-        if len(k.shape) != 4 or k.shape[2] * k.shape[3] == 1 or name in outputs or not users \
-                or any(u.op != "Kernel" or name in outer_reads(u) for u in users):
+        if not isinstance(k, K.Kernel) or len(k.shape) != 4 or k.shape[2] * k.shape[3] == 1 or name in outputs \
+                or not users or any(u.op != "Kernel" or not isinstance(u.attrs["kernel"], K.Kernel)
+                                    or name in outer_reads(u) for u in users):
             continue
         if _gain(k, users, name) <= 0:
             continue
