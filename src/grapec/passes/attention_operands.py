@@ -20,12 +20,13 @@ the operand's index space (integer arithmetic, exact).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
 import numpy as np
 
 from ..ir import kernel as K
 from ..ir.attention import AttentionKernel, Operand
-from ..ir.graph import Graph, outer_reads
+from ..ir.graph import Graph
 from ..ir.interpret import run_kernel
 from .fuse import drop_unused, is_gather
 
@@ -41,15 +42,6 @@ def attention_operands(g: Graph) -> Graph:
     return drop_unused(g) if changed else g
 
 
-def _readers(g: Graph) -> dict:
-    users: dict = {}
-    for n in g.nodes:
-        for i in list(n.inputs) + sorted(outer_reads(n)):
-            if i:
-                users.setdefault(i, []).append(n)
-    return users
-
-
 def _copy_of(g: Graph, name: str):
     """The pure-gather Kernel node writing `name`, or None."""
     node = g.producers().get(name)
@@ -63,7 +55,7 @@ def _inputs_through_copies(g: Graph, node) -> bool:
     ak: AttentionKernel = node.attrs["kernel"]
     b = ak.batch
     extents = {0: (*b, ak.seq_q, ak.head_dim), 1: (*b, ak.seq_k, ak.head_dim), 2: (*b, ak.seq_k, ak.value_dim)}
-    readers = _readers(g)
+    readers = g.consumers()
     ops = [ak.q, ak.k, ak.v]
     inputs, names, changed = list(ak.inputs), list(node.inputs), False
     for slot in (0, 1, 2):
@@ -77,10 +69,10 @@ def _inputs_through_copies(g: Graph, node) -> bool:
 
         def at(x, op=ops[slot], shape=k.shape, k=k, src_shape=src_shape):
             flat = op.offset + sum(s * xi for s, xi in zip(op.strides, x))
-            index = K.rebuild(k.body, tuple(K.const(i, "int64") for i in _unravel(flat, shape))).args[1]
+            index = K.rebuild(k.body, tuple(K.const(int(i), "int64") for i in np.unravel_index(flat, shape))).args[1]
             if not all(i.is_const for i in index):
                 return None
-            return _ravel([i.value for i in index], src_shape)
+            return int(np.ravel_multi_index([i.value for i in index], src_shape))
         found = _affine(at, extents[slot])
         if found is None:
             continue
@@ -90,14 +82,14 @@ def _inputs_through_copies(g: Graph, node) -> bool:
         changed = True
     if changed:
         node.inputs = names
-        node.attrs["kernel"] = _replace(ak, inputs=tuple(inputs), q=ops[0], k=ops[1], v=ops[2])
+        node.attrs["kernel"] = replace(ak, inputs=tuple(inputs), q=ops[0], k=ops[1], v=ops[2])
     return changed
 
 
 def _output_through_copy(g: Graph, node) -> bool:
     ak: AttentionKernel = node.attrs["kernel"]
     out = node.outputs[0]
-    readers = _readers(g)
+    readers = g.consumers()
     while True:   # through reshapes (Views: the same bytes, row-major) to the one copy that reads them
         users = readers.get(out, [])
         if len(users) != 1 or out in g.outputs:
@@ -125,7 +117,7 @@ def _output_through_copy(g: Graph, node) -> bool:
         return False
     node.outputs = list(copy.outputs)
     node.origin = list(dict.fromkeys(node.origin + copy.origin))
-    node.attrs["kernel"] = _replace(ak, shape=tuple(k.shape), out=Operand(*found))
+    node.attrs["kernel"] = replace(ak, shape=tuple(k.shape), out=Operand(*found))
     g.nodes = [n for n in g.nodes if n is not copy]
     return True
 
@@ -172,23 +164,6 @@ def _strides(shape) -> list:
         out[i] = acc
         acc *= shape[i]
     return out
-
-
-def _unravel(flat: int, shape) -> tuple:
-    out = []
-    for d in reversed(shape):
-        out.append(flat % d)
-        flat //= d
-    return tuple(reversed(out))
-
-
-def _ravel(index, shape) -> int:
-    return sum(i * s for i, s in zip(index, _strides(shape)))
-
-
-def _replace(ak: AttentionKernel, **changes) -> AttentionKernel:
-    from dataclasses import replace
-    return replace(ak, **changes)
 
 
 __all__ = ["attention_operands"]

@@ -39,11 +39,7 @@ def channels_last(g: Graph) -> Graph:
 
 def _flip_round(g: Graph) -> bool:
     producers = {n.outputs[0]: n for n in g.nodes if n.op == "Kernel"}
-    readers: dict = {}
-    for n in g.nodes:
-        for i in set(n.inputs) | outer_reads(n):
-            if i:
-                readers.setdefault(i, []).append(n)
+    readers = g.consumers()
     outputs = set(g.outputs)
     flipped = False
     for name, node in producers.items():
