@@ -107,7 +107,8 @@ def _shape_options(f):
 
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
-             device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto"):
+             device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
+             grid_stitch="auto"):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_ranges
     from .inputs import load_calibration_inputs
@@ -121,13 +122,17 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
-                         conv=conv)
+                         conv=conv, grid_stitch=grid_stitch)
 
 
 CONV_HELP = ("How convolutions run. auto and cudnn: each 1-D and 2-D floating-point Conv is one channels-last "
              "convolution (cuDNN on the GPU, NHWC, bias fused; the kernels around it read and write NHWC); it needs "
              "nvidia-cudnn-frontend and cuDNN 9 where the bundle runs. gemm: an im2col gather + one GEMM each "
              "(cuBLASLt only; slower, most of all at batch > 1). Integer and 3-D convolutions always take gemm.")
+GRID_STITCH_HELP = ("auto: where a plan is one chain of short kernels (a decode step, a short sequence), runs of them "
+                    "become one cooperative kernel on the GPU, a grid-wide barrier between its stages instead of a "
+                    "graph node each; the cost model decides, and the compile log and grapec inspect --fusion show "
+                    "the runs. off: every kernel its own node.")
 DYNAMIC_HELP = ("A range of a named dim, both ends included (e.g. seq=1:512; repeatable, several dims give every "
                 "combination). Every size gets a plan compiled for it exactly, so it runs as fast as a bundle made for "
                 "that size alone; the plans share one arena (the largest size's), the kernels (sizes are passed as "
@@ -207,14 +212,15 @@ def _branches(serial: bool, max_branches: int) -> int:
 @_precision_option
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
 @click.option("--conv", type=click.Choice(["auto", "cudnn", "gemm"]), default="auto", show_default=True, help=CONV_HELP)
+@click.option("--grid-stitch", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+              help=GRID_STITCH_HELP)
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @_branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
-            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, device_profile, serial,
-            max_branches, force,
-            quiet):
+            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, grid_stitch, device_profile,
+            serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
@@ -236,7 +242,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
-                      _branches(serial, max_branches), dynamic, jobs, calibration_dims, conv)
+                      _branches(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -434,6 +440,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               help="For an .onnx MODEL: how much to fuse (see grapec compile --help).")
 @click.option("--conv", type=click.Choice(["auto", "cudnn", "gemm"]), default="auto", show_default=True,
               help="For an .onnx MODEL: how convolutions run (see grapec compile --help).")
+@click.option("--grid-stitch", type=click.Choice(["auto", "off"]), default="auto", show_default=True,
+              help="For an .onnx MODEL: runs of short kernels as one cooperative kernel (see grapec compile --help).")
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
@@ -444,7 +452,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               "of grapec inspect --schedule.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, calibration_dims,
-          precision_tolerance, seed, inputs, fusion, conv, device_profile, per_step, serial, max_branches, timeline, as_json):
+          precision_tolerance, seed, inputs, fusion, conv, grid_stitch, device_profile, per_step, serial, max_branches, timeline,
+          as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -468,7 +477,8 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     calib = load_calibration_inputs(calibration_inputs)
     options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
                    calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
-                   precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, device_profile=device_profile)
+                   precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, grid_stitch=grid_stitch,
+                   device_profile=device_profile)
     bundle = grapec.compile(model, max_branches=_branches(serial, max_branches), **options) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")

@@ -24,6 +24,8 @@
         plan_memory + PlanBuilder one arena, offsets, the typed plan (plan.py)
         schedule_streams          launch order, edges and parallel branches of the CUDA graph; every
                                   reuse of arena bytes checked to be ordered by the edges (hazards.py)
+        plan_stitches             runs of short kernels as one cooperative kernel, a grid barrier between
+                                  stages (passes/grid_stitch.py; the GPU's graph builder reads Plan.stitches)
     Bundle                        manifest, weights, kernels, plans
 """
 from __future__ import annotations
@@ -55,6 +57,7 @@ from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
 from .ops.conv import CONV_PATHS
+from .passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
 from .passes.mappings import choose_mappings
 from .cost.device import DeviceProfile
 from .cost.report import plan_report
@@ -169,6 +172,7 @@ class BucketContext:
     fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
     shared_weights: bool = False   # several buckets: one layout per weight in all of them
     conv: str = "auto"             # ops/conv.py conv_path
+    grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
 
 
 @dataclass
@@ -196,6 +200,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     plan = PlanBuilder(weights, kernels).build(low)
     check_plan_fits(plan, weights, ctx.profile, ishapes)
     streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches)
+    stitched = plan_stitches(plan, kernels.kernels, ctx.profile, ctx.grid_stitch)
     unordered = unordered_conflicts(plan.steps, plan.buffers)
     if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
         raise GrapecError("internal error, please report it: the plan's edges leave steps that share arena "
@@ -211,11 +216,16 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     else:
         meta["fusion_report"] = report
     meta["schedule"] = schedule
+    if stitched:
+        meta["stitches"] = [r.to_json() for r in stitched]
     mem = plan.memory
     log = [f"{_fmt_shapes(ishapes)}: {sum(counts.values())} steps ({dict(counts)}), "
            f"arena {mem['arena_bytes'] / 2**20:.2f} MiB = {mem['ratio_to_lower_bound']}x live lower bound, "
            f"{time.perf_counter() - t1:.1f}s",
            f"schedule: {streams.reason}"]
+    if stitched:
+        log.append(f"grid stitching: {sum(r.end - r.first for r in stitched)} steps in {len(stitched)} cooperative "
+                   f"kernel(s), an estimated {sum(r.saved_us for r in stitched):.1f} us of node gaps saved")
     return BucketResult(plan, meta, [_io_meta_out(low, n) for n in low.outputs], notes, log)
 
 
@@ -230,7 +240,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   calibration_dims: dict | None = None,
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
-                  conv: str = "auto") -> Bundle:
+                  conv: str = "auto", grid_stitch: str = "auto") -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -274,6 +284,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     conv:    "auto" (default: 1-D and 2-D floating-point convolutions as one channels-last `conv` library
              node each, cuDNN on the GPU), "cudnn" (the same) or "gemm" (an im2col gather + GEMM each:
              no cuDNN needed on the GPU machine).
+    grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
+             a grid-wide barrier between its stages, where the cost model says it saves node gaps;
+             passes/grid_stitch.py) or "off".
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -284,6 +297,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
     if conv not in CONV_PATHS:
         raise GrapecError(f"--conv {conv}: expected one of {', '.join(CONV_PATHS)}")
+    if grid_stitch not in STITCH_MODES:
+        raise GrapecError(f"--grid-stitch {grid_stitch}: expected one of {', '.join(STITCH_MODES)}")
     from .cost.device import load_profile
     profile = load_profile(device_profile)
     proto, contrib_problems = contrib_as_onnx(load_model(model))   # onnxruntime's com.microsoft ops
@@ -333,7 +348,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
-                        shared_weights=len(bucket_shapes) > 1, conv=conv)
+                        shared_weights=len(bucket_shapes) > 1, conv=conv, grid_stitch=grid_stitch)
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     relocate_weights(plans, weights.share_prefixes())

@@ -21,6 +21,9 @@
                                cond_in := cond_out; counter += 1
                            exit steps (carried slots into the Loop's outputs, where they differ)
       arena_bytes, memory (the memory planner's report)
+      stitches       [Stitch]: runs of top-level kernel steps [first, end) that the GPU runs as one
+                     cooperative kernel, each stage after a grid-wide barrier (passes/grid_stitch.py);
+                     the CPU backend and every report still see the steps one by one
       aliases        [(buffer, the buffer whose bytes it is)]: Views and values of If/Loop bodies that
                      live in an enclosing value's bytes (what zero-copy I/O must follow; None in
                      plans from before grapec recorded them)
@@ -127,6 +130,23 @@ REGIONS = (IfStep, LoopStep)
 
 
 @dataclass
+class Stitch:
+    """Top-level steps [first, end), all KernelSteps, run on the GPU as one cooperative kernel of
+    `block` threads a block: stage after stage, a grid-wide barrier between them (codegen/grid_stitch.py)."""
+    first: int
+    end: int
+    block: int
+
+    def to_json(self) -> list:
+        return [self.first, self.end, self.block]
+
+    @staticmethod
+    def from_json(row) -> "Stitch":
+        first, end, block = (int(x) for x in row)
+        return Stitch(first, end, block)
+
+
+@dataclass
 class Plan:
     buffers: list
     inputs: list
@@ -135,6 +155,7 @@ class Plan:
     arena_bytes: int
     memory: dict = field(default_factory=dict)
     aliases: list | None = None
+    stitches: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         d = {"buffers": [b.to_json() for b in self.buffers], "inputs": [list(x) for x in self.inputs],
@@ -142,7 +163,13 @@ class Plan:
              "arena_bytes": self.arena_bytes, "memory": self.memory}
         if self.aliases is not None:
             d["aliases"] = [list(a) for a in self.aliases]
+        if self.stitches:
+            d["stitches"] = [st.to_json() for st in self.stitches]
         return d
+
+    def stitch_at(self, first: int):
+        """The Stitch starting at top-level step `first`, or None."""
+        return next((st for st in self.stitches if st.first == first), None)
 
     def storage_of(self) -> list:
         """Per buffer, the buffer that owns its bytes (itself unless it is an alias)."""
@@ -165,9 +192,17 @@ class Plan:
             aliases = [(int(b), int(of)) for b, of in aliases]
             if any(not (0 <= b < len(buffers) and 0 <= of < len(buffers)) or of == b for b, of in aliases):
                 raise ValueError("an alias names a buffer the plan does not have")
+        steps = steps_from_json(d["steps"])
+        stitches = [Stitch.from_json(r) for r in d.get("stitches") or []]
+        ends = 0
+        for st in stitches:
+            if not (ends <= st.first < st.end <= len(steps)) or not 32 <= st.block <= 1024 \
+                    or not all(isinstance(s, KernelStep) for s in steps[st.first:st.end]):
+                raise ValueError(f"stitch {st.to_json()} is not an ordered run of kernel steps of the plan")
+            ends = st.end
         return Plan(buffers, [(str(n), int(b)) for n, b in d["inputs"]],
-                    [(str(n), int(b)) for n, b in d["outputs"]], steps_from_json(d["steps"]),
-                    int(d["arena_bytes"]), dict(d.get("memory") or {}), aliases)
+                    [(str(n), int(b)) for n, b in d["outputs"]], steps,
+                    int(d["arena_bytes"]), dict(d.get("memory") or {}), aliases, stitches)
 
 
 def steps_to_json(steps: list) -> list:

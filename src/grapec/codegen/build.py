@@ -11,14 +11,18 @@ Manifest entry "cuda": {"kernels": [function name per bundle kernel], "launch": 
 split] per bundle kernel] (codegen/launch.py), "scalars": [[[type, value]..] per bundle kernel: the
 size arguments passed after its pointers], "targets": [...], "ptx": arch or null, "nvrtc": version,
 "dependent_launch": true (every kernel waits for its predecessor in G_AWAIT_PREDECESSOR, so the
-runtime may join kernel nodes by programmatic edges on sm_90 and newer; absent in older bundles)}.
+runtime may join kernel nodes by programmatic edges on sm_90 and newer; absent in older bundles),
+"stitches": [[bucket, first step, function, dynamic shared bytes] per Stitch of the plans]
+(codegen/grid_stitch.py)}.
 """
 from __future__ import annotations
 
 import re
 
+from ..ir.kinds import kernel_from_json
 from ..plan import ScanStoreStep, kernel_steps, regions, walk_steps
 from .control import SCAN_STORE, build_control_cubin
+from .grid_stitch import STITCH_PRELUDE, render_stitch, stage_function, virtual_grid
 from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
 
@@ -29,6 +33,8 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     source = module.source
     if any(isinstance(st, ScanStoreStep) for p in plans for st in walk_steps(p.steps)):
         source += SCAN_STORE
+    stitched, stitches = stitch_code(module, kernels_json, plans)
+    source += stitched
     line_of, line = [], module.prelude.count("\n") + 1
     for body, first in zip(module.bodies, module.first_user):
         line_of.append((line, first))
@@ -47,7 +53,34 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     entry = {"control": graphed, "kernels": module.names, "launch": [la.to_json() for la in module.launches],
              "scalars": module.scalars, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version(),
              "dependent_launch": True}
+    if stitches:
+        entry["stitches"] = stitches
     return sections, entry
+
+
+def stitch_code(module, kernels_json: list, plans: list) -> tuple:
+    """-> (CUDA C of every plan's stitched kernels, the manifest's "stitches" rows). Last in the source:
+    its stage functions redefine the kernels' macros inside their namespaces."""
+    if not any(p.stitches for p in plans):
+        return "", []
+    kernels = [kernel_from_json(k) for k in kernels_json]
+    stage_texts, kernel_texts, rows, made = {}, [], [], set()
+    for bucket, plan in enumerate(plans):
+        for sti in plan.stitches:
+            stages = []
+            for st in plan.steps[sti.first:sti.end]:
+                k, fname = st.kernel, module.names[st.kernel]
+                key = (fname, sti.block)
+                if key not in stage_texts:
+                    stage_texts[key] = stage_function(fname, module.body_of[fname], kernels[k], module.launches[k], sti.block)
+                stages.append((stage_texts[key], virtual_grid(kernels[k], module.launches[k], sti.block)))
+            name, text = render_stitch(stages, sti.block)
+            if name not in made:
+                made.add(name)
+                kernel_texts.append(text)
+            rows.append([bucket, sti.first, name, max(fn.smem for fn, _ in stages)])
+    source = "\n" + STITCH_PRELUDE + "\n".join(fn.text for fn in stage_texts.values()) + "\n\n" + "\n\n".join(kernel_texts) + "\n"
+    return source, rows
 
 
 def _compile(source, arch, ptx, origins, line_of):

@@ -49,6 +49,7 @@ class CudaModule:
     launches: list = field(default_factory=list)   # per bundle kernel: its Launch
     first_user: list = field(default_factory=list)  # per body: the first bundle kernel that runs it
     tensor_cores: bool = False                     # some kernel uses the mma helpers
+    body_of: dict = field(default_factory=dict)    # function name -> its definition (one of bodies)
 
     @property
     def prelude(self) -> str:
@@ -96,6 +97,7 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
             body_index[name] = len(m.bodies)
             m.bodies.append(body.replace(_NAME, name))
             m.first_user.append(first)
+            m.body_of[name] = m.bodies[-1]
 
     for members in groups.values():
         distinct = list(dict.fromkeys(texts[i] for i in members))

@@ -148,7 +148,10 @@ class ZeroCopy:
 
     def _update(self, builder: GraphBuilder, bucket: int, i: int) -> tuple:
         """(segment, node, setter) repointing top-level step i, checked before anything is set."""
-        st = self.r.plan(bucket).steps[i]
+        plan = self.r.plan(bucket)
+        st = plan.steps[i]
+        if any(run.first <= i < run.end for run in plan.stitches):   # passes/grid_stitch.py keeps I/O steps out
+            raise _Unpatchable(f"step {i} runs inside a stitched kernel")
         seg = self.r.segment_of(bucket, i)
         self.r.own_exec(seg)
         node = seg.nodes[i - seg.first]

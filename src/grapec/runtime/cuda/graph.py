@@ -9,6 +9,8 @@ One builder serves the top level and every region body, so a body holds the same
                     IF node with two bodies: then and else
     LoopStep        the enter copies, grapec_loop_enter, a conditional WHILE node whose body is the
                     Loop's body ending in grapec_loop_next, then the exit copies
+A Stitch of the plan (passes/grid_stitch.py) is one cooperative kernel node for all its steps: its
+grid stays resident, its stages separated by grid barriers on a counter of the runner's.
 Each node waits for the steps its plan step names (`deps`, passes/streams.py): steps no edge
 orders run as parallel branches. The handles of conditional nodes are created on the graph that
 holds the node, as the driver requires for nesting. A cuBLASLt call uses its runner's workspace of its
@@ -78,17 +80,29 @@ class GraphBuilder:
         return self.r.ptr(self.bucket, b)
 
     def add_steps(self, graph, steps: list, entry: list, order: list | None = None, stamps: list | None = None,
-                  record: list | None = None) -> list:
+                  record: list | None = None, stitches: list = ()) -> list:
         """Add steps to graph, each after the steps it waits for (plan.step_deps, or `order`: each
         step's dependencies as indices into steps) and the first ones after `entry`; returns the
         nodes nothing in the list waits for (what follows must wait for them).
         stamps: [(start event, end event)] per step: each step is put between two event record
         nodes (runtime/cuda/timeline.py), and no edge is programmatic.
-        record: gets each step's node, in order (what zero-copy I/O repoints later)."""
+        record: gets each step's node, in order (what zero-copy I/O repoints later).
+        stitches: [Stitch] over `steps` (plan.py): each run is one cooperative kernel node, which every
+        step of the run has as its node; ignored with stamps (each step is timed alone)."""
         nodes, kernel_nodes, waited = [], set(), set()
-        for i, (st, deps) in enumerate(zip(steps, step_deps(steps) if order is None else order)):
-            preds = [nodes[d] for d in deps] or list(entry)
+        runs = {} if stamps is not None else {s.first: s for s in stitches}
+        all_deps = step_deps(steps) if order is None else order
+        for i, (st, deps) in enumerate(zip(steps, all_deps)):
             waited.update(deps)
+            if i < len(nodes):   # a later stage of a stitch added at its first step
+                continue
+            if i in runs:
+                run = runs[i]
+                outside = sorted({d for ds in all_deps[run.first:run.end] for d in ds if d < run.first})
+                node = self.stitch(graph, [nodes[d] for d in outside] or list(entry), steps[run.first:run.end], run)
+                nodes += [node] * (run.end - run.first)
+                continue
+            preds = [nodes[d] for d in deps] or list(entry)
             if stamps is not None:
                 preds = [call("cuGraphAddEventRecordNode", graph, preds, len(preds), stamps[i][0])]
             # a programmatic edge joins two generated kernels; any other predecessor gets a plain one
@@ -116,7 +130,7 @@ class GraphBuilder:
             nodes.append(node)
         if record is not None:
             record.extend(nodes)
-        tail = [n for i, n in enumerate(nodes) if i not in waited]
+        tail = list({id(n): n for i, n in enumerate(nodes) if i not in waited}.values())
         return tail if nodes else list(entry)
 
     # --- node kinds ------------------------------------------------------------------------------
@@ -126,7 +140,7 @@ class GraphBuilder:
         return (self.r.functions[st.kernel], grid, block, [self.ptr(st.out)] + [self.ptr(a) for a in st.args],
                 self.r.scalars[st.kernel])
 
-    def kernel_params(self, func, grid, block, pointers, scalars=()):
+    def kernel_params(self, func, grid, block, pointers, scalars=(), shared_bytes: int = 0):
         """The node parameters of one launch; its argument array is kept with the bucket."""
         from cuda.bindings import driver
         args = KernelArgs(pointers, scalars)
@@ -135,7 +149,7 @@ class GraphBuilder:
         p.func = func
         p.gridDimX, p.gridDimY, p.gridDimZ = grid, 1, 1
         p.blockDimX, p.blockDimY, p.blockDimZ = block, 1, 1
-        p.sharedMemBytes = 0
+        p.sharedMemBytes = shared_bytes
         p.kernelParams = args.address
         return p
 
@@ -151,6 +165,23 @@ class GraphBuilder:
             edge.type = driver.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
             n = len(programmatic)
             call("cuGraphAddDependencies", graph, list(programmatic), [node] * n, [edge] * n, n)
+        return node
+
+    def stitch(self, graph, deps, stages: list, run):
+        """The stitched kernel of `stages` (KernelSteps; codegen/grid_stitch.py) as one cooperative kernel
+        node: its grid is as many blocks as stay resident together, its barrier counter the runner's."""
+        from cuda.bindings import driver
+        func, shared_bytes, grid = self.r.model.stitch(self.bucket, run.first, run.block)
+        pointers, scalars = [self.r.stitch_counter(self.bucket, run.first)], []
+        for st in stages:
+            _, _, _, ptrs, sc = self.kernel_step_launch(st)
+            pointers += ptrs
+            scalars += sc
+        p = self.kernel_params(func, grid, run.block, pointers, scalars, shared_bytes)
+        node = call("cuGraphAddKernelNode", graph, deps, len(deps), p)
+        value = driver.CUlaunchAttributeValue()
+        value.cooperative = 1
+        call("cuGraphKernelNodeSetAttribute", node, driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, value)
         return node
 
     def matmul_child(self, st: LibraryStep):

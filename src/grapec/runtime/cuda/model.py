@@ -17,6 +17,11 @@ from .driver import Device, call
 CONDITIONAL_DRIVER = 12080
 # Programmatic edges between the kernel nodes of a graph came with CUDA 12.3.
 DEPENDENT_LAUNCH_DRIVER = 12030
+# A stitched kernel's grid: blocks per SM, at most (as many as stay resident together, at least one).
+# More blocks share a stage's work finer, but each barrier then counts more arrivals.
+# GRAPEC_STITCH_BLOCKS_PER_SM sets another (benchmarks/grid_stitch.py measures 1 and 2).
+STITCH_BLOCKS_PER_SM = 1
+STATIC_SHARED_LIMIT = 48 << 10
 
 
 def runs_here(arch: str, cc: tuple) -> bool:
@@ -76,6 +81,8 @@ class CudaModel:
             raise BackendError("this bundle was made by an older grapec (no kernel launch shapes); recompile it")
         self.scalars = bundle.manifest["cuda"].get("scalars") or [[] for _ in names]   # size arguments
         self.control = self._control_module(bundle)
+        self._stitches = {(int(b), int(f)): (str(name), int(smem))
+                          for b, f, name, smem in bundle.manifest["cuda"].get("stitches") or []}
         self.dependent_launch = uses_dependent_launch(bundle, self.code, self.dev.cc)
         sizes = {"weights": len(bundle.weights), "activation arena": bundle.largest_arena()}
         if arenas > 1:
@@ -117,6 +124,28 @@ class CudaModel:
         if name not in self._extra:
             self._extra[name] = call("cuModuleGetFunction", self.module, name.encode())
         return self._extra[name]
+
+    def stitch(self, bucket: int, first: int, block: int) -> tuple:
+        """(function, dynamic shared bytes, grid) of the bucket's stitched kernel at step `first`: the grid
+        is what stays resident on this GPU, which a cooperative launch needs."""
+        key = ("stitch", bucket, first, block)
+        if key not in self._extra:
+            if (bucket, first) not in self._stitches:
+                raise BackendError(f"bucket {bucket}'s plan stitches steps from {first} on, but the bundle has no "
+                                   "stitched kernel for them (a damaged bundle): recompile it")
+            name, smem = self._stitches[(bucket, first)]
+            func = self.function(name)
+            if smem > STATIC_SHARED_LIMIT:
+                from cuda.bindings import driver
+                call("cuFuncSetAttribute", func,
+                     driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            per_sm = call("cuOccupancyMaxActiveBlocksPerMultiprocessor", func, block, smem)
+            if per_sm < 1:
+                raise BackendError(f"the stitched kernel {name} ({block} threads, {smem} bytes of shared memory) cannot "
+                                   f"run on {self.dev.name}: recompile with --grid-stitch off")
+            want = int(os.environ.get("GRAPEC_STITCH_BLOCKS_PER_SM", STITCH_BLOCKS_PER_SM))
+            self._extra[key] = (func, smem, self.dev.sms * max(1, min(per_sm, want)))
+        return self._extra[key]
 
     def control_function(self, name: str):
         key = "control:" + name

@@ -21,7 +21,7 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import BackendError
-from ...plan import REGIONS, step_deps, walk_steps
+from ...plan import REGIONS, Stitch, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
 from .driver import call
@@ -79,6 +79,7 @@ class CudaPlanRunner:
         from .blas import Workspaces
         self.workspaces = Workspaces(self.dev)   # this lane's: GEMMs of two lanes may run at once
         self._graphs: dict = {}
+        self._counters: dict = {}   # (bucket, first step) -> device pointer of a stitch's barrier counter
         self._loose: list = []
         self._pending: list = []
         # a captured cuBLASLt call of one kernel becomes a plain kernel node, not a child graph: 1-2% per
@@ -98,6 +99,16 @@ class CudaPlanRunner:
     def synchronize(self):
         """Wait for this runner's stream (its last run)."""
         call("cuStreamSynchronize", self.stream)
+
+    def stitch_counter(self, bucket: int, first: int) -> int:
+        """The grid-barrier counter of the bucket's stitch at step `first` (codegen/grid_stitch.py): 8
+        bytes of this runner's, zeroed once; its launches only ever add to it."""
+        key = (bucket, first)
+        if key not in self._counters:
+            ptr = self.dev.alloc(8, "a grid-barrier counter")
+            call("cuMemsetD8", ptr, 0, 8)
+            self._counters[key] = ptr
+        return self._counters[key]
 
     def keep(self, bucket: int, obj):
         """Keep alive what a graph node points at (kernel arguments, captured child graphs), for as
@@ -132,6 +143,9 @@ class CudaPlanRunner:
             self._evict(bucket, spare=False)
         self.dev.free(getattr(self, "arena", 0))
         self.arena = 0
+        for ptr in getattr(self, "_counters", {}).values():
+            self.dev.free(ptr)
+        self._counters = {}
         if getattr(self, "workspaces", None) is not None:
             self.workspaces.free()
         if getattr(self, "stream", None) is not None:
@@ -248,7 +262,10 @@ class CudaPlanRunner:
         graph = call("cuGraphCreate", 0)
         order = [[d - first for d in deps if d >= first] for deps in step_deps(steps)[first:end]]
         nodes: list = []
-        GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order, record=nodes)
+        plan = self.plan(bucket)
+        stitches = [Stitch(s.first - first, s.end - first, s.block) for s in plan.stitches
+                    if first <= s.first and s.end <= end] if steps is plan.steps else []
+        GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order, record=nodes, stitches=stitches)
         return _Segment(graph, *self._instantiate(graph), first, nodes)
 
     def segment_of(self, bucket: int, step: int) -> _Segment:
