@@ -2,7 +2,7 @@
 
     python benchmarks/grid_stitch.py [--only gpt2-s8,bert-s128] [--iterations 200] [--out DIR]
 
-For each zoo configuration (fp16) the model is compiled twice, --grid-stitch auto and off, and each
+For each zoo configuration (fp16) the model is compiled twice, --grid-stitch on and off, and each
 bundle is written and read back before it is loaded. The stitched bundle runs at one and at two
 blocks per SM (GRAPEC_STITCH_BLOCKS_PER_SM). Every variant's outputs are compared with onnxruntime
 (CPU, fp32) and with the unstitched bundle's, and the stitched one is replayed REPLAYS times more on
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 REPLAYS = 50
-VARIANTS = (("off", "off", "1"), ("stitched-1", "auto", "1"), ("stitched-2", "auto", "2"))
+VARIANTS = (("off", "off", "1"), ("stitched-1", "on", "1"), ("stitched-2", "on", "2"))
 DEFAULT_ONLY = "gpt2-s8,bert-s128,gpt2-s128"
 
 
@@ -56,15 +56,15 @@ def main():
             continue
         path = full_model(name)
         bundles = {}
-        for mode in ("auto", "off"):
+        for mode in ("on", "off"):
             b = grapec.compile(path, dims=dims, precision="fp16", grid_stitch=mode)
             out = os.path.join(tmp, f"{label}-{mode}.grape")
             b.write(out)
             bundles[mode] = Bundle.read(out)
-        stitches = bundles["auto"].plans[0].stitches
-        feeds = bundle_inputs(bundles["auto"].manifest, 0, 0)
+        stitches = bundles["on"].plans[0].stitches
+        feeds = bundle_inputs(bundles["on"].manifest, 0, 0)
         ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
-        row = {"stitches": [s.to_json() for s in stitches], "steps": len(bundles["auto"].plans[0].steps)}
+        row = {"stitches": [s.to_json() for s in stitches], "steps": len(bundles["on"].plans[0].steps)}
         outs = {}
         for vname, mode, per_sm in VARIANTS:
             os.environ["GRAPEC_STITCH_BLOCKS_PER_SM"] = per_sm

@@ -173,6 +173,7 @@ class BucketContext:
     shared_weights: bool = False   # several buckets: one layout per weight in all of them
     conv: str = "auto"             # ops/conv.py conv_path
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
+    dependent_launch: bool = True  # the GPU code targets sm_90+, where programmatic edges join kernel nodes
 
 
 @dataclass
@@ -200,7 +201,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     plan = PlanBuilder(weights, kernels).build(low)
     check_plan_fits(plan, weights, ctx.profile, ishapes)
     streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches)
-    stitched = plan_stitches(plan, kernels.kernels, ctx.profile, ctx.grid_stitch)
+    stitched = plan_stitches(plan, kernels.kernels, ctx.profile, ctx.grid_stitch, ctx.dependent_launch)
     unordered = unordered_conflicts(plan.steps, plan.buffers)
     if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
         raise GrapecError("internal error, please report it: the plan's edges leave steps that share arena "
@@ -224,8 +225,9 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
            f"{time.perf_counter() - t1:.1f}s",
            f"schedule: {streams.reason}"]
     if stitched:
+        saved = sum(r.saved_us for r in stitched)
         log.append(f"grid stitching: {sum(r.end - r.first for r in stitched)} steps in {len(stitched)} cooperative "
-                   f"kernel(s), an estimated {sum(r.saved_us for r in stitched):.1f} us of node gaps saved")
+                   f"kernel(s), estimated {abs(saved):.1f} us {'faster' if saved > 0 else 'slower'} than a node each")
     return BucketResult(plan, meta, [_io_meta_out(low, n) for n in low.outputs], notes, log)
 
 
@@ -285,8 +287,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              node each, cuDNN on the GPU), "cudnn" (the same) or "gemm" (an im2col gather + GEMM each:
              no cuDNN needed on the GPU machine).
     grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
-             a grid-wide barrier between its stages, where the cost model says it saves node gaps;
-             passes/grid_stitch.py) or "off".
+             a grid-wide barrier between its stages, where the cost model says it saves node gaps; on
+             sm_90 it never does, passes/grid_stitch.py says why), "on" (every run that can be) or "off".
     """
     say = progress or (lambda msg: None)
     where = os.fspath(model) if not hasattr(model, "graph") else (model.graph.name or "model")
@@ -348,7 +350,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
-                        shared_weights=len(bucket_shapes) > 1, conv=conv, grid_stitch=grid_stitch)
+                        shared_weights=len(bucket_shapes) > 1, conv=conv, grid_stitch=grid_stitch,
+                        dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]))
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     relocate_weights(plans, weights.share_prefixes())

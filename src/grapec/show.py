@@ -76,7 +76,8 @@ def print_fusion_report(manifest: dict, as_json: bool):
     buckets = manifest.get("buckets", [])
     if as_json:
         click.echo(json.dumps([{"shapes": bk["shapes"], "estimated_us": bk.get("estimated_us"),
-                                "groups": bk.get("fusion_report", [])} for bk in buckets], indent=1))
+                                "groups": bk.get("fusion_report", []), "stitches": bk.get("stitches", [])}
+                               for bk in buckets], indent=1))
         return
     if not any("fusion_report" in bk for bk in buckets):
         raise GrapecError("this bundle has no fusion report (compiled by a grapec before the cost model); recompile it")
@@ -93,6 +94,12 @@ def print_fusion_report(manifest: dict, as_json: bool):
             if r["alternatives"]:
                 click.echo("        lost: " + "; ".join(f"{a['mapping']} ({a['scheme']}) {a['us']:.2f} us"
                                                    for a in r["alternatives"]))
+        for st in bk.get("stitches", []):
+            first, end = st["steps"]
+            saved = st["saved_us"]
+            click.echo(f"  steps {first}..{end - 1}: global-barrier stitching, one cooperative kernel of {st['block']} "
+                       f"threads a block, {end - first} stages ({st['stages_us']:.2f} us), a grid barrier between each two: "
+                       f"estimated {abs(saved):.2f} us {'faster' if saved > 0 else 'slower'} than a node each")
 
 
 def library_ops(plan) -> dict:

@@ -65,6 +65,8 @@ __device__ __forceinline__ void g_grid_wait(const unsigned long long* bar, unsig
 #define G_STAGE_WAIT(bar, target) do { if (threadIdx.x == 0) g_grid_spin(bar, target); __syncthreads(); } while (0)
 """
 
+MIN_BLOCKS_PER_SM = 1   # __launch_bounds__' second argument: caps registers so this many blocks fit an SM
+
 _HEADER = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\((.*)\) \{\n')
 _SHARED = re.compile(r"^(\s*)__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(.*?);(.*)$", re.M)
 _DECLARATOR = re.compile(r"(\w+)((?:\[\d+\])+)")
@@ -175,7 +177,7 @@ def render_stitch(stages: list, block: int) -> tuple:
     sig = hashlib.sha1((params + body).encode()).hexdigest()[:12]
     name = f"gs_{sig}"
     text = "\n".join([
-        f'extern "C" __global__ void __launch_bounds__({block}, 1) {name}({params}) {{',
+        f'extern "C" __global__ void __launch_bounds__({block}, {MIN_BLOCKS_PER_SM}) {name}({params}) {{',
         f"  const unsigned long long g_per_launch = {n - 1}ull * gridDim.x;",
         "  const unsigned long long g_base = g_grid_count(g_bar) / g_per_launch * g_per_launch;",
         body, "}"])

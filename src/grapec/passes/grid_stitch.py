@@ -8,7 +8,13 @@ before it waits at its barrier, so they fly while the stage before it ends (code
 
 A run is stitched where the cost model says it pays: every stage priced under STAGE_MAX_US (a long
 kernel gains nothing from a saved gap and may lose blocks), and (stages - 1) x (node gap - barrier)
-above zero. Only plans of one chain are stitched (a cooperative grid holds every SM it can get, so
+above zero. Measured on an H100 (benchmarks/grid_stitch.py, 2026-11-25), it does not pay there: a
+grid barrier of 132 blocks costs 1.6 us (2.2 us at 264; per-block flags and split counters were
+slower still), while a node joined to its predecessor by a programmatic edge (runtime/cuda/graph.py)
+adds 0.95 us to a replay (GPT-2 seq 8: 280 us a replay, 220 us its 63 steps timed alone), and the
+stages ran no faster inside the stitch than as nodes: stitched, GPT-2 seq 8 took 326 us. So "auto"
+stitches only where no programmatic edges join the kernels (before sm_90), and "on" stitches every
+run it can (to measure, and for GPUs where the balance differs). Only plans of one chain are stitched (a cooperative grid holds every SM it can get, so
 no branch could run beside it), and steps that touch the graph's inputs or outputs stay nodes of
 their own (zero-copy I/O repoints single nodes: runtime/cuda/binding.py).
 The plan's steps do not change: `Plan.stitches` names the runs, and the CPU backend, the reports and
@@ -27,9 +33,10 @@ from ..ir.kinds import kernel_from_json
 from ..ir.small_gemm import SmallGemmKernel
 from ..plan import KernelStep, Plan, Stitch
 
-MODES = ("auto", "off")
+MODES = ("auto", "on", "off")
 STAGE_MAX_US = 20.0        # a stage estimated longer than this keeps its own node
-BARRIER_US = 1.0           # a grid barrier on an H100 (132 blocks arriving): measured by benchmarks/grid_stitch.py
+BARRIER_US = 1.6           # a grid barrier on an H100, 132 blocks arriving (measured 2026-11-25)
+DEPENDENT_GAP_US = 0.95    # what a node adds to a replay when a programmatic edge joins it (H100, GPT-2 seq 8)
 MIN_BLOCK = 256            # generated kernels stride over whatever block they get; 256 keeps 8 warps an SM busy
 PARAM_BYTES = 4000         # a kernel's parameter space (4 KiB), the barrier's pointer taken out
 SCALAR_HEADROOM = 64       # size arguments a stage function merged across buckets may add (codegen/module.py)
@@ -48,11 +55,14 @@ class StitchReport:
                 "saved_us": round(self.saved_us, 2)}
 
 
-def plan_stitches(plan: Plan, kernels: list, profile, mode: str = "auto") -> list:
-    """-> [StitchReport] for the runs worth one cooperative kernel; sets plan.stitches."""
+def plan_stitches(plan: Plan, kernels: list, profile, mode: str = "auto", dependent_launch: bool = True) -> list:
+    """-> [StitchReport] for the runs worth one cooperative kernel ("auto"), or every run that can be
+    one ("on"); sets plan.stitches. dependent_launch: the target joins kernel nodes by programmatic
+    edges (sm_90 and newer), which makes a node's gap the smaller one."""
     plan.stitches = []
-    gain = profile.node_gap_us - BARRIER_US
-    if mode == "off" or gain <= 0 or any(st.branch for st in plan.steps):
+    gap = min(profile.node_gap_us, DEPENDENT_GAP_US) if dependent_launch else profile.node_gap_us
+    gain = gap - BARRIER_US
+    if mode == "off" or (mode == "auto" and gain <= 0) or any(st.branch for st in plan.steps):
         return []
     io = _io_storages(plan)
     reports, run = [], []

@@ -179,9 +179,9 @@ class GraphBuilder:
             scalars += sc
         p = self.kernel_params(func, grid, run.block, pointers, scalars, shared_bytes)
         node = call("cuGraphAddKernelNode", graph, deps, len(deps), p)
-        value = driver.CUlaunchAttributeValue()
+        value = driver.CUkernelNodeAttrValue()
         value.cooperative = 1
-        call("cuGraphKernelNodeSetAttribute", node, driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, value)
+        call("cuGraphKernelNodeSetAttribute", node, driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, value)
         return node
 
     def matmul_child(self, st: LibraryStep):
