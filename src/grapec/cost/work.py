@@ -215,8 +215,9 @@ def step_work(kernels: list, plan, step) -> Work | None:
             return attention_work(k)
         return small_gemm_work(k) if kind == SMALL_GEMM else kernel_work(k, plan_launch(k))
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "matmul":
+        # the operands' type sets the rate (a float32 out_dtype is still a half GEMM)
         return matmul_step_work(step.attrs, [plan.buffers[i].shape if i >= 0 else None for i in step.args],
-                                plan.buffers[step.out].shape, plan.buffers[step.out].dtype)
+                                plan.buffers[step.out].shape, plan.buffers[step.args[0]].dtype)
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "conv":
         return conv_step_work(step.attrs, [plan.buffers[i].shape for i in step.args if i >= 0],
                               plan.buffers[step.out].shape, plan.buffers[step.out].dtype)

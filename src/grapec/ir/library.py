@@ -7,7 +7,8 @@ plan's contract with both backends, so they are documented here:
 matmul(a, b, [c], [bias]):  act(alpha * op(a) @ op(b) + beta * c + bias), act none|relu|gelu|gelu_tanh;
                     op() transposes the last two dims when trans_a / trans_b; batch dims broadcast;
                     c has the output's shape (a residual), bias is a vector over the last dim (these
-                    are cuBLASLt's C operand and BIAS epilogue; passes/epilogue.py fuses them in).
+                    are cuBLASLt's C operand and BIAS epilogue; passes/epilogue.py fuses them in);
+                    out_dtype "float32" (only with half a and b, no c, no bias): the result in float32.
 conv(x, w, [bias]):   act(conv(x, w) + bias) in channels-last layout (cuDNN's NHWC on the GPU):
                     x [N, H, W, C], w [K, R, S, C/group], bias [K], out [N, OH, OW, K]; attrs
                     strides (2), dilations (2), pads (top, left, bottom, right), group, act none|relu.
@@ -45,7 +46,7 @@ def _acc_dtype(dt):
 
 
 def matmul(attrs, a, b, c=None, bias=None):
-    out_dt = a.dtype
+    out_dt = dtypes.np_dtype(attrs["out_dtype"]) if attrs.get("out_dtype") else a.dtype
     acc = _acc_dtype(a.dtype)
     a = a.astype(acc, copy=False)
     b = b.astype(acc, copy=False)

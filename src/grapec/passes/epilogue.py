@@ -5,7 +5,10 @@ cuBLASLt computes act(alpha * A @ B + beta * C + bias) in one call. A kernel tha
     * adds a vector over the last axis                       -> the BIAS epilogue, or
     * applies ReLU or tanh-GELU                              -> the activation epilogue
 to the output of a matmul nobody else reads is removed: the matmul writes the kernel's value (a View
-replaces the kernel). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
+replaces the kernel). So is a kernel that only widens a half-precision matmul's output to float32
+(the cast mixed_precision.py puts before a float32 graph output, such as GPT-2's logits): cuBLASLt
+writes float32 D from half A and B (attrs out_dtype), and the output is written once, not written
+in half, read back and written again (at batch 16 x seq 128 the cast alone took 486 us on an H100). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
 channels) and ReLU the same way; after fusion the ReLU between two convolutions is the next one's
 input copy, which then goes. Activations are recognised by value, not by the shape of the expression (the
 ONNX exporters spell GELU a dozen ways): the kernel is evaluated on sample points and compared with
@@ -13,8 +16,11 @@ the reference function.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..codegen.small_gemm import MAX_ROWS as SMALL_GEMM_ROWS
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
 from ..ir.tensor import index_vars
@@ -43,6 +49,9 @@ def fold_epilogues(g: Graph) -> Graph:
         if node.op != "Kernel":
             continue
         k = node.attrs["kernel"]
+        if _fold_output_cast(g, node, k, producers, readers, outputs):
+            new_nodes[-1] = Node("View", [node.inputs[0]], list(node.outputs), name=node.name, origin=list(node.origin))
+            continue
         for slot, name in enumerate(node.inputs):
             mm_name, mm = _library_behind(name, producers)
             if mm is None or readers.get(name) != 1 or (name != mm_name and readers.get(mm_name) != 1) \
@@ -71,6 +80,34 @@ SLOTS = {"matmul": 4, "conv": 3}
 C_AT = {"matmul": 2}
 BIAS_AT = {"matmul": 3, "conv": 2}
 ACTIVATIONS = {"matmul": ("relu", "gelu_tanh"), "conv": ("relu",)}
+
+
+def _fold_output_cast(g: Graph, node: Node, k: K.Kernel, producers, readers, outputs) -> bool:
+    """A kernel that is cast(load(0)) from float16/bfloat16 to float32, of a matmul's output (through
+    Views) that only it reads: the matmul writes float32 itself. True when folded (the kernel's output
+    then is a View of the matmul's, every value between them retyped)."""
+    if len(node.inputs) != 1 or k.dtype != "float32" or k.inputs[0] != (k.shape, k.inputs[0][1]) \
+            or k.inputs[0][1] not in ("float16", "bfloat16") or k.body.op != "cast" \
+            or k.body.args[0] != K.load(0, index_vars(k.shape), k.inputs[0][1]):
+        return False
+    chain, name = [], node.inputs[0]
+    n = producers.get(name)
+    while n is not None and n.op == "View":
+        chain.append(name)
+        if readers.get(name) != 1:
+            return False
+        name = n.inputs[0]
+        n = producers.get(name)
+    if n is None or n.op != "Library" or n.attrs.get("op") != "matmul" or readers.get(name) != 1 or name in outputs \
+            or any(i for i in n.inputs[2:]) or n.attrs.get("out_dtype"):
+        return False   # a C or bias operand would have to be float32 too: cuBLASLt types C like D
+    if math.prod(k.shape[:-1]) <= SMALL_GEMM_ROWS:
+        return False   # a few-row GEMM becomes a small-GEMM kernel (passes/small_gemm.py), which writes half
+    n.attrs["out_dtype"] = "float32"
+    for v in chain + [name]:
+        g.lookup(v).dtype = "float32"
+    n.origin = list(dict.fromkeys(n.origin + node.origin))
+    return True
 
 
 def _library_behind(name, producers):

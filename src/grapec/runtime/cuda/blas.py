@@ -10,7 +10,8 @@ load, no timing runs).
 
 Row-major C[M,N] = op(A) op(B) is column-major C^T[N,M] = op(B)^T op(A)^T, so B is cuBLASLt's first
 operand and A its second; batches are strided (stride 0 for an operand without batch dims).
-fp32 computes in fp32 (no TF32 unless asked), fp16 accumulates in fp32.
+fp32 computes in fp32 (no TF32 unless asked), fp16 accumulates in fp32, and writes fp32 where the
+step says so (attrs out_dtype: passes/epilogue.py folds a widening cast of the output into the call).
 """
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ class Blas:
         d_ld, d_stride = layouts.get("out", (n, m * n))
         b_lay = self._layout(dtype, k if tb else n, n if tb else k, b_ld, batch, b_stride)
         a_lay = self._layout(dtype, m if ta else k, k if ta else m, a_ld, batch, a_stride)
-        d_lay = self._layout(dtype, n, m, d_ld, batch, d_stride)
+        d_lay = self._layout(attrs.get("out_dtype") or dtype, n, m, d_ld, batch, d_stride)
         sdt = np.float64 if dtype == "float64" else np.float32
         alpha = np.array([attrs.get("alpha", 1.0)], sdt)
         beta = np.array([attrs.get("beta", 1.0) if has_c else 0.0], sdt)
@@ -245,13 +246,15 @@ class GemmProblem:
         return [r.ctypes.data + i * r.itemsize + r.dtype.fields["algo"][1] for i in range(len(r))]
 
 
-def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, dtype: str) -> tuple:
+def apply_views(attrs: dict, shapes: list, ptrs: list, out_shape, out_ptr: int, dtype: str,
+                out_dtype: str | None = None) -> tuple:
     """A step's views (passes/strided_operands.py) applied to its buffers' shapes and addresses:
-    shapes and ptrs change in place; -> (out_shape, out_ptr, layouts for matmul_graph)."""
+    shapes and ptrs change in place; -> (out_shape, out_ptr, layouts for matmul_graph). dtype: the
+    operands'; out_dtype: the output's (attrs out_dtype), dtype when None."""
     from ... import dtypes
     layouts = {}
     for key, (offset, batch_stride, ld, shape) in (attrs.get("views") or {}).items():
-        nbytes = offset * dtypes.itemsize(dtype)   # operands and output share the dtype
+        nbytes = offset * dtypes.itemsize(out_dtype or dtype if key == "out" else dtype)
         layouts[key] = (ld, batch_stride)
         if key == "out":
             out_shape, out_ptr = shape, out_ptr + nbytes

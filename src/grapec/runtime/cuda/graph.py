@@ -194,8 +194,9 @@ class GraphBuilder:
         shapes = [list(self.bufs[a].shape) if a >= 0 else None for a in st.args]
         ptrs = [self.ptr(a) for a in st.args]
         out = self.bufs[st.out]
-        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), out.dtype)
-        child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, out.dtype, ptrs, out_shape, out_ptr, layouts,
+        dtype = self.bufs[st.args[0]].dtype   # A and B; the output may be float32 (attrs out_dtype)
+        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), dtype, out.dtype)
+        child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts,
                                                       self.r.workspaces.get(st.branch), tune=self.r.tuning)
         self.r.keep(self.bucket, child)
         return child
