@@ -8,7 +8,8 @@ to the output of a matmul nobody else reads is removed: the matmul writes the ke
 replaces the kernel). So is a kernel that only widens a half-precision matmul's output to float32
 (the cast mixed_precision.py puts before a float32 graph output, such as GPT-2's logits): cuBLASLt
 writes float32 D from half A and B (attrs out_dtype), and the output is written once, not written
-in half, read back and written again (at batch 16 x seq 128 the cast alone took 486 us on an H100). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
+in half, read back and written again. Only where the float32 rows are 16-byte aligned (see
+_fold_output_cast: GPT-2's 50257 logits are not, and keep their cast). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
 channels) and ReLU the same way; after fusion the ReLU between two convolutions is the next one's
 input copy, which then goes. Activations are recognised by value, not by the shape of the expression (the
 ONNX exporters spell GELU a dozen ways): the kernel is evaluated on sample points and compared with
@@ -103,6 +104,11 @@ def _fold_output_cast(g: Graph, node: Node, k: K.Kernel, producers, readers, out
         return False   # a C or bias operand would have to be float32 too: cuBLASLt types C like D
     if math.prod(k.shape[:-1]) <= SMALL_GEMM_ROWS:
         return False   # a few-row GEMM becomes a small-GEMM kernel (passes/small_gemm.py), which writes half
+    if not k.shape or k.shape[-1] % 4:
+        # float32 rows off 16 bytes put cuBLASLt on a slow path: GPT-2's 50257 logits at batch 16 x seq 128
+        # took 1483 us written float32 by the GEMM against 503 + 485 us for a half GEMM into padded rows
+        # and the cast (H100, 2026-11-25); the graph output must be dense, so it cannot be padded
+        return False
     n.attrs["out_dtype"] = "float32"
     for v in chain + [name]:
         g.lookup(v).dtype = "float32"
