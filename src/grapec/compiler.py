@@ -18,6 +18,7 @@
                                   merge copies around it (batch > 1), which then go
         small_gemms               few-row GEMMs against weights as one kernel each, with the LayerNorm
                                   before them as prologue and bias/activation/residual as epilogue
+        fold_output_casts         a GEMM whose output is only widened to float32 writes float32 itself
         aligned_rows              GEMM rows padded to 16 bytes, through the kernels that write and read them
         schedule                  topological order
         form_regions              If/Loop bodies write their results in place; graphed or host-driven
@@ -52,7 +53,7 @@ from .plan import walk_steps
 from .passes.attention import fuse_attention
 from .passes.attention_operands import attention_operands
 from .passes.channels_last import channels_last
-from .passes.epilogue import fold_epilogues
+from .passes.epilogue import fold_epilogues, fold_output_casts
 from .passes.fuse import fuse
 from .passes.gemv import small_matmuls_as_kernels
 from .passes.lower import lower_graph
@@ -111,6 +112,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
             g = fuse_attention(g, notes)
             g = attention_operands(g)
             g = small_gemms(g, profile)
+        g = fold_output_casts(g)
         g = aligned_rows(g)
         if level == "full" and profile is not None:
             g = choose_mappings(g, profile)

@@ -5,7 +5,7 @@ cuBLASLt computes act(alpha * A @ B + beta * C + bias) in one call. A kernel tha
     * adds a vector over the last axis                       -> the BIAS epilogue, or
     * applies ReLU or tanh-GELU                              -> the activation epilogue
 to the output of a matmul nobody else reads is removed: the matmul writes the kernel's value (a View
-replaces the kernel). So is a kernel that only widens a half-precision matmul's output to float32
+replaces the kernel). fold_output_casts, later, removes a kernel that only widens a half-precision matmul's output to float32
 (the cast mixed_precision.py puts before a float32 graph output, such as GPT-2's logits): cuBLASLt
 writes float32 D from half A and B (attrs out_dtype), and the output is written once, not written
 in half, read back and written again. Only where the float32 rows are 16-byte aligned (see
@@ -17,11 +17,8 @@ the reference function.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..codegen.small_gemm import MAX_ROWS as SMALL_GEMM_ROWS
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
 from ..ir.tensor import index_vars
@@ -50,9 +47,6 @@ def fold_epilogues(g: Graph) -> Graph:
         if node.op != "Kernel":
             continue
         k = node.attrs["kernel"]
-        if _fold_output_cast(g, node, k, producers, readers, outputs):
-            new_nodes[-1] = Node("View", [node.inputs[0]], list(node.outputs), name=node.name, origin=list(node.origin))
-            continue
         for slot, name in enumerate(node.inputs):
             mm_name, mm = _library_behind(name, producers)
             if mm is None or readers.get(name) != 1 or (name != mm_name and readers.get(mm_name) != 1) \
@@ -83,6 +77,21 @@ BIAS_AT = {"matmul": 3, "conv": 2}
 ACTIVATIONS = {"matmul": ("relu", "gelu_tanh"), "conv": ("relu",)}
 
 
+def fold_output_casts(g: Graph) -> Graph:
+    """The widening casts of GEMM outputs into the GEMMs. Run after fuse_attention and small_gemms, so
+    that a GEMM they take (attention's second, a few-row GEMM: kernels that write half) stays theirs."""
+    producers = {n.outputs[0]: n for n in g.nodes}
+    readers: dict = {}
+    for n in g.nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    outputs = set(g.outputs)
+    for pos, node in enumerate(g.nodes):
+        if node.op == "Kernel" and _fold_output_cast(g, node, node.attrs["kernel"], producers, readers, outputs):
+            g.nodes[pos] = Node("View", [node.inputs[0]], list(node.outputs), name=node.name, origin=list(node.origin))
+    return g
+
+
 def _fold_output_cast(g: Graph, node: Node, k: K.Kernel, producers, readers, outputs) -> bool:
     """A kernel that is cast(load(0)) from float16/bfloat16 to float32, of a matmul's output (through
     Views) that only it reads: the matmul writes float32 itself. True when folded (the kernel's output
@@ -100,10 +109,8 @@ def _fold_output_cast(g: Graph, node: Node, k: K.Kernel, producers, readers, out
         name = n.inputs[0]
         n = producers.get(name)
     if n is None or n.op != "Library" or n.attrs.get("op") != "matmul" or readers.get(name) != 1 or name in outputs \
-            or any(i for i in n.inputs[2:]) or n.attrs.get("out_dtype"):
+            or any(i for i in n.inputs[2:]) or n.attrs.get("out_dtype") or n.attrs.get("views"):
         return False   # a C or bias operand would have to be float32 too: cuBLASLt types C like D
-    if math.prod(k.shape[:-1]) <= SMALL_GEMM_ROWS:
-        return False   # a few-row GEMM becomes a small-GEMM kernel (passes/small_gemm.py), which writes half
     if not k.shape or k.shape[-1] % 4:
         # float32 rows off 16 bytes put cuBLASLt on a slow path: GPT-2's 50257 logits at batch 16 x seq 128
         # took 1483 us written float32 by the GEMM against 503 + 485 us for a half GEMM into padded rows
