@@ -63,6 +63,21 @@ def test_generated_cuda_c_matches_interpreter_on_host(name, tmp_path):
     runner.run(0, bucket_feeds(b, 0, 3))
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_elements_per_thread_match_the_interpreter_on_host(tmp_path, monkeypatch):
+    """Every element kernel at 4 elements a thread (off by default; when on, only kernels of a
+    million elements or more): the unrolled loop covers each element once, tails included."""
+    from grapec.codegen import launch
+    monkeypatch.setattr(launch, "ELEMENTS_PER_THREAD_FROM", 1)
+    monkeypatch.setattr(launch, "ELEMENTS_PER_THREAD", 4)
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "bert.onnx"), dims={"batch": 1, "seq": 7})
+    runner = HostCodegenRunner(b, tmp_path)
+    assert any(la.per_thread > 1 for la in runner.module.launches)
+    assert any(k.size % launch.ELEMENTS_PER_THREAD for k, la in zip(runner.kernels, runner.module.launches)
+               if la.per_thread > 1), "a kernel with a tail"
+    runner.run(0, bucket_feeds(b, 0, 5))
+
+
 def bucket_feeds(b, bucket, seed):
     return bundle_inputs(b.manifest, bucket, seed)
 

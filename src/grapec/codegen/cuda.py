@@ -149,6 +149,7 @@ PRELUDE = (TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + D
            + BLOCK_ARGREDUCE)
 
 MAX_UNROLLED_VECTOR_STEPS = 16
+NARROW_INDEX = True   # 32-bit index divisions where a kernel's index space fits (CudaRenderer._unravel)
 
 # vector reads: bytes -> the CUDA vector type moved in one instruction
 _VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}
@@ -464,6 +465,19 @@ class CudaRenderer:
                           f"  if (g_row >= {self.launch.rows}LL) return;",
                           "  const int g_lane = threadIdx.x % G_WARP;"]
             lines += self.row_program(row, f"out[{row} * {self.launch.cols}LL + c]")
+        elif self.launch.per_thread > 1:   # elements a block's width apart: each access stays coalesced
+            root = self.push((), "  ")
+            each = self.push([idx(a) for a in range(len(k.shape))], "      ")
+            each.lines += self._unravel("tid", range(len(k.shape)), "      ")
+            v = self.emit(k.body)
+            lines += root.lines
+            lines += [f"  const i64 g_first = (i64)blockIdx.x * blockDim.x * {self.launch.per_thread} + threadIdx.x;",
+                      "  #pragma unroll",
+                      f"  for (int g_u = 0; g_u < {self.launch.per_thread}; ++g_u) {{",
+                      "    const i64 tid = g_first + (i64)g_u * blockDim.x;",
+                      f"    if (tid < {k.size}LL) {{"]
+            lines += each.lines
+            lines += [f"      out[tid] = {self._store(v)};", "    }", "  }"]
         else:
             root = self.push((), "  ")
             lines += ["  const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;",
@@ -527,13 +541,20 @@ class CudaRenderer:
         return f"({ctype(self.k.dtype)}){v}"
 
     def _unravel(self, flat: str, axes, indent: str = "  ") -> list:
-        """Statements defining i<a> for the given output axes from their flat index `flat`."""
+        """Statements defining i<a> for the given output axes from their flat index `flat`. Where the
+        kernel's index space fits 32 bits the divisions are 32-bit: a 64-bit division by a constant is
+        a long multiply-high sequence, a 32-bit one a multiply-high and a shift."""
         axes = [a for a in axes if self.k.shape[a] != 1]
         lines, rest = [], flat
+        narrow = NARROW_INDEX and self.k.size < 2 ** 31
         for j in range(len(axes) - 1, -1, -1):
             a, d = axes[j], self.k.shape[axes[j]]
             if j == 0:
                 lines.append(f"{indent}const i64 i{a} = {rest};")
+            elif narrow:
+                lines.append(f"{indent}const i64 i{a} = (i64)((unsigned)({rest}) % (unsigned){d});")
+                lines.append(f"{indent}const i64 t{a} = (i64)((unsigned)({rest}) / (unsigned){d});")
+                rest = f"t{a}"
             else:
                 lines.append(f"{indent}const i64 i{a} = {rest} % {d}LL;")
                 lines.append(f"{indent}const i64 t{a} = {rest} / {d}LL;")

@@ -139,7 +139,7 @@ def virtual_grid(kernel, launch, block: int) -> int:
     if isinstance(kernel, AttentionKernel):
         return launch.grid
     if launch.mode == "element":
-        return -(-max(kernel.size, 1) // block)
+        return -(-max(kernel.size, 1) // (block * launch.per_thread))
     if launch.mode == "warp":
         return -(-launch.rows // (block // 32))
     return launch.grid   # row mode: a block per row, whatever its threads

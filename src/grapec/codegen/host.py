@@ -58,7 +58,8 @@ class HostModule:
             args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)]
                              + [scalar_literal(t, v) for t, v in module.scalars[i]])
             launch = module.launches[i]
-            blocks = launch.rows if launch.mode in ("row", "warp") else max(k.size, 1)   # blockDim is 1
+            blocks = launch.rows if launch.mode in ("row", "warp") \
+                else -(-max(k.size, 1) // launch.per_thread)   # blockDim is 1
             wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
                             f"  for (unsigned long long t = 0; t < {blocks}ULL; ++t) {{ blockIdx.x = t; {module.names[i]}({args}); }}\n}}")

@@ -1,6 +1,11 @@
 """How a kernel maps onto the GPU: one thread per output element, or one thread block per row.
 
-"element" mode: thread t computes output element t; any reduction is a loop in that thread.
+"element" mode: thread t computes output element t; any reduction is a loop in that thread. A large
+kernel (ELEMENTS_PER_THREAD_FROM elements or more) may give each thread ELEMENTS_PER_THREAD elements
+a block's width apart: one element a thread leaves a copy latency-bound (each thread's one load in
+flight: GPT-2's fp16 -> fp32 logits cast, 206 MB in, 411 MB out, ran at 1.3 TB/s on an H100, with
+32-bit or 64-bit index divisions alike). Not yet measured with more elements a thread, so it is off
+(ELEMENTS_PER_THREAD = 1); benchmarks/elementwise.py measures it.
 "warp" mode: row mode with a warp per row and several rows per block, for many short rows (a
 matrix-vector product is one row per output element, each a dot product over the weight's row).
 "row" mode: the output's leading axes [0, split) pick a block (a "row"), the trailing axes are the
@@ -18,6 +23,8 @@ from dataclasses import dataclass
 from ..ir.kernel import Expr, Kernel, free_vars, walk
 
 ELEMENT_BLOCK = 256
+ELEMENTS_PER_THREAD = 1             # 4 is the candidate: benchmarks/elementwise.py
+ELEMENTS_PER_THREAD_FROM = 1 << 20   # smaller kernels keep one element a thread (and every SM busy)
 WARP_MODE_MIN_ROWS = 256     # fewer rows than this keep a block each (a warp per row would idle SMs)
 WARP_MODE_MAX_WORK = 4096    # ... and a longer row keeps a block (a warp would loop too long)
 WARP_BLOCK = 128           # 4 rows a block: a narrow gemv (768 rows) still spreads over every SM
@@ -43,9 +50,16 @@ class Launch:
     split: int = 0   # row mode: output axes [0, split) index the row
     rows: int = 0
     cols: int = 0
+    per_thread: int = 1   # element mode: elements a thread computes, a block's width apart
 
     def to_json(self) -> list:
         return [self.mode, self.grid, self.block, self.split]
+
+
+def element_launch(kernel: Kernel, block: int) -> Launch:
+    size = max(kernel.size, 1)
+    per = ELEMENTS_PER_THREAD if size >= ELEMENTS_PER_THREAD_FROM else 1
+    return Launch("element", -(-size // (block * per)), block, per_thread=per)
 
 
 def row_reductions(body: Expr, memo: dict | None = None) -> list:
@@ -90,9 +104,8 @@ def row_split(kernel: Kernel) -> tuple:
 def mapped_launch(kernel: Kernel, mode: str, n: int) -> Launch:
     """mode "element" (n threads a block), "row" (a block of n threads per row) or "warp" (a warp
     per row, n rows a block). ValueError for a mapping the kernel cannot take."""
-    size = max(kernel.size, 1)
     if mode == "element" and n in BLOCK_SIZES:
-        return Launch("element", (size + n - 1) // n, n)
+        return element_launch(kernel, n)
     rs = row_split(kernel)
     if rs is None or mode not in ("row", "warp"):
         raise ValueError(f"mapping {mode}/{n}: the kernel has no row reduction to map rows of")
@@ -122,8 +135,7 @@ def candidate_mappings(kernel: Kernel) -> list:
 
 def default_launch(kernel: Kernel) -> Launch:
     """The rules used where no cost model chose (--fusion rules, If/Loop bodies)."""
-    size = max(kernel.size, 1)
-    element = Launch("element", (size + ELEMENT_BLOCK - 1) // ELEMENT_BLOCK, ELEMENT_BLOCK)
+    element = element_launch(kernel, ELEMENT_BLOCK)
     rs = row_split(kernel)
     if rs is None:
         return element
