@@ -34,13 +34,17 @@ def _reference(act: str, x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.tanh(inner))
 
 
-def fold_epilogues(g: Graph) -> Graph:
-    producers = {n.outputs[0]: n for n in g.nodes}
+def _graph_index(g: Graph) -> tuple:
+    """(producer of each value, how many node inputs read each value, the graph's outputs)."""
     readers: dict = {}
     for n in g.nodes:
         for i in n.inputs:
             readers[i] = readers.get(i, 0) + 1
-    outputs = set(g.outputs)
+    return {n.outputs[0]: n for n in g.nodes}, readers, set(g.outputs)
+
+
+def fold_epilogues(g: Graph) -> Graph:
+    producers, readers, outputs = _graph_index(g)
     new_nodes: list = []
     for node in g.nodes:
         new_nodes.append(node)
@@ -80,12 +84,7 @@ ACTIVATIONS = {"matmul": ("relu", "gelu_tanh"), "conv": ("relu",)}
 def fold_output_casts(g: Graph) -> Graph:
     """The widening casts of GEMM outputs into the GEMMs. Run after fuse_attention and small_gemms, so
     that a GEMM they take (attention's second, a few-row GEMM: kernels that write half) stays theirs."""
-    producers = {n.outputs[0]: n for n in g.nodes}
-    readers: dict = {}
-    for n in g.nodes:
-        for i in n.inputs:
-            readers[i] = readers.get(i, 0) + 1
-    outputs = set(g.outputs)
+    producers, readers, outputs = _graph_index(g)
     for pos, node in enumerate(g.nodes):
         if node.op == "Kernel" and _fold_output_cast(g, node, node.attrs["kernel"], producers, readers, outputs):
             g.nodes[pos] = Node("View", [node.inputs[0]], list(node.outputs), name=node.name, origin=list(node.origin))
