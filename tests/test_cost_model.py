@@ -142,11 +142,21 @@ def test_unknown_profile_is_an_input_error(tmp_path):
         load_profile(str(bad))
 
 
+def one_sample(m) -> dict:
+    """One calibration sample for the calibration model's float inputs: these tests are about its plan,
+    and four CPU runs of it in each precision (the default calibration) took most of a minute."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+    from grapec.inputs import random_inputs
+    shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in m.graph.input}
+    dtypes = {i.name: tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for i in m.graph.input}
+    return random_inputs(shapes, dtypes, {}, seed=0)
+
+
 def test_calibration_model_compiles_and_every_step_is_priced():
     from grapec.calibrate import add_mapping_variants, fit_profile
     from grapec.cost.suite import calibration_model
     from grapec.cost.work import step_work
-    b = grapec.compile(calibration_model(), precision="fp16", targets=[])
+    b = grapec.compile(calibration_model(), precision="fp16", targets=[], calibration_inputs=[one_sample(calibration_model())])
     before = len(b.plans[0].steps)
     added = add_mapping_variants(b)
     plan = b.plans[0]
@@ -228,7 +238,8 @@ def test_calibration_builds_every_small_gemm_candidate():
     choice are sampled whatever the shipped profile would choose (calibrate.py)."""
     from grapec.calibrate import unpriced_profile
     from grapec.cost.suite import GEMMS, LN_GEMMS, SMALL_M_LIBRARY, calibration_model
-    b = grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=unpriced_profile())
+    b = grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=unpriced_profile(),
+                       calibration_inputs=[one_sample(calibration_model())])
     kinds = [b.kernels[st.kernel].get("kind") for st in b.plans[0].steps if st.op == "kernel"]
     against_weights = [g for g in GEMMS if 4 < g[0] <= 16]
     assert kinds.count("small_gemm") == len(against_weights) + len(LN_GEMMS)
