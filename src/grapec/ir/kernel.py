@@ -20,6 +20,7 @@ so common subexpressions are shared and dictionary lookups are cheap.
 from __future__ import annotations
 
 import math
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -283,8 +284,15 @@ def inputs_from_json(rows: list) -> tuple:
     return tuple((tuple(s), dt) for s, dt in rows)
 
 
-def walk(e: Expr):
-    """Every distinct subexpression of e, children before parents."""
+def walk(e: Expr) -> tuple:
+    """Every distinct subexpression of e, children before parents. Expressions are interned and never
+    change, so the walks are remembered (the passes and the cost model walk the same bodies again and
+    again: a third of a range's compile time went here); the cache is bounded."""
+    return _walk(e)
+
+
+@functools.lru_cache(maxsize=8192)
+def _walk(e: Expr) -> tuple:
     seen, order, stack = set(), [], [(e, False)]
     while stack:
         node, done = stack.pop()
@@ -298,7 +306,7 @@ def walk(e: Expr):
         for c in reversed(children(node)):
             if c not in seen:
                 stack.append((c, False))
-    return order
+    return tuple(order)
 
 
 def children(e: Expr) -> list:
