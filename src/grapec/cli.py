@@ -108,7 +108,7 @@ def _shape_options(f):
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
-             grid_stitch="auto"):
+             grid_stitch="auto", half_outputs=False):
     from .compiler import compile_model
     from .frontend.shapes import parse_dims, parse_ranges
     from .inputs import load_calibration_inputs
@@ -122,7 +122,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
-                         conv=conv, grid_stitch=grid_stitch)
+                         conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs)
 
 
 CONV_HELP = ("How convolutions run. auto and cudnn: each 1-D and 2-D floating-point Conv is one channels-last "
@@ -215,13 +215,16 @@ def _branches(serial: bool, max_branches: int) -> int:
 @click.option("--conv", type=click.Choice(["auto", "cudnn", "gemm"]), default="auto", show_default=True, help=CONV_HELP)
 @click.option("--grid-stitch", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help=GRID_STITCH_HELP)
+@click.option("--half-outputs", is_flag=True, help="With --precision fp16/bf16: give the model's float32 outputs in "
+              "that half type (as onnxruntime's float16 converter without keep_io_types, or a TensorRT engine with half "
+              "output formats): no widening kernel at the end and half the bytes to copy back. Inputs stay float32.")
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @_branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
-            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, grid_stitch, device_profile,
-            serial, max_branches, force, quiet):
+            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, grid_stitch, half_outputs,
+            device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
@@ -243,7 +246,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
-                      _branches(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch)
+                      _branches(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)

@@ -244,7 +244,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   calibration_dims: dict | None = None,
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
-                  conv: str = "auto", grid_stitch: str = "auto") -> Bundle:
+                  conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -288,6 +288,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     conv:    "auto" (default: 1-D and 2-D floating-point convolutions as one channels-last `conv` library
              node each, cuDNN on the GPU), "cudnn" (the same) or "gemm" (an im2col gather + GEMM each:
              no cuDNN needed on the GPU machine).
+    half_outputs: with fp16/bf16, the float32 outputs are given in the half type (no widening kernel at
+             the end, half the bytes to copy back); the inputs stay float32.
     grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
              a grid-wide barrier between its stages, where the cost model says it saves node gaps; on
              sm_90 it never does, passes/grid_stitch.py says why), "on" (every run that can be) or "off".
@@ -301,6 +303,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
     if conv not in CONV_PATHS:
         raise GrapecError(f"--conv {conv}: expected one of {', '.join(CONV_PATHS)}")
+    if half_outputs and precision not in HALF_PRECISIONS:
+        raise GrapecError(f"--half-outputs needs --precision fp16 or bf16 (got {precision})")
     if grid_stitch not in STITCH_MODES:
         raise GrapecError(f"--grid-stitch {grid_stitch}: expected one of {', '.join(STITCH_MODES)}")
     from .cost.device import load_profile
@@ -345,6 +349,10 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             calibrated = resolve_input_shapes(graph, shapes_at, {**dims_at, **calibration_dims})
         proto, mixed = choose_precision(proto, graph, precision, calibrated, fixed, calibration_inputs, say,
                                         precision_tolerance)
+        if half_outputs:
+            from .frontend.precision import half_outputs as with_half_outputs
+            proto = with_half_outputs(proto, precision)
+            mixed.half_outputs = True
         graph = import_model(proto, where)
         say(mixed.summary())
 

@@ -63,9 +63,10 @@ class MixedPrecision:
     samples: str = ""
     rounds: int = 0
     tolerance: float = 0.0
+    half_outputs: bool = False                          # float32 outputs given in half (compile_model)
 
     def to_json(self):
-        return {"precision": self.precision, "kept_fp32": [k.to_json() for k in self.kept],
+        return {"precision": self.precision, "half_outputs": self.half_outputs, "kept_fp32": [k.to_json() for k in self.kept],
                 "output_rel_err": {k: _json_float(v) for k, v in self.output_errors.items()},
                 "calibration": {"samples": self.samples, "rounds": self.rounds, "tolerance": self.tolerance}}
 
