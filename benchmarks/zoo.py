@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--per-step", action="store_true", help="time every grapec step alone too")
     ap.add_argument("--fusion-levels", default="", help="comma-separated extra --fusion levels to measure: none, rules")
     ap.add_argument("--device-profile", default="h100", help="the cost model's device profile: a name or a file from grapec calibrate")
+    ap.add_argument("--half-outputs", action="store_true", help="fp16/bf16 bundles give their float32 outputs in half "
+                    "(compile_model half_outputs), as the torch peers running the model in half do")
     ap.add_argument("--batch", default="1", help="comma-separated batch sizes (rows labelled -bN past 1); half precision "
                                                  "calibrates at batch 1 (compile_model's calibration_dims)")
     a = ap.parse_args()
@@ -99,7 +101,8 @@ def main():
         else:
             calibration = {"batch": 1} if dims["batch"] > 1 and precision in ("fp16", "bf16") else None
             bundle, origin = grapec.compile(path, dims=dims, precision=precision, device_profile=a.device_profile,
-                                            calibration_dims=calibration), "compiled here"
+                                            calibration_dims=calibration,
+                                            half_outputs=a.half_outputs and precision in ("fp16", "bf16")), "compiled here"
         t_compile = time.perf_counter() - t0
         if a.compile_only:
             bundle.write(pre)
