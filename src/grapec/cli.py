@@ -446,6 +446,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               help="For an .onnx MODEL: how convolutions run (see grapec compile --help).")
 @click.option("--grid-stitch", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="For an .onnx MODEL: runs of short kernels as one cooperative kernel (see grapec compile --help).")
+@click.option("--half-outputs", is_flag=True, help="For an .onnx MODEL with --precision fp16/bf16: float32 outputs "
+              "given in half (see grapec compile --help).")
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
@@ -456,8 +458,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               "of grapec inspect --schedule.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, calibration_dims,
-          precision_tolerance, seed, inputs, fusion, conv, grid_stitch, device_profile, per_step, serial, max_branches, timeline,
-          as_json):
+          precision_tolerance, seed, inputs, fusion, conv, grid_stitch, half_outputs, device_profile, per_step, serial,
+          max_branches, timeline, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
@@ -482,7 +484,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
                    calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
                    precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, grid_stitch=grid_stitch,
-                   device_profile=device_profile)
+                   half_outputs=half_outputs, device_profile=device_profile)
     bundle = grapec.compile(model, max_branches=_branches(serial, max_branches), **options) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
