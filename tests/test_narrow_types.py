@@ -22,7 +22,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to
 
 
 def _probe_source() -> str:
-    from grapec.codegen.cuda import COMMON, NARROW_CONVERSIONS, TYPES
+    from grapec.codegen.prelude import COMMON, NARROW_CONVERSIONS, TYPES
     from grapec.codegen.host import HOST_SHIM
     fns = []
     for i, (dt, (e, m, b, k)) in enumerate(sorted(_MINIFLOAT.items())):

@@ -12,7 +12,7 @@ import os
 import subprocess
 import tempfile
 
-from .cuda import COMMON, NARROW_CONVERSIONS, TYPES
+from .prelude import COMMON, NARROW_CONVERSIONS, TYPES
 from .module import CudaModule, build_module, scalar_literal
 
 HOST_SHIM = r"""

@@ -30,7 +30,8 @@ from ..ir.kinds import kernel_from_json
 from ..ir.small_gemm import SmallGemmKernel
 from ..plan import kernel_steps
 from .attention import ATTENTION_PRELUDE, attention_launch, attention_structure, render_attention
-from .cuda import PRELUDE, CudaRenderer
+from .cuda import CudaRenderer
+from .prelude import PRELUDE
 from .launch import plan_launch
 from .small_gemm import render_small_gemm, small_gemm_launch
 
