@@ -200,3 +200,15 @@ def test_a_range_stores_each_weight_once():
         feeds = _ids(rng, n)
         got, want = sess.run(feeds)["logits"].astype(np.float32), ref.run(None, feeds)[0]
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2, n
+
+
+def test_a_range_falls_into_a_few_launch_structures(ranged):
+    """tools/structures.py: sizes whose plans differ only in numbers share a template (issue 33 builds
+    one graph per such structure). 24 lengths of tiny GPT-2 make a handful, each size in exactly one."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from structures import structures
+    groups = structures(ranged)
+    members = sorted(b for _, bs in groups for b in bs)
+    assert members == list(range(HI - LO + 1))
+    assert 2 <= len(groups) <= (HI - LO + 1) // 3, [len(bs) for _, bs in groups]
+    assert len(groups[0][1]) >= (HI - LO + 1) // 2   # one structure holds most lengths
