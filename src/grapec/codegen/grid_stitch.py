@@ -58,11 +58,8 @@ __device__ __forceinline__ void g_grid_arrive(unsigned long long* bar) {
     atomicAdd(bar, 1ull);
   }
 }
-__device__ __forceinline__ void g_grid_wait(const unsigned long long* bar, unsigned long long target) {
-  if (threadIdx.x == 0) g_grid_spin(bar, target);
-  __syncthreads();
-}
-#define G_STAGE_WAIT(bar, target) do { if (threadIdx.x == 0) g_grid_spin(bar, target); __syncthreads(); } while (0)
+/* a macro, not a function: its __syncthreads is the one where it expands (a guarded stage's named barrier) */
+#define G_GRID_WAIT(bar, target) do { if (threadIdx.x == 0) g_grid_spin(bar, target); __syncthreads(); } while (0)
 """
 
 MIN_BLOCKS_PER_SM = 1   # __launch_bounds__' second argument: caps registers so this many blocks fit an SM
@@ -121,7 +118,7 @@ def stage_function(name: str, body: str, kernel, launch, block: int) -> StageFun
     text = _SHARED.sub(shared, text).replace("__restrict__ ", "")
     guard = 0 < threads < block
     macros = ["#define blockIdx g_vblock", "#define gridDim g_vgrid",
-              "#define G_AWAIT_PREDECESSOR() " + ("G_STAGE_WAIT(g_bar, g_target)" if once else "((void)0)")]
+              "#define G_AWAIT_PREDECESSOR() " + ("G_GRID_WAIT(g_bar, g_target)" if once else "((void)0)")]
     if guard:
         macros.append(f'#define __syncthreads() asm volatile("bar.sync 1, {threads};" ::: "memory")')
     undo = ["#undef blockIdx", "#undef gridDim", "#undef G_AWAIT_PREDECESSOR"] + (["#undef __syncthreads"] if guard else [])
@@ -164,7 +161,7 @@ def render_stitch(stages: list, block: int) -> tuple:
             call = f"{namespace(fn.name, block)}::run({args}, blockIdx, gridDim, g_bar, {target});"
         else:
             if j:
-                lines.append(f"  g_grid_wait(g_bar, {target});")
+                lines.append(f"  G_GRID_WAIT(g_bar, {target});")
             call = (f"for (unsigned vb = blockIdx.x; vb < {vgrid}u; vb += gridDim.x) "
                     f"{namespace(fn.name, block)}::run({args}, make_uint3(vb, 0u, 0u), make_uint3({vgrid}u, 1u, 1u), "
                     "g_bar, 0ull);")

@@ -2,8 +2,8 @@
 cooperative kernel whose stages are the steps' kernels, a grid-wide barrier between each two.
 
 Where kernels are short (a decode step, GPT-2 at seq 8: 63 kernels of 2-5 us each), a replay is
-mostly the gaps between graph nodes: each node's launch, ramp-up and tail. A barrier between the
-stages of one resident grid costs less than a node, and the weights a stage streams are loaded
+much of it the gaps between graph nodes: each node's launch, ramp-up and tail. The stitch trades
+each gap for a barrier between the stages of one resident grid; a small GEMM's weights are loaded
 before it waits at its barrier, so they fly while the stage before it ends (codegen/grid_stitch.py).
 
 A run is stitched where the cost model says it pays: every stage priced under STAGE_MAX_US (a long
@@ -14,8 +14,9 @@ slower still), while a node joined to its predecessor by a programmatic edge (ru
 adds 0.95 us to a replay (GPT-2 seq 8: 280 us a replay, 220 us its 63 steps timed alone), and the
 stages ran no faster inside the stitch than as nodes: stitched, GPT-2 seq 8 took 326 us. So "auto"
 stitches only where no programmatic edges join the kernels (before sm_90), and "on" stitches every
-run it can (to measure, and for GPUs where the balance differs). Only plans of one chain are stitched (a cooperative grid holds every SM it can get, so
-no branch could run beside it), and steps that touch the graph's inputs or outputs stay nodes of
+run it can (to measure, and for GPUs where the balance differs).
+Only plans of one chain are stitched (a cooperative grid holds every SM it can get, so no branch
+could run beside it), and steps that touch the graph's inputs or outputs stay nodes of
 their own (zero-copy I/O repoints single nodes: runtime/cuda/binding.py).
 The plan's steps do not change: `Plan.stitches` names the runs, and the CPU backend, the reports and
 the hazard checks still see every step.
@@ -64,7 +65,8 @@ def plan_stitches(plan: Plan, kernels: list, profile, mode: str = "auto", depend
     gain = gap - BARRIER_US
     if mode == "off" or (mode == "auto" and gain <= 0) or any(st.branch for st in plan.steps):
         return []
-    io = _io_storages(plan)
+    root = plan.storage_of()
+    io = {root[b] for _, b in plan.inputs + plan.outputs}
     reports, run = [], []
 
     def close():
@@ -75,7 +77,6 @@ def plan_stitches(plan: Plan, kernels: list, profile, mode: str = "auto", depend
                 reports.append(StitchReport(first, end, block, sum(c[1] for c in chunk), (len(chunk) - 1) * gain))
         run.clear()
 
-    root = plan.storage_of()
     for i, st in enumerate(plan.steps):
         stage = _stage(plan, kernels, profile, st, root, io)
         if stage is None:
@@ -117,7 +118,3 @@ def _chunks(run: list) -> list:
         used += need
     return chunks + ([cur] if cur else [])
 
-
-def _io_storages(plan: Plan) -> set:
-    root = plan.storage_of()
-    return {root[b] for _, b in plan.inputs + plan.outputs}
