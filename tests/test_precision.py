@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 import grapec
 from grapec.check import check_model
 from grapec.cli import main
+from grapec.errors import GrapecError
 from grapec.frontend.precision import to_fp16
 from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
 
@@ -234,3 +235,38 @@ def test_calibration_dim_on_the_command_line(tmp_path):
     r = CliRunner().invoke(main, ["compile", path, "--dim", "batch=4,seq=8", "--precision", "fp16", "--no-gpu",
                                   "--calibration-dim", "beam=1", "-o", str(tmp_path / "c.grape")])
     assert r.exit_code == 2 and "--calibration-dim names 'beam'" in r.output, r.output
+
+
+def test_calibration_lowers_the_batch_to_fit_in_memory_and_says_so(monkeypatch, tmp_path):
+    """Calibration holds every intermediate of every draw: a batch-16 GPT-2 took over 24 GB and was
+    killed. Where the memory available would not hold it, the batch is lowered to what fits (and
+    the log says so); where even one sample would not fit, compilation is refused by name."""
+    import grapec.mixed_precision as mp
+    import grapec.devices as devices
+    from grapec.frontend.onnx_import import import_model
+    from grapec.frontend.shapes import resolve_input_shapes
+    path = os.path.join(ROOT, "models", "tiny", "bert.onnx")
+    graph = import_model(onnx.load(path))
+    at = lambda b: resolve_input_shapes(graph, {}, {"batch": b, "seq": 16})
+    per_sample = mp.CALIBRATION_BYTES_PER_FP32_BYTE * mp.intermediate_bytes(graph, at(1), {})
+    assert mp.intermediate_bytes(graph, at(8), {}) > 7 * mp.intermediate_bytes(graph, at(1), {})
+    room = int(3.5 * per_sample / mp.CALIBRATION_MEMORY_SHARE)      # room for 3 samples, not 8
+    assert mp.calibration_memory(graph, at(2), {}, 10 * room, False) == (at(2), None)
+    shapes, note = mp.calibration_memory(graph, at(8), {}, room, False)
+    assert shapes == at(3) and "calibrating at batch=3, not 8" in note
+    with pytest.raises(GrapecError, match=r"calibration at input_ids=8x16.*--calibration-dim"):
+        mp.calibration_memory(graph, at(8), {}, room, True)     # the user's own choice is not overridden
+    with pytest.raises(GrapecError, match="e.g. batch=1"):
+        mp.calibration_memory(graph, at(8), {}, per_sample // 2, False)
+
+    monkeypatch.setattr(devices, "host_memory_available", lambda: room)
+    r = CliRunner().invoke(main, ["compile", path, "--dim", "batch=8,seq=16", "--precision", "fp16", "--no-gpu",
+                                  "-o", str(tmp_path / "b.grape")])
+    assert r.exit_code == 0, r.output
+    assert "calibrating at batch=3, not 8" in r.output
+    sess = grapec.load(str(tmp_path / "b.grape"))
+    from grapec.inputs import bundle_inputs
+    feeds = bundle_inputs(sess.bundle.manifest, 0, 7)
+    assert feeds["input_ids"].shape == (8, 16)
+    want = ort_run(onnx.load(path), feeds)
+    assert all(rel_err(sess.run(feeds)[k], want[k]) < 1e-2 for k in want)

@@ -169,7 +169,9 @@ def _precision_option(f):
     f = click.option("--calibration-dim", "calibration_dims", multiple=True, metavar="NAME=N",
                      help="For fp16 and bf16: calibrate with these named dims instead of the largest bucket's "
                           "(e.g. batch=1 for a batch-32 bundle: each sample's arithmetic is the same, and the CPU "
-                          "calibration 32 times cheaper).")(f)
+                          "calibration 32 times cheaper). Without it, the largest bucket's, with the batch lowered "
+                          "where calibration (which holds every intermediate) would not fit in memory; the log "
+                          "says so.")(f)
     return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
                         show_default=True, help=PRECISION_HELP)(f)
 

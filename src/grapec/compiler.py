@@ -336,7 +336,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
     mixed = None
     if precision in HALF_PRECISIONS:
-        from .mixed_precision import choose_precision
+        from .devices import host_memory_available
+        from .mixed_precision import calibration_memory, choose_precision
         sizes = [sum(int(np.prod(s)) for s in b.values()) for b in bucket_shapes]
         at = sizes.index(max(sizes))
         calibrated = bucket_shapes[at]
@@ -347,6 +348,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                 raise ShapeError(f"--calibration-dim names {', '.join(repr(u) for u in unknown)}, which the compiled "
                                  f"shapes do not set by name (named dims: {', '.join(sorted(dims_at)) or 'none'})")
             calibrated = resolve_input_shapes(graph, shapes_at, {**dims_at, **calibration_dims})
+        if not calibration_inputs:
+            calibrated, note = calibration_memory(graph, calibrated, fixed, host_memory_available(),
+                                                  user_chose=bool(calibration_dims))
+            if note:
+                say(note)
         proto, mixed = choose_precision(proto, graph, precision, calibrated, fixed, calibration_inputs, say,
                                         precision_tolerance)
         if half_outputs:

@@ -38,6 +38,11 @@ JUMP_FACTOR = 8.0
 JUMP_MIN = {"fp16": 1e-2, "bf16": 4e-2}
 ERROR_FLOOR = {"fp16": 1e-3, "bf16": 8e-3}   # an input's own rounding error: a jump is measured against at least this
 MAX_ROUNDS = 8
+# Calibration holds every float intermediate of every draw, float32 and half: measured on GPT-2 at
+# batch 1 and 4 (resident memory against the float32 bytes of its intermediates), about 7 times
+# those bytes. It may take this share of the memory available.
+CALIBRATION_BYTES_PER_FP32_BYTE = 7
+CALIBRATION_MEMORY_SHARE = 0.6
 
 
 class PrecisionError(GrapecError):
@@ -174,6 +179,56 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
         raise PrecisionError(_refusal(report, [verdicts[o] for o in bad_outputs], flagged, names, nodes, candidates,
                                       tol, accumulates))
     return half, report
+
+
+def intermediate_bytes(graph, input_shapes: dict, fixed: dict) -> int:
+    """float32 bytes of the model's float intermediates at input_shapes (what calibration exposes)."""
+    from .passes.specialize import specialize
+    spec = specialize(graph, input_shapes, None, fixed)
+    return sum(4 * int(np.prod(v.shape)) for v in spec.values.values()
+               if v.const is None and v.shape is not None and dtypes.is_float(v.dtype))
+
+
+def batch_dim(graph, fixed: dict) -> str | None:
+    """The named dim that leads every (unfixed) input: a batch, whose samples calibrate alike."""
+    firsts = {graph.values[n].shape[0] if graph.values[n].shape else None for n in graph.inputs if n not in fixed}
+    (d,) = firsts if len(firsts) == 1 else (None,)
+    return d if isinstance(d, str) and d != "?" else None
+
+
+def calibration_memory(graph, input_shapes: dict, fixed: dict, available: int | None, user_chose: bool) -> tuple:
+    """-> (input shapes to calibrate at, a line for the log or None), so that calibration fits in memory.
+
+    Where calibration at input_shapes would not fit in CALIBRATION_MEMORY_SHARE of `available` and
+    the user chose no calibration shape, the batch (the named dim leading every input) is lowered
+    to the largest that fits: a batch's samples are computed alike, so fewer of them judge the same
+    arithmetic. Where nothing fits, compilation is refused, naming what would."""
+    if available is None:
+        return input_shapes, None
+    budget = CALIBRATION_MEMORY_SHARE * available
+    need = CALIBRATION_BYTES_PER_FP32_BYTE * intermediate_bytes(graph, input_shapes, fixed)
+    if need <= budget:
+        return input_shapes, None
+    gib = 2 ** 30
+    batch = batch_dim(graph, fixed)
+    size = next((s[0] for n, s in input_shapes.items() if n not in fixed and s), 1)
+    if not user_chose and batch is not None and size > 1:
+        one = {n: (1, *s[1:]) if n not in fixed and s else s for n, s in input_shapes.items()}
+        per_sample = CALIBRATION_BYTES_PER_FP32_BYTE * intermediate_bytes(graph, one, fixed)
+        fits = min(size - 1, int(budget // max(per_sample, 1)))
+        if fits >= 1:
+            return ({n: (fits, *s[1:]) if n not in fixed and s else s for n, s in input_shapes.items()},
+                    f"calibrating at {batch}={fits}, not {size}: at {size} calibration would hold about "
+                    f"{need / gib:.1f} GiB, and {available / gib:.1f} GiB is available (--calibration-dim "
+                    f"{batch}=N chooses)")
+    raise GrapecError(
+        f"half-precision calibration at {_fmt(input_shapes)} would hold about {need / gib:.1f} GiB of "
+        f"intermediates, and {available / gib:.1f} GiB is available: give --calibration-dim NAME=N with a "
+        f"smaller size (e.g. {batch or 'batch'}=1), or --calibration-inputs with smaller samples")
+
+
+def _fmt(shapes: dict) -> str:
+    return ", ".join(f"{n}={'x'.join(map(str, s))}" for n, s in shapes.items())
 
 
 def _taken_branches_inline(proto: onnx.ModelProto, spec) -> onnx.ModelProto:
