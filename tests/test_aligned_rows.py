@@ -153,3 +153,39 @@ def test_the_weight_store_keeps_a_prefix_inside_the_longer_entry():
     for a, o in zip(arrays, new):
         assert np.array_equal(blob[o:o + a.nbytes], a.view(np.uint8).reshape(-1))
     assert store.size < padded.nbytes + other.nbytes + short.nbytes + 3 * WEIGHT_ALIGN
+
+
+def _linear_to_output(rows: tuple, seed: int = 6):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((32, 50)) / 6).astype(np.float32)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tinfo("x", shape=[*rows, 32])],
+              [tinfo("y", shape=[*rows, 50])], [init("w", w)])
+    return m, {"x": rng.standard_normal((*rows, 32)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("rows,copied", [((2, 40), True), ((1, 8), False)])
+def test_a_gemm_writing_an_odd_graph_output_writes_padded_rows_and_one_copy(rows, copied):
+    """GPT-2's LM head with half outputs: cuBLASLt wrote 50257-wide rows at 14% of peak. From
+    COPY_OUTPUT_FROM_ROWS rows the GEMM writes padded rows (50 -> 52 here) and a copy kernel the
+    output; under it, the GEMM writes the output as it is."""
+    m, feeds = _linear_to_output(rows)
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[])
+    widths, unaligned = gemm_rows(b, 4)
+    kernels = [st for st in b.plans[0].steps if st.op == "kernel"]
+    assert (widths[0], unaligned, len(kernels)) == ((52, 0, 1) if copied else (50, 2, 0)), (widths, kernels)
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["y"]
+    assert got.shape == (*rows, 50)
+    ref = ort_run(m, feeds)["y"]
+    assert rel_err(got, ref) < 1e-5 and np.allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_an_odd_graph_output_through_padded_rows_on_the_gpu(tmp_path):
+    import onnx
+    from grapec.check import check_model
+    m, feeds = _linear_to_output((3, 40))
+    onnx.save(m, tmp_path / "m.onnx")
+    for precision, tol in (("fp32", 1e-4), ("fp16", 1e-2)):
+        results, _ = check_model(str(tmp_path / "m.onnx"), shapes={"x": feeds["x"].shape}, backend="cuda",
+                                 rtol=tol, seed=4, precision=precision)
+        assert all(r.ok for r in results), [(precision, r.name, r.rel) for r in results]

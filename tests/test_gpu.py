@@ -185,14 +185,20 @@ def _fusion_cases():
     res = model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "r"], ["y"])],
                 [tinfo("x", shape=[1, 6, 32]), tinfo("r", shape=[1, 6, 48])], [tinfo("y")],
                 [init("w", rng.standard_normal((32, 48)).astype(np.float32))])
+    # a weight shared by every batch: cuBLASLt runs it as one GEMM of M = 4 * 5 (blas.py), C too
+    res_batched = model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "r"], ["y"])],
+                        [tinfo("x", shape=[4, 5, 32]), tinfo("r", shape=[4, 5, 48])], [tinfo("y")],
+                        [init("w", rng.standard_normal((32, 48)).astype(np.float32))])
     relu = [helper.make_node("Relu", ["h"], ["y"])]
     return {"layernorm": (residual_layernorm(), {"x": (2, 5, 96), "r": (2, 5, 96)}),
             "gemm_bias_gelu": (gemm_act(TANH_GELU), {"x": (4, 32)}),
             "gemm_bias_relu": (gemm_act(relu), {"x": (4, 32)}),
-            "matmul_residual": (res, {"x": (1, 6, 32), "r": (1, 6, 48)})}
+            "matmul_residual": (res, {"x": (1, 6, 32), "r": (1, 6, 48)}),
+            "matmul_residual_batched": (res_batched, {"x": (4, 5, 32), "r": (4, 5, 48)})}
 
 
-@pytest.mark.parametrize("case", ["layernorm", "gemm_bias_gelu", "gemm_bias_relu", "matmul_residual"])
+@pytest.mark.parametrize("case", ["layernorm", "gemm_bias_gelu", "gemm_bias_relu", "matmul_residual",
+                                  "matmul_residual_batched"])
 def test_fused_kernels_and_gemm_epilogues_on_gpu(case, tmp_path):
     import onnx
     m, shapes = _fusion_cases()[case]

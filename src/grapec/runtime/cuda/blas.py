@@ -159,6 +159,11 @@ class Blas:
         b_ld, b_stride = layouts.get("1", (k if tb else n, k * n if b_batch > 1 else 0))
         a_ld, a_stride = layouts.get("0", (m if ta else k, m * k if a_batch > 1 else 0))
         d_ld, d_stride = layouts.get("out", (n, m * n))
+        if batch > 1 and b_batch == 1 and a_batch == batch and not ta and a_stride == m * a_ld and d_stride == m * d_ld:
+            # [batch, m, k] x [k, n] is one [batch * m, k] x [k, n]: a weight shared by every batch
+            # (a Linear on [batch, seq, hidden]) gets the big-M kernels, not `batch` GEMMs tuned to
+            # small M; GPT-2's batch-16 LM head ran at 42% of peak as 16 GEMMs of M=128.
+            m, batch, a_stride, d_stride = batch * m, 1, 0, 0
         b_lay = self._layout(dtype, k if tb else n, n if tb else k, b_ld, batch, b_stride)
         a_lay = self._layout(dtype, m if ta else k, k if ta else m, a_ld, batch, a_stride)
         d_lay = self._layout(attrs.get("out_dtype") or dtype, n, m, d_ld, batch, d_stride)
