@@ -189,3 +189,33 @@ def test_an_odd_graph_output_through_padded_rows_on_the_gpu(tmp_path):
         results, _ = check_model(str(tmp_path / "m.onnx"), shapes={"x": feeds["x"].shape}, backend="cuda",
                                  rtol=tol, seed=4, precision=precision)
         assert all(r.ok for r in results), [(precision, r.name, r.rel) for r in results]
+
+
+def test_an_odd_graph_output_whose_gemm_cannot_pad_gets_no_copy():
+    """B a graph input and a residual C: the GEMM can neither compute the padded width nor write
+    through an output view, so the copy is taken back out and the GEMM writes the output."""
+    rng = np.random.default_rng(8)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "r"], ["y"])],
+              [tinfo("x", shape=[2, 40, 32]), tinfo("w", shape=[32, 50]), tinfo("r", shape=[2, 40, 50])],
+              [tinfo("y", shape=[2, 40, 50])])
+    feeds = {"x": rng.standard_normal((2, 40, 32)).astype(np.float32), "w": rng.standard_normal((32, 50)).astype(np.float32),
+             "r": rng.standard_normal((2, 40, 50)).astype(np.float32)}
+    b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    assert [st.op for st in b.plans[0].steps] == ["library"]
+    assert b.plans[0].steps[0].args[2] >= 0, "the residual is the GEMM's C"
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["y"]
+    assert rel_err(got, ort_run(m, feeds)["y"]) < 1e-5
+
+
+def test_an_odd_graph_output_of_a_gemm_with_an_input_weight_goes_through_an_output_view():
+    """B a graph input: the GEMM writes its 50 columns into rows of 52 (an output view), and the
+    copy compacts them."""
+    rng = np.random.default_rng(9)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tinfo("x", shape=[2, 40, 32]), tinfo("w", shape=[32, 50])],
+              [tinfo("y", shape=[2, 40, 50])])
+    feeds = {"x": rng.standard_normal((2, 40, 32)).astype(np.float32), "w": rng.standard_normal((32, 50)).astype(np.float32)}
+    b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    mm, copy = b.plans[0].steps
+    assert (mm.op, copy.op) == ("library", "kernel") and mm.attrs["views"]["out"][2] == 52
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["y"]
+    assert rel_err(got, ort_run(m, feeds)["y"]) < 1e-5

@@ -83,24 +83,37 @@ def _graph_output_of(g: Graph, name: str) -> str | None:
     return None
 
 
-def _output_through_copy(g: Graph, output: str) -> Node:
-    """The producer of graph output `output` writes a value of its own, and a copy kernel writes
-    the output from it."""
+def _output_through_copy(g: Graph, output: str) -> list:
+    """The producer of graph output `output` writes a value of its own, and a copy kernel writes the
+    output from it, as [rows, width] between two views: a 2-D copy divides each index once (a 3-D
+    one, GPT-2's [16, 128, 50257] logits, took 253 us against 178 for [2048, 50257] on an H100).
+    -> the nodes added."""
     from .build_plan import copy_kernel
     producer = g.producers()[output]
     out = g.lookup(output)
+    flat = (math.prod(out.shape[:-1]), out.shape[-1])
     inner = g.add_value(f"{output}_padded", out.dtype, out.shape).name
-    copy = Node("Kernel", [inner], [output], name=f"{output}/aligned_copy",
-                attrs={"kernel": copy_kernel(out.shape, out.dtype)}, origin=list(producer.origin))
-    g.nodes.insert(g.nodes.index(producer) + 1, copy)
+    added, src, dst = [], inner, output
+    if len(out.shape) != 2:
+        src = g.add_value(f"{output}_padded_2d", out.dtype, flat).name
+        dst = g.add_value(f"{output}_2d", out.dtype, flat).name
+        added.append(Node("View", [inner], [src], name=f"{output}/aligned_copy_in", origin=list(producer.origin)))
+    added.append(Node("Kernel", [src], [dst], name=f"{output}/aligned_copy", origin=list(producer.origin),
+                      attrs={"kernel": copy_kernel(flat, out.dtype)}))
+    if dst != output:
+        added.append(Node("View", [dst], [output], name=f"{output}/aligned_copy_out", origin=list(producer.origin)))
+    at = g.nodes.index(producer) + 1
+    g.nodes[at:at] = added
     producer.outputs = [inner if o == output else o for o in producer.outputs]
-    return copy
+    return added
 
 
-def _undo_copy(g: Graph, copy: Node):
-    producer = g.producers()[copy.inputs[0]]
-    g.nodes.remove(copy)
-    producer.outputs = [copy.outputs[0] if o == copy.inputs[0] else o for o in producer.outputs]
+def _undo_copy(g: Graph, added: list):
+    inner, output = added[0].inputs[0], added[-1].outputs[0]
+    producer = g.producers()[inner]
+    for n in added:
+        g.nodes.remove(n)
+    producer.outputs = [output if o == inner else o for o in producer.outputs]
 
 
 def _is_matmul(node: Node) -> bool:
