@@ -45,7 +45,7 @@ gpu-test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q -m gpu
 
 node-tests: $(STAMP)
-	$(BIN)/python -m grapec.onnx_backend
+	$(BIN)/python -m grapec.tools.onnx_backend
 
 models: $(STAMP)
 	$(BIN)/python -m pip install -q torch==2.13.0 transformers onnxscript

@@ -56,7 +56,7 @@ def main():
     a = ap.parse_args()
     import torch
     import grapec
-    from grapec.bench import bench_grapec, torch_graph_us
+    from grapec.tools.bench import bench_grapec, torch_graph_us
     from grapec.codegen import attention as att
     base = {k: getattr(att, k) for k in ("MAX_WARPS", "MAX_KEY_TILE", "MIN_BLOCKS")}
     rows = []

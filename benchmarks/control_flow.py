@@ -39,7 +39,7 @@ def main():
     args = ap.parse_args()
 
     import grapec
-    from grapec.bench import bench_grapec
+    from grapec.tools.bench import bench_grapec
     import onnxruntime as ort
     path = model_path(args.size)
     rng = np.random.default_rng(0)

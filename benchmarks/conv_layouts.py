@@ -4,7 +4,7 @@ in both memory formats, in one process on one GPU.
 
     python benchmarks/conv_layouts.py [--batch 1,8,32] [--dtype fp16] [--out DIR]
 
-Each variant is captured as a CUDA graph of 20 calls and replayed (grapec.bench.torch_graph_us); the table gives the median
+Each variant is captured as a CUDA graph of 20 calls and replayed (grapec.tools.bench.torch_graph_us); the table gives the median
 microseconds per call, weighted by how often ResNet-50 runs the shape, and the ratios to PyTorch's
 channels-last convolution (above 1: faster than it). Every cuDNN output is checked against
 PyTorch's (||out-ref||/||ref||). It answers: which layout the cuDNN path must run in, and at which
@@ -88,7 +88,7 @@ def main():
     a = ap.parse_args()
     import torch
     import cudnn
-    from grapec.bench import torch_graph_us
+    from grapec.tools.bench import torch_graph_us
     torch.backends.cudnn.benchmark = True
     dtype = torch.float16 if a.dtype == "fp16" else torch.float32
     handle = cudnn.create_handle()

@@ -170,7 +170,7 @@ def _grapec_memory(bundle, ids, max_graphs, model_weights_mib, say) -> dict:
 def _replays(ranged, singles, model, samples, ids, iters, say) -> list:
     import grapec
     import onnxruntime as ort
-    from grapec.bench import bench_grapec
+    from grapec.tools.bench import bench_grapec
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     rows = []
     for n in samples:
@@ -220,7 +220,7 @@ def _torch_graphs(lengths, ids, say) -> dict:
     """PyTorch (fp16, SDPA) with one CUDA graph captured per length: device memory beyond the weights,
     with a private memory pool per graph and with one pool shared by all."""
     import torch
-    from grapec.bench import zoo_module
+    from grapec.tools.bench import zoo_module
     out = {}
     for mode in ("private", "shared"):
         torch.cuda.empty_cache()

@@ -34,7 +34,7 @@ def cast_model():
 
 def main():
     import grapec
-    from grapec.bench import bench_grapec
+    from grapec.tools.bench import bench_grapec
     from grapec.codegen import launch
     m = cast_model()
     x = np.random.default_rng(0).standard_normal((ROWS, PADDED)).astype(np.float16)

@@ -45,7 +45,7 @@ def main():
 
     import zoo
     import grapec
-    from grapec.bench import bench_grapec, bench_torch, generation_table
+    from grapec.tools.bench import bench_grapec, bench_torch, generation_table
 
     t0 = time.perf_counter()
     zm = zoo.get("gpt2_generate", args.size)

@@ -41,8 +41,8 @@ def main():
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     import grapec
-    from grapec.bench import bench_grapec
-    from grapec.inputs import bundle_inputs
+    from grapec.tools.bench import bench_grapec
+    from grapec.bundle.inputs import bundle_inputs
     from zoo import CONFIGS, full_model
     only = set(filter(None, a.only.split(",")))
     results = {}

@@ -43,9 +43,9 @@ def main():
     import onnxruntime as ort
 
     import grapec
-    from grapec.bench import bench_grapec
+    from grapec.tools.bench import bench_grapec
     from grapec.bundle.format import Bundle
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     from zoo import CONFIGS, full_model
     only = set(filter(None, a.only.split(",")))
     results = {}

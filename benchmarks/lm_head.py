@@ -37,7 +37,7 @@ def time_variant(model, rows, x, candidates: int, copy: bool) -> tuple:
     import grapec
     import grapec.passes.aligned_rows as aligned_rows
     import grapec.runtime.cuda.blas as blas
-    from grapec.bench import bench_grapec
+    from grapec.tools.bench import bench_grapec
     aligned_rows.COPY_OUTPUT_FROM_ROWS, blas.TUNE_CANDIDATES = (64 if copy else 1 << 40), candidates
     b = grapec.compile(model, shapes={"x": (rows, HIDDEN)}, precision="fp16", half_outputs=True)
     r = bench_grapec(b, {"x": x}, 100, per_step=True)
@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--candidates", default="8,32")
     a = ap.parse_args()
     import torch
-    from grapec.bench import torch_graph_us
+    from grapec.tools.bench import torch_graph_us
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((HIDDEN, VOCAB)) * 0.02).astype(np.float32)
     x = rng.standard_normal((a.rows, HIDDEN)).astype(np.float32)

@@ -48,8 +48,8 @@ def torch_kernels(module, feeds, precision: str, calls: int = 20) -> tuple:
 
 def grapec_steps(path, dims, precision, half_outputs) -> tuple:
     import grapec
-    from grapec.bench import bench_grapec
-    from grapec.inputs import bundle_inputs
+    from grapec.tools.bench import bench_grapec
+    from grapec.bundle.inputs import bundle_inputs
     calibration = {"batch": 1} if dims["batch"] > 1 and precision in ("fp16", "bf16") else None
     bundle = grapec.compile(path, dims=dims, precision=precision, calibration_dims=calibration,
                             half_outputs=half_outputs)
@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args()
     import importlib.util
-    from grapec.bench import zoo_module
+    from grapec.tools.bench import zoo_module
     spec = importlib.util.spec_from_file_location("zoo_bench", os.path.join(ROOT, "benchmarks", "zoo.py"))
     zoo_bench = importlib.util.module_from_spec(spec)   # benchmarks/zoo.py: models/zoo.py is the other `zoo`
     spec.loader.exec_module(zoo_bench)

@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "soak"))
     a = ap.parse_args()
     import grapec
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     dims = {k: int(v) for k, v in (kv.split("=") for kv in a.dim.split(","))}
     bundle = grapec.compile(a.model, dims=dims, precision=a.precision)
     feeds = bundle_inputs(bundle.manifest, 0, seed=1)

@@ -39,8 +39,8 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import grapec
-    from grapec.bench import bench_grapec, bench_torch, zoo_module
-    from grapec.inputs import bundle_inputs
+    from grapec.tools.bench import bench_grapec, bench_torch, zoo_module
+    from grapec.bundle.inputs import bundle_inputs
     zoo = _benchmarks_zoo()   # benchmarks/zoo.py, not models/zoo.py (zoo_module imports that one as `zoo`)
     CONFIGS, accuracy, full_model = zoo.CONFIGS, zoo.accuracy, zoo.full_model
     only = set(filter(None, a.only.split(",")))
@@ -82,7 +82,7 @@ def time_candidates(serial_bundle, feeds, a) -> list:
     """Every (order, branches) the scheduler weighs, applied to the serial plan and timed."""
     import copy
 
-    from grapec.bench import bench_grapec
+    from grapec.tools.bench import bench_grapec
     from grapec.cost.device import load_profile
     from grapec.passes.streams import apply_candidate, candidates, step_task
     profile = load_profile(a.device_profile)

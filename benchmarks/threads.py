@@ -117,7 +117,7 @@ def measure_grapec(bundle, feeds, refs, a, mem) -> list:
 
 def measure_torch(name, feeds, a, mem) -> dict:
     import torch
-    from grapec.bench import zoo_module
+    from grapec.tools.bench import zoo_module
     free0 = mem.free()
     module = zoo_module(name, "full").to("cuda").eval()
     if a.precision == "fp16":
@@ -139,7 +139,7 @@ def measure_torch(name, feeds, a, mem) -> dict:
 
 
 def measure_ort(path, feeds, a, mem) -> dict | None:
-    from grapec.bench import ort_cuda_available
+    from grapec.tools.bench import ort_cuda_available
     if not ort_cuda_available()[0]:
         return None
     import onnxruntime as ort
@@ -178,7 +178,7 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import grapec
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     full_model = zoo_benchmark().full_model
     mem = GpuMemory()
     results = {}

@@ -75,13 +75,13 @@ def main():
         ap.error("--compile-only needs --bundles DIR")
     os.makedirs(a.bundles if a.compile_only else a.out, exist_ok=True)
     import grapec
-    from grapec.bench import bench_grapec, bench_ort, bench_torch, measure_roofs, ort_cuda_available, zoo_module
+    from grapec.tools.bench import bench_grapec, bench_ort, bench_torch, measure_roofs, ort_cuda_available, zoo_module
     from grapec.cost.roofline import plan_roofline
     from grapec.bundle.format import Bundle
     with_ort = not a.compile_only and ort_cuda_available()[0]
     if not a.compile_only and not with_ort:
         print("onnxruntime's CUDA provider is not installed: onnxruntime is not measured")
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     from grapec.cost.work import step_work
     only = set(filter(None, a.only.split(",")))
     results = {}
@@ -164,7 +164,8 @@ def torch_accuracy(module, path, feeds, precision) -> float:
     """The same measure for PyTorch eager at the same precision: what the precision itself costs."""
     import numpy as np
     import torch
-    from grapec.check import compare, reference_outputs
+    from grapec.compiler.accuracy import compare
+    from grapec.tools.check import reference_outputs
     m = module.cuda().eval()
     args = [torch.from_numpy(np.ascontiguousarray(v)).cuda() for v in feeds.values()]
     if precision == "fp16":
@@ -182,7 +183,8 @@ def torch_accuracy(module, path, feeds, precision) -> float:
 def accuracy(bundle, path, feeds) -> float:
     """Worst ||grapec - onnxruntime|| / ||onnxruntime|| over the outputs (onnxruntime CPU, fp32)."""
     import grapec
-    from grapec.check import compare, reference_outputs
+    from grapec.compiler.accuracy import compare
+    from grapec.tools.check import reference_outputs
     sess = grapec.load(bundle, backend="cuda")
     got = sess.run(feeds)
     sess._runner.close()

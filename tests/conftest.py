@@ -8,7 +8,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 
 
 def pytest_collection_modifyitems(config, items):
-    from grapec.devices import cuda_backend_available, gpu_count
+    from grapec.runtime.devices import cuda_backend_available, gpu_count
     if gpu_count() and cuda_backend_available():
         return
     why = "no NVIDIA GPU here" if not gpu_count() else "cuda-bindings or nvmath-python not installed"
@@ -60,7 +60,7 @@ def every_bundle_loads(request, monkeypatch, tmp_path):
 def _round_trip(bundles, tmp_path):
     import numpy as np
     import grapec
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     from grapec.bundle.format import Bundle
     for k, data in enumerate(bundles):
         path = tmp_path / f"round_trip_{k}.grape"

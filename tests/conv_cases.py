@@ -48,7 +48,7 @@ def ids(cases):
 
 def check_conv(tmp_path, m, backend="cpu", seed=3, **kw):
     """grapec check of model m on `backend` against onnxruntime; every output must pass."""
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     path = str(tmp_path / "m.onnx")
     onnx.save(m, path)
     results, _ = check_model(path, backend=backend, seed=seed, **kw)

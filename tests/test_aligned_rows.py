@@ -79,7 +79,7 @@ def test_padded_rows_on_the_gpu_match_onnxruntime(hw, tmp_path):
     """The kernels that write padded rows (the tail masked to zero) and read them, and the GEMMs on
     the padded width, as CUDA code and cuBLASLt."""
     import onnx
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     m, feeds = bottleneck(hw, c=64, mid=32)
     onnx.save(m, tmp_path / "m.onnx")
     for precision, tol in (("fp32", 1e-4), ("fp16", 1e-2)):
@@ -182,7 +182,7 @@ def test_a_gemm_writing_an_odd_graph_output_writes_padded_rows_and_one_copy(rows
 @pytest.mark.gpu
 def test_an_odd_graph_output_through_padded_rows_on_the_gpu(tmp_path):
     import onnx
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     m, feeds = _linear_to_output((3, 40))
     onnx.save(m, tmp_path / "m.onnx")
     for precision, tol in (("fp32", 1e-4), ("fp16", 1e-2)):

@@ -229,7 +229,7 @@ def _copies_around_attention(bundle) -> int:
 def test_batched_attention_reads_and_writes_through_the_head_copies(name, dims):
     """At batch > 1 the head split before attention and the merge after it are strides of the fused
     kernel (passes/attention_operands.py), not copies; the answers still match onnxruntime."""
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     bundle = grapec.compile(_zoo(name), dims=dims, precision="fp16", targets=[])
     assert attention_kernels(bundle) and _copies_around_attention(bundle) == 0
     results, _ = check_model(_zoo(name), dims=dims, precision="fp16", seed=9)
@@ -239,6 +239,6 @@ def test_batched_attention_reads_and_writes_through_the_head_copies(name, dims):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,dims", BATCHED + [("bert", {"batch": 16, "seq": 64}), ("gpt2", {"batch": 8, "seq": 64})])
 def test_batched_attention_through_the_head_copies_on_gpu(name, dims):
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     results, _ = check_model(_zoo(name), dims=dims, precision="fp16", backend="cuda", seed=9)
     assert all(r.ok for r in results), [(r.name, r.rel) for r in results]

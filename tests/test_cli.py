@@ -17,7 +17,7 @@ def grapec(*args, cwd=None):
     # the CLI sees the packages this process sees (a GPU machine's onnxruntime-gpu, nvmath), ours first
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH")])))
     env.pop("GRAPEC_DEBUG", None)
-    p = subprocess.run([sys.executable, "-m", "grapec.cli", *map(str, args)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "grapec.tools.cli", *map(str, args)], capture_output=True, text=True,
                        env=env, cwd=cwd, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
@@ -61,7 +61,7 @@ def test_a_closed_output_pipe_ends_the_cli_quietly(mlp, tmp_path):
     assert grapec("compile", mlp, "-o", out, "--dim", "batch=3")[0] == 0
     # the CLI sees the packages this process sees (a GPU machine's onnxruntime-gpu, nvmath), ours first
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH")])))
-    p = subprocess.Popen([sys.executable, "-m", "grapec.cli", "inspect", str(out)], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "grapec.tools.cli", "inspect", str(out)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
     p.stdout.close()   # before the interpreter has even started: every write meets a closed pipe
     err = p.stderr.read().decode()

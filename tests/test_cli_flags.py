@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import helper
 
-from grapec.cli import main
+from grapec.tools.cli import main
 from helpers import init, model, tinfo
 
 BAD_TEXT = ["", "=", ",", "x", "x=", "x=abc", "x:1xq", "batch=-1", "batch=0", "batch=1:0", "nope=3",

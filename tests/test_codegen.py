@@ -11,7 +11,7 @@ import pytest
 import grapec
 from grapec.codegen.module import build_module, kernel_users
 from grapec.ir.kernel import Kernel
-from grapec.inputs import bundle_inputs
+from grapec.bundle.inputs import bundle_inputs
 from grapec.ir.interpret import run_kernel
 from grapec.runtime.cpu.runner import CpuPlanRunner
 

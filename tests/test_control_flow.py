@@ -155,7 +155,7 @@ def test_wrong_control_dtypes_are_clear_errors(tmp_path, bad, match):
               [tinfo("v")], [init("M", m_init), init("cond0", c_init)])
     path = tmp_path / "bad.onnx"
     path.write_bytes(m.SerializeToString())
-    r = subprocess.run([sys.executable, "-m", "grapec.cli", "compile", str(path), "--no-gpu", "-q"],
+    r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "compile", str(path), "--no-gpu", "-q"],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert __import__("re").search(match, r.stderr), r.stderr
@@ -171,7 +171,7 @@ def test_negative_trip_count_from_an_input_is_refused_before_running(tmp_path):
     path.write_bytes(m.SerializeToString())
     for k, v in feeds.items():
         np.save(tmp_path / f"{k}.npy", v)
-    r = subprocess.run([sys.executable, "-m", "grapec.cli", "run", str(path), "--backend", "cpu",
+    r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "run", str(path), "--backend", "cpu",
                         "--shapes", "x=4,acc0=4,M=,limit="]
                        + [a for k in feeds for a in ("--input", f"{k}={tmp_path / (k + '.npy')}")],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
@@ -246,7 +246,7 @@ def test_cli_strict_compile_and_inspect_list_the_conditional_nodes(tmp_path):
     model_path = os.path.join(ROOT, "models", "tiny", "control_flow.onnx")
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "grapec.cli", *args], capture_output=True, text=True, env=env)
+        return subprocess.run([sys.executable, "-m", "grapec.tools.cli", *args], capture_output=True, text=True, env=env)
     out = str(tmp_path / "cf.grape")
     r = cli("compile", model_path, "-o", out, "--strict", "--no-gpu", "-q")
     assert r.returncode == 0, r.stderr

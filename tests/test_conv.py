@@ -9,9 +9,9 @@ from onnx import helper
 
 import grapec
 from conv_cases import CASES, check_conv, conv_model, ids
-from grapec.check import check_model
+from grapec.tools.check import check_model
 from grapec.errors import GrapecError
-from grapec.show import library_ops
+from grapec.tools.show import library_ops
 from helpers import model, tinfo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

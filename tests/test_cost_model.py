@@ -146,14 +146,14 @@ def one_sample(m) -> dict:
     """One calibration sample for the calibration model's float inputs: these tests are about its plan,
     and four CPU runs of it in each precision (the default calibration) took most of a minute."""
     from onnx.helper import tensor_dtype_to_np_dtype
-    from grapec.inputs import random_inputs
+    from grapec.bundle.inputs import random_inputs
     shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim) for i in m.graph.input}
     dtypes = {i.name: tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for i in m.graph.input}
     return random_inputs(shapes, dtypes, {}, seed=0)
 
 
 def test_calibration_model_compiles_and_every_step_is_priced():
-    from grapec.calibrate import add_mapping_variants, fit_profile
+    from grapec.tools.calibrate import add_mapping_variants, fit_profile
     from grapec.cost.suite import calibration_model
     from grapec.cost.work import step_work
     b = grapec.compile(calibration_model(), precision="fp16", targets=[], calibration_inputs=[one_sample(calibration_model())])
@@ -176,7 +176,7 @@ def test_calibration_model_compiles_and_every_step_is_priced():
 
 def test_inspect_fusion_shows_groups_and_alternatives(tmp_path):
     from click.testing import CliRunner
-    from grapec.cli import main
+    from grapec.tools.cli import main
     path = tmp_path / "m.onnx"
     import onnx
     onnx.save(row_model(24, 300), path)
@@ -221,8 +221,8 @@ def test_every_mapping_computes_the_same_on_the_gpu():
 def test_bench_takes_a_device_profile_and_refuses_without_a_gpu(tmp_path):
     """Every option reaches the command (a signature mismatch is an internal error, exit 1)."""
     from click.testing import CliRunner
-    from grapec.cli import main
-    from grapec.devices import gpu_count
+    from grapec.tools.cli import main
+    from grapec.runtime.devices import gpu_count
     if gpu_count():
         pytest.skip("this checks the no-GPU message")
     import onnx
@@ -236,7 +236,7 @@ def test_bench_takes_a_device_profile_and_refuses_without_a_gpu(tmp_path):
 def test_calibration_builds_every_small_gemm_candidate():
     """`grapec calibrate` compiles its model with small_gemm left unpriced, so both sides of that
     choice are sampled whatever the shipped profile would choose (calibrate.py)."""
-    from grapec.calibrate import unpriced_profile
+    from grapec.tools.calibrate import unpriced_profile
     from grapec.cost.suite import GEMMS, LN_GEMMS, SMALL_M_LIBRARY, calibration_model
     b = grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=unpriced_profile(),
                        calibration_inputs=[one_sample(calibration_model())])

@@ -9,7 +9,7 @@ import pytest
 
 import grapec
 from grapec.codegen.module import build_module
-from grapec.inputs import bundle_inputs
+from grapec.bundle.inputs import bundle_inputs
 from grapec.plan import KernelStep
 from grapec.ir.attention import AttentionKernel
 from grapec.ir.kinds import kernel_from_json

@@ -59,7 +59,7 @@ def test_a_size_outside_the_range_is_refused_by_name(ranged):
 
 def test_cli_range_compile_run_and_refusal(tmp_path):
     out = tmp_path / "g.grape"
-    cli = [sys.executable, "-m", "grapec.cli"]
+    cli = [sys.executable, "-m", "grapec.tools.cli"]
     r = subprocess.run(cli + ["compile", GPT2, "-o", str(out), "--dim", "batch=1", "--dynamic", "seq=4:9",
                               "--no-gpu"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -29,9 +29,9 @@ from onnx import TensorProto, helper
 import grapec
 from click.testing import CliRunner
 from grapec.bundle.format import HEADER, Bundle
-from grapec.cli import main as cli_main
+from grapec.tools.cli import main as cli_main
 from grapec.errors import GrapecError
-from grapec.inputs import bundle_inputs
+from grapec.bundle.inputs import bundle_inputs
 from helpers import init, model, tinfo
 from test_control_flow import fibonacci_model, if_model
 
@@ -223,7 +223,7 @@ def test_the_cli_exits_2_on_mutants(bundles, tmp_path):
             if _outcome(data, []) == "refused":
                 break
         path.write_bytes(data)
-        r = subprocess.run([sys.executable, "-m", "grapec.cli", "run", str(path), "--backend", "cpu"],
+        r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "run", str(path), "--backend", "cpu"],
                            capture_output=True, text=True)
         assert r.returncode == 2, (way, r.returncode, r.stderr[-800:])
         assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr[-800:]

@@ -106,7 +106,7 @@ def test_token_ids_outside_the_vocabulary_are_refused(session):
 
 def test_cli_exit_code_2_for_max_new_tokens_beyond_the_cache(tmp_path):
     np.save(tmp_path / "n.npy", np.array(MAX_NEW + 8, np.int64))
-    r = subprocess.run([sys.executable, "-m", "grapec.cli", "run", PATH, "--backend", "cpu",
+    r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "run", PATH, "--backend", "cpu",
                         "--input", f"max_new_tokens={tmp_path / 'n.npy'}"],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")})
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import grapec
-from grapec.check import check_model
+from grapec.tools.check import check_model
 from grapec.errors import BackendError
 
 pytestmark = pytest.mark.gpu
@@ -36,7 +36,7 @@ def test_bundles_compiled_without_a_gpu_run_here(path):
     """Bundles made by `grapec compile` on the CPU-only machine (carried in gpu_bundles/)."""
     cpu = grapec.load(path, backend="cpu")
     gpu = grapec.load(path, backend="cuda")
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     feeds = bundle_inputs(cpu.bundle.manifest, 0, 1)
     a, b = cpu.run(feeds), gpu.run(feeds)
     # fp16 bundles: the two backends round different partial sums to half
@@ -78,7 +78,7 @@ def test_device_arrays_in_and_out_and_input_buffer():
 
 def test_onnx_node_tests_cuda_backend():
     import io
-    from grapec.onnx_backend import run_suite
+    from grapec.tools.onnx_backend import run_suite
     buf = io.StringIO()
     results = run_suite(backend="cuda", out=buf)
     print(buf.getvalue())
@@ -166,7 +166,7 @@ class GpuStepChecker:
 
 @pytest.mark.parametrize("name", sorted(ZOO_DIMS))
 def test_every_step_on_gpu_matches_the_cpu_backend(name):
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     b = grapec.compile(os.path.join(ROOT, "models", "tiny", f"{name}.onnx"), dims=ZOO_DIMS[name])
     chk = GpuStepChecker(b)
     feeds = bundle_inputs(b.manifest, 0, 4)
@@ -214,7 +214,7 @@ def test_fused_kernels_and_gemm_epilogues_on_gpu(case, tmp_path):
 def test_buckets_sharing_functions_match_onnxruntime_on_gpu(name, buckets):
     """One bundle, several buckets; kernels shared across buckets take their sizes as arguments."""
     import onnxruntime as ort
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
     b = grapec.compile(path, dims={"batch": 1}, bucket_dims=buckets)
     assert any(b.manifest["cuda"]["scalars"]), "no function took sizes as arguments"
@@ -234,7 +234,7 @@ def test_bench_control_flow_graphed_vs_host_control():
     import subprocess
     import sys
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH")])))
-    p = subprocess.run([sys.executable, "-m", "grapec.cli", "bench", os.path.join(ROOT, "models", "tiny", "control_flow.onnx"),
+    p = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "bench", os.path.join(ROOT, "models", "tiny", "control_flow.onnx"),
                         "--vs", "host-control", "--iterations", "20", "--warmup", "3"],
                        capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -274,7 +274,7 @@ def test_gemms_are_tuned_at_load_and_added_as_kernel_nodes():
     written); graph.py adds the captured call's one kernel as a plain kernel node. Outputs still
     match the CPU backend."""
     from cuda.bindings import driver
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     from grapec.runtime.cuda.driver import call
     from grapec.runtime.cuda.graph import GraphBuilder
     # seq 32: at seq 8 the GEMMs are small GEMM kernels (passes/small_gemm.py), not cuBLASLt's

@@ -9,7 +9,7 @@ import pytest
 
 import grapec
 from grapec.compiler import compile_model
-from grapec.devices import gpu_count
+from grapec.runtime.devices import gpu_count
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

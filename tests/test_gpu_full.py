@@ -9,8 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from grapec.check import check_model, compare, reference_outputs
-from grapec.inputs import random_inputs
+from grapec.compiler.accuracy import compare
+from grapec.tools.check import check_model, reference_outputs
+from grapec.bundle.inputs import random_inputs
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,8 +61,8 @@ def test_tiny_cnns_in_fp16_on_gpu_match_as_well_as_pytorch_fp16(name):
     yardstick is PyTorch's own fp16 run of the same module: grapec's fp16 error against onnxruntime
     fp32 must be within 1e-2 or no more than 1.25x PyTorch's."""
     import torch
-    from grapec.bench import zoo_module
-    from grapec.mixed_precision import PrecisionError
+    from grapec.tools.bench import zoo_module
+    from grapec.compiler.mixed_precision import PrecisionError
     path = os.path.join(ROOT, "models", "tiny", f"{name}.onnx")
     with pytest.raises(PrecisionError, match="grows most at"):
         check_model(path, dims=ZOO_DIMS[name], backend="cuda", rtol=1.0, seed=11, precision="fp16")

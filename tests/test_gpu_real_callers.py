@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from grapec.check import check_model
+from grapec.tools.check import check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "models", "tiny")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import grapec
-from grapec.inputs import bundle_inputs
+from grapec.bundle.inputs import bundle_inputs
 from helpers import rel_err
 from test_models import TINY
 

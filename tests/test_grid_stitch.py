@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 import grapec
 from grapec.bundle.format import Bundle
-from grapec.cli import main
-from grapec.inputs import bundle_inputs
+from grapec.tools.cli import main
+from grapec.bundle.inputs import bundle_inputs
 from grapec.plan import KernelStep, Plan
 from helpers import needs_nvrtc, ort_run, rel_err
 from test_small_gemm import profile_file
@@ -121,7 +121,7 @@ def test_cli_grid_stitch_reports_the_runs(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_stitched_kernels_match_the_unstitched_plan(tmp_path):
-    from grapec.devices import gpu_count
+    from grapec.runtime.devices import gpu_count
     if not gpu_count():
         pytest.skip("no GPU")
     for dims in ({"batch": 1, "seq": 8}, {"batch": 2, "seq": 5}):

@@ -16,7 +16,7 @@ import pytest
 import grapec
 from grapec import dtypes
 from grapec.codegen.cuda import _MINIFLOAT
-from grapec.onnx_backend import _as_array, node_testcases, run_case
+from grapec.tools.onnx_backend import _as_array, node_testcases, run_case
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile the generated C for the host")
 

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from grapec.onnx_backend import run_suite
+from grapec.tools.onnx_backend import run_suite
 
 PINNED_PASSES = 1672   # + narrow types, If on a known condition, GridSample, AffineGrid, DFT, STFT, windows, RoiAlign (2026-11-23)
 # Known wrong answers, each with its reason; anything else failing is a regression.

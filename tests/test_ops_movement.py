@@ -374,7 +374,7 @@ FREEZE = {"Slice": {1, 2, 3, 4}, "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1},
 
 
 def _node_cases():
-    from grapec.onnx_backend import node_testcases
+    from grapec.tools.onnx_backend import node_testcases
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = node_testcases()

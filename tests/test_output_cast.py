@@ -47,7 +47,7 @@ GPT2 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 def test_half_outputs_drop_the_widening_kernel_and_round_the_same_values():
     import onnx
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     dims = {"batch": 2, "seq": 8}
     normal = grapec.compile(GPT2, dims=dims, precision="fp16", targets=[])
     half = grapec.compile(GPT2, dims=dims, precision="fp16", targets=[], half_outputs=True)
@@ -76,6 +76,6 @@ def test_an_output_a_float32_node_computes_is_rounded_to_half():
 
 def test_half_outputs_need_a_half_precision():
     from click.testing import CliRunner
-    from grapec.cli import main
+    from grapec.tools.cli import main
     r = CliRunner().invoke(main, ["compile", GPT2, "--dim", "batch=1", "--dim", "seq=4", "--half-outputs", "--no-gpu"])
     assert r.exit_code == 2 and "--half-outputs needs --precision fp16 or bf16" in r.output

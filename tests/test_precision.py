@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import grapec
-from grapec.check import check_model
-from grapec.cli import main
+from grapec.tools.check import check_model
+from grapec.tools.cli import main
 from grapec.errors import GrapecError
 from grapec.frontend.precision import to_fp16
 from helpers import compile_and_run, init, model, ort_run, rel_err, tinfo
@@ -206,7 +206,7 @@ def test_bf16_keeps_the_float32_range():
 def test_half_precision_can_calibrate_at_a_smaller_batch(monkeypatch):
     """calibration_dims: a batch-8 bundle calibrated on batch-1 samples (each sample's arithmetic is
     the same; the CPU calibration 8 times cheaper), then right on batch 8 against onnxruntime."""
-    import grapec.mixed_precision as mp
+    import grapec.compiler.mixed_precision as mp
     seen = []
     choose = mp.choose_precision
 
@@ -219,7 +219,7 @@ def test_half_precision_can_calibrate_at_a_smaller_batch(monkeypatch):
     assert seen == [{"input_ids": (1, 16), "attention_mask": (1, 16)}]
     assert b.manifest["buckets"][0]["shapes"]["input_ids"] == [8, 16]
     sess = grapec.load(b)
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     feeds = bundle_inputs(b.manifest, 0, 5)
     want = ort_run(onnx.load(path), feeds)
     got = sess.run(feeds)
@@ -241,8 +241,8 @@ def test_calibration_lowers_the_batch_to_fit_in_memory_and_says_so(monkeypatch, 
     """Calibration holds every intermediate of every draw: a batch-16 GPT-2 took over 24 GB and was
     killed. Where the memory available would not hold it, the batch is lowered to what fits (and
     the log says so); where even one sample would not fit, compilation is refused by name."""
-    import grapec.mixed_precision as mp
-    import grapec.devices as devices
+    import grapec.compiler.mixed_precision as mp
+    import grapec.runtime.devices as devices
     from grapec.frontend.onnx_import import import_model
     from grapec.frontend.shapes import resolve_input_shapes
     path = os.path.join(ROOT, "models", "tiny", "bert.onnx")
@@ -265,7 +265,7 @@ def test_calibration_lowers_the_batch_to_fit_in_memory_and_says_so(monkeypatch, 
     assert r.exit_code == 0, r.output
     assert "calibrating at batch=3, not 8" in r.output
     sess = grapec.load(str(tmp_path / "b.grape"))
-    from grapec.inputs import bundle_inputs
+    from grapec.bundle.inputs import bundle_inputs
     feeds = bundle_inputs(sess.bundle.manifest, 0, 7)
     assert feeds["input_ids"].shape == (8, 16)
     want = ort_run(onnx.load(path), feeds)

@@ -11,7 +11,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import grapec
-from grapec.check import TOLERANCES, check_model, compare, half_limit
+from grapec.compiler.accuracy import TOLERANCES, compare, half_limit
+from grapec.tools.check import check_model
 from grapec.errors import IndexRangeError, NeedsValueError
 from helpers import init, model, ort_run, tinfo
 
@@ -23,7 +24,7 @@ def cli(*args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH")])))
     env.pop("GRAPEC_DEBUG", None)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "grapec.cli", *map(str, args)], capture_output=True, text=True, env=env,
+    p = subprocess.run([sys.executable, "-m", "grapec.tools.cli", *map(str, args)], capture_output=True, text=True, env=env,
                        timeout=120)
     return p.returncode, p.stdout + p.stderr, time.perf_counter() - t0
 
@@ -97,7 +98,7 @@ def test_output_into_a_missing_directory_is_a_user_error(tmp_path):
 
 
 def test_the_cuda_backend_without_a_driver_is_a_user_error(tmp_path):
-    from grapec.devices import gpu_count
+    from grapec.runtime.devices import gpu_count
     if gpu_count():
         pytest.skip("this machine has a GPU")
     rc, out, _ = cli("run", GPT2, "--dim", "batch=1,seq=8", "--backend", "cuda")

@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from grapec.mixed_precision import PrecisionError
-from grapec.check import TOLERANCES, check_model
+from grapec.compiler.mixed_precision import PrecisionError
+from grapec.compiler.accuracy import TOLERANCES
+from grapec.tools.check import check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "models", "real")
@@ -64,7 +65,7 @@ def test_the_set_covers_what_the_issue_names():
 
 def test_check_against_onnx_reference_from_the_cli():
     from click.testing import CliRunner
-    from grapec.cli import main
+    from grapec.tools.cli import main
     r = CliRunner().invoke(main, ["check", os.path.join(REAL, "resnet_qlinear.onnx"), "--dim", "batch=1",
                                   "--reference", "onnx", "-q"])
     assert r.exit_code == 0 and "vs onnx.reference (fp32)" in r.output, r.output

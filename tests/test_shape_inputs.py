@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 
 import grapec
 from grapec.bundle.format import Bundle
-from grapec.check import compare
+from grapec.compiler.accuracy import compare
 from grapec.errors import GrapecError, InputError, NeedsValueError
 
 from helpers import model, ort_run, tinfo

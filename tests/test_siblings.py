@@ -54,7 +54,7 @@ def test_merged_weights_replace_the_originals_in_the_bundle():
 @pytest.mark.gpu
 def test_merged_projections_on_the_gpu_match_onnxruntime(tmp_path):
     import onnx
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     m, feeds = projections(with_graph_output=True)
     onnx.save(m, tmp_path / "m.onnx")
     results, _ = check_model(str(tmp_path / "m.onnx"), shapes={"x": feeds["x"].shape}, backend="cuda", rtol=1e-4, seed=6)

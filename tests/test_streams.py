@@ -12,8 +12,8 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.cost.simulate import Task, simulate
 from grapec.errors import BundleError
-from grapec.hazards import conflict_deps, reduce_deps, unordered_conflicts
-from grapec.inputs import bundle_inputs
+from grapec.passes.hazards import conflict_deps, reduce_deps, unordered_conflicts
+from grapec.bundle.inputs import bundle_inputs
 from grapec.plan import chain_deps, walk_steps
 from grapec.runtime.cpu.runner import CpuPlanRunner
 from test_models import LIGHT, LIGHT_MODELS, TINY, ZOO_DIMS
@@ -144,7 +144,7 @@ def test_simulation_shares_the_gpu():
 
 
 def test_cli_serial_and_inspect_schedule(tmp_path):
-    from grapec.cli import main
+    from grapec.tools.cli import main
     model = os.path.join(TINY, "googlenet.onnx")
     out = str(tmp_path / "g.grape")
     r = CliRunner().invoke(main, ["compile", model, "--dim", "batch=1", "--no-gpu", "-o", out, "-q"])

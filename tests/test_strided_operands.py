@@ -8,7 +8,7 @@ import pytest
 import grapec
 from grapec.ir.kinds import kernel_from_json
 from grapec.bundle.format import Bundle
-from grapec.check import check_model
+from grapec.tools.check import check_model
 from grapec.errors import BundleError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

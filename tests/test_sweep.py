@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from grapec.check import check_model
+from grapec.tools.check import check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQS = (1, 2, 3, 7, 64)

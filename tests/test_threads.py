@@ -179,7 +179,7 @@ def test_input_buffer_needs_one_arena():
 
 @pytest.mark.gpu
 def test_a_device_that_is_not_there_is_named():
-    from grapec.devices import gpu_count
+    from grapec.runtime.devices import gpu_count
     from grapec.errors import BackendError
     n = gpu_count()
     with pytest.raises(BackendError, match=f"device {n}: this machine has {n} CUDA device"):
@@ -190,7 +190,7 @@ def test_a_device_that_is_not_there_is_named():
 def test_every_gpu_runs_the_bundle_on_its_own_memory():
     """device=N puts the weights and arena on GPU N (its free memory drops, the others' does not) and
     gives GPU 0's answers; sessions on all GPUs run at once from threads."""
-    from grapec.devices import gpu_count
+    from grapec.runtime.devices import gpu_count
     from grapec.runtime.cuda.driver import Device
     n = gpu_count()
     if n < 2:

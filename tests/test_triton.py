@@ -105,7 +105,7 @@ def test_export_is_refused_where_it_would_overwrite_or_cannot_serve(bucketed, tm
 
 def test_the_cli_writes_the_model_and_refuses_with_exit_2(bucketed, tmp_path):
     repo = str(tmp_path / "repo")
-    cmd = [sys.executable, "-m", "grapec.cli", "export-triton", bucketed, repo, "--backend", "cpu", "--name", "m"]
+    cmd = [sys.executable, "-m", "grapec.tools.cli", "export-triton", bucketed, repo, "--backend", "cpu", "--name", "m"]
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
     first = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert first.returncode == 0, first.stderr
@@ -133,7 +133,7 @@ def send(server, model, requests: dict, tmp_path) -> dict:
 @pytest.mark.skipif(pytriton_dir() is None, reason="no Triton venv (.venv-triton): `make test` builds it")
 def test_triton_serves_the_bundle_round_trip(bucketed, tmp_path):
     if BACKEND == "cuda":
-        from grapec.devices import cuda_backend_available, gpu_count
+        from grapec.runtime.devices import cuda_backend_available, gpu_count
         if not (gpu_count() and cuda_backend_available()):
             pytest.skip("GRAPEC_TRITON_BACKEND=cuda needs a GPU")
     repo = str(tmp_path / "repo")

@@ -175,7 +175,7 @@ def run_one(f: CorpusFile, precision: str = "fp32", backend: str = "cpu") -> Res
     """Compile, run on `backend` with fresh random inputs valid for the model, compare with
     onnxruntime CPU in fp32, by `grapec check`'s measure."""
     import numpy as np
-    from grapec.check import check_model
+    from grapec.tools.check import check_model
     from grapec.errors import GrapecError
     t0 = time.perf_counter()
     values = {k: np.array(v) for k, v in f.values.items()} or None

@@ -10,8 +10,8 @@ __version__ = "0.1.0"
 
 def compile(model, shapes=None, dims=None, **options):
     """Compile an ONNX model (path or ModelProto) into a Bundle. See grapec.compiler.compile_model."""
-    from .compiler import compile_model
-    return compile_model(model, shapes=shapes, dims=dims, **options)
+    from . import compiler
+    return compiler.compile_model(model, shapes=shapes, dims=dims, **options)
 
 
 def load(bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None = None,

@@ -2,8 +2,8 @@ import sys, os
 sys.path.insert(0, "benchmarks")
 import grapec
 import grapec.codegen.attention as A
-from grapec.bench import bench_grapec
-from grapec.inputs import bundle_inputs
+from grapec.tools.bench import bench_grapec
+from grapec.bundle.inputs import bundle_inputs
 from zoo import full_model
 for label, name, dims in [("bert-s128", "bert", {"batch": 1, "seq": 128}), ("gpt2-s128", "gpt2", {"batch": 1, "seq": 128})]:
     path = full_model(name)

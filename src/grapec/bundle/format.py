@@ -33,11 +33,12 @@ import tempfile
 import zlib
 from dataclasses import dataclass, field
 
-from .. import __version__, dtypes
+from .. import __version__
+from .. import dtypes
 from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreStep
 from ..errors import BundleError
 from . import templates
-from ..value_range import manifest_ranges
+from .value_range import manifest_ranges
 from .schema import MAX_JSON_DEPTH, check_manifest, json_depth
 
 MAGIC = b"GRAPEC\0\n"

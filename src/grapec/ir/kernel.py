@@ -25,6 +25,7 @@ import weakref
 from dataclasses import dataclass
 
 from .. import dtypes
+from .alu import apply_op
 
 UNARY = {
     "neg", "abs", "exp", "log", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
@@ -234,7 +235,6 @@ def reduce(op: str, body: Expr, rvars: tuple) -> Expr:
 
 def _eval_const(op, args, dtype):
     import numpy as np
-    from .interpret import apply_op
     vals = [np.array(a.value, dtypes.np_dtype(a.dtype)) for a in args]
     with np.errstate(all="ignore"):
         return np.asarray(apply_op(op, vals)).astype(dtypes.np_dtype(dtype)).item()

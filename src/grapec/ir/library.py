@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from .alu import erf
 
 
 def _act(y, act: str):
@@ -32,8 +33,7 @@ def _act(y, act: str):
     if act == "relu":
         return np.maximum(y, 0)
     if act == "gelu":
-        from .interpret import _erf
-        return (0.5 * y * (1 + _erf(y / np.sqrt(2).astype(y.dtype)))).astype(y.dtype)
+        return (0.5 * y * (1 + erf(y / np.sqrt(2).astype(y.dtype)))).astype(y.dtype)
     if act == "gelu_tanh":
         inner = np.sqrt(2 / np.pi).astype(y.dtype) * (y + np.asarray(0.044715, y.dtype) * y * y * y)
         return (0.5 * y * (1 + np.tanh(inner))).astype(y.dtype)

@@ -16,7 +16,9 @@ from . import op
 
 
 def compile_body(ctx, body, input_shapes: dict):
-    from ..compiler import compile_graph
+    # Up a floor, on purpose: a body is a graph like any other and goes through the compiler's whole
+    # pipeline, reached from lowering and from specialize's constant folding alike.
+    from ..compiler.pipeline import compile_graph
     try:
         return compile_graph(body, input_shapes, parent=ctx.graph)
     except NeedsValueError as e:   # keep the kind: the enclosing graph may trace it to its own inputs

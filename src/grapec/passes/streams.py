@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..cost.model import estimate
 from ..cost.simulate import Task, Timeline, simulate
 from ..cost.work import step_work
-from ..hazards import conflict_deps, reduce_deps
+from .hazards import conflict_deps, reduce_deps
 from ..plan import REGIONS, chain_deps, child_step_lists, dependents, walk_steps
 
 MAX_BRANCHES = 4

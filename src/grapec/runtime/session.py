@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
-from ..value_range import check_value_range, manifest_ranges
+from ..bundle.value_range import check_value_range, manifest_ranges
 from .binding import contiguous_strides
 
 
@@ -105,7 +105,7 @@ class Session:
             first = CpuPlanRunner(self.bundle, arenas=n)
             return [first] + [CpuPlanRunner(self.bundle, kernels=first.kernels) for _ in range(n - 1)]
         if backend == "cuda":
-            from ..devices import require_cuda
+            from .devices import require_cuda
             require_cuda(device)
             from .cuda.model import CudaModel
             from .cuda.runner import CudaPlanRunner

@@ -12,8 +12,8 @@ import numpy as np
 
 from ... import dtypes
 from ...bundle.format import decode_kernel
-from ...devices import check_fits, host_memory_available
-from ...hazards import random_order
+from ..devices import check_fits, host_memory_available
+from ...passes.hazards import random_order
 from ...ir.interpret import run_kernel
 from ...ir.library import run_library, view_array
 from ...plan import KernelStep, LibraryStep, ScanStoreStep

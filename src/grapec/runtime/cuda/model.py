@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ...devices import check_fits
+from ..devices import check_fits
 from ...errors import BackendError
 from .driver import Device, call
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...errors import BackendError
 from ...plan import REGIONS
-from ...timeline import Span
+from ...cost.timeline import Span
 from .driver import call
 from .graph import GraphBuilder
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from .plan import KernelStep, walk_steps
+from ..plan import KernelStep, walk_steps
 
 _WORK: dict = {}   # set before the fork; the workers read it (nothing is pickled but the results)
 

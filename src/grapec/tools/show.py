@@ -6,7 +6,7 @@ import json
 
 import click
 
-from .errors import GrapecError
+from ..errors import GrapecError
 
 
 def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
@@ -17,7 +17,7 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
         if as_json:
             click.echo(json.dumps([bk.get("schedule") for bk in m.get("buckets", [])], indent=1))
         else:
-            from .timeline import schedule_text
+            from ..cost.timeline import schedule_text
             click.echo(schedule_text(b))
         return
     if fusion:
@@ -104,7 +104,7 @@ def print_fusion_report(manifest: dict, as_json: bool):
 
 def library_ops(plan) -> dict:
     """Library (cuBLASLt) calls of a plan, by op, bodies included."""
-    from .plan import LibraryStep, walk_steps
+    from ..plan import LibraryStep, walk_steps
     lib: dict = {}
     for st in walk_steps(plan.steps):
         if isinstance(st, LibraryStep):
@@ -114,7 +114,7 @@ def library_ops(plan) -> dict:
 
 def describe_regions(steps, depth=0) -> list:
     """One line per If/Loop step: how it runs (a conditional node of the graph, or host control)."""
-    from .plan import IfStep, LoopStep
+    from ..plan import IfStep, LoopStep
     out = []
     for st in steps:
         if not isinstance(st, (IfStep, LoopStep)):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import BackendError
+from ..errors import BackendError
 
 
 def host_memory_available() -> int | None:

@@ -27,10 +27,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from . import dtypes
-from .check import HALF_MARGIN, TOLERANCES, compare, half_limit
-from .errors import GrapecError, InputError
-from .frontend.precision import FP16_MAX, FP32_OPS, to_half
+from .. import dtypes
+from .accuracy import HALF_MARGIN, TOLERANCES, compare, half_limit
+from ..errors import GrapecError, InputError
+from ..frontend.precision import FP16_MAX, FP32_OPS, to_half
 
 CALIBRATION_DRAWS = 4   # random input draws: one draw's luck is not a model's accuracy
 CALIBRATION_SEED = 1000
@@ -85,16 +85,19 @@ class MixedPrecision:
 
 
 def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes: dict, fixed: dict,
-                     samples: list | None = None, say=lambda msg: None, tolerance: float | None = None):
+                     samples: list | None = None, say=lambda msg: None, tolerance: float | None = None, *,
+                     compile_model):
     """-> (the model rewritten to half with some nodes kept float32, MixedPrecision).
     graph: the imported float32 model; input_shapes: the bucket to calibrate on; fixed: --value inputs;
     samples: list of {input name: array} (--calibration-inputs), else one random sample;
-    tolerance: the largest ||out - ref|| / ||ref|| accepted per output (--precision-tolerance)."""
-    from .passes.specialize import specialize
+    tolerance: the largest ||out - ref|| / ||ref|| accepted per output (--precision-tolerance);
+    compile_model: the pipeline's, which builds the calibration bundles (handed in, so that the
+    pipeline calls this module and not the other way round)."""
+    from ..passes.specialize import specialize
     spec = specialize(graph, input_shapes, None, fixed)
     inlined = _taken_branches_inline(proto, spec)
     if inlined is not proto:   # their nodes become candidates: only top-level nodes can stay float32
-        from .frontend.onnx_import import import_model
+        from ..frontend.onnx_import import import_model
         proto = inlined
         spec = specialize(import_model(proto), input_shapes, None, fixed)
     types = {n: dtypes.to_onnx(v.dtype) for n, v in spec.values.items() if v.dtype}
@@ -112,7 +115,7 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
             kept.setdefault(i, "float math between a Dequantize and a Quantize: rounding it to half moves "
                                "values across quantization steps")
 
-    ref_bundle = _compile_cpu(_exposing(proto, probes, types), input_shapes, fixed)
+    ref_bundle = _compile_cpu(compile_model, _exposing(proto, probes, types), input_shapes, fixed)
     feeds_list, where = _samples(ref_bundle, samples)
     refs = _run(ref_bundle, feeds_list)
     tol = half_limit(precision, tolerance, HALF_MARGIN)
@@ -132,7 +135,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     for rnd in range(1, MAX_ROUNDS + 1):
         half = to_half(proto, precision, set(kept), types)
         own = [o + "__fp32" for i in kept for o in nodes[i].output if o in probes]   # kept nodes' float32 results
-        got = _run(_compile_cpu(_exposing(half, probes + own, types, precision), input_shapes, fixed), feeds_list)
+        got = _run(_compile_cpu(compile_model, _exposing(half, probes + own, types, precision), input_shapes, fixed),
+                   feeds_list)
         err = {name: max(_rel_err(g[name], r[name.removesuffix("__fp32")]) for g, r in zip(got, refs))
                for name in probes + own + outputs}
         report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
@@ -183,7 +187,7 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
 
 def intermediate_bytes(graph, input_shapes: dict, fixed: dict) -> int:
     """float32 bytes of the model's float intermediates at input_shapes (what calibration exposes)."""
-    from .passes.specialize import specialize
+    from ..passes.specialize import specialize
     spec = specialize(graph, input_shapes, None, fixed)
     return sum(4 * int(np.prod(v.shape)) for v in spec.values.values()
                if v.const is None and v.shape is not None and dtypes.is_float(v.dtype))
@@ -234,7 +238,7 @@ def _fmt(shapes: dict) -> str:
 def _taken_branches_inline(proto: onnx.ModelProto, spec) -> onnx.ModelProto:
     """Top-level Ifs whose condition is known at compile time (silero VAD's `sr == 16000` with
     --value sr=16000) replaced by the branch they take, as specialize takes it in the IR."""
-    from .frontend.proto import inline_if
+    from ..frontend.proto import inline_if
     while True:
         for i, n in enumerate(proto.graph.node):
             cond = spec.lookup(n.input[0]) if n.op_type == "If" else None
@@ -357,8 +361,8 @@ def _reads_float(n: onnx.NodeProto, types: dict) -> bool:
 
 def _exposing(proto: onnx.ModelProto, names: list, types: dict, precision: str | None = None) -> onnx.ModelProto:
     """A copy of the model with `names` as extra graph outputs (half-typed in a half model)."""
-    from .frontend.proto import copy_model
-    from .frontend.precision import HALF_TYPES
+    from ..frontend.proto import copy_model
+    from ..frontend.precision import HALF_TYPES
     m = copy_model(proto)
     elem = HALF_TYPES[precision] if precision else TensorProto.FLOAT
     for n in names:
@@ -367,14 +371,13 @@ def _exposing(proto: onnx.ModelProto, names: list, types: dict, precision: str |
     return m
 
 
-def _compile_cpu(proto, input_shapes, fixed):
-    from .compiler import compile_model
+def _compile_cpu(compile_model, proto, input_shapes, fixed):
     return compile_model(proto, shapes={k: v for k, v in input_shapes.items() if k not in fixed},
                          values=fixed or None, targets=[])
 
 
 def _samples(bundle, given):
-    from .inputs import bundle_inputs
+    from ..bundle.inputs import bundle_inputs
     if not given:
         # seeds of their own: `grapec check` (seed 0 unless told) then judges on inputs calibration never saw
         return ([bundle_inputs(bundle.manifest, 0, seed=CALIBRATION_SEED + k) for k in range(CALIBRATION_DRAWS)],
@@ -391,7 +394,7 @@ def _samples(bundle, given):
 
 
 def _run(bundle, feeds_list):
-    from .runtime.session import Session
+    from ..runtime.session import Session
     sess = Session(bundle, backend="cpu")
     return [sess.run(f) for f in feeds_list]
 

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 from onnx.backend.base import Backend, BackendRep
 
-from .errors import GrapecError
+from ..errors import GrapecError
 
 
 class GrapecRep(BackendRep):
@@ -33,10 +33,10 @@ class GrapecRep(BackendRep):
     def session_for(self, feeds: dict):
         """A session for these feeds' shapes. Inputs that turn out to set shape parameters (a
         Reshape target given as an input) are fixed to the fed values, as `--value` does."""
-        from . import compile as grapec_compile
-        from .bundle.format import Bundle
-        from .errors import NeedsValueError
-        from .runtime.session import Session
+        from .. import compile as grapec_compile
+        from ..bundle.format import Bundle
+        from ..errors import NeedsValueError
+        from ..runtime.session import Session
         for _ in range(len(feeds) + 1):
             values = {n: feeds[n] for n in self.fixed_names}
             key = (tuple(sorted((k, tuple(v.shape)) for k, v in feeds.items())),

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import onnx
 
-from . import dtypes
-from .errors import InputError
+from .. import dtypes
+from ..errors import InputError
 from .value_range import ValueRange, manifest_ranges
 
 

@@ -40,40 +40,40 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__
-from .bundle.format import Bundle
-from .errors import GrapecError, ShapeError, UnsupportedError, gpu_package
+from .. import __version__
+from ..bundle.format import Bundle
+from ..errors import GrapecError, ShapeError, UnsupportedError, gpu_package
 from .fanout import map_buckets
-from .frontend.contrib import contrib_as_onnx
-from .frontend.onnx_import import import_model, load_model, opset_of
-from .frontend.shapes import range_buckets, resolve_input_shapes, resolve_input_values
-from .inputs import value_ranges
-from .ir.graph import Graph
-from .plan import walk_steps
-from .passes.attention import fuse_attention
-from .passes.attention_operands import attention_operands
-from .passes.channels_last import channels_last
-from .passes.epilogue import fold_epilogues, fold_output_casts
-from .passes.fuse import fuse
-from .passes.gemv import small_matmuls_as_kernels
-from .passes.lower import lower_graph
-from .ops.conv import CONV_PATHS
-from .passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
-from .passes.mappings import choose_mappings
-from .cost.device import DeviceProfile
-from .cost.report import plan_report
-from .passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
-from .passes.predicate import form_regions, regions
-from .passes.schedule import schedule
-from .passes.streams import MAX_BRANCHES, schedule_streams
-from .hazards import unordered_conflicts
-from .passes.siblings import merge_sibling_matmuls
-from .passes.small_gemm import small_gemms
-from .passes.simplify import simplify
-from .passes.aligned_rows import aligned_rows
-from .passes.strided_operands import strided_operands
-from .passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
-from .passes.weight_layout import weights_as_nk
+from ..frontend.contrib import contrib_as_onnx
+from ..frontend.onnx_import import import_model, load_model, opset_of
+from ..frontend.shapes import range_buckets, resolve_input_shapes, resolve_input_values
+from ..bundle.inputs import value_ranges
+from ..ir.graph import Graph
+from ..plan import walk_steps
+from ..passes.attention import fuse_attention
+from ..passes.attention_operands import attention_operands
+from ..passes.channels_last import channels_last
+from ..passes.epilogue import fold_epilogues, fold_output_casts
+from ..passes.fuse import fuse
+from ..passes.gemv import small_matmuls_as_kernels
+from ..passes.lower import lower_graph
+from ..ops.conv import CONV_PATHS
+from ..passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
+from ..passes.mappings import choose_mappings
+from ..cost.device import DeviceProfile
+from ..cost.report import plan_report
+from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
+from ..passes.predicate import form_regions, regions
+from ..passes.schedule import schedule
+from ..passes.streams import MAX_BRANCHES, schedule_streams
+from ..passes.hazards import unordered_conflicts
+from ..passes.siblings import merge_sibling_matmuls
+from ..passes.small_gemm import small_gemms
+from ..passes.simplify import simplify
+from ..passes.aligned_rows import aligned_rows
+from ..passes.strided_operands import strided_operands
+from ..passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
+from ..passes.weight_layout import weights_as_nk
 
 
 FUSION_LEVELS = ("full", "rules", "none")
@@ -307,7 +307,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--half-outputs needs --precision fp16 or bf16 (got {precision})")
     if grid_stitch not in STITCH_MODES:
         raise GrapecError(f"--grid-stitch {grid_stitch}: expected one of {', '.join(STITCH_MODES)}")
-    from .cost.device import load_profile
+    from ..cost.device import load_profile
     profile = load_profile(device_profile)
     proto, contrib_problems = contrib_as_onnx(load_model(model))   # onnxruntime's com.microsoft ops
     graph = import_model(proto, where, contrib_problems)
@@ -336,7 +336,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
     mixed = None
     if precision in HALF_PRECISIONS:
-        from .devices import host_memory_available
+        from ..runtime.devices import host_memory_available
         from .mixed_precision import calibration_memory, choose_precision
         sizes = [sum(int(np.prod(s)) for s in b.values()) for b in bucket_shapes]
         at = sizes.index(max(sizes))
@@ -354,9 +354,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             if note:
                 say(note)
         proto, mixed = choose_precision(proto, graph, precision, calibrated, fixed, calibration_inputs, say,
-                                        precision_tolerance)
+                                        precision_tolerance, compile_model=compile_model)
         if half_outputs:
-            from .frontend.precision import half_outputs as with_half_outputs
+            from ..frontend.precision import half_outputs as with_half_outputs
             proto = with_half_outputs(proto, precision)
             mixed.half_outputs = True
         graph = import_model(proto, where)
@@ -418,8 +418,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
 
 def _gpu_code(kernels, plans, targets, notes, say):
-    from .codegen.gpu_support import gpu_gaps
-    from .codegen.nvrtc import NvrtcUnavailable, nvrtc_version
+    from ..codegen.gpu_support import gpu_gaps
+    from ..codegen.nvrtc import NvrtcUnavailable, nvrtc_version
     gaps = gpu_gaps(plans)
     if gaps and targets:
         raise UnsupportedError(gaps, header="the GPU backend cannot run this model (--no-gpu builds a bundle for the "
@@ -436,7 +436,7 @@ def _gpu_code(kernels, plans, targets, notes, say):
     targets = list(targets or [])
     if not targets:
         return [], {}, None
-    from .codegen.build import build_gpu_code
+    from ..codegen.build import build_gpu_code
     t0 = time.perf_counter()
     sections, entry = build_gpu_code(kernels, plans, targets)
     say(f"CUDA code: {len(set(entry['kernels']))} kernels for {', '.join(targets)} (+ PTX {entry['ptx']}), "

@@ -13,9 +13,9 @@ import traceback
 import click
 import numpy as np
 
-from . import __version__
-from .bundle.format import check_writable
-from .errors import BundleError, GrapecError
+from .. import __version__
+from ..bundle.format import check_writable
+from ..errors import BundleError, GrapecError
 
 SHAPES_HELP = ("Input shapes for the bucket, trtexec style: NAME=DxDx..,NAME2=... "
                "(e.g. input_ids=1x128). Repeatable.")
@@ -109,10 +109,10 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
              grid_stitch="auto", half_outputs=False):
-    from .compiler import compile_model
-    from .frontend.shapes import parse_dims, parse_ranges
-    from .inputs import load_calibration_inputs
-    from .passes.streams import MAX_BRANCHES
+    from ..compiler import compile_model
+    from ..frontend.shapes import parse_dims, parse_ranges
+    from ..bundle.inputs import load_calibration_inputs
+    from ..passes.streams import MAX_BRANCHES
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
     return compile_model(model, shapes=shape_args, dims=dim_args, strict=strict, values=value_args,
@@ -256,7 +256,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
 
 def _load_session(path, backend, shapes, dims, values=(), quiet=True, device=0):
     import grapec
-    from .bundle.format import MAGIC
+    from ..bundle.format import MAGIC
     if os.path.exists(path) and not os.path.isdir(path):
         with open(path, "rb") as f:
             is_bundle = f.read(8) == MAGIC
@@ -288,8 +288,8 @@ def _bucket_for(sess, shapes, dims) -> int:
 
 
 def _feeds(sess, inputs, seed, bucket=0):
-    from .inputs import load_npy_inputs, random_inputs
-    from .value_range import manifest_ranges
+    from ..bundle.inputs import load_npy_inputs, random_inputs
+    from ..bundle.value_range import manifest_ranges
     infos = sess.bundle.manifest["inputs"]
     given = load_npy_inputs(list(inputs), {i["name"]: i["dtype"] for i in infos})
     shapes = {i["name"]: tuple(sess.buckets[bucket][i["name"]]) for i in infos}
@@ -315,7 +315,7 @@ def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
 
     Inputs not given with --input are random: floats ~ N(0,1), token ids within the vocabulary.
     """
-    from .devices import resolve_backend
+    from ..runtime.devices import resolve_backend
     backend, why = resolve_backend(backend, device)
     click.echo(f"running on the {why}")
     sess, bucket = _load_session(bundle, backend, shapes, dims, values, device=device)
@@ -323,7 +323,7 @@ def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     dt = time.perf_counter() - t0
-    from .inputs import summarize
+    from ..bundle.inputs import summarize
     click.echo(f"ran {os.path.basename(bundle)} on the {backend} backend in {dt * 1e3:.1f} ms")
     for name, a in feeds.items():
         click.echo("  input  " + summarize(name, a))
@@ -345,7 +345,7 @@ def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
               "simulated timeline (grapec bench --timeline measures it on a GPU).")
 def inspect(bundle, as_json, fusion, schedule):
     """Show what a BUNDLE holds: inputs, outputs, buckets, kernels, arena, ops."""
-    from .bundle.format import Bundle
+    from ..bundle.format import Bundle
     b = Bundle.read(bundle)
     from .show import show_bundle
     try:
@@ -394,8 +394,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
     --atol/--rtol are given. Exit 0 when all pass, 1 on a mismatch.
     """
     from .check import REFERENCES, check_limits, check_model
-    from .frontend.shapes import parse_dims
-    from .inputs import load_calibration_inputs, load_npy_inputs
+    from ..frontend.shapes import parse_dims
+    from ..bundle.inputs import load_calibration_inputs, load_npy_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     given_atol, given_rtol = atol, rtol
     atol, rtol, max_rel_l2 = check_limits(precision, precision_tolerance, atol, rtol)
@@ -466,7 +466,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
     in the same process on the same GPU, with ratios."""
     from .bench import bench_grapec, bench_ort, bench_torch, ort_cuda_available, zoo_module
-    from .devices import gpu_count
+    from ..runtime.devices import gpu_count
     if "ort" in peers:
         ok, providers = ort_cuda_available()
         if not ok:
@@ -478,10 +478,10 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     if not gpu_count():
         raise GrapecError("grapec bench needs an NVIDIA GPU (none found)")
     import grapec
-    from .bundle.format import Bundle
+    from ..bundle.format import Bundle
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
-    from .frontend.shapes import parse_dims
-    from .inputs import load_calibration_inputs
+    from ..frontend.shapes import parse_dims
+    from ..bundle.inputs import load_calibration_inputs
     calib = load_calibration_inputs(calibration_inputs)
     options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
                    calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
@@ -539,7 +539,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     if per_step:
         _print_steps(g["steps"], g["replay"]["median_ms"], per_step)
     if timeline:
-        from .timeline import Span, render
+        from ..cost.timeline import Span, render
         click.echo(render([Span(**s) for s in g["timeline"]], title="measured timeline (event record nodes "
                           "around each step lengthen it; the replay time above is without them):"))
 
@@ -568,7 +568,7 @@ def calibrate(output, name, device, save_samples, from_samples, quiet):
       grapec compile model.onnx --device-profile h100.json
     """
     from .calibrate import calibrate as run_calibration, refit
-    from .devices import gpu_count
+    from ..runtime.devices import gpu_count
     if from_samples:
         profile = refit(from_samples, name)
     elif not gpu_count():
@@ -585,7 +585,7 @@ def calibrate(output, name, device, save_samples, from_samples, quiet):
 
 
 def _profiles() -> list:
-    from .cost.device import shipped_profiles
+    from ..cost.device import shipped_profiles
     return shipped_profiles()
 
 
@@ -604,7 +604,7 @@ def _print_steps(steps: list, replay_ms: float, top: int):
 
 
 def _parse(shapes, dims, values=()):
-    from .frontend.shapes import parse_dims, parse_shapes, parse_values
+    from ..frontend.shapes import parse_dims, parse_shapes, parse_values
     return parse_shapes(list(shapes)), parse_dims(list(dims)), parse_values(values)
 
 
@@ -630,7 +630,7 @@ def export_triton(bundle, repo, name, backend, instances, overwrite):
       tritonserver --model-repository REPO
       curl localhost:8000/v2/models/NAME/config
     """
-    from .serve.triton import export_triton as export
+    from ..serve.triton import export_triton as export
     path = export(bundle, repo, name, backend, instances, overwrite)
     click.echo(f"wrote {path} (config.pbtxt, 1/model.py, 1/model.grape)")
 

@@ -23,9 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from .cost.device import DeviceProfile
-from .cost.fit import fit_coefficients, relative_errors
-from .cost.work import step_work
+from ..cost.device import DeviceProfile
+from ..cost.fit import fit_coefficients, relative_errors
+from ..cost.work import step_work
 
 CALIBRATION_ITERATIONS = 20
 
@@ -39,10 +39,10 @@ def profile_name(device_name: str) -> str:
 def measure_samples(device: int = 0, say: Callable = print) -> tuple:
     """-> (device name, SM count, [(Work, measured us)] for every step of the calibration model, the
     node gap: what the plan's replay takes beyond the sum of its steps alone, per step)."""
-    from . import compiler
+    from .. import compiler
     from .bench import bench_grapec
-    from .cost.suite import calibration_model
-    from .inputs import bundle_inputs
+    from ..cost.suite import calibration_model
+    from ..bundle.inputs import bundle_inputs
     say("compiling the calibration model (fp16) ...")
     bundle = compiler.compile_model(calibration_model(), precision="fp16", device_profile=unpriced_profile())
     added = add_mapping_variants(bundle)
@@ -56,7 +56,7 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
         w = step_work(bundle.kernels, plan, st)
         if w is not None:
             samples.append((w, measured["us"]))
-    from .runtime.cuda.driver import Device
+    from ..runtime.cuda.driver import Device
     alone = sum(m["us"] for m in res["steps"])
     gap = max(0.0, (res["replay"]["median_ms"] * 1000 - alone) / max(1, len(res["steps"])))
     return res["device"], Device(device).sms, samples, gap
@@ -66,7 +66,7 @@ def unpriced_profile() -> DeviceProfile:
     """The shipped profile without small_gemm coefficients: with it every small GEMM candidate is
     built (passes/small_gemm.py), so the samples do not depend on the choices an older profile
     would make (which would hide exactly the shapes it misprices)."""
-    from .cost.device import load_profile
+    from ..cost.device import load_profile
     shipped = load_profile(None)
     return replace(shipped, coefficients={k: v for k, v in shipped.coefficients.items() if k != "small_gemm"})
 
@@ -74,10 +74,10 @@ def unpriced_profile() -> DeviceProfile:
 def add_mapping_variants(bundle) -> int:
     """Append to the plan a copy of every row kernel's step in each other mapping it can take (the
     copies rewrite the same output), and rebuild the GPU code. -> the number of steps added."""
-    from .codegen.build import build_gpu_code
-    from .codegen.launch import candidate_mappings, plan_launch, mapped_launch
-    from .ir.kernel import Kernel
-    from .plan import KernelStep
+    from ..codegen.build import build_gpu_code
+    from ..codegen.launch import candidate_mappings, plan_launch, mapped_launch
+    from ..ir.kernel import Kernel
+    from ..plan import KernelStep
     plan = bundle.plans[0]
     extra = []
     for st in plan.steps:
@@ -114,7 +114,7 @@ def fit_profile(device_name: str, sms: int, samples: list, name: str | None = No
 def calibrate(device: int = 0, name: str | None = None, say: Callable = print, samples_path: str | None = None) -> DeviceProfile:
     """samples_path: also write every (work, measured us) pair there, to refit or study offline."""
     device_name, sms, samples, gap = measure_samples(device, say)
-    from .runtime.cuda.driver import Device
+    from ..runtime.cuda.driver import Device
     memory = Device(device).mem_info()[1]
     if samples_path:
         import dataclasses
@@ -128,8 +128,8 @@ def calibrate(device: int = 0, name: str | None = None, say: Callable = print, s
 def refit(samples_path: str, name: str | None = None) -> DeviceProfile:
     """A profile fitted again to samples `calibrate(samples_path=...)` saved: no GPU needed."""
     import json
-    from .cost.work import Work
-    from .errors import InputError
+    from ..cost.work import Work
+    from ..errors import InputError
     try:
         with open(samples_path) as f:
             d = json.load(f)

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from .runtime.cuda.driver import call
+from ..runtime.cuda.driver import call
 
 
 def _stats(ms: list) -> dict:
@@ -49,7 +49,7 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     """per_step: also time every top-level step alone (runtime/cuda/profile.py) into res["steps"];
     timeline: also measure when each step runs in a replay (runtime/cuda/timeline.py) into res["timeline"]."""
     import grapec
-    from .runtime.cuda.driver import Device
+    from ..runtime.cuda.driver import Device
     probe = Device(device)
     free0, _ = probe.mem_info()
     t0 = time.perf_counter()
@@ -92,10 +92,10 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
         if meta.get(TOKENS_OUTPUT_KEY) in first:
             res["tokens"] = [int(t) for t in np.asarray(first[meta[TOKENS_OUTPUT_KEY]]).reshape(-1)[:res["generated"]]]
     if per_step:
-        from .runtime.cuda.profile import profile_steps
+        from ..runtime.cuda.profile import profile_steps
         res["steps"] = [t.to_json() for t in profile_steps(r, bucket)]
     if timeline:
-        from .runtime.cuda.timeline import measure_timeline
+        from ..runtime.cuda.timeline import measure_timeline
         res["timeline"] = [dataclasses.asdict(s) for s in measure_timeline(r, bucket)]
     sess._runner.close()
     return res
@@ -234,11 +234,11 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
     """onnxruntime CUDA on the model, inputs and outputs bound on the GPU (IOBinding), on a stream of
     ours so that CUDA events time it like every other peer; once plain, once with enable_cuda_graph."""
     import onnxruntime as ort
-    from .frontend.onnx_import import load_model
-    from .runtime.cuda.driver import Device
+    from ..frontend.onnx_import import load_model
+    from ..runtime.cuda.driver import Device
     proto = load_model(model)
     if precision == "fp16":
-        from .frontend.precision import to_fp16
+        from ..frontend.precision import to_fp16
         proto = to_fp16(proto)
     data = proto.SerializeToString()
     Device(0)   # its context current: the stream below belongs to it

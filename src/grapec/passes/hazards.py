@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from . import dtypes
-from .plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep, child_step_lists, dependents, step_deps
+from .. import dtypes
+from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, ScanStoreStep, child_step_lists, dependents, step_deps
 
 
 @dataclass
