@@ -2,7 +2,10 @@
 
     elementwise.py   unary/binary/variadic math, comparisons, logic, activations, Cast, Where
     reduce.py        Reduce*, ArgMax/ArgMin, Softmax family, normalizations, CumSum, LRN, losses
-    movement.py      Reshape, Transpose, Slice, Concat, Split, Gather*, Scatter*, Pad, Expand, Tile...
+    movement.py      Reshape, Transpose, Slice, Concat, Split, Pad, Expand, Tile, DepthToSpace...
+    gather.py        Gather, GatherElements, GatherND, Compress, Scatter, ScatterElements, ScatterND
+    resize.py        Resize, Upsample
+    indexing.py      what the index-remapping ops share: index tests, clamps, masked reads, tables
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
     nn.py            MatMul, Gemm (Library nodes), TopK, Einsum, Attention, RotaryEmbedding
     conv.py          Conv (channels-last `conv` or im2col + `matmul`), ConvTranspose (Library nodes)
@@ -47,8 +50,8 @@ def _load_all():
         return
     _loaded = True
     import importlib
-    for mod in ("elementwise", "reduce", "movement", "shape", "nn", "conv", "pool", "quant", "sample", "spectral",
-                "control"):
+    for mod in ("elementwise", "reduce", "movement", "gather", "resize", "shape", "nn", "conv", "pool", "quant",
+                "sample", "spectral", "control"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:

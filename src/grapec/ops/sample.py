@@ -21,7 +21,7 @@ from .. import dtypes
 from ..ir import kernel as K
 from ..ir.tensor import T
 from . import op
-from .movement import _clamp, _in_range
+from .indexing import clamp, in_range
 
 I64 = "int64"
 
@@ -123,11 +123,11 @@ def grid_sample(ctx):
     def pixel_index(i, d):
         """-> (index to read, valid) for an integer tap index along dim d."""
         if padding == "zeros":
-            return _clamp(i, dims[d]), _in_range(i, dims[d])
+            return clamp(i, dims[d]), in_range(i, dims[d])
         if padding == "reflection":
             lo, hi = bounds[d]
             i = K.cast(_reflect(K.cast(i, "float32"), lo, hi), I64)
-        return _clamp(i, dims[d]), None
+        return clamp(i, dims[d]), None
 
     def fn(ix):
         per_dim = [_taps(source(ix, d), mode) for d in range(nd)]
