@@ -1,6 +1,6 @@
 """Device profiles: what one GPU model charges for the quantities in cost/work.py.
 
-A profile is data, measured on the GPU by `grapec calibrate` (runtime/cuda/calibrate.py) and shipped
+A profile is data, measured on the GPU by `grapec calibrate` (tools/calibrate.py) and shipped
 in cost/profiles/<name>.json, so a compiler on a machine without a GPU plans for the GPU the bundle
 will run on (`grapec compile --device-profile h100`).
 
