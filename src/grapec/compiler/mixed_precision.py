@@ -1,22 +1,25 @@
 """Mixed precision for --precision fp16 / bf16: which nodes stay float32, found by running the model.
 
 1. Op types that are known to break in half stay float32 (frontend/precision.py, FP32_OPS).
-2. A calibration run on the CPU backend: the model runs in float32 and in half on the same inputs
-   (random ones valid for the model, or the user's), with every float intermediate exposed. Per
-   node, the relative error of its output against float32 is set against the error of its inputs.
+2. A calibration run, as a pass over the IR: the model is lowered and fused exactly as a bundle of
+   it would be (pipeline.lowered_model), in float32 and in half, with every float intermediate
+   exposed, and both graphs are evaluated node by node by the kernel-IR interpreter
+   (ir/evaluate.py) on the same inputs (random ones valid for the model, or the user's). No plan,
+   bundle or session is made. Per node, the relative error of its output against float32 is set
+   against the error of its inputs.
    - A value that float16 cannot hold (beyond +-65504 in the float32 run): its producer and its
      readers stay float32.
    - A node whose output turns non-finite where float32 is finite stays float32.
    - While an output of the model is off by more than the tolerance, a node whose error jumps
      (JUMP_FACTOR times its inputs' error, and above JUMP_MIN) stays float32. A kept node that
      still diverges was handed inputs already wrong: its producers follow it into float32.
-3. The rounds stop when every output passes `grapec check`'s half-precision measure (check.py:
+3. The rounds stop when every output passes `grapec check`'s half-precision measure (accuracy.py:
    ||out-ref||/||ref|| <= t) within HALF_MARGIN * t, on every calibration draw
    (CALIBRATION_DRAWS random ones, or the user's samples). If they never do, compilation is refused,
    naming the outputs and the nodes that diverge, rather than shipping a wrong model.
 
-The CPU backend computes half exactly as the CUDA one does (float32 registers, rounding at every
-store, float32 GEMM accumulation), so what diverges here diverges there.
+The interpreter computes half as the CPU backend does, and that as the CUDA one does (float32
+registers, rounding at every store, float32 GEMM accumulation), so what diverges here diverges there.
 """
 from __future__ import annotations
 
@@ -86,13 +89,13 @@ class MixedPrecision:
 
 def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes: dict, fixed: dict,
                      samples: list | None = None, say=lambda msg: None, tolerance: float | None = None, *,
-                     compile_model):
+                     lowered_model):
     """-> (the model rewritten to half with some nodes kept float32, MixedPrecision).
     graph: the imported float32 model; input_shapes: the bucket to calibrate on; fixed: --value inputs;
     samples: list of {input name: array} (--calibration-inputs), else one random sample;
     tolerance: the largest ||out - ref|| / ||ref|| accepted per output (--precision-tolerance);
-    compile_model: the pipeline's, which builds the calibration bundles (handed in, so that the
-    pipeline calls this module and not the other way round)."""
+    lowered_model(proto, input_shapes, fixed): the pipeline's lowered graph of a model, which the
+    calibration runs (handed in, so that the pipeline calls this module and not the other way round)."""
     from ..passes.specialize import specialize
     spec = specialize(graph, input_shapes, None, fixed)
     inlined = _taken_branches_inline(proto, spec)
@@ -115,9 +118,9 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
             kept.setdefault(i, "float math between a Dequantize and a Quantize: rounding it to half moves "
                                "values across quantization steps")
 
-    ref_bundle = _compile_cpu(compile_model, _exposing(proto, probes, types), input_shapes, fixed)
-    feeds_list, where = _samples(ref_bundle, samples)
-    refs = _run(ref_bundle, feeds_list)
+    exposing = _exposing(proto, probes, types)
+    feeds_list, where = _samples(exposing, spec, input_shapes, fixed, samples)
+    refs = _run(lowered_model(exposing, input_shapes, fixed), feeds_list)
     tol = half_limit(precision, tolerance, HALF_MARGIN)
     limits = (*TOLERANCES[precision], tol, False)   # check's measure: rel-L2 judges, allclose is counted
     floor, jump_min = ERROR_FLOOR[precision], JUMP_MIN[precision]
@@ -135,8 +138,7 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     for rnd in range(1, MAX_ROUNDS + 1):
         half = to_half(proto, precision, set(kept), types)
         own = [o + "__fp32" for i in kept for o in nodes[i].output if o in probes]   # kept nodes' float32 results
-        got = _run(_compile_cpu(compile_model, _exposing(half, probes + own, types, precision), input_shapes, fixed),
-                   feeds_list)
+        got = _run(lowered_model(_exposing(half, probes + own, types, precision), input_shapes, fixed), feeds_list)
         err = {name: max(_rel_err(g[name], r[name.removesuffix("__fp32")]) for g, r in zip(got, refs))
                for name in probes + own + outputs}
         report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
@@ -371,18 +373,17 @@ def _exposing(proto: onnx.ModelProto, names: list, types: dict, precision: str |
     return m
 
 
-def _compile_cpu(compile_model, proto, input_shapes, fixed):
-    return compile_model(proto, shapes={k: v for k, v in input_shapes.items() if k not in fixed},
-                         values=fixed or None, targets=[])
-
-
-def _samples(bundle, given):
-    from ..bundle.inputs import bundle_inputs
+def _samples(proto, spec, input_shapes: dict, fixed: dict, given):
+    """-> (one feeds dict per calibration draw, what they are): random inputs valid for the model
+    (bundle/inputs.py, as `grapec check` makes them), or the user's, checked against the bucket."""
+    from ..bundle.inputs import random_inputs, value_ranges
+    names = {n: tuple(input_shapes[n]) for n in spec.inputs if n not in fixed}
     if not given:
+        ranges = value_ranges(proto)
+        kinds = {n: spec.values[n].dtype for n in names}
         # seeds of their own: `grapec check` (seed 0 unless told) then judges on inputs calibration never saw
-        return ([bundle_inputs(bundle.manifest, 0, seed=CALIBRATION_SEED + k) for k in range(CALIBRATION_DRAWS)],
+        return ([random_inputs(names, kinds, ranges, seed=CALIBRATION_SEED + k) for k in range(CALIBRATION_DRAWS)],
                 f"{CALIBRATION_DRAWS} random samples")
-    names = {i["name"]: tuple(i["shapes"][0]) for i in bundle.manifest["inputs"]}
     for k, sample in enumerate(given):
         for name, shape in names.items():
             if name not in sample:
@@ -393,10 +394,10 @@ def _samples(bundle, given):
     return [{n: s[n] for n in names} for s in given], f"{len(given)} given sample(s)"
 
 
-def _run(bundle, feeds_list):
-    from ..runtime.session import Session
-    sess = Session(bundle, backend="cpu")
-    return [sess.run(f) for f in feeds_list]
+def _run(graph, feeds_list) -> list:
+    """The graph's outputs by name, per draw (ir/evaluate.py: the CPU backend's arithmetic, no plan)."""
+    from ..ir.evaluate import run_graph
+    return [dict(zip(graph.outputs, run_graph(graph, feeds))) for feeds in feeds_list]
 
 
 def _rel_err(got, ref) -> float:

@@ -82,7 +82,7 @@ FUSION_LEVELS = ("full", "rules", "none")
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
-                  conv: str = "auto") -> Graph:
+                  conv: str = "auto", regions: bool = True) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -92,7 +92,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     (fusion "full" only: it picks every kernel's thread mapping); fold_limit: the largest constant
     folding stores (smaller in a range of sizes, where each size stores its own); shared_weights:
     one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
-    conv: how convolutions run (ops/conv.py conv_path)."""
+    conv: how convolutions run (ops/conv.py conv_path); regions: False leaves the top level's If and
+    Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
@@ -117,7 +118,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         if level == "full" and profile is not None:
             g = choose_mappings(g, profile)
     g = schedule(g)
-    return form_regions(g, host_control) if parent is None else g
+    return form_regions(g, host_control) if parent is None and regions else g
 
 
 def _check_range_fits(graph: Graph, fixed: dict, bucket_shapes: list, bucket_dims: list, dynamic: dict):
@@ -185,6 +186,17 @@ class BucketResult:
     outputs: list         # the manifest's outputs (dtype, dims)
     notes: list = field(default_factory=list)
     log: list = field(default_factory=list)
+
+
+def lowered_model(proto, input_shapes: dict, fixed: dict) -> Graph:
+    """The graph that compile_model(proto) would plan for one bucket (default options), with If and
+    Loop as lowering made them: what half-precision calibration evaluates (ir/evaluate.py)."""
+    from ..cost.device import load_profile
+    Graph.restart_names()
+    graph = import_model(proto)
+    shapes = {n: s for n, s in input_shapes.items() if n not in fixed}
+    return compile_graph(graph, {**shapes, **{n: a.shape for n, a in fixed.items()}}, input_values=fixed,
+                         notes=[], profile=load_profile(None), regions=False)
 
 
 def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kernels: KernelStore) -> BucketResult:
@@ -354,7 +366,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             if note:
                 say(note)
         proto, mixed = choose_precision(proto, graph, precision, calibrated, fixed, calibration_inputs, say,
-                                        precision_tolerance, compile_model=compile_model)
+                                        precision_tolerance, lowered_model=lowered_model)
         if half_outputs:
             from ..frontend.precision import half_outputs as with_half_outputs
             proto = with_half_outputs(proto, precision)

@@ -1,0 +1,128 @@
+"""Evaluate a lowered graph on numpy inputs, node by node: Kernel, Library and View nodes through the
+kernel-IR interpreter (interpret.run_node), If and Loop nodes (in the form ops/control.py emits them,
+before passes/predicate.py makes their bodies write in place) with ONNX's semantics.
+
+The arrays are the ones the CPU backend would compute for a plan of the same graph: the plan adds
+only memory placement and launch order. A value is dropped after its last reader (a body's reads
+of enclosing values count as reads by its If or Loop node), so memory holds what is live, and
+`on_value` sees each top-level value as it is made: compile's half-precision calibration compares
+the float32 and half runs there (compiler/mixed_precision.py), with no plan, bundle or session.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from .graph import Graph
+from .interpret import run_kernel
+from .library import run_library, view_array
+
+
+def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None) -> list:
+    """-> the graph's outputs, in order. feeds: graph input name -> array; on_value(name, array):
+    called for every value this graph's nodes make; outer(name): an enclosing scope's value."""
+    env = dict(feeds)
+    last = _last_reads(graph)
+    keep = set(graph.outputs)
+
+    def read(name):
+        if name in env:
+            return env[name]
+        v = graph.lookup(name)
+        if v is not None and v.const is not None:
+            return np.asarray(v.const)
+        if outer is not None:
+            return outer(name)
+        raise KeyError(f"value '{name}' is read before it is made")
+
+    def write(name, arr):
+        env[name] = arr
+        if on_value is not None:
+            on_value(name, arr)
+
+    for i, node in enumerate(graph.nodes):
+        if node.op == "If":
+            _run_if(node, read, write)
+        elif node.op == "Loop":
+            _run_loop(node, read, write, graph)
+        else:
+            write(node.outputs[0], _run_node(node, read, graph.lookup(node.outputs[0])))
+        for name in [n for n, at in last.items() if at == i and n not in keep]:
+            env.pop(name, None)
+    return [read(o) for o in graph.outputs]
+
+
+def _run_node(node, read, out):
+    """A Kernel, Library or View node's output value `out`, as the CPU backend computes it into its
+    buffer: a library op through its operands' and output's views (runtime/cpu/runner.py), every
+    result stored in the value's type."""
+    if node.op == "Kernel":
+        return run_kernel(node.attrs["kernel"], [read(n) for n in node.inputs])
+    if node.op == "View":
+        return read(node.inputs[0]).reshape(out.shape)
+    if node.op != "Library":
+        raise ValueError(f"cannot evaluate node kind {node.op}")
+    views = node.attrs.get("views") or {}
+    args = [None if not n else view_array(read(n), views[str(i)]) if str(i) in views else read(n)
+            for i, n in enumerate(node.inputs)]
+    result = run_library(node.attrs, args)
+    buf = np.zeros(out.shape, dtypes.np_dtype(out.dtype))
+    (view_array(buf, views["out"]) if "out" in views else buf)[...] = result
+    return buf
+
+
+def _run_if(node, read, write):
+    cond = bool(np.asarray(read(node.inputs[0])).reshape(-1)[0])
+    branch = node.subgraphs["then_branch" if cond else "else_branch"]
+    for name, arr in zip(node.outputs, run_graph(branch, {}, outer=read)):
+        write(name, arr)
+
+
+def _run_loop(node, read, write, graph: Graph):
+    """ONNX Loop: for (i = 0; i < M && cond; ++i); a missing M or cond does not stop it. Scan
+    outputs stack each iteration's value."""
+    body = node.subgraphs["body"]
+    n = node.attrs["n_carried"]
+    ins = list(node.inputs) + [""] * (2 - len(node.inputs))
+    trip = int(np.asarray(read(ins[0])).reshape(-1)[0]) if ins[0] else None
+    cond = bool(np.asarray(read(ins[1])).reshape(-1)[0]) if ins[1] else True
+    carried = [read(x) for x in node.inputs[2:2 + n]]
+    scans: list = [[] for _ in body.outputs[1 + n:]]
+    i = 0
+    while cond and (trip is None or i < trip):
+        feeds = {body.inputs[0]: np.full(body.lookup(body.inputs[0]).shape or (), i, np.int64),
+                 body.inputs[1]: np.full(body.lookup(body.inputs[1]).shape or (), cond, bool)}
+        feeds.update(zip(body.inputs[2:], carried))
+        outs = run_graph(body, feeds, outer=read)
+        cond = bool(np.asarray(outs[0]).reshape(-1)[0])
+        carried = outs[1:1 + n]
+        for acc, v in zip(scans, outs[1 + n:]):
+            acc.append(v)
+        i += 1
+    for name, arr in zip(node.outputs, carried):
+        write(name, arr)
+    for name, acc in zip(node.outputs[n:], scans):
+        v = graph.lookup(name)
+        write(name, np.stack(acc) if acc else np.zeros(v.shape, dtypes.np_dtype(v.dtype)))
+
+
+def _last_reads(graph: Graph) -> dict:
+    """value name -> index of the last node that reads it (a body's free names count for its node)."""
+    last = {}
+    for i, node in enumerate(graph.nodes):
+        for name in list(node.inputs) + sorted(set().union(*[_free_names(g) for g in node.subgraphs.values()])):
+            if name:
+                last[name] = i
+    return last
+
+
+def _free_names(graph: Graph) -> set:
+    """Names a graph (and its bodies) reads that it neither takes as inputs nor makes."""
+    made = set(graph.inputs)
+    free = set()
+    for node in graph.nodes:
+        for name in list(node.inputs) + sorted(set().union(*[_free_names(g) for g in node.subgraphs.values()])):
+            if name and name not in made:
+                free.add(name)
+        made.update(o for o in node.outputs if o)
+    return {n for n in free | (set(graph.outputs) - made) if graph.values.get(n) is None or graph.values[n].const is None}
