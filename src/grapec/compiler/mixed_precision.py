@@ -41,10 +41,11 @@ JUMP_FACTOR = 8.0
 JUMP_MIN = {"fp16": 1e-2, "bf16": 4e-2}
 ERROR_FLOOR = {"fp16": 1e-3, "bf16": 8e-3}   # an input's own rounding error: a jump is measured against at least this
 MAX_ROUNDS = 8
-# Calibration holds every float intermediate of every draw, float32 and half: measured on GPT-2 at
-# batch 1 and 4 (resident memory against the float32 bytes of its intermediates), about 7 times
-# those bytes. It may take this share of the memory available.
-CALIBRATION_BYTES_PER_FP32_BYTE = 7
+# Calibration holds every float intermediate of every draw in float32 (the half run's are measured
+# as they are made and dropped): on GPT-2 seq 128 at batch 1 and 4, resident memory grew by 3.7
+# times the float32 bytes of its intermediates (7 times while the half run's were held too). It
+# may take this share of the memory available.
+CALIBRATION_BYTES_PER_FP32_BYTE = 4
 CALIBRATION_MEMORY_SHARE = 0.6
 
 
@@ -138,9 +139,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     for rnd in range(1, MAX_ROUNDS + 1):
         half = to_half(proto, precision, set(kept), types)
         own = [o + "__fp32" for i in kept for o in nodes[i].output if o in probes]   # kept nodes' float32 results
-        got = _run(lowered_model(_exposing(half, probes + own, types, precision), input_shapes, fixed), feeds_list)
-        err = {name: max(_rel_err(g[name], r[name.removesuffix("__fp32")]) for g, r in zip(got, refs))
-               for name in probes + own + outputs}
+        got, err = _run_half(lowered_model(_exposing(half, probes + own, types, precision), input_shapes, fixed),
+                             feeds_list, refs, probes + own, outputs)
         report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
         verdicts = {o: _worst([compare(o, g[o], r[o], *limits) for g, r in zip(got, refs)]) for o in outputs}
         bad_outputs = [o for o in outputs if not verdicts[o].ok]
@@ -398,6 +398,24 @@ def _run(graph, feeds_list) -> list:
     """The graph's outputs by name, per draw (ir/evaluate.py: the CPU backend's arithmetic, no plan)."""
     from ..ir.evaluate import run_graph
     return [dict(zip(graph.outputs, run_graph(graph, feeds))) for feeds in feeds_list]
+
+
+def _run_half(graph, feeds_list, refs, probes: list, outputs: list) -> tuple:
+    """-> (the model's outputs by name per draw, {probe or output: its largest error over the
+    draws}). Each probe is measured as the half graph makes it and then dropped, so only the
+    float32 references are held for every draw."""
+    from ..ir.evaluate import run_graph
+    err = dict.fromkeys(probes + outputs, 0.0)
+    got = []
+    for feeds, ref in zip(feeds_list, refs):
+        def measure(name, arr, ref=ref):
+            if name in err and name not in outputs:
+                err[name] = max(err[name], _rel_err(arr, ref[name.removesuffix("__fp32")]))
+        outs = dict(zip(outputs, run_graph(graph, feeds, on_value=measure, keep=outputs)))
+        for o in outputs:
+            err[o] = max(err[o], _rel_err(outs[o], ref[o]))
+        got.append(outs)
+    return got, err
 
 
 def _rel_err(got, ref) -> float:

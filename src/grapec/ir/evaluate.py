@@ -18,12 +18,14 @@ from .interpret import run_kernel
 from .library import run_library, view_array
 
 
-def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None) -> list:
-    """-> the graph's outputs, in order. feeds: graph input name -> array; on_value(name, array):
-    called for every value this graph's nodes make; outer(name): an enclosing scope's value."""
+def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list | None = None) -> list:
+    """-> the values named in `keep` (default: the graph's outputs), in order. feeds: graph input
+    name -> array; on_value(name, array): called for every value this graph's nodes make, which
+    is then dropped after its last reader unless kept; outer(name): an enclosing scope's value."""
     env = dict(feeds)
     last = _last_reads(graph)
-    keep = set(graph.outputs)
+    wanted = list(graph.outputs if keep is None else keep)
+    keep = set(wanted)
 
     def read(name):
         if name in env:
@@ -49,7 +51,7 @@ def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None) -> list:
             write(node.outputs[0], _run_node(node, read, graph.lookup(node.outputs[0])))
         for name in [n for n, at in last.items() if at == i and n not in keep]:
             env.pop(name, None)
-    return [read(o) for o in graph.outputs]
+    return [read(o) for o in wanted]
 
 
 def _run_node(node, read, out):
@@ -107,12 +109,16 @@ def _run_loop(node, read, write, graph: Graph):
 
 
 def _last_reads(graph: Graph) -> dict:
-    """value name -> index of the last node that reads it (a body's free names count for its node)."""
+    """value name -> index of the last node that reads it (a body's free names count for its node),
+    or of the node that makes it where nothing reads it."""
     last = {}
     for i, node in enumerate(graph.nodes):
         for name in list(node.inputs) + sorted(set().union(*[_free_names(g) for g in node.subgraphs.values()])):
             if name:
                 last[name] = i
+        for name in node.outputs:
+            if name:
+                last.setdefault(name, i)
     return last
 
 
