@@ -42,41 +42,38 @@ def _wrappers():
     return GPT2Logits, BertEncoder, Wav2Vec2Encoder
 
 
+def _seeded(model_class, config, seed: int):
+    """model_class(config) with torch's seeded init, its constant parameters perturbed."""
+    import_torch().manual_seed(seed)
+    model = model_class(config).eval()
+    perturb_constant_params(model, seed)
+    return model
+
+
 def gpt2(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """GPT-2 language model (GPT2LMHeadModel): input_ids -> logits, no KV cache."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch = import_torch()
     config = GPT2Config(**CONFIGS["gpt2"][size], use_cache=False, bos_token_id=0, eos_token_id=0,
                         attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = GPT2LMHeadModel(config).eval()
-    perturb_constant_params(model, seed)
-    return torch_zoo_model("gpt2", size, seed, _wrappers()[0](model))
+    return torch_zoo_model("gpt2", size, seed, _wrappers()[0](_seeded(GPT2LMHeadModel, config, seed)))
 
 
 def bert(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """BERT encoder (BertModel): input_ids, attention_mask -> last_hidden_state, pooler_output."""
     from transformers import BertConfig, BertModel
 
-    torch = import_torch()
     config = BertConfig(**CONFIGS["bert"][size], attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = BertModel(config).eval()
-    perturb_constant_params(model, seed)
-    return torch_zoo_model("bert", size, seed, _wrappers()[1](model))
+    return torch_zoo_model("bert", size, seed, _wrappers()[1](_seeded(BertModel, config, seed)))
 
 
 def wav2vec2(size: str = "tiny", seed: int = SEED) -> ZooModel:
     """wav2vec 2.0 encoder (Wav2Vec2Model): input_values [batch, samples] -> last_hidden_state."""
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    torch = import_torch()
     config = Wav2Vec2Config(**CONFIGS["wav2vec2"][size], feat_extract_norm="group", do_stable_layer_norm=False,
                             apply_spec_augment=False, attn_implementation="eager")
-    torch.manual_seed(seed)
-    model = Wav2Vec2Model(config).eval()
-    perturb_constant_params(model, seed)
+    model = _seeded(Wav2Vec2Model, config, seed)
     # The positional conv is weight-normed (a parametrization): bake w = g * v / ||v|| into a plain
     # weight.  Otherwise the exporter folds it for small weights only and the full model computes the
     # norm at run time (ReduceL2 / Div / Mul on weights), so tiny and full would differ.
@@ -103,9 +100,7 @@ def gpt2_generate(size: str = "tiny", seed: int = SEED) -> ZooModel:
     gpt2_cfg = {k: v for k, v in cfg.items() if k not in ("prompt_len", "max_new_tokens")}
     config = GPT2Config(**gpt2_cfg, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
                         attn_implementation="eager")
-    torch.manual_seed(seed)
-    hf = GPT2LMHeadModel(config).eval()
-    perturb_constant_params(hf, seed)
+    hf = _seeded(GPT2LMHeadModel, config, seed)
     module = generate.greedy_decode_module(hf, cfg["prompt_len"], cfg["max_new_tokens"])
 
     def exporter(zm, path):
