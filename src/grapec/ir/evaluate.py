@@ -14,27 +14,34 @@ import numpy as np
 
 from .. import dtypes
 from .graph import Graph
-from .interpret import run_kernel
+from .interpret import _widen, run_kernel
 from .library import run_library, view_array
 
 
-def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list | None = None) -> list:
+def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list | None = None,
+              dies: list | None = None, consts: dict | None = None) -> list:
     """-> the values named in `keep` (default: the graph's outputs), in order. feeds: graph input
     name -> array; on_value(name, array): called for every value this graph's nodes make, which
-    is then dropped after its last reader unless kept; outer(name): an enclosing scope's value."""
+    is then dropped after its last reader unless kept; outer(name): an enclosing scope's value;
+    dies: drop_after(graph, keep), when the caller runs the graph many times (a Loop's body);
+    consts: the constants made contiguous so far, shared with the bodies (a bundle stores every
+    weight contiguous; a pass may have left one a transposed view, slow to gather from)."""
     env = dict(feeds)
-    last = _last_reads(graph)
+    consts = {} if consts is None else consts
     wanted = list(graph.outputs if keep is None else keep)
-    keep = set(wanted)
+    dies = drop_after(graph, wanted) if dies is None else dies
 
-    def read(name):
+    def read(name, wide: bool = False):
         if name in env:
             return env[name]
         v = graph.lookup(name)
         if v is not None and v.const is not None:
-            return np.asarray(v.const)
+            key = (id(v), wide)   # wide: as a kernel's loads widen it (float16 -> float32), once
+            if key not in consts:
+                consts[key] = _widen(np.ascontiguousarray(v.const)) if wide else np.ascontiguousarray(v.const)
+            return consts[key]
         if outer is not None:
-            return outer(name)
+            return outer(name, wide)
         raise KeyError(f"value '{name}' is read before it is made")
 
     def write(name, arr):
@@ -44,12 +51,12 @@ def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list |
 
     for i, node in enumerate(graph.nodes):
         if node.op == "If":
-            _run_if(node, read, write)
+            _run_if(node, read, write, consts)
         elif node.op == "Loop":
-            _run_loop(node, read, write, graph)
+            _run_loop(node, read, write, graph, consts)
         else:
             write(node.outputs[0], _run_node(node, read, graph.lookup(node.outputs[0])))
-        for name in [n for n, at in last.items() if at == i and n not in keep]:
+        for name in dies[i]:
             env.pop(name, None)
     return [read(o) for o in wanted]
 
@@ -59,7 +66,9 @@ def _run_node(node, read, out):
     buffer: a library op through its operands' and output's views (runtime/cpu/runner.py), every
     result stored in the value's type."""
     if node.op == "Kernel":
-        return run_kernel(node.attrs["kernel"], [read(n) for n in node.inputs])
+        k = node.attrs["kernel"]
+        wide = getattr(k, "kind", None) is None   # the kernel IR widens every load; other kinds have their own rules
+        return run_kernel(k, [read(n, wide=wide) for n in node.inputs])
     if node.op == "View":
         return read(node.inputs[0]).reshape(out.shape)
     if node.op != "Library":
@@ -73,14 +82,14 @@ def _run_node(node, read, out):
     return buf
 
 
-def _run_if(node, read, write):
+def _run_if(node, read, write, consts):
     cond = bool(np.asarray(read(node.inputs[0])).reshape(-1)[0])
     branch = node.subgraphs["then_branch" if cond else "else_branch"]
-    for name, arr in zip(node.outputs, run_graph(branch, {}, outer=read)):
+    for name, arr in zip(node.outputs, run_graph(branch, {}, outer=read, consts=consts)):
         write(name, arr)
 
 
-def _run_loop(node, read, write, graph: Graph):
+def _run_loop(node, read, write, graph: Graph, consts):
     """ONNX Loop: for (i = 0; i < M && cond; ++i); a missing M or cond does not stop it. Scan
     outputs stack each iteration's value."""
     body = node.subgraphs["body"]
@@ -90,12 +99,13 @@ def _run_loop(node, read, write, graph: Graph):
     cond = bool(np.asarray(read(ins[1])).reshape(-1)[0]) if ins[1] else True
     carried = [read(x) for x in node.inputs[2:2 + n]]
     scans: list = [[] for _ in body.outputs[1 + n:]]
+    dies = drop_after(body, body.outputs)
     i = 0
     while cond and (trip is None or i < trip):
         feeds = {body.inputs[0]: np.full(body.lookup(body.inputs[0]).shape or (), i, np.int64),
                  body.inputs[1]: np.full(body.lookup(body.inputs[1]).shape or (), cond, bool)}
         feeds.update(zip(body.inputs[2:], carried))
-        outs = run_graph(body, feeds, outer=read)
+        outs = run_graph(body, feeds, outer=read, dies=dies, consts=consts)
         cond = bool(np.asarray(outs[0]).reshape(-1)[0])
         carried = outs[1:1 + n]
         for acc, v in zip(scans, outs[1 + n:]):
@@ -106,6 +116,17 @@ def _run_loop(node, read, write, graph: Graph):
     for name, acc in zip(node.outputs[n:], scans):
         v = graph.lookup(name)
         write(name, np.stack(acc) if acc else np.zeros(v.shape, dtypes.np_dtype(v.dtype)))
+
+
+def drop_after(graph: Graph, keep: list) -> list:
+    """Per node of the graph, the values to drop once it has run: those it reads or makes last,
+    but not the ones kept."""
+    dies: list = [[] for _ in graph.nodes]
+    kept = set(keep)
+    for name, at in _last_reads(graph).items():
+        if name not in kept:
+            dies[at].append(name)
+    return dies
 
 
 def _last_reads(graph: Graph) -> dict:

@@ -105,6 +105,10 @@ class _Evaluator:
             val = _widen(np.asarray(buf).reshape(()))
             return np.broadcast_to(val, (1,) * rank) if mask is None else np.where(
                 self.ev(mask, rvars), val, self.ev(other, rvars))
+        if mask is None:
+            plain = self.plain_view(buf, index, rvars, rank)
+            if plain is not None:
+                return _widen(plain)
         idxs = [self.ev(i, rvars) for i in index]
         if mask is not None:
             idxs = [np.clip(i, 0, max(d - 1, 0)) for i, d in zip(idxs, buf.shape)]
@@ -117,6 +121,33 @@ class _Evaluator:
                 return np.broadcast_to(self.ev(other, rvars), val.shape)
             val = np.where(self.ev(mask, rvars), val, self.ev(other, rvars))
         return val
+
+    def plain_view(self, buf, index, rvars, rank):
+        """buf[index] where every index is a loop variable of its own axis (a weight read as it is
+        stored, or transposed): a view of buf with its dims moved to those axes, instead of a
+        gather that copies the whole tensor. None where the read is not of that form."""
+        if len(index) != buf.ndim:
+            return None
+        axes = []
+        for d, e in enumerate(index):
+            if e.op == "idx":
+                axis = e.args[0]
+                start, stop = (0, self.kernel.shape[axis]) if axis or self.rows is None else self.rows
+            elif e.op == "ridx" and e in rvars:
+                axis, start, stop = self.rank0 + rvars.index(e), 0, e.args[1]
+            else:
+                return None
+            if stop > buf.shape[d]:
+                return None
+            axes.append((axis, start, stop))
+        if len({a for a, _, _ in axes}) != len(axes):
+            return None
+        view = buf[tuple(slice(lo, hi) for _, lo, hi in axes)]
+        order = sorted(range(len(axes)), key=lambda d: axes[d][0])
+        shape = [1] * rank
+        for d in order:
+            shape[axes[d][0]] = axes[d][2] - axes[d][1]
+        return view.transpose(order).reshape(shape)
 
     def reduce(self, e, rvars, rank):
         rop, body, new = e.args

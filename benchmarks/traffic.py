@@ -1,0 +1,297 @@
+"""Requests of random length, as a service sees them: grapec's range bundle against the ideal and the
+peers, one process, one GPU (issue 33's benchmark).
+
+    python benchmarks/traffic.py [--model gpt2] [--range 1:128] [--requests 2000] [--precision fp16]
+                                 [--backend cuda] [--max-graphs 8] [--peers torch,compile,padded]
+                                 [--out DIR] [--cache DIR]
+
+Two traffics of --requests each: lengths drawn uniformly from the range, and from a log-normal
+(median 40 tokens, sigma 0.8, clipped to the range), in one seeded random order. Every request is
+timed from its numpy input to its numpy output (wall time, the device synchronized), and for grapec
+also with its buffers bound (IOBinding: input and output stay on the device). Rows:
+
+  grapec range        one bundle compiled with --dynamic seq=LO:HI (`run`, numpy in and out)
+  grapec range bound  the same, with device buffers bound (cuda only)
+  ideal               each request's length run by a bundle compiled for that length alone: its
+                      replay measured once per length that occurs, summed over the traffic
+  torch graphs        PyTorch, one CUDA graph per length, every graph kept (its memory reported)
+  torch.compile       torch.compile(dynamic=True), no CUDA graphs
+  padded to 64        PyTorch, lengths padded to the next multiple of 64, one CUDA graph per bucket
+                      (what services do today)
+
+Prints mean, p50 and p99 latency (ms) per row and traffic, the device memory each took (MiB), the
+ratios to the ideal, and grapec's graph switches (runner.switches where the runner counts them).
+Writes DIR/traffic.json and DIR/traffic.md. `--backend cpu` runs the grapec rows only, on the CPU
+backend (a check that the script runs; its times say nothing about the GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+MIB = 2 ** 20
+LOGNORMAL_MEDIAN, LOGNORMAL_SIGMA = 40, 0.8
+
+
+def traffics(lo: int, hi: int, n: int, seed: int = 0) -> dict:
+    """name -> the request lengths, in arrival order."""
+    rng = np.random.default_rng(seed)
+    skewed = np.clip(np.rint(rng.lognormal(np.log(LOGNORMAL_MEDIAN), LOGNORMAL_SIGMA, n)), lo, hi)
+    return {"uniform": [int(x) for x in rng.integers(lo, hi + 1, n)], "log-normal": [int(x) for x in skewed]}
+
+
+def stats(times_s: list) -> dict:
+    ms = sorted(t * 1e3 for t in times_s)
+    return {"mean_ms": statistics.fmean(ms), "p50_ms": ms[len(ms) // 2], "p99_ms": ms[min(len(ms) - 1, int(0.99 * len(ms)))],
+            "n": len(ms)}
+
+
+def model_path(name: str, size: str) -> str:
+    path = os.path.join(ROOT, "models", size, f"{name}.onnx")
+    if not os.path.exists(path):
+        import subprocess
+        subprocess.run([sys.executable, os.path.join(ROOT, "models", "build.py"), "--size", size, "--out",
+                        os.path.dirname(path), name], check=True)
+    return path
+
+
+def compile_range(path, lo, hi, precision, cache, say):
+    import grapec
+    from grapec.bundle.format import Bundle
+    out = os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-seq{lo}-{hi}.grape")
+    if not os.path.exists(out):
+        t0 = time.perf_counter()
+        grapec.compile(path, dims={"batch": 1}, dynamic={"seq": (lo, hi)}, precision=precision, progress=say).write(out)
+        say(f"range bundle compiled in {time.perf_counter() - t0:.0f}s")
+    return Bundle.read(out)
+
+
+def _compile_single(args):
+    import grapec
+    path, n, precision, out = args
+    grapec.compile(path, dims={"batch": 1, "seq": n}, precision=precision, jobs=1).write(out)
+
+
+def compile_singles(path, lengths, precision, cache) -> dict:
+    """length -> its single-size bundle's file, compiled in forked processes (before CUDA starts)."""
+    import multiprocessing
+    outs = {n: os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-seq{n}.grape") for n in lengths}
+    todo = [(path, n, precision, out) for n, out in outs.items() if not os.path.exists(out)]
+    if todo:
+        with multiprocessing.get_context("fork").Pool(min(len(todo), os.cpu_count() or 1)) as pool:
+            pool.map(_compile_single, todo)
+    return outs
+
+
+def feeds_for(n: int, vocab: int, rng) -> dict:
+    return {"input_ids": rng.integers(0, vocab, (1, n)).astype(np.int64)}
+
+
+def sync(backend: str):
+    if backend == "cuda":
+        from cuda.bindings import runtime
+        runtime.cudaDeviceSynchronize()
+
+
+def time_grapec(sess, lengths, vocab, backend, bound: bool) -> tuple:
+    """-> (latency stats, the session's device memory in MiB where known)."""
+    rng = np.random.default_rng(1)
+    requests = [feeds_for(n, vocab, rng) for n in lengths]
+    for f in requests[:20]:   # warm: the first lengths' graphs
+        sess.run(f)
+    times = []
+    for f in requests:
+        t0 = time.perf_counter()
+        if bound:
+            binding = sess.io_binding()
+            for k, v in f.items():
+                binding.bind_cpu_input(k, v)
+            for o in sess.get_outputs():
+                binding.bind_output(o.name, "cuda")
+            sess.run_with_iobinding(binding)
+        else:
+            sess.run(f)
+        sync(backend)
+        times.append(time.perf_counter() - t0)
+    return stats(times)
+
+
+def ideal(singles: dict, lengths: list, vocab: int, backend: str, say) -> dict:
+    """Each length's single-size bundle: its median latency (numpy in and out), then the traffic's
+    latencies as those medians in the traffic's order."""
+    import grapec
+    rng = np.random.default_rng(2)
+    per = {}
+    for n in sorted(set(lengths)):
+        sess = grapec.load(singles[n], backend=backend)
+        f = feeds_for(n, vocab, rng)
+        for _ in range(5):
+            sess.run(f)
+        ts = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            sess.run(f)
+            sync(backend)
+            ts.append(time.perf_counter() - t0)
+        per[n] = statistics.median(ts)
+        sess.close()
+    say(f"ideal: {len(per)} single-length bundles timed")
+    return stats([per[n] for n in lengths])
+
+
+def torch_rows(name: str, lengths_by_traffic: dict, precision: str, peers: list, say) -> dict:
+    """PyTorch peers on the zoo module's weights: one CUDA graph per length, torch.compile(dynamic=True),
+    and padding to multiples of 64 with one graph per bucket."""
+    import torch
+    from grapec.tools.bench import zoo_module
+    module = zoo_module(name, "full").cuda().eval()
+    if precision == "fp16":
+        module = module.half()
+    vocab = module_vocab(module)
+    out = {}
+    all_lengths = sorted({n for ls in lengths_by_traffic.values() for n in ls})
+
+    def graphs_for(lengths, pad_to=None):
+        kept = {}
+        base = torch.cuda.memory_allocated()
+        for n in lengths:
+            x = torch.zeros((1, n), dtype=torch.int64, device="cuda")
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s), torch.no_grad():
+                module(x)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.no_grad(), torch.cuda.graph(g):
+                y = module(x)
+            kept[n] = (g, x, y)
+        return kept, (torch.cuda.memory_allocated() - base) / MIB
+
+    def timed(fn, lengths):
+        rng = np.random.default_rng(1)
+        requests = [feeds_for(n, vocab, rng)["input_ids"] for n in lengths]
+        times = []
+        for ids in requests:
+            t0 = time.perf_counter()
+            fn(ids)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return stats(times)
+
+    if "torch" in peers:
+        kept, mib = graphs_for(all_lengths)
+        say(f"torch: {len(kept)} graphs captured, {mib:.0f} MiB")
+
+        def run(ids):
+            g, x, y = kept[ids.shape[1]]
+            x.copy_(torch.from_numpy(ids))
+            g.replay()
+            return y.float().cpu().numpy()
+        out["torch graphs"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
+        del kept
+        torch.cuda.empty_cache()
+    if "padded" in peers:
+        buckets = sorted({-(-n // 64) * 64 for n in all_lengths})
+        kept, mib = graphs_for(buckets)
+
+        def run(ids):
+            n = ids.shape[1]
+            g, x, y = kept[-(-n // 64) * 64]
+            x.zero_()
+            x[:, :n].copy_(torch.from_numpy(ids))   # causal: the padding after n does not change positions < n
+            g.replay()
+            return y[:, :n].float().cpu().numpy()
+        out["padded to 64"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
+        del kept
+        torch.cuda.empty_cache()
+    if "compile" in peers:
+        cm = torch.compile(module, dynamic=True)
+        base = torch.cuda.memory_allocated()
+
+        def run(ids):
+            with torch.no_grad():
+                return cm(torch.from_numpy(ids).cuda()).float().cpu().numpy()
+        for n in all_lengths[:: max(1, len(all_lengths) // 8)]:   # warm: the compile happens here, not timed
+            run(np.zeros((1, n), np.int64))
+        out["torch.compile"] = {t: dict(timed(run, ls), memory_mib=(torch.cuda.memory_allocated() - base) / MIB)
+                                for t, ls in lengths_by_traffic.items()}
+    return out
+
+
+def module_vocab(module) -> int:
+    for m in module.modules():
+        if hasattr(m, "config") and hasattr(m.config, "vocab_size"):
+            return m.config.vocab_size
+    raise ValueError("the module has no config.vocab_size")
+
+
+def table(res: dict) -> list:
+    lines = [f"{res['model']} {res['precision']}, seq {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
+             f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal.",
+             "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row, per in res["rows"].items():
+        for traffic, s in per.items():
+            ide = res["rows"]["ideal"][traffic]
+            mem = s.get("memory_mib")
+            lines.append(f"| {row} | {traffic} | {s['mean_ms']:.3f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | "
+                         f"{s['mean_ms'] / ide['mean_ms']:.2f}x | {s['p99_ms'] / ide['p99_ms']:.2f}x | "
+                         f"{'' if mem is None else f'{mem:.0f}'} |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--size", default="full", choices=["tiny", "full"])
+    ap.add_argument("--range", default="1:128")
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--precision", default="fp16")
+    ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--max-graphs", type=int, default=None)
+    ap.add_argument("--peers", default="torch,compile,padded")
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
+    ap.add_argument("--cache", default=os.path.join(ROOT, "out", "bench", "traffic-bundles"))
+    a = ap.parse_args()
+    import grapec
+    say = lambda m: print(f"[traffic] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(a.cache, exist_ok=True)
+    lo, hi = (int(x) for x in a.range.split(":"))
+    path = model_path(a.model, a.size)
+    lengths = traffics(lo, hi, a.requests)
+    used = sorted({n for ls in lengths.values() for n in ls})
+    singles = compile_singles(path, used, a.precision, a.cache)   # forks: before CUDA starts
+    ranged = compile_range(path, lo, hi, a.precision, a.cache, say)
+    vocab = next(r["value_range"]["hi"] + 1 for r in ranged.manifest["inputs"] if r["name"] == "input_ids")
+    res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
+           "backend": a.backend, "rows": {}}
+    options = {} if a.max_graphs is None or a.backend == "cpu" else {"max_graphs": a.max_graphs}
+    sess = grapec.load(ranged, backend=a.backend, **options)
+    res["rows"]["grapec range"] = {t: time_grapec(sess, ls, vocab, a.backend, False) for t, ls in lengths.items()}
+    if a.backend == "cuda":
+        res["rows"]["grapec range bound"] = {t: time_grapec(sess, ls, vocab, a.backend, True) for t, ls in lengths.items()}
+        switches = getattr(sess._runner, "switches", None)
+        res["switches"] = switches
+    sess.close()
+    res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()}
+    if a.backend == "cuda" and a.peers:
+        res["rows"].update(torch_rows(a.model, lengths, a.precision, a.peers.split(","), say))
+    lines = table(res)
+    print("\n".join(lines))
+    with open(os.path.join(a.out, "traffic.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(a.out, "traffic.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
