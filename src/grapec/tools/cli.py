@@ -16,13 +16,8 @@ import numpy as np
 from .. import __version__
 from ..bundle.format import check_writable
 from ..errors import BundleError, GrapecError
-
-SHAPES_HELP = ("Input shapes for the bucket, trtexec style: NAME=DxDx..,NAME2=... "
-               "(e.g. input_ids=1x128). Repeatable.")
-DIM_HELP = "Values for named dynamic dims: NAME=N,... (e.g. batch=1,seq=128). Repeatable."
-VALUE_HELP = ("Fix an input's value at compile time: NAME=V1,V2,.. or NAME=FILE.npy. For inputs that set shape "
-              "parameters (a Reshape target, axes, pads, a Range bound): the plan is specialized for the value, "
-              "and a run fed another value is refused. The compiler names such inputs when it needs them. Repeatable.")
+from .options import (CONV_HELP, DYNAMIC_HELP, FUSION_HELP, GRID_STITCH_HELP, PROFILE_HELP, Tolerance, branch_count,
+                      branch_options, precision_option, shape_options)
 
 
 def _err(msg: str):
@@ -37,23 +32,6 @@ def _quiet_stdout():
     point stdout at /dev/null so the interpreter's last flush does not complain either."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-
-
-class Tolerance(click.ParamType):
-    """A finite number >= 0 (> 0 where `positive`): NaN or a negative tolerance judges nothing."""
-    name = "float"
-
-    def __init__(self, positive: bool = False):
-        self.positive = positive
-
-    def convert(self, value, param, ctx):
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not np.isfinite(v) or v < 0 or (self.positive and v == 0):
-            self.fail(f"{value!r}: expected a finite number {'> 0' if self.positive else '>= 0'}", param, ctx)
-        return v
 
 
 class GrapecGroup(click.Group):
@@ -98,13 +76,6 @@ def main():
     """
 
 
-def _shape_options(f):
-    f = click.option("--value", "values", multiple=True, metavar="NAME=V,..", help=VALUE_HELP)(f)
-    f = click.option("--dim", "dims", multiple=True, metavar="NAME=N", help=DIM_HELP)(f)
-    f = click.option("--shapes", multiple=True, metavar="NAME=DxD", help=SHAPES_HELP)(f)
-    return f
-
-
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
@@ -125,79 +96,10 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs)
 
 
-CONV_HELP = ("How convolutions run. auto and cudnn: each 1-D and 2-D floating-point Conv is one channels-last "
-             "convolution (cuDNN on the GPU, NHWC, bias fused; the kernels around it read and write NHWC); it needs "
-             "nvidia-cudnn-frontend and cuDNN 9 where the bundle runs. gemm: an im2col gather + one GEMM each "
-             "(cuBLASLt only; slower, most of all at batch > 1). Integer and 3-D convolutions always take gemm.")
-GRID_STITCH_HELP = ("Where a plan is one chain of short kernels (a decode step, a short sequence), runs of them can "
-                    "become one cooperative kernel on the GPU, a grid-wide barrier between its stages instead of a "
-                    "graph node each. auto: where the cost model says it pays; on sm_90 and newer it does not (a "
-                    "barrier costs 1.6 us on an H100, a node joined by a programmatic edge 0.95 us). on: every run "
-                    "that can be (the compile log and grapec inspect --fusion show them). off: every kernel its own node.")
-DYNAMIC_HELP = ("A range of a named dim, both ends included (e.g. seq=1:512; repeatable, several dims give every "
-                "combination). Every size gets a plan compiled for it exactly, so it runs as fast as a bundle made for "
-                "that size alone; the plans share one arena (the largest size's), the kernels (sizes are passed as "
-                "arguments) and the weights, and are stored as templates plus deltas. Compile time grows with the "
-                "range (spread over --jobs processes); memory at run time does not. A run outside the range is refused "
-                "with an error naming it.")
-PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
-                  "fp16: weights and activations float16, accumulation (GEMMs, reductions, softmax and "
-                  "normalisation statistics) float32; inputs and outputs keep their types. fp16 keeps in float32 "
-                  "the op types that break in half and the nodes that a calibration run on the CPU finds "
-                  "diverging, reports them, and refuses the model if its outputs still differ from float32 "
-                  "by more than 1e-2 (||out-ref||/||ref||). bf16: the same in bfloat16 (float32's range, fewer "
-                  "mantissa bits; tolerance 3e-2).")
-FUSION_HELP = ("full: producers inlined into consumers, reductions stitched (LayerNorm, softmax as one kernel), "
-               "epilogues folded into GEMMs, attention as one flash-attention kernel (fp16/bf16), and each kernel's "
-               "thread mapping (block, warp or thread per row) chosen by the cost model for --device-profile; rules: "
-               "the same fusion with the fixed mapping rules, and attention as GEMM + softmax + GEMM; none: one kernel per lowered op, every GEMM "
-               "plain (a baseline to measure fusion against). If/Loop bodies are fused in every mode.")
-PROFILE_HELP = ("The GPU the cost model plans for: a shipped profile (h100) or a file written by "
-                "`grapec calibrate` on the target GPU. `grapec inspect --fusion` shows what it estimated.")
-CALIBRATION_HELP = ("For fp16 and bf16: an .npz with one array per model input, shaped like the largest bucket, to "
-                    "calibrate on instead of random inputs (repeatable: one sample per file).")
-
-
-def _precision_option(f):
-    f = click.option("--precision-tolerance", "precision_tolerance", type=Tolerance(positive=True), default=None,
-                     metavar="X",
-                     help="For fp16 and bf16, the tolerance t: an output passes when ||out-ref||/||ref|| <= t "
-                          "against float32 (`grapec check`'s measure); compile accepts within 0.8*t on every "
-                          "calibration draw [default: 1e-2 fp16, 3e-2 bf16].")(f)
-    f = click.option("--calibration-inputs", "calibration_inputs", multiple=True, metavar="FILE.npz",
-                     type=click.Path(dir_okay=False), help=CALIBRATION_HELP)(f)
-    f = click.option("--calibration-dim", "calibration_dims", multiple=True, metavar="NAME=N",
-                     help="For fp16 and bf16: calibrate with these named dims instead of the largest bucket's "
-                          "(e.g. batch=1 for a batch-32 bundle: each sample's arithmetic is the same, and the CPU "
-                          "calibration 32 times cheaper). Without it, the largest bucket's, with the batch lowered "
-                          "where calibration (which holds every intermediate) would not fit in memory; the log "
-                          "says so.")(f)
-    return click.option("--precision", type=click.Choice(["fp32", "tf32", "fp16", "bf16"]), default="fp32",
-                        show_default=True, help=PRECISION_HELP)(f)
-
-
-SERIAL_HELP = ("Keep the CUDA graph one chain, every step after the one before (the baseline the stream "
-               "scheduler is measured against) [default: parallel branches where the cost model's simulation "
-               "finds them faster].")
-BRANCHES_HELP = ("The most parallel branches the stream scheduler may give the CUDA graph: independent steps "
-                 "(an inception block's convolutions) run at once, at most this many, in an order that puts "
-                 "compute-bound beside memory-bound kernels. `grapec inspect --schedule` shows the choice.")
-
-
-def _branch_options(f):
-    f = click.option("--max-branches", "max_branches", type=click.IntRange(1, 16), default=4, show_default=True,
-                     metavar="N", help=BRANCHES_HELP)(f)
-    return click.option("--serial", is_flag=True, help=SERIAL_HELP)(f)
-
-
-def _branches(serial: bool, max_branches: int) -> int:
-    return 1 if serial else max_branches
-
-
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Bundle to write [default: MODEL with .grape].")
-@_shape_options
+@shape_options
 @click.option("--strict", is_flag=True, help="Fail if any part of the model would run outside the CUDA graph.")
 @click.option("--host-control", is_flag=True,
               help="Run If/Loop control on the host between graph launches (a baseline to compare with) instead of "
@@ -212,7 +114,7 @@ def _branches(serial: bool, max_branches: int) -> int:
 @click.option("--dynamic", "dynamic", multiple=True, metavar="NAME=LO:HI,..", help=DYNAMIC_HELP)
 @click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Processes compiling buckets at once [default: one per core, up to 16].")
-@_precision_option
+@precision_option
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
 @click.option("--conv", type=click.Choice(["auto", "cudnn", "gemm"]), default="auto", show_default=True, help=CONV_HELP)
 @click.option("--grid-stitch", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
@@ -221,7 +123,7 @@ def _branches(serial: bool, max_branches: int) -> int:
               "that half type (as onnxruntime's float16 converter without keep_io_types, or a TensorRT engine with half "
               "output formats): no widening kernel at the end and half the bytes to copy back. Inputs stay float32.")
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
-@_branch_options
+@branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
@@ -248,7 +150,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
-                      _branches(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs)
+                      branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -309,7 +211,7 @@ def _feeds(sess, inputs, seed, bucket=0):
 @click.option("--save", type=click.Path(file_okay=False), help="Write each output as NAME.npy into this folder.")
 @click.option("--device", default=0, show_default=True, type=click.IntRange(min=0),
               help="GPU ordinal for the CUDA backend (as nvidia-smi numbers them, within CUDA_VISIBLE_DEVICES).")
-@_shape_options
+@shape_options
 def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
     """Run a BUNDLE (or an .onnx file, compiled on the fly) once and summarize its outputs.
 
@@ -364,9 +266,9 @@ def _int8_ops(model_path) -> list:
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@_shape_options
+@shape_options
 @click.option("--backend", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@_precision_option
+@precision_option
 @click.option("--atol", type=Tolerance(), default=None, help="Absolute tolerance per element [default: 1e-4 fp32, "
               "1e-3 tf32, 1e-2 fp16, 3e-2 bf16].")
 @click.option("--rtol", type=Tolerance(), default=None, help="Relative tolerance per element: an element passes when "
@@ -425,7 +327,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@_shape_options
+@shape_options
 @click.option("--iterations", default=200, show_default=True, help="Timed replays.")
 @click.option("--warmup", default=20, show_default=True, help="Untimed replays first.")
 @click.option("--vs", "peers", multiple=True, type=click.Choice(["torch", "ort", "host-control", "serial"]),
@@ -437,7 +339,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
                    "branches; MODEL as .onnx).")
 @click.option("--zoo", "zoo_name", metavar="NAME:SIZE", help="The zoo builder for --vs torch, e.g. gpt2:full "
               "[default: from the file name and its folder, models/<size>/<name>.onnx].")
-@_precision_option
+@precision_option
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--input", "inputs", multiple=True, metavar="NAME=FILE.npy|NAME=NUMBER",
               help="Feed an input from a .npy file, or a scalar input its value, e.g. --input max_new_tokens=128 "
@@ -454,7 +356,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
 @click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
               "against one replay.")
-@_branch_options
+@branch_options
 @click.option("--timeline", is_flag=True, help="Also measure when each step runs in a replay (event record nodes "
               "around every step) and draw it, one row per parallel branch: compare with the simulated timeline "
               "of grapec inspect --schedule.")
@@ -487,7 +389,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
                    calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
                    precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, grid_stitch=grid_stitch,
                    half_outputs=half_outputs, device_profile=device_profile)
-    bundle = grapec.compile(model, max_branches=_branches(serial, max_branches), **options) \
+    bundle = grapec.compile(model, max_branches=branch_count(serial, max_branches), **options) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")
     cpu = grapec.load(bundle, backend="cpu")
