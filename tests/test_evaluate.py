@@ -51,3 +51,27 @@ def test_a_value_is_dropped_after_its_last_reader_and_a_body_read_keeps_it():
         for o in n.outputs:
             if o and o not in low.outputs:
                 assert last.get(o, i) >= i
+
+
+@pytest.mark.parametrize("chunk", [1 << 24, 64])
+def test_a_load_by_its_own_loop_variables_reads_a_view_and_matches_the_gather(monkeypatch, chunk):
+    """interpret.py reads in0[j, i] and a[i, k] * b[k, j] (k reduced) as views of the buffers; the
+    results equal numpy's, whole or in row slices (CHUNK_ELEMENTS small), and a masked or computed
+    index still gathers."""
+    import grapec.ir.interpret as interp
+    from grapec.ir import kernel as K
+    monkeypatch.setattr(interp, "CHUNK_ELEMENTS", chunk)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 5)).astype(np.float16)
+    b = rng.standard_normal((5, 7)).astype(np.float32)
+    i, j = K.idx(0), K.idx(1)
+    transpose = K.Kernel((5, 6), "float32", K.load(0, (j, i), "float16"), (((6, 5), "float16"),))
+    assert np.array_equal(interp.run_kernel(transpose, [a]), a.T.astype(np.float32))
+    k = K.ridx(5)
+    prod = K.cast(K.load(0, (i, k), "float16"), "float32") * K.load(1, (k, j), "float32")
+    mm = K.Kernel((6, 7), "float32", K.reduce("sum", prod, (k,)),
+                  (((6, 5), "float16"), ((5, 7), "float32")))
+    assert np.allclose(interp.run_kernel(mm, [a, b]), a.astype(np.float32) @ b, rtol=1e-5, atol=1e-5)
+    ev = interp._Evaluator(transpose, [a])
+    assert ev.plain_view(a, (j, i), (), 2) is not None
+    assert ev.plain_view(a, (j, i + K.const(1, "int64")), (), 2) is None
