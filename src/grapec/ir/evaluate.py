@@ -15,7 +15,7 @@ import numpy as np
 from .. import dtypes
 from .graph import Graph
 from .interpret import _widen, run_kernel
-from .library import run_library, view_array
+from .library import run_library_into
 
 
 def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list | None = None,
@@ -73,12 +73,8 @@ def _run_node(node, read, out):
         return read(node.inputs[0]).reshape(out.shape)
     if node.op != "Library":
         raise ValueError(f"cannot evaluate node kind {node.op}")
-    views = node.attrs.get("views") or {}
-    args = [None if not n else view_array(read(n), views[str(i)]) if str(i) in views else read(n)
-            for i, n in enumerate(node.inputs)]
-    result = run_library(node.attrs, args)
     buf = np.zeros(out.shape, dtypes.np_dtype(out.dtype))
-    (view_array(buf, views["out"]) if "out" in views else buf)[...] = result
+    run_library_into(node.attrs, [read(n) if n else None for n in node.inputs], buf)
     return buf
 
 

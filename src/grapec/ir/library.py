@@ -132,6 +132,16 @@ def view_array(buf: np.ndarray, view: list) -> np.ndarray:
     return strided(buf, *view_strides(view))
 
 
+def run_library_into(attrs: dict, operands: list, out: np.ndarray):
+    """Run a library node into its output buffer `out`, its operands (None where absent) and its
+    output seen through the node's views (attrs["views"]: passes/strided_operands.py), as the CPU
+    backend's step and the graph evaluator both run one."""
+    views = attrs.get("views") or {}
+    args = [None if a is None else view_array(a, views[str(i)]) if str(i) in views else a
+            for i, a in enumerate(operands)]
+    (view_array(out, views["out"]) if "out" in views else out)[...] = run_library(attrs, args)
+
+
 def run_library(attrs: dict, arrays: list) -> np.ndarray:
     fn = LIBRARY.get(attrs["op"])
     if fn is None:

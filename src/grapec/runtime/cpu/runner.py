@@ -15,7 +15,7 @@ from ...bundle.format import decode_kernel
 from ..devices import check_fits, host_memory_available
 from ...passes.hazards import random_order
 from ...ir.interpret import run_kernel
-from ...ir.library import run_library, view_array
+from ...ir.library import run_library_into
 from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region
 
@@ -59,11 +59,7 @@ class CpuPlanRunner:
             if isinstance(st, KernelStep):
                 run_kernel(self.kernels[st.kernel], [v[a] for a in st.args], out=v[st.out])
             elif isinstance(st, LibraryStep):
-                views = st.attrs.get("views") or {}
-                args = [None if a < 0 else view_array(v[a], views[str(i)]) if str(i) in views else v[a]
-                        for i, a in enumerate(st.args)]
-                r = run_library(st.attrs, args)
-                (view_array(v[st.out], views["out"]) if "out" in views else v[st.out])[...] = r
+                run_library_into(st.attrs, [None if a < 0 else v[a] for a in st.args], v[st.out])
             elif isinstance(st, ScanStoreStep):
                 v[st.dst][int(v[st.counter].reshape(-1)[0])] = v[st.src]
             else:
