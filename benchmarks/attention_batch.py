@@ -1,12 +1,13 @@
 """grapec's fused attention kernel at service batches, against PyTorch's scaled_dot_product_attention,
 in one process on one GPU; with variants of the kernel's launch shape (codegen/attention.py).
 
-    python benchmarks/attention_batch.py [--shapes 1x12x128x64,8x12x128x64,32x12x128x64]
+    python benchmarks/attention_batch.py [--shapes 1x12x128x64,8x12x128x64,32x12x128x64] [--variants default,cudnn]
 
 The model is attention as exporters write it (BERT's form): MatMul(q, kᵀ) · scale + an additive mask
 over the keys, Softmax, MatMul(·, v), q/k/v [B, H, S, D], fp16. grapec's time is one replay of its
 CUDA graph (the attention kernel plus the input casts); PyTorch's is one SDPA call captured in a
-CUDA graph. The table gives microseconds and the ratio (above 1: grapec faster).
+CUDA graph. The table gives microseconds and the ratio (above 1: grapec faster). The cudnn variant is
+the attention as cuDNN's SDPA (`--attention cudnn`, passes/sdpa.py): its mask kernel is timed apart.
 """
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-VARIANTS = {   # name -> codegen/attention.py constants
+VARIANTS = {   # name -> codegen/attention.py constants (cudnn: the `sdpa` step, --attention cudnn)
     "default": {},
+    "cudnn": {},
     "warps2": {"MAX_WARPS": 2},
     "warps8": {"MAX_WARPS": 8},
     "tile32": {"MAX_KEY_TILE": 32},
@@ -72,10 +74,11 @@ def main():
         for name in a.variants.split(","):
             for k, v in {**base, **VARIANTS[name]}.items():
                 setattr(att, k, v)
-            bundle = grapec.compile(m, precision="fp16", precision_tolerance=2e-2)
+            engine = "cudnn" if name == "cudnn" else "kernel"
+            bundle = grapec.compile(m, precision="fp16", precision_tolerance=2e-2, attention=engine)
             kinds = [k.get("kind") for k in bundle.kernels]
             res = bench_grapec(bundle, feeds, 200, per_step=True)
-            att_us = [st["us"] for st in res.get("steps", []) if st.get("kind") == "attention"]
+            att_us = [st["us"] for st in res.get("steps", []) if st.get("kind") in ("attention", "sdpa")]
             row[name] = att_us[0] if att_us else None
             row[name + "_replay_us"] = res["replay"]["median_ms"] * 1000
             row["fused"] = "attention" in kinds

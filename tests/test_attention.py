@@ -191,7 +191,7 @@ def test_few_query_tiles_split_their_keys_over_warps():
     assert [la.split for la in map(attention_launch, attention_kernels(short))] == [1]   # 20 keys: one slice
     many = attention_model(8, 16, 128, 128, 64, 64, None)   # 128 heads x 2 query tiles fill the GPU
     feeds = inputs_for(8, 16, 128, 128, 64, 64, None)
-    b = grapec.compile(many, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    b = grapec.compile(many, shapes={k: v.shape for k, v in feeds.items()}, targets=[], attention="kernel")
     assert [(la.split, la.block) for la in map(attention_launch, attention_kernels(b))] == [(1, 128)]
 
 

@@ -194,3 +194,14 @@ def test_help_teaches():
     assert rc == 0 and "grapec compile model.onnx" in out
     rc, out, _ = grapec("compile", "--help")
     assert rc == 0 and "--shapes" in out and "--dim" in out and "--strict" in out
+
+
+def test_bench_finds_the_zoo_builders_from_a_script_outside_tests(tmp_path):
+    """`grapec bench --vs torch` builds the peer from models/zoo.py, found from the package's own
+    place in the repository (a path that broke when the tools moved into src/grapec/tools/)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    script = ("import sys; sys.path[:] = [p for p in sys.path if not p.rstrip('/').endswith(('tests', 'models'))]; "
+              "from grapec.tools.bench import zoo_module; print(type(zoo_module('gpt2', 'tiny')).__name__)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "GPT2Logits", done.stderr[-2000:]

@@ -1,7 +1,7 @@
 """What the CUDA backend can run, decided at compile time from the plan alone.
 
 Kernel steps always can (every kernel-IR op renders to CUDA C). Library steps are the gap: the
-GPU runs `matmul` through cuBLASLt and `conv` through cuDNN, on floating-point data only. The compiler refuses a bundle with
+GPU runs `matmul` through cuBLASLt and `conv` and `sdpa` through cuDNN, on floating-point data only. The compiler refuses a bundle with
 GPU code whose plan has a step outside this (or, with --no-gpu, marks the bundle CPU-only), so a
 bundle never fails at load for want of a GPU implementation.
 """
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from ..plan import LibraryStep, walk_steps
 
-# op -> operand dtypes the GPU library takes here: cuBLASLt (matmul), cuDNN (conv)
-GPU_LIBRARY = {"matmul": {"float32", "float16", "bfloat16", "float64"}, "conv": {"float32", "float16", "bfloat16"}}
+# op -> operand dtypes the GPU library takes here: cuBLASLt (matmul), cuDNN (conv, sdpa)
+GPU_LIBRARY = {"matmul": {"float32", "float16", "bfloat16", "float64"}, "conv": {"float32", "float16", "bfloat16"},
+               "sdpa": {"float16", "bfloat16"}}
 
 
 def library_gap(op: str, dtype: str) -> str | None:

@@ -16,6 +16,7 @@
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
         attention_operands        ... reading q, k, v and writing its output through the head split and
                                   merge copies around it (batch > 1), which then go
+        attention_engines         each fused attention as the generated kernel or cuDNN's SDPA, per the cost model
         small_gemms               few-row GEMMs against weights as one kernel each, with the LayerNorm
                                   before them as prologue and bias/activation/residual as epilogue
         fold_output_casts         a GEMM whose output is only widened to float32 writes float32 itself
@@ -52,6 +53,7 @@ from ..ir.graph import Graph
 from ..plan import walk_steps
 from ..passes.attention import fuse_attention
 from ..passes.attention_operands import attention_operands
+from ..passes.sdpa import ATTENTION_ENGINES, attention_engines
 from ..passes.channels_last import channels_last
 from ..passes.epilogue import fold_epilogues, fold_output_casts
 from ..passes.fuse import fuse
@@ -82,7 +84,7 @@ FUSION_LEVELS = ("full", "rules", "none")
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
-                  conv: str = "auto", regions: bool = True) -> Graph:
+                  conv: str = "auto", regions: bool = True, attention: str = "auto") -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -93,7 +95,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     folding stores (smaller in a range of sizes, where each size stores its own); shared_weights:
     one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
     conv: how convolutions run (ops/conv.py conv_path); regions: False leaves the top level's If and
-    Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run."""
+    Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
+    attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
@@ -112,6 +115,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         if level == "full":
             g = fuse_attention(g, notes)
             g = attention_operands(g)
+            g = attention_engines(g, profile, attention, notes)
             g = small_gemms(g, profile)
         g = fold_output_casts(g)
         g = aligned_rows(g)
@@ -175,6 +179,7 @@ class BucketContext:
     fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
     shared_weights: bool = False   # several buckets: one layout per weight in all of them
     conv: str = "auto"             # ops/conv.py conv_path
+    attention: str = "auto"        # passes/sdpa.py ATTENTION_ENGINES
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
     dependent_launch: bool = True  # the GPU code targets sm_90+, where programmatic edges join kernel nodes
 
@@ -206,7 +211,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
                         fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights,
-                        conv=ctx.conv)
+                        conv=ctx.conv, attention=ctx.attention)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -256,7 +261,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   calibration_dims: dict | None = None,
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
-                  conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False) -> Bundle:
+                  conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False,
+                  attention: str = "auto") -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -300,6 +306,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     conv:    "auto" (default: 1-D and 2-D floating-point convolutions as one channels-last `conv` library
              node each, cuDNN on the GPU), "cudnn" (the same) or "gemm" (an im2col gather + GEMM each:
              no cuDNN needed on the GPU machine).
+    attention: "auto" (default: each fused attention as the generated flash kernel or cuDNN's SDPA,
+             whichever the cost model prices lower for its shape), "kernel" or "cudnn" (passes/sdpa.py).
     half_outputs: with fp16/bf16, the float32 outputs are given in the half type (no widening kernel at
              the end, half the bytes to copy back); the inputs stay float32.
     grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
@@ -315,6 +323,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--fusion {fusion}: expected one of {', '.join(FUSION_LEVELS)}")
     if conv not in CONV_PATHS:
         raise GrapecError(f"--conv {conv}: expected one of {', '.join(CONV_PATHS)}")
+    if attention not in ATTENTION_ENGINES:
+        raise GrapecError(f"--attention {attention}: expected one of {', '.join(ATTENTION_ENGINES)}")
     if half_outputs and precision not in HALF_PRECISIONS:
         raise GrapecError(f"--half-outputs needs --precision fp16 or bf16 (got {precision})")
     if grid_stitch not in STITCH_MODES:
@@ -378,7 +388,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
-                        shared_weights=len(bucket_shapes) > 1, conv=conv, grid_stitch=grid_stitch,
+                        shared_weights=len(bucket_shapes) > 1, conv=conv, attention=attention, grid_stitch=grid_stitch,
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]))
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []

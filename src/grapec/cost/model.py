@@ -18,7 +18,7 @@ The features are physical and scale with the device:
     unaligned_gflop  a GEMM's arithmetic when an operand's rows are not 16-byte aligned (cuBLASLt
                 then runs kernels without vector loads)
 
-The coefficients are fitted per kind (kernel, attention, small_gemm, gemm) by `grapec calibrate` on kernels that
+The coefficients are fitted per kind (kernel, attention, small_gemm, gemm, sdpa) by `grapec calibrate` on kernels that
 are not the zoo's; the zoo's measured steps then check the model (benchmarks/cost_model.py). A
 profile's node gap (what one more node adds to a chain's replay) prices plans with different node
 counts against each other (price_small_gemm).
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..codegen.launch import candidate_mappings, mapped_launch
 from .device import DeviceProfile
-from .work import Work, gemm_work, kernel_work, small_gemm_work
+from .work import Work, attention_work, gemm_work, kernel_work, sdpa_work, small_gemm_work
 
 FEATURES = {
     "kernel": ("node", "phase", "block_sync", "warp_sync", "serial", "row_serial", "vector_serial", "dram_mb",
@@ -37,6 +37,7 @@ FEATURES = {
     "attention": ("node", "serial", "dram_mb", "cache_mb", "gflop"),
     "small_gemm": ("node", "phase", "serial", "dram_mb", "cache_mb", "gflop"),
     "gemm": ("node", "serial", "dram_mb", "gflop", "unaligned_gflop"),
+    "sdpa": ("node", "dram_mb", "gflop"),
 }
 
 
@@ -58,7 +59,7 @@ class Estimate:
 def features(work: Work, sms: int) -> dict:
     # cuBLASLt splits K or picks smaller tiles when its tiles would not fill the GPU, so a GEMM's
     # bandwidth and arithmetic are not scaled down by its tile count
-    active = 1.0 if work.kind == "gemm" else work.active(sms)
+    active = 1.0 if work.kind in ("gemm", "sdpa") else work.active(sms)
     waves = work.waves(sms)
     serial = work.serial * waves
     # a row kernel's blocks wait out their reductions' round trips together: each wave pays them
@@ -103,4 +104,19 @@ def price_small_gemm(kernel, profile: DeviceProfile) -> list:
                ("cuBLASLt", producer + estimate(library, profile).us + nodes * gap)]
     if kernel.prologue is not None:
         options.append(("prologue", estimate(small_gemm_work(kernel), profile).us + gap))
+    return sorted(options, key=lambda o: o[1])
+
+
+def price_attention(kernel, sdpa_attrs: dict, bias_kernel, profile: DeviceProfile) -> list:
+    """[(engine, us)] for one fused attention (ir/attention.py), cheapest first: "kernel" (the
+    generated flash kernel) and, where the profile prices it, "cuDNN" (cuDNN's SDPA, after a kernel
+    that writes the score's additive mask when the mask is an expression: bias_kernel). Each node
+    also costs the profile's node gap."""
+    gap = profile.node_gap_us
+    options = [("kernel", estimate(attention_work(kernel), profile).us + gap)]
+    if profile.coefficients.get("sdpa"):
+        us = estimate(sdpa_work(sdpa_attrs, kernel.dtype), profile).us + gap
+        if bias_kernel is not None:
+            us += price_mappings(bias_kernel, profile)[0][1].us + gap
+        options.append(("cuDNN", us))
     return sorted(options, key=lambda o: o[1])

@@ -9,6 +9,7 @@ launch and its last store, and how many SMs its grid can occupy.
     attention_work(kernel)           a fused attention kernel (ir/attention.py)
     small_gemm_work(kernel)          a few-row GEMM kernel with its prologue (ir/small_gemm.py)
     gemm_work(m, n, k, batch, ...)   a cuBLASLt matmul, as cuBLASLt tiles it at small M
+    sdpa_work(attrs, dtype)          cuDNN's fused attention (an `sdpa` library step)
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K = 64, 128, 64   # a typical cuBLASLt tile 
 @dataclass(frozen=True)
 class Work:
     """One graph node's demands. `kind` picks the coefficients it is priced with."""
-    kind: str              # kernel | attention | small_gemm | gemm
+    kind: str              # kernel | attention | small_gemm | gemm | sdpa
     dram_mb: float         # unique bytes read + bytes written, MB
     cache_mb: float        # bytes read again (from L1/L2), MB
     gflop: float           # arithmetic, 1e9 operations (transcendentals count 4)
@@ -160,6 +161,20 @@ def gemm_work(m: int, n: int, k: int, batch: int, dtype: str, c: bool = False, b
                 f"tiles {GEMM_TILE_M}x{GEMM_TILE_N}" + ("" if aligned else ", unaligned rows"), aligned)
 
 
+def sdpa_work(attrs: dict, dtype: str) -> Work:
+    """cuDNN's flash attention (ir/library.py sdpa): q, k, v, out and the bias read or written
+    once, its arithmetic spread over the whole GPU (cuDNN picks tiles that fill it)."""
+    bsz, heads, s, t, d, dv = attrs["dims"]
+    isz = dtypes.itemsize(dtype)
+    z = bsz * heads
+    elems = z * (s * d + t * (d + dv) + s * dv)
+    if attrs.get("bias"):
+        elems += math.prod(attrs["bias"][1])
+    rows = math.ceil(s / 64)
+    return Work("sdpa", elems * isz / 1e6, 0.0, 2.0 * z * s * t * (d + dv) / 1e9, math.ceil(t / 128), 1, 0, 0,
+                z * rows, 128, "cuDNN SDPA")
+
+
 def _scope_nodes(root: K.Expr) -> tuple:
     """(loads, outermost reductions, arithmetic count) reachable from root without entering a reduce."""
     loads, reduces, arith, seen, stack = [], [], 0.0, set(), [root]
@@ -218,6 +233,8 @@ def step_work(kernels: list, plan, step) -> Work | None:
         # the operands' type sets the rate (a float32 out_dtype is still a half GEMM)
         return matmul_step_work(step.attrs, [plan.buffers[i].shape if i >= 0 else None for i in step.args],
                                 plan.buffers[step.out].shape, plan.buffers[step.args[0]].dtype)
+    if isinstance(step, LibraryStep) and step.attrs.get("op") == "sdpa":
+        return sdpa_work(step.attrs, plan.buffers[step.out].dtype)
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "conv":
         return conv_step_work(step.attrs, [plan.buffers[i].shape for i in step.args if i >= 0],
                               plan.buffers[step.out].shape, plan.buffers[step.out].dtype)

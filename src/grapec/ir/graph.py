@@ -4,7 +4,7 @@ Before lowering, nodes are ONNX ops (op = "Add", "Conv", "If", ...). Lowering re
 three kinds of node, which is all a plan holds:
 
     Kernel   attrs["kernel"]: a kernel-IR Kernel; inputs are its slots in order, one output
-    Library  attrs["op"]: "matmul" | "conv" | "topk_values" | "topk_indices"; compute-bound work done by a
+    Library  attrs["op"]: "matmul" | "conv" | "sdpa" | "topk_values" | "topk_indices"; compute-bound work done by a
              library (cuBLASLt, cuDNN)
     View     output aliases input 0 (same bytes, another shape): Reshape, Squeeze, Identity...
     If/Loop  regions whose bodies (node.subgraphs) are lowered graphs of the same kinds

@@ -13,6 +13,16 @@ conv(x, w, [bias]):   act(conv(x, w) + bias) in channels-last layout (cuDNN's NH
                     x [N, H, W, C], w [K, R, S, C/group], bias [K], out [N, OH, OW, K]; attrs
                     strides (2), dilations (2), pads (top, left, bottom, right), group, act none|relu.
                     One-dimensional convolutions come as H = R = 1 (ops/conv.py).
+sdpa(q, k, v, [bias]): scaled dot-product attention, what cuDNN's SDPA computes (runtime/cuda/dnn.py):
+                    per batch b and head h, softmax(scale * q kᵀ + bias) v, in float32, with the
+                    probabilities rounded to the element type before the second product (flash
+                    attention's contract, as ir/attention.py's kernel; a row masked everywhere
+                    gives NaN). attrs: dims [B, H, S, T, D, DV]; scale; q, k, v, out: [offset,
+                    [batch, head, row, column strides]] in elements into their buffers (q [B,H,S,D],
+                    k [B,H,T,D], v [B,H,T,DV], out [B,H,S,DV]; passes/sdpa.py reads them out of
+                    the fused projections and writes merged heads); bias (with a 4th operand):
+                    [offset, [B|1, H|1, S, T], strides]; out_shape: the output buffer, which the
+                    out view covers.
 topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
                     sorted, ties to the lower index; indices are int64.
 (Integer convolutions are im2col kernels + a kernel-IR reduction: ops/conv.py, ops/quant.py.)
@@ -88,6 +98,30 @@ def conv(attrs, x, w, bias=None):
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 
+def sdpa(attrs, q, k, v, bias=None):
+    bsz, heads, s, t, d, dv = attrs["dims"]
+    dt = q.dtype
+
+    def operand(buf, key, rows, cols):
+        offset, strides = attrs[key]
+        return strided(buf, offset, (bsz, heads, rows, cols), strides)
+    qs = operand(q, "q", s, d).astype(np.float32)
+    ks = operand(k, "k", t, d).astype(np.float32)
+    vs = operand(v, "v", t, dv).astype(np.float32)
+    x = (qs @ np.swapaxes(ks, -1, -2)) * np.float32(attrs.get("scale", 1.0))
+    if bias is not None:
+        offset, dims, strides = attrs["bias"]
+        x = x + strided(bias, offset, dims, strides).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m = x.max(axis=-1, keepdims=True)
+        p = np.exp(x - np.where(m == -np.inf, np.float32(0), m))
+        o = (p.astype(dt).astype(np.float32) @ vs) / p.sum(axis=-1, keepdims=True)
+    out = np.zeros(attrs["out_shape"], dt)
+    offset, strides = attrs["out"]
+    strided(out, offset, (bsz, heads, s, dv), strides)[...] = o.astype(dt)
+    return out
+
+
 def topk(attrs, x, want: str):
     """want = 'values' | 'indices'. attrs: axis, k, largest, sorted."""
     axis, k = attrs["axis"], attrs["k"]
@@ -102,6 +136,7 @@ def topk(attrs, x, want: str):
 LIBRARY = {
     "matmul": matmul,
     "conv": conv,
+    "sdpa": sdpa,
     "topk_values": lambda attrs, x: topk(attrs, x, "values"),
     "topk_indices": lambda attrs, x: topk(attrs, x, "indices"),
 }
@@ -157,4 +192,7 @@ def flops(attrs: dict, in_shapes: list, out_shape) -> int:
         return 2 * math.prod(out_shape) * ka
     if op == "conv":   # out [N, OH, OW, K], w [K, R, S, C/group]
         return 2 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
+    if op == "sdpa":
+        bsz, heads, s, t, d, dv = attrs["dims"]
+        return 2 * bsz * heads * s * t * (d + dv)
     return 0

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ..errors import GrapecError
 from ..runtime.cuda.driver import call
 
 
@@ -266,8 +267,13 @@ def bench_ort(model, feeds: dict, iters: int = 200, warmup: int = 20, precision:
 
 def zoo_module(name: str, size: str):
     """The torch module of a zoo model, from its builder (same seeded weights as its ONNX file)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.insert(0, os.path.join(root, "models"))
+    here = os.path.abspath(__file__)   # <repo>/src/grapec/tools/bench.py
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+    models = os.path.join(root, "models")
+    if not os.path.isfile(os.path.join(models, "zoo.py")):
+        raise GrapecError(f"--vs torch builds the zoo's torch models from {models}/zoo.py, which is not there "
+                          "(a grapec installed without its repository): run from a clone of it")
+    sys.path.insert(0, models)
     import zoo
     module = zoo.get(name, size=size).module
     # The peers get PyTorch's default fast attention (SDPA), as its users would run it; the zoo's

@@ -16,8 +16,8 @@ import numpy as np
 from .. import __version__
 from ..bundle.format import check_writable
 from ..errors import BundleError, GrapecError
-from .options import (CONV_HELP, DYNAMIC_HELP, FUSION_HELP, GRID_STITCH_HELP, PROFILE_HELP, Tolerance, branch_count,
-                      branch_options, precision_option, shape_options)
+from .options import (ATTENTION_HELP, CONV_HELP, DYNAMIC_HELP, FUSION_HELP, GRID_STITCH_HELP, PROFILE_HELP, Tolerance,
+                      branch_count, branch_options, precision_option, shape_options)
 
 
 def _err(msg: str):
@@ -79,7 +79,7 @@ def main():
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
-             grid_stitch="auto", half_outputs=False):
+             grid_stitch="auto", half_outputs=False, attention="auto"):
     from ..compiler import compile_model
     from ..frontend.shapes import parse_dims, parse_ranges
     from ..bundle.inputs import load_calibration_inputs
@@ -93,7 +93,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
-                         conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs)
+                         conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs, attention=attention)
 
 
 @main.command()
@@ -117,6 +117,8 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
 @precision_option
 @click.option("--fusion", type=click.Choice(["full", "rules", "none"]), default="full", show_default=True, help=FUSION_HELP)
 @click.option("--conv", type=click.Choice(["auto", "cudnn", "gemm"]), default="auto", show_default=True, help=CONV_HELP)
+@click.option("--attention", type=click.Choice(["auto", "kernel", "cudnn"]), default="auto", show_default=True,
+              help=ATTENTION_HELP)
 @click.option("--grid-stitch", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help=GRID_STITCH_HELP)
 @click.option("--half-outputs", is_flag=True, help="With --precision fp16/bf16: give the model's float32 outputs in "
@@ -127,8 +129,8 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
-            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, grid_stitch, half_outputs,
-            device_profile, serial, max_branches, force, quiet):
+            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, attention, grid_stitch,
+            half_outputs, device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
@@ -150,7 +152,8 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
             raise GrapecError(f"--target {t}: expected an architecture like sm_90")
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
-                      branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs)
+                      branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs,
+                      attention)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -348,6 +351,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               help="For an .onnx MODEL: how much to fuse (see grapec compile --help).")
 @click.option("--conv", type=click.Choice(["auto", "cudnn", "gemm"]), default="auto", show_default=True,
               help="For an .onnx MODEL: how convolutions run (see grapec compile --help).")
+@click.option("--attention", type=click.Choice(["auto", "kernel", "cudnn"]), default="auto", show_default=True,
+              help="For an .onnx MODEL: how fused attention runs (see grapec compile --help).")
 @click.option("--grid-stitch", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="For an .onnx MODEL: runs of short kernels as one cooperative kernel (see grapec compile --help).")
 @click.option("--half-outputs", is_flag=True, help="For an .onnx MODEL with --precision fp16/bf16: float32 outputs "
@@ -362,7 +367,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               "of grapec inspect --schedule.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, calibration_dims,
-          precision_tolerance, seed, inputs, fusion, conv, grid_stitch, half_outputs, device_profile, per_step, serial,
+          precision_tolerance, seed, inputs, fusion, conv, attention, grid_stitch, half_outputs, device_profile, per_step,
+          serial,
           max_branches, timeline, as_json):
     """GPU time of a MODEL (.onnx, compiled here, or .grape): median / p90 / p99 of one CUDA-graph
     replay, host-to-device and device-to-host apart, and device memory; with --vs torch the peers
@@ -387,7 +393,7 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     calib = load_calibration_inputs(calibration_inputs)
     options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
                    calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
-                   precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, grid_stitch=grid_stitch,
+                   precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, attention=attention, grid_stitch=grid_stitch,
                    half_outputs=half_outputs, device_profile=device_profile)
     bundle = grapec.compile(model, max_branches=branch_count(serial, max_branches), **options) \
         if model.endswith(".onnx") else Bundle.read(model)

@@ -43,6 +43,12 @@ CONV_HELP = ("How convolutions run. auto and cudnn: each 1-D and 2-D floating-po
              "convolution (cuDNN on the GPU, NHWC, bias fused; the kernels around it read and write NHWC); it needs "
              "nvidia-cudnn-frontend and cuDNN 9 where the bundle runs. gemm: an im2col gather + one GEMM each "
              "(cuBLASLt only; slower, most of all at batch > 1). Integer and 3-D convolutions always take gemm.")
+ATTENTION_HELP = ("How fused attention (fp16/bf16) runs on the GPU. auto: per shape, whichever the cost model "
+                  "prices lower of grapec's generated flash-attention kernel (it wins at small batch x heads, where "
+                  "launches bind) and cuDNN's SDPA (it wins where arithmetic does: batch 8+ at seq 128); grapec "
+                  "inspect shows each step's choice and estimate. kernel: always the generated kernel (no cuDNN "
+                  "needed). cudnn: cuDNN wherever the score is scale * q k^T + an additive mask and the operands "
+                  "are 16-byte aligned; the compile notes say where it is not (and --strict fails there).")
 GRID_STITCH_HELP = ("Where a plan is one chain of short kernels (a decode step, a short sequence), runs of them can "
                     "become one cooperative kernel on the GPU, a grid-wide barrier between its stages instead of a "
                     "graph node each. auto: where the cost model says it pays; on sm_90 and newer it does not (a "

@@ -1,10 +1,14 @@
-"""Library `conv` nodes on the GPU: cuDNN through nvidia-cudnn-frontend's graph API, recorded into the
-CUDA graph at load time (captured on a side stream into a child graph), as blas.py does for GEMMs.
+"""Library `conv` and `sdpa` nodes on the GPU: cuDNN through nvidia-cudnn-frontend's graph API, recorded
+into the CUDA graph at load time (captured on a side stream into a child graph), as blas.py does for GEMMs.
 
 One cuDNN graph per convolution problem: conv_fprop on channels-last tensors (NHWC activations,
 KRSC weights: the layout cuDNN's tensor-core kernels read natively), then the bias add and the
 activation fused into the same kernel. cuDNN's heuristic (mode A) picks the engine; the graph is
 built once per problem and shared by every convolution of that shape.
+
+An `sdpa` step (passes/sdpa.py) is one cuDNN graph of its own: its scaled dot-product attention
+reads q, k and v through their strides (heads of the fused QKV projection, in place), adds the
+additive mask as cuDNN's bias, and writes merged heads through the output's strides.
 
 fp32 convolutions keep fp32 arithmetic: engines that would use TF32 tensor cores are deselected
 unless the session runs in tf32 mode, as for GEMMs.
@@ -70,6 +74,70 @@ class Dnn:
                 call("cuStreamSynchronize", self.capture_stream)
             return captured(self.capture_stream, launch)
 
+    def sdpa_graph(self, attrs: dict, dtype: str, ptrs: list, out_ptr: int, workspace: tuple, warm: bool = False):
+        """A child graph computing one `sdpa` step (ir/library.py): ptrs are the q, k, v buffers
+        and the bias's (absent: no bias); the attrs' offsets are added here. warm: as conv_graph."""
+        with self._lock:
+            has_bias = "bias" in attrs and len(ptrs) > 3 and bool(ptrs[3])
+            keys = ("dims", "scale", "q", "k", "v", "out", "bias")
+            sig = ("sdpa", repr([attrs.get(key) for key in keys]), dtype, has_bias, workspace[1])
+            problem = self._problems.get(sig)
+            fresh = problem is None
+            if fresh:
+                problem = self._problems[sig] = self._build_sdpa(attrs, dtype, has_bias, workspace[1])
+            isz = 2   # float16 | bfloat16
+            pack = {problem.x: ptrs[0] + attrs["q"][0] * isz, problem.w: ptrs[1] + attrs["k"][0] * isz,
+                    problem.v: ptrs[2] + attrs["v"][0] * isz, problem.y: out_ptr + attrs["out"][0] * isz}
+            if has_bias:
+                pack[problem.b] = ptrs[3] + attrs["bias"][0] * isz
+
+            def launch():
+                problem.graph.execute(pack, workspace[0], handle=self.handle)
+            if fresh and warm:
+                launch()
+                call("cuStreamSynchronize", self.capture_stream)
+            return captured(self.capture_stream, launch)
+
+    def _build_sdpa(self, attrs: dict, dtype: str, has_bias: bool, ws_bytes: int) -> "ConvProblem":
+        cudnn = self.cudnn
+        if dtype not in ("float16", "bfloat16"):
+            raise BackendError(f"sdpa on {dtype} has no cuDNN path (only float16, bfloat16)")
+        dt = cudnn.data_type.HALF if dtype == "float16" else cudnn.data_type.BFLOAT16
+        b, h, s, t, d, dv = attrs["dims"]
+        g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT, handle=self.handle)
+        q = g.tensor(name="q", dim=[b, h, s, d], stride=list(attrs["q"][1]), data_type=dt)
+        k = g.tensor(name="k", dim=[b, h, t, d], stride=list(attrs["k"][1]), data_type=dt)
+        v = g.tensor(name="v", dim=[b, h, t, dv], stride=list(attrs["v"][1]), data_type=dt)
+        extra = {}
+        if has_bias:
+            _, dims, strides = attrs["bias"]
+            extra["bias"] = g.tensor(name="bias", dim=list(dims), stride=list(strides), data_type=dt)
+        o, _ = g.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=float(attrs.get("scale", 1.0)), generate_stats=False,
+                      compute_data_type=cudnn.data_type.FLOAT, **extra)
+        o.set_output(True).set_dim([b, h, s, dv]).set_stride(list(attrs["out"][1])).set_data_type(dt)
+        self._plans(g, f"sdpa q[{b}, {h}, {s}, {d}] k[{b}, {h}, {t}, {d}] {dtype}"
+                       + (f" bias{list(attrs['bias'][1])}" if has_bias else ""), dtype, ws_bytes)
+        return ConvProblem(g, q, k, extra.get("bias"), o, v)
+
+    def _plans(self, g, what: str, dtype: str, ws_bytes: int):
+        """Validate g and build its execution plans within ws_bytes of workspace, or say why not."""
+        cudnn = self.cudnn
+        try:
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            if dtype == "float32" and not self.tf32:
+                g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
+            g.deselect_workspace_greater_than(ws_bytes)
+            g.check_support()
+            g.build_plans()
+        except Exception as e:  # noqa: BLE001 - cuDNN says why in its own words; name the problem too
+            raise BackendError(f"cuDNN has no engine for {what}: {type(e).__name__}: {e}") from None
+        if g.get_workspace_size() > ws_bytes:
+            raise BackendError(f"cuDNN's plan for {what} needs {g.get_workspace_size()} bytes of workspace, "
+                               f"more than the {ws_bytes} the runner has")
+
     def _build(self, attrs: dict, shapes: list, dtype: str, out_shape, has_bias: bool, ws_bytes: int) -> "ConvProblem":
         cudnn = self.cudnn
         if dtype not in IO_TYPES:
@@ -96,33 +164,21 @@ class Dnn:
         elif act != "none":
             raise BackendError(f"conv: no cuDNN epilogue for activation '{act}'")
         y.set_output(True).set_data_type(dt).set_dim([n, k, oh, ow]).set_stride([oh * ow * k, 1, ow * k, k])
-        try:
-            g.validate()
-            g.build_operation_graph()
-            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-            if dtype == "float32" and not self.tf32:
-                g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
-            g.deselect_workspace_greater_than(ws_bytes)
-            g.check_support()
-            g.build_plans()
-        except Exception as e:  # noqa: BLE001 - cuDNN says why in its own words; name the problem too
-            raise BackendError(f"cuDNN has no engine for conv x{[n, h, w, c]} (NHWC) w{[k, r, s, cg]} (KRSC) {dtype} "
-                               f"{ {key: attrs[key] for key in ('strides', 'dilations', 'pads', 'group') if key in attrs} }: "
-                               f"{type(e).__name__}: {e}") from None
-        if g.get_workspace_size() > ws_bytes:
-            raise BackendError(f"cuDNN's plan for conv x{[n, h, w, c]} needs {g.get_workspace_size()} bytes of workspace, "
-                               f"more than the {ws_bytes} the runner has")
+        geometry = {key: attrs[key] for key in ('strides', 'dilations', 'pads', 'group') if key in attrs}
+        self._plans(g, f"conv x{[n, h, w, c]} (NHWC) w{[k, r, s, cg]} (KRSC) {dtype} {geometry}", dtype, ws_bytes)
         return ConvProblem(g, x, wt, b, y)
 
 
 @dataclass
 class ConvProblem:
-    """One convolution problem's built cuDNN graph and its tensors (the variant pack's keys)."""
+    """One problem's built cuDNN graph and its tensors (the variant pack's keys): a convolution's
+    x, w, bias, y; an attention's q, k, bias, out, and v."""
     graph: object
     x: object
     w: object
     b: object
     y: object
+    v: object = None
 
 
 def shared_dnn(device, tf32: bool = False) -> Dnn:

@@ -2,7 +2,7 @@
 
 One builder serves the top level and every region body, so a body holds the same kinds of node:
     KernelStep      a kernel node
-    LibraryStep     the cuBLASLt call captured once at build time (blas.py): its one kernel as a
+    LibraryStep     the cuBLASLt or cuDNN call captured once at build time (blas.py, dnn.py): its one kernel as a
                     kernel node (launch attributes copied), else the captured child graph
     ScanStoreStep   a kernel node of grapec_scan_store (the row index is read on the device)
     IfStep          grapec_if_cond (sets the handle from the condition tensor), then a conditional
@@ -215,9 +215,21 @@ class GraphBuilder:
         self.r.keep(self.bucket, child)
         return child
 
+    def sdpa_child(self, st: LibraryStep):
+        """The step's cuDNN attention, captured as a graph (kept with the bucket)."""
+        dtype = self.bufs[st.args[0]].dtype
+        gap = library_gap("sdpa", dtype)
+        if gap:
+            raise BackendError(f"{gap} (ONNX node(s) {', '.join(st.origin)}); this bundle runs on the CPU backend only")
+        child = self.r.dnn_for_graphs().sdpa_graph(st.attrs, dtype, [self.ptr(a) for a in st.args], self.ptr(st.out),
+                                                   self.r.workspaces.get(st.branch), warm=self.r.tuning)
+        self.r.keep(self.bucket, child)
+        return child
+
     def library_child(self, st: LibraryStep):
-        """The step's library call (cuDNN convolution or cuBLASLt GEMM), captured as a graph."""
-        return self.conv_child(st) if st.attrs["op"] == "conv" else self.matmul_child(st)
+        """The step's library call (cuDNN convolution or attention, cuBLASLt GEMM), captured as a graph."""
+        op = st.attrs["op"]
+        return self.conv_child(st) if op == "conv" else self.sdpa_child(st) if op == "sdpa" else self.matmul_child(st)
 
     def library(self, graph, deps, st: LibraryStep):
         child = self.library_child(st)

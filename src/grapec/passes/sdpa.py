@@ -1,0 +1,254 @@
+"""attention_engines: each fused attention (ir/attention.py) runs as the generated flash kernel or as
+cuDNN's SDPA (an `sdpa` library step, ir/library.py), whichever the cost model prices lower.
+
+The generated kernel wins where launches bind (batch 1: BERT s128, 12 heads, 4.1 us against
+cuDNN's 6.9 on an H100); cuDNN's wins where arithmetic does (32 x 12 heads: 14.5 us against 27.8,
+benchmarks/attention_batch.py). cuDNN takes a score of the form
+
+    scale * (q @ kᵀ) + B        (or Where(C, that, -inf): B gets where(C, 0, -inf))
+
+where B does not read the product: an additive mask. B that is one load of a half buffer shaped
+[B|1, H|1, S, T] is read where it lies; any other B (BERT's Where on two boolean masks) is written
+by a kernel of its own into such a buffer first, and priced with it (layers with the same mask
+share that kernel). Anything else (a score that
+scales after the mask, a product read twice) keeps the generated kernel, as do operands cuDNN
+cannot address: columns not contiguous, rows not 16-byte aligned, a dimension broadcast over heads,
+q and v of different widths.
+
+attention: "auto" (the cost model, where the profile prices cuDNN), "kernel" (never cuDNN) or
+"cudnn" (cuDNN wherever the score and operands allow; where they do not, a compile note says why,
+and --strict fails on it).
+"""
+from __future__ import annotations
+
+import math
+
+from ..cost.device import DeviceProfile
+from ..cost.model import price_attention
+from ..ir import kernel as K
+from ..ir.attention import AttentionKernel, Operand
+from ..ir.graph import Graph, Node
+
+ATTENTION_ENGINES = ("auto", "kernel", "cudnn")
+ALIGN = 8            # elements of a half type in 16 bytes: cuDNN's operand alignment
+MIN_QUERY_ROWS = 64  # auto: cuDNN's kernels tile 64-128 query rows; a decode step's few rows leave them empty
+MAX_HEAD_DIM = 128
+
+
+def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = "auto", notes: list | None = None) -> Graph:
+    if attention == "kernel":
+        return g
+    out = []
+    masks: dict = {}   # (kernel, inputs) -> the node writing that mask: layers share one
+    for node in g.nodes:
+        kernel = node.attrs.get("kernel") if node.op == "Kernel" else None
+        if not isinstance(kernel, AttentionKernel):
+            out.append(node)
+            continue
+        made = _as_sdpa(g, node, kernel)
+        if isinstance(made, str):
+            if attention == "cudnn":
+                _note(notes, f"attention at '{_where(node)}' stays the generated kernel, not cuDNN: {made}")
+            out.append(node)
+            continue
+        attrs, bias_node = made
+        if attention == "auto":
+            if profile is None or kernel.seq_q < MIN_QUERY_ROWS:
+                out.append(node)
+                continue
+            priced = price_attention(kernel, attrs, bias_node.attrs["kernel"] if bias_node else None, profile)
+            if priced[0][0] != "cuDNN":   # the plan's report shows each step's kind and estimate
+                out.append(node)
+                continue
+        inputs = list(node.inputs[:3])
+        if bias_node is not None:
+            key = (bias_node.attrs["kernel"], tuple(bias_node.inputs))
+            if key not in masks:
+                masks[key] = bias_node
+                out.append(bias_node)
+            inputs.append(masks[key].outputs[0])
+        elif "bias" in attrs:
+            inputs.append(node.inputs[attrs.pop("bias_input")])
+        out.append(Node("Library", inputs, list(node.outputs), name=node.name, attrs=attrs, origin=list(node.origin)))
+    g.nodes = out
+    return g
+
+
+def _note(notes, text: str):
+    if notes is not None and text not in notes:
+        notes.append(text)
+
+
+def _where(node: Node) -> str:
+    return node.origin[0] if node.origin else node.name
+
+
+def _as_sdpa(g: Graph, node: Node, k: AttentionKernel):
+    """-> (the sdpa step's attrs, the node writing its bias or None), or why not (a string)."""
+    if len(k.batch) > 2:
+        return f"{len(k.batch)} batch dimensions (cuDNN takes batch and heads)"
+    if k.head_dim != k.value_dim or k.head_dim % ALIGN or k.head_dim > MAX_HEAD_DIM:
+        return f"head dimensions {k.head_dim} and {k.value_dim} (cuDNN here: equal, a multiple of {ALIGN}, at most {MAX_HEAD_DIM})"
+    if math.prod(k.batch) * k.seq_q * k.value_dim != math.prod(k.shape):
+        return "the output does not fill its buffer"
+    split = split_score(k.score)
+    if split is None:
+        return "a score that is not scale * q kᵀ + an additive mask"
+    scale, mask = split
+    lead = (1,) * (2 - len(k.batch)) + tuple(k.batch)
+    views = {}
+    for key, op, rows, cols in (("q", k.q, k.seq_q, k.head_dim), ("k", k.k, k.seq_k, k.head_dim),
+                                ("v", k.v, k.seq_k, k.value_dim), ("out", k.out, k.seq_q, k.value_dim)):
+        view = _four(op, lead, rows, cols)
+        if isinstance(view, str):
+            return f"{key} {view}"
+        views[key] = view
+    attrs = {"op": "sdpa", "dims": [*lead, k.seq_q, k.seq_k, k.head_dim, k.value_dim], "scale": scale,
+             **views, "out_shape": list(k.shape)}
+    if mask is None:
+        return attrs, None
+    direct = _mask_buffer(mask, k, lead)
+    if direct is not None:
+        slot, dims, strides = direct
+        attrs["bias"] = [0, dims, strides]
+        attrs["bias_input"] = 2 + slot   # the score's slot s is the attention's input 2 + s
+        return attrs, None
+    if any(e.op in ("reduce", "ridx") for e in K.walk(mask)):
+        return "a mask with a reduction in it"
+    return attrs | {"bias": [0, *_dense(_mask_shape(mask, k, lead))]}, _bias_node(g, node, k, mask, lead)
+
+
+def split_score(score: K.Kernel):
+    """score = scale * raw + B -> (scale, B or None), raw the product (slot 0) and B free of it; None
+    for any other form. B is the sum of the additive terms and of where(C, 0, -inf) for each
+    Where(C, ..., -inf) around the product (exact: a finite score plus -inf is -inf)."""
+    found = _split(score.body)
+    if found is None:
+        return None
+    scale, terms = found
+    if not terms:
+        return scale, None
+    mask = terms[0]
+    for term in terms[1:]:
+        mask = K.binary("add", K.cast(mask, "float32"), K.cast(term, "float32"))
+    return scale, mask
+
+
+def _split(e: K.Expr):
+    while e.op == "cast":
+        e = e.args[0]
+    if e.op == "add":
+        a, b = e.args
+        if _reads_raw(b):
+            a, b = b, a
+        if _reads_raw(b) or not _reads_raw(a):
+            return None
+        inner = _split(a)
+        return None if inner is None else (inner[0], inner[1] + [b])
+    if e.op == "where" and not _reads_raw(e.args[0]):
+        cond, a, b = e.args
+        ninf = [x.is_const and x.value == float("-inf") for x in (a, b)]
+        if ninf[0] == ninf[1]:
+            return None
+        kept = b if ninf[0] else a
+        inner = _split(kept)
+        if inner is None:
+            return None
+        zero, minus = K.const(0.0, kept.dtype), K.const(float("-inf"), kept.dtype)
+        return inner[0], inner[1] + [K.where(cond, minus, zero) if ninf[0] else K.where(cond, zero, minus)]
+    scale = _scaled_raw(e)
+    return None if scale is None else (scale, [])
+
+
+def _reads_raw(e: K.Expr) -> bool:
+    return any(x.op == "load" and x.args[0] == 0 for x in K.walk(e))
+
+
+def _scaled_raw(e: K.Expr):
+    """The constant c when e is c * raw (through casts, products and quotients by constants)."""
+    while e.op == "cast":
+        e = e.args[0]
+    if e.op == "load" and e.args[0] == 0:
+        return 1.0
+    if e.op == "mul":
+        a, b = e.args
+        if a.is_const:
+            a, b = b, a
+        inner = _scaled_raw(a) if b.is_const else None
+        return None if inner is None else inner * float(b.value)
+    if e.op == "div" and e.args[1].is_const and float(e.args[1].value) != 0.0:
+        inner = _scaled_raw(e.args[0])
+        return None if inner is None else inner / float(e.args[1].value)
+    return None
+
+
+def _four(op: Operand, lead: tuple, rows: int, cols: int):
+    """An attention operand as cuDNN's [batch, heads, rows, cols] strides, or why it cannot be."""
+    strides = [0] * (2 - (len(op.strides) - 2)) + list(op.strides)
+    dims = [*lead, rows, cols]
+    if strides[3] != 1 and cols > 1:
+        return "columns are not contiguous"
+    strides[3] = 1
+    for i in (2, 1, 0):   # a dimension of one: any stride; cuDNN is given the packed one
+        if dims[i] == 1:
+            strides[i] = strides[i + 1] * dims[i + 1]
+        elif strides[i] == 0:
+            return "is broadcast along a dimension (grouped heads)"
+    if op.offset % ALIGN or any(s % ALIGN for s in strides[:3]):
+        return f"rows are not {ALIGN}-element aligned"
+    return [op.offset, strides]
+
+
+def _mask_buffer(mask: K.Expr, k: AttentionKernel, lead: tuple):
+    """(the score's slot, 4-D dims, strides) when the mask is one load of a buffer of the
+    attention's type shaped [B|1, H|1, S, T] at the score's own index, else None."""
+    while mask.op == "cast" and mask.args[0].op == "load":
+        mask = mask.args[0]
+    if mask.op != "load" or mask.args[2] is not None or mask.dtype != k.dtype:
+        return None
+    slot, index = mask.args[0], mask.args[1]
+    shape, dtype = k.score.inputs[slot]
+    if dtype != k.dtype or len(shape) != len(k.score.shape):
+        return None
+    for a, (i, n) in enumerate(zip(index, shape)):
+        full = i.op == "idx" and i.args[0] == a and n == k.score.shape[a]
+        if not (full or (i.is_const and i.value == 0 and n == 1)) or (a >= len(shape) - 2 and not full):
+            return None
+    dims = [1] * (4 - len(shape)) + list(shape)
+    return slot, *_dense(dims)
+
+
+def _dense(dims: list) -> tuple:
+    strides, acc = [0] * 4, 1
+    for i in (3, 2, 1, 0):
+        strides[i] = acc
+        acc *= dims[i]
+    return list(dims), strides
+
+
+def _mask_shape(mask: K.Expr, k: AttentionKernel, lead: tuple) -> list:
+    """[B|1, H|1, S, T]: the batch dimensions the mask varies along are kept."""
+    used = {e.args[0] for e in K.walk(mask) if e.op == "idx"}
+    nb = len(k.batch)
+    batch = [n if a in used else 1 for a, n in enumerate(k.batch)]
+    return [1] * (2 - nb) + batch + [k.seq_q, k.seq_k]
+
+
+def _bias_node(g: Graph, node: Node, k: AttentionKernel, mask: K.Expr, lead: tuple) -> Node:
+    """A kernel writing the mask (in the attention's type) over _mask_shape: the score's extra slots
+    1.. become its slots 0.. (a batch dimension of one is one the mask does not read)."""
+    shape = _mask_shape(mask, k, lead)
+    shift = 2 - len(k.batch)   # score dimension a is the bias's a + shift (batch dims padded to two)
+    own = tuple(K.idx(a + shift) for a in range(len(k.score.shape)))
+
+    def relabel(ld):
+        slot, index, m, other = ld.args
+        return K.load(slot - 1, index, ld.dtype, m, other)
+    body = K.cast(K.rebuild(mask, own, relabel), k.dtype)
+    kernel = K.Kernel(tuple(shape), k.dtype, body, tuple(k.score.inputs[1:]))
+    value = g.add_value("attention_mask", k.dtype, shape)
+    return Node("Kernel", list(node.inputs[3:]), [value.name], name=f"{node.name}_mask",
+                attrs={"kernel": kernel}, origin=list(node.origin))
+
+
+__all__ = ["attention_engines", "ATTENTION_ENGINES", "split_score"]

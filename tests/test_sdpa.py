@@ -1,0 +1,127 @@
+"""Fused attention through cuDNN's SDPA (passes/sdpa.py, ir/library.py sdpa, runtime/cuda/dnn.py).
+
+The score's form decides whether cuDNN can take it; the cost model decides whether it should; the
+CPU backend runs the `sdpa` step's numpy semantics, which the GPU's cuDNN graph is checked against
+(marker gpu), and both against a float64 reference and onnxruntime."""
+import os
+
+import numpy as np
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.errors import UnsupportedError
+from grapec.ir import kernel as K
+from grapec.passes.sdpa import split_score
+from helpers import rel_err
+from test_attention import assert_close, attention_model, inputs_for, reference
+
+ZOO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "tiny")
+SHAPE = (2, 4, 8, 8)
+
+
+def _score(body):
+    return K.Kernel(SHAPE, "float32", body, ((SHAPE, "float16"), ((2, 1, 8, 8), "float16")))
+
+
+def _raw():
+    return K.load(0, tuple(K.idx(a) for a in range(4)), "float16")
+
+
+def _mask():
+    return K.load(1, (K.idx(0), K.const(0, "int64"), K.idx(2), K.idx(3)), "float16")
+
+
+def test_the_score_forms_cudnn_takes_and_those_it_does_not():
+    half = K.const(0.125, "float16")
+    assert split_score(_score(K.cast(_raw() * half + _mask(), "float32"))) == (0.125, _mask())
+    assert split_score(_score(K.cast(_mask() + _raw(), "float32"))) == (1.0, _mask())
+    scale, mask = split_score(_score(K.binary("div", K.cast(_raw(), "float32"), K.const(8.0, "float32"))))
+    assert (scale, mask) == (0.125, None)
+    # the scale after the mask, the product times a tensor, the product twice: not scale * raw + B
+    assert split_score(_score(K.cast((_raw() + _mask()) * half, "float32"))) is None
+    assert split_score(_score(K.cast(_raw() * _mask(), "float32"))) is None
+    assert split_score(_score(K.cast(_raw() * half + _raw(), "float32"))) is None
+
+
+def _steps(bundle, op):
+    return [st for st in bundle.plans[0].steps if st.op == "library" and st.attrs.get("op") == op]
+
+
+@pytest.mark.parametrize("mask", [None, "additive", "causal"])
+def test_sdpa_step_matches_the_reference_on_the_cpu_backend(mask):
+    """cudnn mode: one sdpa step (BERT's additive mask read in place or written by one kernel, a
+    causal Where written by one kernel); the CPU backend's numpy semantics match float64."""
+    b, h, s, t, d = 2, 4, 24, 40, 32
+    feeds = inputs_for(b, h, s, t, d, d, mask, seed=3)
+    m = attention_model(b, h, s, t, d, d, mask)
+    bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[], attention="cudnn")
+    bundle = Bundle.from_bytes(bundle.to_bytes())
+    (step,) = _steps(bundle, "sdpa")
+    assert step.attrs["dims"] == [b, h, s, t, d, d] and step.attrs["scale"] == pytest.approx(1 / np.sqrt(d), rel=1e-3)
+    assert ("bias" in step.attrs) == (mask is not None)
+    got = grapec.load(bundle, backend="cpu").run(feeds)["y"]
+    assert_close(got, reference(feeds, mask, s, t, d), f"sdpa {mask}")
+
+
+def test_auto_takes_the_kernel_at_batch_one_and_cudnn_at_batch_thirty_two():
+    """The h100 profile prices both: at 12 heads x 128 the generated kernel (launch-bound), at
+    32 x 12 heads cuDNN (arithmetic-bound, half the kernel's time measured)."""
+    for b, want in ((1, "kernel"), (32, "sdpa")):
+        m = attention_model(b, 12, 128, 128, 64, 64, "additive")
+        shapes = {"q": (b, 12, 128, 64), "k": (b, 12, 128, 64), "v": (b, 12, 128, 64), "m": (b, 1, 1, 128)}
+        bundle = grapec.compile(m, shapes=shapes, targets=[])
+        kinds = [k.get("kind") for k in bundle.kernels]
+        assert ("sdpa" if _steps(bundle, "sdpa") else "kernel" if "attention" in kinds else None) == want, b
+    never = grapec.compile(m, shapes=shapes, targets=[], attention="kernel")
+    assert not _steps(never, "sdpa")
+
+
+def test_cudnn_mode_says_where_it_cannot_and_strict_refuses():
+    m = attention_model(1, 2, 16, 16, 12, 12, None)   # head dim 12: not a multiple of 8
+    shapes = {"q": (1, 2, 16, 12), "k": (1, 2, 16, 12), "v": (1, 2, 16, 12)}
+    bundle = grapec.compile(m, shapes=shapes, targets=[], attention="cudnn")
+    assert not _steps(bundle, "sdpa")
+    assert any("not cuDNN: head dimensions 12 and 12" in n for n in bundle.manifest["notes"]), bundle.manifest["notes"]
+    with pytest.raises(UnsupportedError, match="head dimensions 12"):
+        grapec.compile(m, shapes=shapes, targets=[], attention="cudnn", strict=True)
+
+
+@pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 3, "seq": 16}), ("bert", {"batch": 2, "seq": 8}),
+                                       ("wav2vec2", {"batch": 1, "samples": 1600})])
+def test_zoo_models_through_sdpa_match_onnxruntime(name, dims):
+    """The exporters' masks: GPT-2's additive [B, 1, S, T] read in place, BERT's Where on two boolean
+    masks written by one kernel that both layers share, Wav2Vec2's [1, 1, S, T]."""
+    from grapec.tools.check import check_model
+    path = os.path.join(ZOO, f"{name}.onnx")
+    bundle = grapec.compile(path, dims=dims, precision="fp16", targets=[], attention="cudnn")
+    assert len(_steps(bundle, "sdpa")) == 2   # two layers
+    masks = {st.args[3] for st in _steps(bundle, "sdpa")}
+    assert len(masks) == 1, "the layers read one mask"
+    results, _ = check_model(path, dims=dims, precision="fp16", seed=5, attention="cudnn")
+    assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask", [None, "additive", "causal"])
+def test_sdpa_on_gpu_matches_the_cpu_backend_and_float64(mask):
+    b, h, s, t, d = 8, 12, 128, 128, 64
+    feeds = inputs_for(b, h, s, t, d, d, mask, seed=4)
+    m = attention_model(b, h, s, t, d, d, mask)
+    bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=["sm_90"], attention="cudnn")
+    bundle = Bundle.from_bytes(bundle.to_bytes())
+    assert _steps(bundle, "sdpa")
+    got = grapec.load(bundle, backend="cuda").run(feeds)["y"]
+    cpu = grapec.load(bundle, backend="cpu").run(feeds)["y"]
+    assert_close(got, reference(feeds, mask, s, t, d), f"cudnn sdpa {mask}")
+    assert rel_err(got, cpu) < 2e-3, f"cuda vs cpu backend {rel_err(got, cpu):.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 8, "seq": 64}), ("bert", {"batch": 16, "seq": 64}),
+                                       ("wav2vec2", {"batch": 2, "samples": 1600})])
+def test_zoo_models_through_sdpa_on_gpu_match_onnxruntime(name, dims):
+    from grapec.tools.check import check_model
+    results, _ = check_model(os.path.join(ZOO, f"{name}.onnx"), dims=dims, precision="fp16", backend="cuda",
+                             seed=6, attention="cudnn")
+    assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
