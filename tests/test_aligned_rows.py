@@ -163,20 +163,40 @@ def _linear_to_output(rows: tuple, seed: int = 6):
     return m, {"x": rng.standard_normal((*rows, 32)).astype(np.float32)}
 
 
-@pytest.mark.parametrize("rows,copied", [((2, 40), True), ((1, 8), False)])
-def test_a_gemm_writing_an_odd_graph_output_writes_padded_rows_and_one_copy(rows, copied):
+@pytest.mark.parametrize("rows,padded", [((2, 40), True), ((1, 8), False)])
+def test_a_gemm_writing_an_odd_graph_output_writes_padded_rows_the_output_their_leading_columns(rows, padded):
     """GPT-2's LM head with half outputs: cuBLASLt wrote 50257-wide rows at 14% of peak. From
-    COPY_OUTPUT_FROM_ROWS rows the GEMM writes padded rows (50 -> 52 here) and a copy kernel the
-    output; under it, the GEMM writes the output as it is."""
+    COPY_OUTPUT_FROM_ROWS rows the GEMM writes padded rows (50 -> 52 here) and the output is their
+    first 50 columns (a buffer with a row pitch: no copy kernel, the runtimes compact the rows on
+    the way out); under it, the GEMM writes the output as it is."""
     m, feeds = _linear_to_output(rows)
-    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[])
+    b = Bundle.from_bytes(grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[]).to_bytes())
     widths, unaligned = gemm_rows(b, 4)
-    kernels = [st for st in b.plans[0].steps if st.op == "kernel"]
-    assert (widths[0], unaligned, len(kernels)) == ((52, 0, 1) if copied else (50, 2, 0)), (widths, kernels)
-    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["y"]
-    assert got.shape == (*rows, 50)
+    plan = b.plans[0]
+    out = plan.buffers[dict(plan.outputs)["y"]]
+    assert [st.op for st in plan.steps] == ["library"], "no copy kernel"
+    assert (widths[0], unaligned, out.pitch) == ((52, 0, 52) if padded else (50, 2, 0)), (widths, out)
+    got = grapec.load(b, backend="cpu").run(feeds)["y"]
+    assert got.shape == (*rows, 50) and got.flags.c_contiguous
     ref = ort_run(m, feeds)["y"]
     assert rel_err(got, ref) < 1e-5 and np.allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_padded_output_is_checked_when_a_bundle_loads():
+    from dataclasses import replace
+    from grapec.bundle.format import _validate_plan
+    from grapec.errors import BundleError
+    m, feeds = _linear_to_output((2, 40))
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[])
+    plan = b.plans[0]
+    out = dict(plan.outputs)["y"]
+    _validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
+    plan.buffers[out] = replace(plan.buffers[out], pitch=48)
+    with pytest.raises(BundleError, match="row pitch 48 is shorter than its rows"):
+        _validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
+    plan.buffers[out] = replace(plan.buffers[out], pitch=60)
+    with pytest.raises(BundleError, match="does not match float32.* in rows of 60"):
+        _validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
 
 
 @pytest.mark.gpu
@@ -189,6 +209,33 @@ def test_an_odd_graph_output_through_padded_rows_on_the_gpu(tmp_path):
         results, _ = check_model(str(tmp_path / "m.onnx"), shapes={"x": feeds["x"].shape}, backend="cuda",
                                  rtol=tol, seed=4, precision=precision)
         assert all(r.ok for r in results), [(precision, r.name, r.rel) for r in results]
+
+
+@pytest.mark.gpu
+def test_a_padded_output_on_the_gpu_to_the_host_to_a_bound_buffer_and_as_a_strided_device_array():
+    """The three ways out of padded rows: run() (the copy to the host compacts them), a bound
+    device buffer (a 2-D device copy; the output cannot be repointed, and io_report says why) and
+    on_device (a strided device array, as torch.compile's own padded logits)."""
+    torch = pytest.importorskip("torch")
+    m, feeds = _linear_to_output((3, 40))
+    b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"])
+    assert b.plans[0].buffers[dict(b.plans[0].outputs)["y"]].pitch == 52
+    sess = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cuda")
+    ref = ort_run(m, feeds)["y"]
+    assert rel_err(sess.run(feeds)["y"], ref) < 1e-5
+    out = torch.full((3, 40, 50), float("nan"), device="cuda")
+    binding = sess.io_binding()
+    binding.bind_input("x", torch.from_numpy(feeds["x"]).cuda())
+    binding.bind_output("y", out)
+    for _ in range(3):
+        sess.run_with_iobinding(binding)
+        assert rel_err(out.cpu().numpy(), ref) < 1e-5
+    (report,) = [r for r in sess.io_report() if r["name"] == "y"]
+    assert report["mode"] == "copied" and "padded" in report["reason"], report
+    dev = sess.run(feeds, on_device=True)["y"]
+    t = torch.as_tensor(dev, device="cuda")
+    assert t.stride() == (40 * 52, 52, 1)
+    assert rel_err(t.cpu().numpy(), ref) < 1e-5 and rel_err(sess.to_host(dev), ref) < 1e-5
 
 
 def test_an_odd_graph_output_whose_gemm_cannot_pad_gets_no_copy():

@@ -153,16 +153,23 @@ def one_sample(m) -> dict:
 
 
 def test_calibration_model_compiles_and_every_step_is_priced():
-    from grapec.tools.calibrate import add_mapping_variants, fit_profile
-    from grapec.cost.suite import calibration_model
+    from grapec.tools.calibrate import add_mapping_variants, fit_profile, unpriced_profile
+    from grapec.cost.suite import calibration_model, sdpa_calibration_model
     from grapec.cost.work import step_work
-    b = grapec.compile(calibration_model(), precision="fp16", targets=[], calibration_inputs=[one_sample(calibration_model())])
+    b = grapec.compile(calibration_model(), precision="fp16", targets=[], calibration_inputs=[one_sample(calibration_model())],
+                       device_profile=unpriced_profile())
     before = len(b.plans[0].steps)
     added = add_mapping_variants(b)
     plan = b.plans[0]
     works = [step_work(b.kernels, plan, st) for st in plan.steps]
     kinds = {w.kind for w in works if w}
     assert kinds == {"kernel", "gemm", "attention", "small_gemm"} and all(works)
+    sdpa = grapec.compile(sdpa_calibration_model(), precision="fp16", targets=[], attention="cudnn",
+                          calibration_inputs=[one_sample(sdpa_calibration_model())])
+    sdpa_works = [step_work(sdpa.kernels, sdpa.plans[0], st) for st in sdpa.plans[0].steps]
+    assert [w.kind for w in sdpa_works].count("sdpa") == 7, "every attention of the SDPA suite is cuDNN's"
+    works += [w for w in sdpa_works if w.kind == "sdpa"]   # the rest are input casts
+    kinds.add("sdpa")
     assert added > 50 and len(plan.steps) == before + added
     assert any(not w.aligned for w in works if w.kind == "gemm")
     # a fit to times the provisional profile predicts, perturbed, comes back close

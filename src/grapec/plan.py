@@ -2,7 +2,10 @@
 
     Plan
       buffers        [Buffer]: name, space ("arena": activations, inputs, outputs; "weight": an
-                     offset into the bundle's weight blob), offset, nbytes, dtype, shape
+                     offset into the bundle's weight blob), offset, nbytes, dtype, shape, and a
+                     row pitch where the rows are padded (a graph output a GEMM wrote with rows
+                     padded to 16 bytes: passes/aligned_rows.py; the runtimes compact it on the way
+                     out)
       inputs/outputs [(onnx name, buffer index)]
       steps          [Step], in a launch order; every step names buffers by index, the steps it
                      waits for (`deps`: earlier steps of the same list; the edges of the CUDA graph)
@@ -34,6 +37,7 @@ kinds the same way (runtime/walker.py). Kernels live once in the bundle, so buck
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -45,14 +49,33 @@ class Buffer:
     nbytes: int
     dtype: str
     shape: tuple
+    pitch: int = 0    # elements from one row (last dim) to the next; 0: the rows are dense
+
+    @property
+    def stored_elements(self) -> int:
+        """Elements the buffer's bytes hold: its shape's, or its padded rows'."""
+        if not self.pitch:
+            return math.prod(self.shape)
+        return math.prod(self.shape[:-1]) * self.pitch
+
+    @property
+    def strides(self) -> tuple:
+        """Element strides of the shape as stored."""
+        out, acc = [], 1
+        for i, d in enumerate(reversed(self.shape)):
+            out.append(acc)
+            acc *= (self.pitch or d) if i == 0 else d
+        return tuple(reversed(out))
 
     def to_json(self) -> list:
-        return [self.name, self.space, self.offset, self.nbytes, self.dtype, list(self.shape)]
+        row = [self.name, self.space, self.offset, self.nbytes, self.dtype, list(self.shape)]
+        return row + [self.pitch] if self.pitch else row
 
     @staticmethod
     def from_json(row) -> "Buffer":
-        name, space, off, nbytes, dt, shape = row
-        return Buffer(str(name), str(space), int(off), int(nbytes), str(dt), tuple(int(d) for d in shape))
+        name, space, off, nbytes, dt, shape = row[:6]
+        return Buffer(str(name), str(space), int(off), int(nbytes), str(dt), tuple(int(d) for d in shape),
+                      int(row[6]) if len(row) > 6 else 0)
 
 
 @dataclass

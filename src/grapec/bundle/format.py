@@ -315,8 +315,11 @@ def _validate_plan(plan: Plan, weight_bytes, kernels, nk):
     for i, b in enumerate(bufs):
         if b.dtype not in dtypes.SUPPORTED:
             raise BundleError(f"buffer {i} '{b.name}': unknown dtype {b.dtype!r}")
-        if b.nbytes != math.prod(b.shape) * dtypes.itemsize(b.dtype) or min(b.shape, default=0) < 0:
-            raise BundleError(f"buffer {i} '{b.name}': {b.nbytes} bytes does not match {b.dtype}{list(b.shape)}")
+        if b.pitch and (not b.shape or b.pitch < b.shape[-1]):
+            raise BundleError(f"buffer {i} '{b.name}': row pitch {b.pitch} is shorter than its rows ({list(b.shape)})")
+        if b.nbytes != b.stored_elements * dtypes.itemsize(b.dtype) or min(b.shape, default=0) < 0:
+            raise BundleError(f"buffer {i} '{b.name}': {b.nbytes} bytes does not match {b.dtype}{list(b.shape)}"
+                              + (f" in rows of {b.pitch}" if b.pitch else ""))
         limit = arena if b.space == "arena" else weight_bytes if b.space == "weight" else None
         if limit is None:
             raise BundleError(f"buffer {i} '{b.name}': unknown space {b.space!r}")

@@ -45,6 +45,9 @@ def plan_report(kernels: list, plan, profile: DeviceProfile, alternatives: bool 
             # priced with the node gap of each node; shown less one, like this row's own estimate
             row["alternatives"] = [{"mapping": p, "scheme": SMALL_GEMM_PLANS[p], "us": round(us - profile.node_gap_us, 2)}
                                    for p, us in plans if p != chosen]
+        if work.kind == "sdpa" and "kernel" in (st.attrs.get("priced") or {}):
+            us = st.attrs["priced"]["kernel"] - profile.node_gap_us   # priced with its node gap
+            row["alternatives"] = [{"mapping": "generated kernel", "scheme": _ATTENTION_KERNEL, "us": round(us, 2)}]
         if isinstance(st, KernelStep) and work.kind == "kernel":
             k = kernel_from_json(kernels[st.kernel])
             chosen = plan_launch(k)
@@ -53,6 +56,9 @@ def plan_report(kernels: list, plan, profile: DeviceProfile, alternatives: bool 
                                    if mapped_launch(k, *m) != chosen][:MAX_ALTERNATIVES]
         rows.append(row)
     return rows
+
+
+_ATTENTION_KERNEL = "flash attention: scores in registers, keys and values through shared memory"
 
 
 def _scheme(work, step) -> str:
@@ -71,7 +77,9 @@ def _scheme(work, step) -> str:
             return "A's rows computed into shared memory (prologue), weights streamed to tensor cores"
         return "A's rows read in place, weights streamed to tensor cores"
     if work.kind == "attention":
-        return "flash attention: scores in registers, keys and values through shared memory"
+        return _ATTENTION_KERNEL
+    if work.kind == "sdpa":
+        return "cuDNN SDPA (flash attention)" + (", additive mask as its bias" if "bias" in step.attrs else "")
     if work.block_syncs:
         return "shared memory (block reductions)"
     if work.warp_syncs:

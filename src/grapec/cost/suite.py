@@ -28,6 +28,8 @@ UNALIGNED = ((512, 1535, 400), (64, 999, 336))   # odd K: A's rows stay unaligne
 BATCHED = ((16, 64, 96, 200), (48, 32, 4096, 24))
 CONVS = ((48, 40, 96, 3), (160, 20, 160, 3), (24, 80, 32, 5))   # (channels in, height = width, channels out, kernel)
 ATTENTION = ((8, 16), (12, 64), (16, 200), (12, 384), (4, 1024))   # (heads, sequence), head dim 64
+# cuDNN's SDPA (passes/sdpa.py), compiled apart with --attention cudnn: (batch, heads, sequence), head dim 64
+SDPA = ((1, 12, 128), (4, 12, 128), (8, 12, 128), (32, 12, 128), (16, 12, 256), (2, 16, 1024), (8, 8, 64))
 
 
 class _Graph:
@@ -103,10 +105,23 @@ def calibration_model(seed: int = 0) -> onnx.ModelProto:
         w = g.weight(g.rng.standard_normal((c_out, c_in, k, k)) / np.sqrt(c_in * k * k))
         g.output(g.node("Relu", [g.node("Conv", [g.input([1, c_in, size, size]), w], pads=[k // 2] * 4)]))
     for heads, seq in ATTENTION:
-        q, k, v = (g.input([1, heads, seq, 64]) for _ in range(3))
-        scores = g.node("Mul", [g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])]), g.weight(0.125)])
-        g.output(g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v]))
+        _attention(g, 1, heads, seq)
     return g.model()
+
+
+def sdpa_calibration_model(seed: int = 0) -> onnx.ModelProto:
+    """The attention problems of SDPA, to compile with attention="cudnn" (the calibration model's own
+    attention is compiled as the generated kernel)."""
+    g = _Graph(seed)
+    for batch, heads, seq in SDPA:
+        _attention(g, batch, heads, seq)
+    return g.model()
+
+
+def _attention(g: _Graph, batch: int, heads: int, seq: int):
+    q, k, v = (g.input([batch, heads, seq, 64]) for _ in range(3))
+    scores = g.node("Mul", [g.node("MatMul", [q, g.node("Transpose", [k], perm=[0, 1, 3, 2])]), g.weight(0.125)])
+    g.output(g.node("MatMul", [g.node("Softmax", [scores], axis=-1), v]))
 
 
 def _gelu_tanh(g: _Graph, x: str) -> str:

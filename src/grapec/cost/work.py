@@ -172,7 +172,7 @@ def sdpa_work(attrs: dict, dtype: str) -> Work:
         elems += math.prod(attrs["bias"][1])
     rows = math.ceil(s / 64)
     return Work("sdpa", elems * isz / 1e6, 0.0, 2.0 * z * s * t * (d + dv) / 1e9, math.ceil(t / 128), 1, 0, 0,
-                z * rows, 128, "cuDNN SDPA")
+                z * rows, 128, f"{bsz} x {heads} heads, {s} x {t}")
 
 
 def _scope_nodes(root: K.Expr) -> tuple:

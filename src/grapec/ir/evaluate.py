@@ -70,7 +70,10 @@ def _run_node(node, read, out):
         wide = getattr(k, "kind", None) is None   # the kernel IR widens every load; other kinds have their own rules
         return run_kernel(k, [read(n, wide=wide) for n in node.inputs])
     if node.op == "View":
-        return read(node.inputs[0]).reshape(out.shape)
+        src = read(node.inputs[0])
+        if node.attrs.get("pitch"):
+            src = src.reshape(-1, node.attrs["pitch"])[:, :out.shape[-1]]
+        return src.reshape(out.shape)
     if node.op != "Library":
         raise ValueError(f"cannot evaluate node kind {node.op}")
     buf = np.zeros(out.shape, dtypes.np_dtype(out.dtype))

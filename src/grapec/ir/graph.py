@@ -6,7 +6,9 @@ three kinds of node, which is all a plan holds:
     Kernel   attrs["kernel"]: a kernel-IR Kernel; inputs are its slots in order, one output
     Library  attrs["op"]: "matmul" | "conv" | "sdpa" | "topk_values" | "topk_indices"; compute-bound work done by a
              library (cuBLASLt, cuDNN)
-    View     output aliases input 0 (same bytes, another shape): Reshape, Squeeze, Identity...
+    View     output aliases input 0 (same bytes, another shape): Reshape, Squeeze, Identity...;
+             attrs["pitch"] = P: the output is the leading columns of input 0's rows of P elements
+             (a graph output whose GEMM wrote padded rows: passes/aligned_rows.py)
     If/Loop  regions whose bodies (node.subgraphs) are lowered graphs of the same kinds
 
 Values are named as in ONNX. A Value's shape is a tuple of ints once specialized (before, dims may

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import numpy as np
 
@@ -174,7 +175,11 @@ class PlanBuilder:
                 steps.append(LibraryStep(dict(node.attrs), [ref(n) for n in node.inputs], ref(node.outputs[0]),
                                          node.origin))
             elif node.op == "View":   # same bytes as its source; no work
-                self.aliases.append((ref(node.outputs[0]), ref(node.inputs[0])))
+                out, src = ref(node.outputs[0]), ref(node.inputs[0])
+                self.aliases.append((out, src))
+                if node.attrs.get("pitch"):   # the leading columns of the source's padded rows
+                    self.buffers[out] = replace(self.buffers[out], pitch=int(node.attrs["pitch"]),
+                                                nbytes=self.buffers[src].nbytes)
             elif node.op == "If":
                 ws_off, (then_plan, else_plan) = mem.workspaces[i]
                 branches = [Body(self._steps(node.subgraphs[k], p, base + ws_off))

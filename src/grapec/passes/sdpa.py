@@ -52,14 +52,13 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
             out.append(node)
             continue
         attrs, bias_node = made
-        if attention == "auto":
-            if profile is None or kernel.seq_q < MIN_QUERY_ROWS:
-                out.append(node)
-                continue
-            priced = price_attention(kernel, attrs, bias_node.attrs["kernel"] if bias_node else None, profile)
-            if priced[0][0] != "cuDNN":   # the plan's report shows each step's kind and estimate
-                out.append(node)
-                continue
+        priced = price_attention(kernel, attrs, bias_node.attrs["kernel"] if bias_node else None, profile) \
+            if profile is not None else []
+        if attention == "auto" and (kernel.seq_q < MIN_QUERY_ROWS or not priced or priced[0][0] != "cuDNN"):
+            out.append(node)
+            continue
+        # grapec inspect --fusion shows the generated kernel's estimate as the alternative that lost
+        attrs["priced"] = {name: round(us, 2) for name, us in priced}
         inputs = list(node.inputs[:3])
         if bias_node is not None:
             key = (bias_node.attrs["kernel"], tuple(bias_node.inputs))

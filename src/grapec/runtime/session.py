@@ -322,6 +322,16 @@ class Session:
         out = np.empty(cai["shape"], np.dtype(cai["typestr"]))
         stream = getattr(array, "stream", None)
         self._runner.dev.make_current()
+        if cai.get("strides") and tuple(cai["strides"]) != out.strides:
+            if stream is None or len(out.shape) < 2:
+                raise InputError(f"to_host takes this session's outputs or dense device arrays, not strides {cai['strides']}")
+            if out.nbytes:   # our padded rows: the copy compacts them
+                from .cuda.driver import copy_rows_async
+                row = out.shape[-1] * out.itemsize
+                copy_rows_async(out.ctypes.data, row, int(cai["data"][0]), cai["strides"][-2], row,
+                                out.size // out.shape[-1], stream, dst_host=True)
+                call("cuStreamSynchronize", stream)
+            return out
         if stream is None:   # someone else's array: wait for the whole GPU
             self._runner.dev.synchronize()
             self._runner.dev.download(out.ctypes.data, int(cai["data"][0]), out.nbytes)

@@ -68,6 +68,8 @@ def io_routes(plan) -> dict:
             r = root[b]
             route = Route(name, kind, r, plan.buffers[r].nbytes)
             route.reason = _why_not(plan, route, touching.get(r, []), inputs, outputs)
+            if plan.buffers[b].pitch:   # a caller's buffer is dense: the copy compacts the rows
+                route.reason = "its rows are padded to 16 bytes (the GEMM writing it is fastest so)"
             route.steps = sorted({i for i, *_ in touching.get(r, [])}) if not route.reason else []
             routes[name] = route
     return routes

@@ -40,35 +40,41 @@ def measure_samples(device: int = 0, say: Callable = print) -> tuple:
     """-> (device name, SM count, [(Work, measured us)] for every step of the calibration model, the
     node gap: what the plan's replay takes beyond the sum of its steps alone, per step)."""
     from .. import compiler
-    from .bench import bench_grapec
-    from ..cost.suite import calibration_model
-    from ..bundle.inputs import bundle_inputs
+    from ..cost.suite import calibration_model, sdpa_calibration_model
     say("compiling the calibration model (fp16) ...")
     bundle = compiler.compile_model(calibration_model(), precision="fp16", device_profile=unpriced_profile())
     added = add_mapping_variants(bundle)
     say(f"{added} more steps: the row kernels in their other thread mappings; building their GPU code ...")
-    feeds = bundle_inputs(bundle.manifest, 0, 0)
     say(f"timing its {len(bundle.plans[0].steps)} steps one by one on GPU {device} ...")
-    res = bench_grapec(bundle, feeds, CALIBRATION_ITERATIONS, device=device, per_step=True)
-    plan = bundle.plans[0]
-    samples = []
-    for st, measured in zip(plan.steps, res["steps"]):
-        w = step_work(bundle.kernels, plan, st)
-        if w is not None:
-            samples.append((w, measured["us"]))
+    res, samples = _timed_steps(bundle, device)
+    say("the same attention problems through cuDNN's SDPA ...")
+    sdpa = compiler.compile_model(sdpa_calibration_model(), precision="fp16", attention="cudnn")
+    samples += [(w, us) for w, us in _timed_steps(sdpa, device)[1] if w.kind == "sdpa"]
     from ..runtime.cuda.driver import Device
     alone = sum(m["us"] for m in res["steps"])
     gap = max(0.0, (res["replay"]["median_ms"] * 1000 - alone) / max(1, len(res["steps"])))
     return res["device"], Device(device).sms, samples, gap
 
 
+def _timed_steps(bundle, device: int) -> tuple:
+    """-> (bench_grapec's result, [(Work, measured us)] for every priced step of the bundle)."""
+    from .bench import bench_grapec
+    from ..bundle.inputs import bundle_inputs
+    res = bench_grapec(bundle, bundle_inputs(bundle.manifest, 0, 0), CALIBRATION_ITERATIONS, device=device, per_step=True)
+    plan = bundle.plans[0]
+    works = [step_work(bundle.kernels, plan, st) for st in plan.steps]
+    return res, [(w, m["us"]) for w, m in zip(works, res["steps"]) if w is not None]
+
+
 def unpriced_profile() -> DeviceProfile:
-    """The shipped profile without small_gemm coefficients: with it every small GEMM candidate is
-    built (passes/small_gemm.py), so the samples do not depend on the choices an older profile
-    would make (which would hide exactly the shapes it misprices)."""
+    """The shipped profile without small_gemm and sdpa coefficients: with it every small GEMM
+    candidate is built (passes/small_gemm.py) and every attention is the generated kernel
+    (passes/sdpa.py; cuDNN's are measured apart), so the samples do not depend on the choices an
+    older profile would make (which would hide exactly the shapes it misprices)."""
     from ..cost.device import load_profile
     shipped = load_profile(None)
-    return replace(shipped, coefficients={k: v for k, v in shipped.coefficients.items() if k != "small_gemm"})
+    return replace(shipped, coefficients={k: v for k, v in shipped.coefficients.items()
+                                          if k not in ("small_gemm", "sdpa")})
 
 
 def add_mapping_variants(bundle) -> int:

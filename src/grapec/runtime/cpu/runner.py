@@ -41,7 +41,9 @@ class CpuPlanRunner:
             out = []
             for b in self.bundle.plans[bucket].buffers:
                 mem = self.arena if b.space == "arena" else self.weights
-                out.append(mem[b.offset:b.offset + b.nbytes].view(dtypes.np_dtype(b.dtype)).reshape(b.shape))
+                flat = mem[b.offset:b.offset + b.nbytes].view(dtypes.np_dtype(b.dtype))
+                out.append(np.lib.stride_tricks.as_strided(flat, b.shape, [s * flat.itemsize for s in b.strides])
+                           if b.pitch else flat.reshape(b.shape))
             self._views[bucket] = out
         return self._views[bucket]
 

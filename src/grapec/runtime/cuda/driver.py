@@ -112,6 +112,24 @@ class Device:
         call("cuCtxSynchronize")
 
 
+def copy_rows_async(dst: int, dst_pitch: int, src: int, src_pitch: int, row_bytes: int, rows: int, stream,
+                    dst_host: bool = False):
+    """Copy `rows` rows of row_bytes from device memory src (rows src_pitch bytes apart) to dst
+    (dst_pitch apart; host memory when dst_host): a padded output compacted by the copy engine."""
+    from cuda.bindings import driver
+    p = driver.CUDA_MEMCPY2D()
+    p.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice, p.srcPitch = src, src_pitch
+    if dst_host:
+        p.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_HOST
+        p.dstHost = dst
+    else:
+        p.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        p.dstDevice = dst
+    p.dstPitch, p.WidthInBytes, p.Height = dst_pitch, row_bytes, rows
+    call("cuMemcpy2DAsync", p, stream)
+
+
 def graph_ms(graph, stream, launches: int) -> float:
     """GPU milliseconds per launch of graph on stream (after one warm launch: code loaded, caches
     as in a replay); the graph is destroyed."""

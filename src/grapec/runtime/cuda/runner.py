@@ -14,6 +14,7 @@ runs on the host between launches through the walker the CPU backend uses (runti
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter, OrderedDict
 
@@ -24,7 +25,7 @@ from ...errors import BackendError
 from ...plan import REGIONS, Stitch, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
-from .driver import call
+from .driver import call, copy_rows_async
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
 
@@ -306,9 +307,19 @@ class CudaPlanRunner:
         outs = [np.empty(plan.buffers[b].shape, dtypes.np_dtype(plan.buffers[b].dtype)) for b in bufs]
         for b, out in zip(bufs, outs):
             if out.nbytes:
-                call("cuMemcpyDtoHAsync", out.ctypes.data, self.ptr(bucket, b), out.nbytes, self.stream)
+                self._copy_out(plan.buffers[b], self.ptr(bucket, b), out.ctypes.data, host=True)
         self.synchronize()
         return outs
+
+    def _copy_out(self, buf, src: int, dst: int, host: bool):
+        """buf's elements from src to dense memory at dst (host or device), on this runner's stream;
+        padded rows (buf.pitch) are compacted by the copy itself."""
+        if buf.pitch:
+            isz = dtypes.itemsize(buf.dtype)
+            copy_rows_async(dst, buf.shape[-1] * isz, src, buf.pitch * isz, buf.shape[-1] * isz,
+                            math.prod(buf.shape[:-1]), self.stream, dst_host=host)
+        else:
+            call("cuMemcpyDtoHAsync" if host else "cuMemcpyDtoDAsync", dst, src, buf.nbytes, self.stream)
 
     def _write(self, bucket, b, arr: np.ndarray):
         arr = np.ascontiguousarray(arr)
@@ -347,15 +358,13 @@ class CudaPlanRunner:
         self.execute(bucket, plan.steps)
         for name, b in plan.outputs:
             if name in copy_out:
-                call("cuMemcpyDtoDAsync", copy_out[name], self.ptr(bucket, b), plan.buffers[b].nbytes, self.stream)
+                self._copy_out(plan.buffers[b], self.ptr(bucket, b), copy_out[name], host=False)
         if binding:
             self.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
-            return {name: bound[name] if name in bound else
-                    DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype, self.stream)
+            return {name: bound[name] if name in bound else DeviceArray.of(self.ptr(bucket, b), plan.buffers[b], self.stream)
                     for name, b in plan.outputs}
         if on_device:
-            return {name: DeviceArray(self.ptr(bucket, b), plan.buffers[b].shape, plan.buffers[b].dtype, self.stream)
-                    for name, b in plan.outputs}
+            return {name: DeviceArray.of(self.ptr(bucket, b), plan.buffers[b], self.stream) for name, b in plan.outputs}
         return dict(zip([name for name, _ in plan.outputs], self._download(bucket, [b for _, b in plan.outputs])))
 
     def input_buffer(self, bucket: int, name: str):
@@ -384,10 +393,18 @@ class DeviceArray:
     """A view of device memory in the arena, for zero-copy interop (__cuda_array_interface__);
     `stream`: the stream of the runner whose arena it is (the work that writes it runs there)."""
 
-    def __init__(self, ptr: int, shape, dtype: str, stream=None):
+    def __init__(self, ptr: int, shape, dtype: str, stream=None, strides: tuple | None = None):
         self.ptr, self.shape, self.dtype, self.stream = ptr, tuple(shape), dtype, stream
+        self.strides = strides   # bytes per dim, where the rows are padded (as torch's own padded logits)
+
+    @staticmethod
+    def of(ptr: int, buf, stream=None) -> "DeviceArray":
+        """A plan buffer's bytes at ptr, with its padded rows' strides."""
+        isz = dtypes.itemsize(buf.dtype)
+        strides = tuple(s * isz for s in buf.strides) if buf.pitch else None
+        return DeviceArray(ptr, buf.shape, buf.dtype, stream, strides)
 
     @property
     def __cuda_array_interface__(self):
         return {"shape": self.shape, "typestr": dtypes.np_dtype(self.dtype).str, "data": (self.ptr, False),
-                "version": 3, "strides": None}
+                "version": 3, "strides": self.strides}
