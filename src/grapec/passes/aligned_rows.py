@@ -92,11 +92,20 @@ def _output_in_padded_rows(g: Graph, mm: Node, width: int, cols: int) -> bool:
     """When mm's output reaches a graph output through Views alone, and nothing else reads them: mm
     computes cols columns into a value of its own, and the output is a View of it with pitch cols
     (no copy in the graph: GPT-2 b16's logits copy took 178 us on an H100). -> whether it did."""
-    chain = output_chain(g, mm.outputs[0])
-    if not pads_in_place(g, mm) or chain is None or g.lookup(chain[-1]).shape[-1] != width:
-        return False
     ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
-    b, x = g.lookup(ins[1]), g.lookup(mm.outputs[0])
+    b = g.lookup(ins[1])
+    if ins[2] or not _computes_padded(g, mm) or (not mm.attrs.get("trans_b") and b.const is None):
+        return False
+    readers, chain = g.consumers(), [mm.outputs[0]]
+    while chain[-1] not in g.outputs:
+        users = readers.get(chain[-1], [])
+        if len(users) != 1 or users[0].op != "View":
+            return False
+        chain.append(users[0].outputs[0])
+    output = g.lookup(chain[-1])
+    if readers.get(chain[-1]) or g.outputs.count(chain[-1]) != 1 or output.shape[-1] != width:
+        return False
+    x = g.lookup(mm.outputs[0])
     if not mm.attrs.get("trans_b"):   # a constant [.., K, N] weight gets zero columns
         w = np.asarray(b.const).reshape(b.shape)
         ins[1] = g.add_value(f"{ins[1]}_cols", b.dtype, (*b.shape[:-1], cols),
@@ -109,25 +118,6 @@ def _output_in_padded_rows(g: Graph, mm: Node, width: int, cols: int) -> bool:
     g.nodes.insert(g.nodes.index(mm) + 1, Node("View", [rows], [chain[-1]], name=f"{chain[-1]}/padded_rows",
                                                attrs={"pitch": cols}, origin=list(mm.origin)))
     return True
-
-
-def pads_in_place(g: Graph, mm: Node) -> bool:
-    """mm can compute a padded width with nothing else padded: no C operand, its B and bias
-    constants (B transposed or not)."""
-    ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
-    return not ins[2] and _computes_padded(g, mm) and (bool(mm.attrs.get("trans_b")) or g.lookup(ins[1]).const is not None)
-
-
-def output_chain(g: Graph, name: str) -> list | None:
-    """[name, .., a graph output] when name reaches a graph output through Views alone, every value
-    on the way read by the next View only (and the output by nothing); else None."""
-    readers, chain = g.consumers(), [name]
-    while chain[-1] not in g.outputs:
-        users = readers.get(chain[-1], [])
-        if len(users) != 1 or users[0].op != "View":
-            return None
-        chain.append(users[0].outputs[0])
-    return None if readers.get(chain[-1]) or g.outputs.count(chain[-1]) != 1 else chain
 
 
 def _output_through_copy(g: Graph, output: str) -> list:

@@ -8,9 +8,8 @@ to the output of a matmul nobody else reads is removed: the matmul writes the ke
 replaces the kernel). fold_output_casts, later, removes a kernel that only widens a half-precision matmul's output to float32
 (the cast mixed_precision.py puts before a float32 graph output, such as GPT-2's logits): cuBLASLt
 writes float32 D from half A and B (attrs out_dtype), and the output is written once, not written
-in half, read back and written again. Only where the float32 rows are 16-byte aligned, or where
-the output will stay in the GEMM's padded rows (aligned_rows.py: GPT-2's 50257 logits at 64 rows
-and more; under that they keep their cast). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
+in half, read back and written again. Only where the float32 rows are 16-byte aligned (see
+_fold_output_cast: GPT-2's 50257 logits are not, and keep their cast). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
 channels) and ReLU the same way; after fusion the ReLU between two convolutions is the next one's
 input copy, which then goes. Activations are recognised by value, not by the shape of the expression (the
 ONNX exporters spell GELU a dozen ways): the kernel is evaluated on sample points and compared with
@@ -18,15 +17,12 @@ the reference function.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
 from ..ir.tensor import index_vars
 from ..ir.interpret import run_kernel
-from .aligned_rows import COPY_OUTPUT_FROM_ROWS, output_chain, pads_in_place
 
 SAMPLES = np.linspace(-8.0, 8.0, 1601)
 
@@ -114,23 +110,16 @@ def _fold_output_cast(g: Graph, node: Node, k: K.Kernel, producers, readers, out
     if n is None or n.op != "Library" or n.attrs.get("op") != "matmul" or readers.get(name) != 1 or name in outputs \
             or any(i for i in n.inputs[2:]) or n.attrs.get("out_dtype") or n.attrs.get("views"):
         return False   # a C or bias operand would have to be float32 too: cuBLASLt types C like D
-    if not k.shape or (k.shape[-1] % 4 and not _padded_output(g, n, node, k.shape)):
+    if not k.shape or k.shape[-1] % 4:
         # float32 rows off 16 bytes put cuBLASLt on a slow path: GPT-2's 50257 logits at batch 16 x seq 128
         # took 1483 us written float32 by the GEMM against 503 + 485 us for a half GEMM into padded rows
-        # and the cast (H100, 2026-11-25)
+        # and the cast (H100, 2026-11-25); the graph output must be dense, so it cannot be padded
         return False
     n.attrs["out_dtype"] = "float32"
     for v in chain + [name]:
         g.lookup(v).dtype = "float32"
     n.origin = list(dict.fromkeys(n.origin + node.origin))
     return True
-
-
-def _padded_output(g: Graph, mm: Node, cast: Node, shape: tuple) -> bool:
-    """The cast's output is a graph output that aligned_rows will leave in the GEMM's padded rows
-    (passes/aligned_rows.py): the GEMM then writes aligned float32 rows, and there is no cast."""
-    return math.prod(shape[:-1]) >= COPY_OUTPUT_FROM_ROWS and pads_in_place(g, mm) \
-        and output_chain(g, cast.outputs[0]) is not None
 
 
 def _library_behind(name, producers):
