@@ -113,7 +113,9 @@ def _fold_output_cast(g: Graph, node: Node, k: K.Kernel, producers, readers, out
     if not k.shape or k.shape[-1] % 4:
         # float32 rows off 16 bytes put cuBLASLt on a slow path: GPT-2's 50257 logits at batch 16 x seq 128
         # took 1483 us written float32 by the GEMM against 503 + 485 us for a half GEMM into padded rows
-        # and the cast (H100, 2026-11-25); the graph output must be dense, so it cannot be padded
+        # and the cast (H100, 2026-11-25). Kept in padded (aligned) float32 rows it was still slower: GPT-2
+        # b16 1.771 ms end to end against 1.296 with half logits, the float32 GEMM ~475 us more than the
+        # half one (benchmarks/results/2026-11-25-h100-padded-output/)
         return False
     n.attrs["out_dtype"] = "float32"
     for v in chain + [name]:
