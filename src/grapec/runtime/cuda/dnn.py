@@ -66,13 +66,7 @@ class Dnn:
             pack = {problem.x: ptrs[0], problem.w: ptrs[1], problem.y: out_ptr}
             if has_bias:
                 pack[problem.b] = ptrs[2]
-
-            def launch():
-                problem.graph.execute(pack, workspace[0], handle=self.handle)
-            if fresh and warm:
-                launch()
-                call("cuStreamSynchronize", self.capture_stream)
-            return captured(self.capture_stream, launch)
+            return self._captured(problem, pack, workspace, warm and fresh)
 
     def sdpa_graph(self, attrs: dict, dtype: str, ptrs: list, out_ptr: int, workspace: tuple, warm: bool = False):
         """A child graph computing one `sdpa` step (ir/library.py): ptrs are the q, k, v buffers
@@ -90,13 +84,17 @@ class Dnn:
                     problem.v: ptrs[2] + attrs["v"][0] * isz, problem.y: out_ptr + attrs["out"][0] * isz}
             if has_bias:
                 pack[problem.b] = ptrs[3] + attrs["bias"][0] * isz
+            return self._captured(problem, pack, workspace, warm and fresh)
 
-            def launch():
-                problem.graph.execute(pack, workspace[0], handle=self.handle)
-            if fresh and warm:
-                launch()
-                call("cuStreamSynchronize", self.capture_stream)
-            return captured(self.capture_stream, launch)
+    def _captured(self, problem, pack: dict, workspace: tuple, warm: bool):
+        """problem's graph run on `pack` as a captured child graph; warm: run once before (the
+        first use of a problem, so that cuDNN loads its kernels outside the capture)."""
+        def launch():
+            problem.graph.execute(pack, workspace[0], handle=self.handle)
+        if warm:
+            launch()
+            call("cuStreamSynchronize", self.capture_stream)
+        return captured(self.capture_stream, launch)
 
     def _build_sdpa(self, attrs: dict, dtype: str, has_bias: bool, ws_bytes: int) -> "ConvProblem":
         cudnn = self.cudnn
