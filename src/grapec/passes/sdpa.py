@@ -39,20 +39,20 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
     if attention == "kernel":
         return g
     out = []
-    masks: dict = {}   # (kernel, inputs) -> the node writing that mask: layers share one
+    masks: dict = {}   # (kernel, inputs) -> the value that kernel writes: layers with one mask share it
     for node in g.nodes:
         kernel = node.attrs.get("kernel") if node.op == "Kernel" else None
         if not isinstance(kernel, AttentionKernel):
             out.append(node)
             continue
-        made = _as_sdpa(g, node, kernel)
+        made = _as_sdpa(kernel)
         if isinstance(made, str):
             if attention == "cudnn":
                 _note(notes, f"attention at '{_where(node)}' stays the generated kernel, not cuDNN: {made}")
             out.append(node)
             continue
-        attrs, bias_node = made
-        priced = price_attention(kernel, attrs, bias_node.attrs["kernel"] if bias_node else None, profile) \
+        attrs, bias = made
+        priced = price_attention(kernel, attrs, bias, profile) \
             if profile is not None else []
         if attention == "auto" and (kernel.seq_q < MIN_QUERY_ROWS or not priced or priced[0][0] != "cuDNN"):
             out.append(node)
@@ -60,12 +60,14 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
         # grapec inspect --fusion shows the generated kernel's estimate as the alternative that lost
         attrs["priced"] = {name: round(us, 2) for name, us in priced}
         inputs = list(node.inputs[:3])
-        if bias_node is not None:
-            key = (bias_node.attrs["kernel"], tuple(bias_node.inputs))
+        if bias is not None:
+            key = (bias, tuple(node.inputs[3:]))
             if key not in masks:
-                masks[key] = bias_node
-                out.append(bias_node)
-            inputs.append(masks[key].outputs[0])
+                value = g.add_value("attention_mask", bias.dtype, bias.shape).name
+                out.append(Node("Kernel", list(node.inputs[3:]), [value], name=f"{node.name}_mask",
+                                attrs={"kernel": bias}, origin=list(node.origin)))
+                masks[key] = value
+            inputs.append(masks[key])
         elif "bias" in attrs:
             inputs.append(node.inputs[attrs.pop("bias_input")])
         out.append(Node("Library", inputs, list(node.outputs), name=node.name, attrs=attrs, origin=list(node.origin)))
@@ -82,8 +84,8 @@ def _where(node: Node) -> str:
     return node.origin[0] if node.origin else node.name
 
 
-def _as_sdpa(g: Graph, node: Node, k: AttentionKernel):
-    """-> (the sdpa step's attrs, the node writing its bias or None), or why not (a string)."""
+def _as_sdpa(k: AttentionKernel):
+    """-> (the sdpa step's attrs, the kernel writing its bias or None), or why not (a string)."""
     if len(k.batch) > 2:
         return f"{len(k.batch)} batch dimensions (cuDNN takes batch and heads)"
     if k.head_dim != k.value_dim or k.head_dim % ALIGN or k.head_dim > MAX_HEAD_DIM:
@@ -114,7 +116,7 @@ def _as_sdpa(g: Graph, node: Node, k: AttentionKernel):
         return attrs, None
     if any(e.op in ("reduce", "ridx") for e in K.walk(mask)):
         return "a mask with a reduction in it"
-    return attrs | {"bias": [0, *_dense(_mask_shape(mask, k, lead))]}, _bias_node(g, node, k, mask, lead)
+    return attrs | {"bias": [0, *_dense(_mask_shape(mask, k, lead))]}, _bias_kernel(k, mask, lead)
 
 
 def split_score(score: K.Kernel):
@@ -233,9 +235,10 @@ def _mask_shape(mask: K.Expr, k: AttentionKernel, lead: tuple) -> list:
     return [1] * (2 - nb) + batch + [k.seq_q, k.seq_k]
 
 
-def _bias_node(g: Graph, node: Node, k: AttentionKernel, mask: K.Expr, lead: tuple) -> Node:
-    """A kernel writing the mask (in the attention's type) over _mask_shape: the score's extra slots
-    1.. become its slots 0.. (a batch dimension of one is one the mask does not read)."""
+def _bias_kernel(k: AttentionKernel, mask: K.Expr, lead: tuple) -> K.Kernel:
+    """A kernel writing the mask (in the attention's type) over _mask_shape, reading the attention's
+    extra inputs: the score's slots 1.. become its slots 0.. (a batch dimension of one is one the
+    mask does not read)."""
     shape = _mask_shape(mask, k, lead)
     shift = 2 - len(k.batch)   # score dimension a is the bias's a + shift (batch dims padded to two)
     own = tuple(K.idx(a + shift) for a in range(len(k.score.shape)))
@@ -243,11 +246,7 @@ def _bias_node(g: Graph, node: Node, k: AttentionKernel, mask: K.Expr, lead: tup
     def relabel(ld):
         slot, index, m, other = ld.args
         return K.load(slot - 1, index, ld.dtype, m, other)
-    body = K.cast(K.rebuild(mask, own, relabel), k.dtype)
-    kernel = K.Kernel(tuple(shape), k.dtype, body, tuple(k.score.inputs[1:]))
-    value = g.add_value("attention_mask", k.dtype, shape)
-    return Node("Kernel", list(node.inputs[3:]), [value.name], name=f"{node.name}_mask",
-                attrs={"kernel": kernel}, origin=list(node.origin))
+    return K.Kernel(tuple(shape), k.dtype, K.cast(K.rebuild(mask, own, relabel), k.dtype), tuple(k.score.inputs[1:]))
 
 
 __all__ = ["attention_engines", "ATTENTION_ENGINES", "split_score"]
