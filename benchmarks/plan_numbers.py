@@ -26,7 +26,7 @@ for k, rows in by_t.items():
         pred = m[0] + np.outer(ds, slope)
         affine = np.isclose(pred, m).all(axis=0) & ~const
     other = ~(const | affine)
-    print(f"template {k}: sizes {s.min()}..{s.max()} ({len(s)}: {list(s)[:8]}{'...' if len(s) > 8 else ''}), "
+    print(f"template {k}: sizes {s.min()}..{s.max()} ({len(s)}: {s.tolist()[:8]}{'...' if len(s) > 8 else ''}), "
           f"{m.shape[1]} numbers: {const.sum()} constant, {affine.sum()} affine in the size, {other.sum()} neither")
     if other.any():
         for c in np.nonzero(other)[0][:4]:
