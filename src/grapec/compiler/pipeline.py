@@ -28,6 +28,7 @@
                                   reuse of arena bytes checked to be ordered by the edges (hazards.py)
         plan_stitches             runs of short kernels as one cooperative kernel, a grid barrier between
                                   stages (passes/grid_stitch.py; the GPU's graph builder reads Plan.stitches)
+    share_layouts                 plans of one launch structure at its largest size's arena offsets
     Bundle                        manifest, weights, kernels, plans
 """
 from __future__ import annotations
@@ -65,6 +66,7 @@ from ..passes.mappings import choose_mappings
 from ..cost.device import DeviceProfile
 from ..cost.report import plan_report
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
+from .shared_layout import share_layouts
 from ..passes.predicate import form_regions, regions
 from ..passes.schedule import schedule
 from ..passes.streams import MAX_BRANCHES, schedule_streams
@@ -393,6 +395,12 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     relocate_weights(plans, weights.share_prefixes())
+    if len(plans) > 1:
+        shared = share_layouts(plans)
+        for meta, plan in zip(bucket_meta, plans):
+            meta["arena_bytes"] = plan.arena_bytes
+        if shared:
+            say(f"{shared} of {len(plans)} plans take the arena layout of their launch structure's largest size")
     for i, r in enumerate(results):
         notes += [n for n in r.notes if n not in notes]
         if len(results) <= BRIEF_REPORTS_OVER:

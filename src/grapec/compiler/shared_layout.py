@@ -1,0 +1,52 @@
+"""share_layouts: the plans of one launch structure place their buffers where its largest size does.
+
+A --dynamic range compiles every size, and sizes fall into a few launch structures: plans whose JSON
+differs only in numbers (bundle/templates.py stores each structure once). Within one, each size's
+memory plan packs its own buffers, so their arena offsets differ from size to size in ways that
+follow no formula (benchmarks/plan_numbers.py: a tenth of a GPT-2 plan's numbers). One arena of
+the largest size serves every size anyway, so a smaller size loses nothing by taking the largest
+size's offsets: buffer i of the structure then sits at the same bytes in every plan, and what
+differs between sizes is shapes, grids and byte counts, the numbers a structure-level plan will
+compute per size (issue 33).
+
+A smaller plan takes the layout only where every arena buffer is no larger than its counterpart,
+and the plan's edges still order every reuse of arena bytes (passes/hazards.py checks it); else it
+keeps its own.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from ..bundle.templates import split
+from ..passes.hazards import unordered_conflicts
+
+
+def share_layouts(plans: list) -> int:
+    """Plans (and their order) as compiled; the smaller plans of each structure change in place.
+    -> how many took their structure's layout."""
+    groups: dict = {}
+    for i, p in enumerate(plans):
+        groups.setdefault(json.dumps(split(p.to_json())[0], separators=(",", ":")), []).append(i)
+    moved = 0
+    for members in groups.values():
+        largest = plans[max(members, key=lambda i: plans[i].arena_bytes)]
+        for i in members:
+            if plans[i] is not largest and _take_layout(plans[i], largest):
+                moved += 1
+    return moved
+
+
+def _take_layout(plan, largest) -> bool:
+    if len(plan.buffers) != len(largest.buffers):
+        return False
+    moved = []
+    for b, big in zip(plan.buffers, largest.buffers):
+        if b.space != big.space or b.name != big.name or b.nbytes > big.nbytes:
+            return False
+        moved.append(replace(b, offset=big.offset) if b.space == "arena" else b)
+    if unordered_conflicts(plan.steps, moved):
+        return False
+    plan.buffers[:] = moved
+    plan.arena_bytes = max([plan.arena_bytes] + [b.offset + b.nbytes for b in moved if b.space == "arena"])
+    return True
