@@ -74,7 +74,7 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
 
     def d2h():
         for name, b in plan.outputs:
-            r._copy_out(plan.buffers[b], r.ptr(bucket, b), outs[name].ctypes.data, host=True)
+            r.copy_buffer_out(plan.buffers[b], r.ptr(bucket, b), outs[name].ctypes.data, host=True)
 
     def replay():
         r.execute(bucket, plan.steps)

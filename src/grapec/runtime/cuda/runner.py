@@ -307,11 +307,11 @@ class CudaPlanRunner:
         outs = [np.empty(plan.buffers[b].shape, dtypes.np_dtype(plan.buffers[b].dtype)) for b in bufs]
         for b, out in zip(bufs, outs):
             if out.nbytes:
-                self._copy_out(plan.buffers[b], self.ptr(bucket, b), out.ctypes.data, host=True)
+                self.copy_buffer_out(plan.buffers[b], self.ptr(bucket, b), out.ctypes.data, host=True)
         self.synchronize()
         return outs
 
-    def _copy_out(self, buf, src: int, dst: int, host: bool):
+    def copy_buffer_out(self, buf, src: int, dst: int, host: bool):
         """buf's elements from src to dense memory at dst (host or device), on this runner's stream;
         padded rows (buf.pitch) are compacted by the copy itself."""
         if buf.pitch:
@@ -358,7 +358,7 @@ class CudaPlanRunner:
         self.execute(bucket, plan.steps)
         for name, b in plan.outputs:
             if name in copy_out:
-                self._copy_out(plan.buffers[b], self.ptr(bucket, b), copy_out[name], host=False)
+                self.copy_buffer_out(plan.buffers[b], self.ptr(bucket, b), copy_out[name], host=False)
         if binding:
             self.synchronize()   # IOBinding's outputs are ready when run returns (as onnxruntime's)
             return {name: bound[name] if name in bound else DeviceArray.of(self.ptr(bucket, b), plan.buffers[b], self.stream)
