@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import dtypes
 from .kernel import Kernel, inputs_from_json, inputs_to_json
-from .library import strided
+from .library import flash_softmax_product, strided
 
 KIND = "attention"
 
@@ -106,9 +106,6 @@ class AttentionKernel:
         raw = (q @ np.swapaxes(k, -1, -2)).astype(self.score.inputs[0][1])
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             x = run_kernel(self.score, [raw, *inputs[3:]]).astype(np.float32)
-            m = x.max(axis=-1, keepdims=True)
-            p = np.exp(x - np.where(m == -np.inf, np.float32(0), m))
-            rounded = p.astype(dtypes.np_dtype(self.dtype)).astype(np.float32)
-            o = (rounded @ v) / p.sum(axis=-1, keepdims=True)
+        o = flash_softmax_product(x, v, dtypes.np_dtype(self.dtype))
         self.out.view(out, (*b, s, self.value_dim))[...] = o.astype(out.dtype)
         return out

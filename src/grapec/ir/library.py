@@ -112,14 +112,21 @@ def sdpa(attrs, q, k, v, bias=None):
     if bias is not None:
         offset, dims, strides = attrs["bias"]
         x = x + strided(bias, offset, dims, strides).astype(np.float32)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        m = x.max(axis=-1, keepdims=True)
-        p = np.exp(x - np.where(m == -np.inf, np.float32(0), m))
-        o = (p.astype(dt).astype(np.float32) @ vs) / p.sum(axis=-1, keepdims=True)
+    o = flash_softmax_product(x, vs, dt)
     out = np.zeros(attrs["out_shape"], dt)
     offset, strides = attrs["out"]
     strided(out, offset, (bsz, heads, s, dv), strides)[...] = o.astype(dt)
     return out
+
+
+def flash_softmax_product(x: np.ndarray, v: np.ndarray, dtype) -> np.ndarray:
+    """softmax(x) @ v over the last axis as flash attention computes it (float32 scores and v): the
+    probabilities rounded to `dtype` before the product, divided by their unrounded sum after; a row
+    masked everywhere gives 0 / 0 = NaN, as ONNX's Softmax of all -inf does."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m = x.max(axis=-1, keepdims=True)
+        p = np.exp(x - np.where(m == -np.inf, np.float32(0), m))
+        return (p.astype(dtype).astype(np.float32) @ v) / p.sum(axis=-1, keepdims=True)
 
 
 def topk(attrs, x, want: str):

@@ -108,7 +108,7 @@ def _as_sdpa(k: AttentionKernel):
              **views, "out_shape": list(k.shape)}
     if mask is None:
         return attrs, None
-    direct = _mask_buffer(mask, k, lead)
+    direct = _mask_buffer(mask, k)
     if direct is not None:
         slot, dims, strides = direct
         attrs["bias"] = [0, dims, strides]
@@ -116,7 +116,7 @@ def _as_sdpa(k: AttentionKernel):
         return attrs, None
     if any(e.op in ("reduce", "ridx") for e in K.walk(mask)):
         return "a mask with a reduction in it"
-    return attrs | {"bias": [0, *_dense(_mask_shape(mask, k, lead))]}, _bias_kernel(k, mask, lead)
+    return attrs | {"bias": [0, *_dense(_mask_shape(mask, k))]}, _bias_kernel(k, mask)
 
 
 def split_score(score: K.Kernel):
@@ -200,7 +200,7 @@ def _four(op: Operand, lead: tuple, rows: int, cols: int):
     return [op.offset, strides]
 
 
-def _mask_buffer(mask: K.Expr, k: AttentionKernel, lead: tuple):
+def _mask_buffer(mask: K.Expr, k: AttentionKernel):
     """(the score's slot, 4-D dims, strides) when the mask is one load of a buffer of the
     attention's type shaped [B|1, H|1, S, T] at the score's own index, else None."""
     while mask.op == "cast" and mask.args[0].op == "load":
@@ -227,7 +227,7 @@ def _dense(dims: list) -> tuple:
     return list(dims), strides
 
 
-def _mask_shape(mask: K.Expr, k: AttentionKernel, lead: tuple) -> list:
+def _mask_shape(mask: K.Expr, k: AttentionKernel) -> list:
     """[B|1, H|1, S, T]: the batch dimensions the mask varies along are kept."""
     used = {e.args[0] for e in K.walk(mask) if e.op == "idx"}
     nb = len(k.batch)
@@ -235,11 +235,11 @@ def _mask_shape(mask: K.Expr, k: AttentionKernel, lead: tuple) -> list:
     return [1] * (2 - nb) + batch + [k.seq_q, k.seq_k]
 
 
-def _bias_kernel(k: AttentionKernel, mask: K.Expr, lead: tuple) -> K.Kernel:
+def _bias_kernel(k: AttentionKernel, mask: K.Expr) -> K.Kernel:
     """A kernel writing the mask (in the attention's type) over _mask_shape, reading the attention's
     extra inputs: the score's slots 1.. become its slots 0.. (a batch dimension of one is one the
     mask does not read)."""
-    shape = _mask_shape(mask, k, lead)
+    shape = _mask_shape(mask, k)
     shift = 2 - len(k.batch)   # score dimension a is the bias's a + shift (batch dims padded to two)
     own = tuple(K.idx(a + shift) for a in range(len(k.score.shape)))
 
