@@ -39,6 +39,30 @@ def test_sizes_switch_by_patching_and_match_onnxruntime(ranged):
     sess._runner.close()
 
 
+def test_an_evicted_size_comes_back_from_its_parked_graph(ranged):
+    """A size whose exec was given back keeps its graph on the host: running it again patches that
+    graph into a kept exec (no build, no GEMM tuning) and still matches onnxruntime."""
+    sess = grapec.load(ranged, backend="cuda", max_graphs=2)
+    runner = sess._runner
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(6)
+    sizes = [7, 12, 30, 3]
+    for n in sizes:   # four sizes through two execs: the first two are evicted, parked
+        sess.run({"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)})
+    assert set(runner._parked) == {sess.select_bucket({"input_ids": (1, n)}) for n in sizes[:2]}
+    built = runner.switches["instantiated"] + runner.switches["patched"]
+    before = runner.switches["restored"]
+    for n in sizes * 2:
+        feeds = {"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-4 and np.abs(got - want).max() < 1e-3, (n, rel)
+    assert runner.switches["restored"] - before == 8, runner.switches   # every run switched, none built anew
+    assert runner.switches["instantiated"] + runner.switches["patched"] - built == 8, runner.switches
+    assert len(runner._built) <= 2 and len(runner._parked) == 2
+    sess._runner.close()
+
+
 def test_device_memory_stays_flat_over_every_size(ranged):
     sess = grapec.load(ranged, backend="cuda", max_graphs=4)
     runner = sess._runner

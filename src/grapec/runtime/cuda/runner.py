@@ -8,7 +8,8 @@ A bucket's graph is built on its first run and kept, for at most `max_graphs` bu
 `graph_memory` bytes of instantiated graphs (a range of sizes may have hundreds): the least recently
 run bucket gives way, and where its graph has the shape of the new one its exec is patched in place
 (cuGraphExecUpdate: new kernel arguments, grids and functions) instead of a new one being
-instantiated. Graphed If/Loop regions are conditional nodes inside the graph, so such a model
+instantiated. The evicted bucket's graphs stay parked on the host (no device memory), so a switch
+back to it is one such patch, with no graph build and no GEMM tuning. Graphed If/Loop regions are conditional nodes inside the graph, so such a model
 replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
 runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
 """
@@ -71,7 +72,10 @@ class CudaPlanRunner:
         self.graph_memory = graph_memory   # bytes of instantiated graphs to stay under (None: no limit)
         self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
         self._spare = None      # an evicted bucket's exec, offered to the next segment built
-        self.switches = Counter()   # "instantiated", "patched", "evicted": what bucket switches cost
+        # bucket -> (what its nodes point at, {program key: items}): the graphs of evicted buckets, kept
+        # on the host (no device memory until instantiated) so that a switch back costs a patch only
+        self._parked: dict = {}
+        self.switches = Counter()   # "instantiated", "patched", "evicted", "restored": what switches cost
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
         self.stream = call("cuStreamCreate", 0)
@@ -141,7 +145,13 @@ class CudaPlanRunner:
             return
         self.dev.make_current()
         for bucket in list(self._built):
-            self._evict(bucket, spare=False)
+            self._evict(bucket, spare=False, park=False)
+        for _, programs in self._parked.values():
+            for items in programs.values():
+                for it in items:
+                    if isinstance(it, _Segment):
+                        call("cuGraphDestroy", it.graph)
+        self._parked = {}
         self.dev.free(getattr(self, "arena", 0))
         self.arena = 0
         for ptr in getattr(self, "_counters", {}).values():
@@ -186,7 +196,8 @@ class CudaPlanRunner:
     def prepare(self, bucket: int):
         """Build the bucket's graphs before its inputs are written: tuning a GEMM's algorithm at build
         time runs it on arena bytes, which may be an input's. Graphs built later (the bodies of
-        host-driven regions, mid-run) keep cuBLASLt's first choice."""
+        host-driven regions, mid-run) keep cuBLASLt's first choice. A bucket evicted before gets its
+        parked graphs back, patched into the spare exec: no build, no tuning."""
         if bucket in self._built:
             self._built.move_to_end(bucket)
             return
@@ -194,15 +205,28 @@ class CudaPlanRunner:
         self._make_room()
         built = self._built[bucket] = _Built(self.bundle.plans[bucket])
         free = call("cuMemGetInfo")[0]
-        self.tuning = True
         try:
-            self.program(bucket, built.plan.steps)
+            if bucket in self._parked:
+                self._restore(bucket, built)
+            else:
+                self.tuning = True
+                self.program(bucket, built.plan.steps)
         finally:
             self.tuning = False
             self._drop_spare()
         # cuMemGetInfo moves in pages: a small graph reads as free, so count at least what a node costs
         nodes = sum(1 for _ in walk_steps(built.plan.steps))
         built.exec_bytes = max(free - call("cuMemGetInfo")[0], nodes * EXEC_BYTES_PER_NODE)
+
+    def _restore(self, bucket: int, built: _Built):
+        """A parked bucket's graphs instantiated again (the spare exec patched where it fits)."""
+        built.kept, programs = self._parked.pop(bucket)
+        for key, items in programs.items():
+            for it in items:
+                if isinstance(it, _Segment):
+                    it.exec, it.own = self._instantiate(it.graph)
+            self._graphs[key] = items
+        self.switches["restored"] += 1
 
     def _make_room(self):
         """Evict least recently run buckets until one more fits; the first one's exec is kept spare,
@@ -215,23 +239,30 @@ class CudaPlanRunner:
             used -= built.exec_bytes
             self._evict(bucket, spare=self._spare is None)
 
-    def _evict(self, bucket: int, spare: bool):
+    def _evict(self, bucket: int, spare: bool, park: bool = True):
+        """Give the bucket's execs back (one kept spare where asked); its graphs stay parked on the host
+        (park), so that its next run patches them into an exec instead of building them again."""
         built = self._built.pop(bucket)
-        for key in [k for k in self._graphs if k[0] == bucket]:
-            for it in self._graphs.pop(key):
+        programs = {key: self._graphs.pop(key) for key in [k for k in self._graphs if k[0] == bucket]}
+        for items in programs.values():
+            for it in items:
                 if isinstance(it, _Segment):
                     if spare and self._spare is None:
-                        self._spare = it
+                        self._spare = it.exec
                     else:
                         call("cuGraphExecDestroy", it.exec)
+                    it.exec = None
+                    if not park:
                         call("cuGraphDestroy", it.graph)
-        built.kept.clear()
+        if park:
+            self._parked[bucket] = (built.kept, programs)
+        else:
+            built.kept.clear()
         self.switches["evicted"] += 1
 
     def _drop_spare(self):
         if self._spare is not None:
-            call("cuGraphExecDestroy", self._spare.exec)
-            call("cuGraphDestroy", self._spare.graph)
+            call("cuGraphExecDestroy", self._spare)
             self._spare = None
 
     def _instantiate(self, graph) -> tuple:
@@ -240,13 +271,11 @@ class CudaPlanRunner:
         spare, self._spare = self._spare, None
         if spare is not None:
             try:
-                call("cuGraphExecUpdate", spare.exec, graph)
-                call("cuGraphDestroy", spare.graph)
+                call("cuGraphExecUpdate", spare, graph)
                 self.switches["patched"] += 1
-                return spare.exec, False
+                return spare, False
             except BackendError:   # another topology: CUDA refuses the update, the exec goes
-                call("cuGraphExecDestroy", spare.exec)
-                call("cuGraphDestroy", spare.graph)
+                call("cuGraphExecDestroy", spare)
         self.switches["instantiated"] += 1
         return call("cuGraphInstantiate", graph, 0), True
 
