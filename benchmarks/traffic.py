@@ -10,7 +10,8 @@ Two traffics of --requests each: lengths drawn uniformly from the range, and fro
 timed from its numpy input to its numpy output (wall time, the device synchronized), and for grapec
 also with its buffers bound (IOBinding: input and output stay on the device). Rows:
 
-  grapec range        one bundle compiled with --dynamic seq=LO:HI (`run`, numpy in and out)
+  grapec range        one bundle compiled with --dynamic seq=LO:HI (`run`, numpy in and out); its
+                      graphs built at load (Session.build_graphs) unless --lazy-graphs
   grapec range bound  the same, with device buffers bound (cuda only)
   ideal               each request's length run by a bundle compiled for that length alone: its
                       replay measured once per length that occurs, summed over the traffic
@@ -226,6 +227,15 @@ def torch_rows(name: str, lengths_by_traffic: dict, precision: str, peers: list,
     return out
 
 
+def _free_device_bytes(backend: str):
+    """Free device memory (None on the CPU backend)."""
+    if backend != "cuda":
+        return None
+    from cuda.bindings import runtime
+    runtime.cudaFree(0)   # a context, so the reading counts the session's allocations only
+    return runtime.cudaMemGetInfo()[1]
+
+
 def module_vocab(module) -> int:
     for m in module.modules():
         if hasattr(m, "config") and hasattr(m.config, "vocab_size"):
@@ -235,7 +245,9 @@ def module_vocab(module) -> int:
 
 def table(res: dict) -> list:
     lines = [f"{res['model']} {res['precision']}, seq {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
-             f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal.",
+             f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
+             f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
+             f"switches {res.get('switches')}.",
              "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():
@@ -258,6 +270,8 @@ def main():
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--max-graphs", type=int, default=None)
     ap.add_argument("--peers", default="torch,compile,padded")
+    ap.add_argument("--lazy-graphs", action="store_true",
+                    help="build each length's graph at its first request instead of at load (Session.build_graphs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     ap.add_argument("--cache", default=os.path.join(ROOT, "out", "bench", "traffic-bundles"))
     a = ap.parse_args()
@@ -275,12 +289,20 @@ def main():
     res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
            "backend": a.backend, "rows": {}}
     options = {} if a.max_graphs is None or a.backend == "cpu" else {"max_graphs": a.max_graphs}
+    free0 = _free_device_bytes(a.backend)
+    t0 = time.perf_counter()
     sess = grapec.load(ranged, backend=a.backend, **options)
+    if not a.lazy_graphs:
+        sess.build_graphs()
+    res["load_s"] = time.perf_counter() - t0
+    res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
     res["rows"]["grapec range"] = {t: time_grapec(sess, ls, vocab, a.backend, False) for t, ls in lengths.items()}
+    used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
+    for st in res["rows"]["grapec range"].values():
+        st["memory_mib"] = used
     if a.backend == "cuda":
         res["rows"]["grapec range bound"] = {t: time_grapec(sess, ls, vocab, a.backend, True) for t, ls in lengths.items()}
-        switches = getattr(sess._runner, "switches", None)
-        res["switches"] = switches
+        res["switches"] = dict(getattr(sess._runner, "switches", {}))
     sess.close()
     res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()}
     if a.backend == "cuda" and a.peers:

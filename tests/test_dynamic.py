@@ -243,3 +243,15 @@ def test_sizes_of_one_launch_structure_share_its_largest_layout(ranged):
     grown.buffers[i] = replace(grown.buffers[i], nbytes=big.buffers[i].nbytes + 4)
     before = list(grown.buffers)
     assert not _take_layout(grown, big) and grown.buffers == before
+
+
+def test_build_graphs_has_nothing_to_build_on_the_cpu_and_refuses_a_closed_session(ranged):
+    from grapec.errors import BackendError
+    sess = grapec.load(ranged)
+    assert sess.build_graphs() == 0
+    n = 6
+    feeds = {"input_ids": np.random.default_rng(3).integers(0, 256, (1, n)).astype(np.int64)}
+    assert sess.run(feeds)["logits"].shape[1] == n   # the session still runs after it
+    sess.close()
+    with pytest.raises(BackendError, match="closed"):
+        sess.build_graphs()

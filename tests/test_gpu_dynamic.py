@@ -63,6 +63,26 @@ def test_an_evicted_size_comes_back_from_its_parked_graph(ranged):
     sess._runner.close()
 
 
+def test_graphs_built_at_load_serve_random_sizes_without_a_build(ranged):
+    sess = grapec.load(ranged, backend="cuda", max_graphs=3)
+    runner = sess._runner
+    seen = []
+    assert sess.build_graphs(lambda done, total: seen.append((done, total))) == len(ranged.plans)
+    assert seen[-1] == (len(ranged.plans), len(ranged.plans))
+    assert len(runner._built) == 3 and len(runner._parked) == len(ranged.plans) - 3
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    built = runner.switches["instantiated"] + runner.switches["patched"] - runner.switches["restored"]
+    for n in rng.permutation(np.arange(LO, HI + 1))[:12]:
+        feeds = {"input_ids": rng.integers(0, 256, (1, int(n))).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-4 and np.abs(got - want).max() < 1e-3, (n, rel)
+    # every exec made since came from a parked graph: no graph was built again
+    assert runner.switches["instantiated"] + runner.switches["patched"] - runner.switches["restored"] == built
+    sess._runner.close()
+
+
 def test_device_memory_stays_flat_over_every_size(ranged):
     sess = grapec.load(ranged, backend="cuda", max_graphs=4)
     runner = sess._runner

@@ -233,6 +233,21 @@ class Session:
         """Inputs whose values were fixed at compile time: name -> value."""
         return {k: v.copy() for k, v in self._fixed.items()}
 
+    def build_graphs(self, progress=None) -> int:
+        """CUDA backend: build every bucket's graphs now, in every lane, instead of at each size's first
+        run. A range bundle's first request of a size then costs a patch of a kept exec (about 0.3 ms
+        for GPT-2 on an H200), not a graph build (about 5 ms). Beyond max_graphs the execs are given
+        back and the graphs stay parked on the host. progress(done, total) is called per bucket.
+        -> the buckets built per lane (0 on the CPU backend, which has no graphs)."""
+        if self._closed:
+            raise BackendError("this session was closed; load the bundle again to run it")
+        lanes = [self._idle.get() for _ in self._runners]   # every lane idle: runs wait until the graphs are built
+        try:
+            return max([r.build_all(progress) for r in lanes if hasattr(r, "build_all")], default=0)
+        finally:
+            for r in reversed(lanes):
+                self._idle.put(r)
+
     def run(self, *args, output_names: list | None = None, on_device: bool = False):
         """Two forms:
             run(feeds) -> {output name: array}                 (grapec's)

@@ -218,6 +218,16 @@ class CudaPlanRunner:
         nodes = sum(1 for _ in walk_steps(built.plan.steps))
         built.exec_bytes = max(free - call("cuMemGetInfo")[0], nodes * EXEC_BYTES_PER_NODE)
 
+    def build_all(self, progress=None) -> int:
+        """Every bucket's graphs built (Session.build_graphs); the least recently built beyond
+        max_graphs parked. -> buckets built."""
+        n = len(self.bundle.plans)
+        for bucket in range(n):
+            self.prepare(bucket)
+            if progress is not None:
+                progress(bucket + 1, n)
+        return n
+
     def _restore(self, bucket: int, built: _Built):
         """A parked bucket's graphs instantiated again (the spare exec patched where it fits)."""
         built.kept, programs = self._parked.pop(bucket)
