@@ -114,9 +114,9 @@ def time_grapec(sess, lengths, vocab, backend, bound: bool) -> tuple:
         if bound:
             binding = sess.io_binding()
             for k, v in f.items():
-                binding.bind_cpu_input(k, v)
+                binding.bind_input(k, v)
             for o in sess.get_outputs():
-                binding.bind_output(o.name, "cuda")
+                binding.bind_output(o.name)
             sess.run_with_iobinding(binding)
         else:
             sess.run(f)
@@ -252,10 +252,10 @@ def table(res: dict) -> list:
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():
         for traffic, s in per.items():
-            ide = res["rows"]["ideal"][traffic]
+            ide = res["rows"].get("ideal", {}).get(traffic)
             mem = s.get("memory_mib")
-            lines.append(f"| {row} | {traffic} | {s['mean_ms']:.3f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | "
-                         f"{s['mean_ms'] / ide['mean_ms']:.2f}x | {s['p99_ms'] / ide['p99_ms']:.2f}x | "
+            ratio = (f"{s['mean_ms'] / ide['mean_ms']:.2f}x | {s['p99_ms'] / ide['p99_ms']:.2f}x" if ide else "- | -")
+            lines.append(f"| {row} | {traffic} | {s['mean_ms']:.3f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {ratio} | "
                          f"{'' if mem is None else f'{mem:.0f}'} |")
     return lines
 
@@ -270,6 +270,10 @@ def main():
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--max-graphs", type=int, default=None)
     ap.add_argument("--peers", default="torch,compile,padded")
+    ap.add_argument("--no-ideal", action="store_true", help="skip the ideal row (and compiling a bundle per length)")
+    ap.add_argument("--baseline-spare", action="store_true",
+                    help="also time grapec with GRAPEC_SPARE_BY_SHAPE=0: the exec patched at a switch is the least "
+                         "recently run one's, whatever its graph's shape")
     ap.add_argument("--lazy-graphs", action="store_true",
                     help="build each length's graph at its first request instead of at load (Session.build_graphs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
@@ -283,28 +287,33 @@ def main():
     path = model_path(a.model, a.size)
     lengths = traffics(lo, hi, a.requests)
     used = sorted({n for ls in lengths.values() for n in ls})
-    singles = compile_singles(path, used, a.precision, a.cache)   # forks: before CUDA starts
+    singles = {} if a.no_ideal else compile_singles(path, used, a.precision, a.cache)   # forks: before CUDA starts
     ranged = compile_range(path, lo, hi, a.precision, a.cache, say)
     vocab = next(r["value_range"]["hi"] + 1 for r in ranged.manifest["inputs"] if r["name"] == "input_ids")
     res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
            "backend": a.backend, "rows": {}}
     options = {} if a.max_graphs is None or a.backend == "cpu" else {"max_graphs": a.max_graphs}
-    free0 = _free_device_bytes(a.backend)
-    t0 = time.perf_counter()
-    sess = grapec.load(ranged, backend=a.backend, **options)
-    if not a.lazy_graphs:
-        sess.build_graphs()
-    res["load_s"] = time.perf_counter() - t0
+    variants = [("grapec range", "1")] + ([("grapec range, LRU spare", "0")] if a.baseline_spare else [])
+    for row, by_shape in variants:
+        os.environ["GRAPEC_SPARE_BY_SHAPE"] = by_shape
+        free0 = _free_device_bytes(a.backend)
+        t0 = time.perf_counter()
+        sess = grapec.load(ranged, backend=a.backend, **options)
+        if not a.lazy_graphs:
+            sess.build_graphs()
+        res.setdefault("load_s", time.perf_counter() - t0)
+        res["rows"][row] = {t: time_grapec(sess, ls, vocab, a.backend, False) for t, ls in lengths.items()}
+        used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
+        for st in res["rows"][row].values():
+            st["memory_mib"] = used
+        if a.backend == "cuda":
+            res["rows"][row + " bound"] = {t: time_grapec(sess, ls, vocab, a.backend, True) for t, ls in lengths.items()}
+            res.setdefault("switches", {})[row] = dict(getattr(sess._runner, "switches", {}))
+        sess.close()
+    os.environ.pop("GRAPEC_SPARE_BY_SHAPE")
     res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
-    res["rows"]["grapec range"] = {t: time_grapec(sess, ls, vocab, a.backend, False) for t, ls in lengths.items()}
-    used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
-    for st in res["rows"]["grapec range"].values():
-        st["memory_mib"] = used
-    if a.backend == "cuda":
-        res["rows"]["grapec range bound"] = {t: time_grapec(sess, ls, vocab, a.backend, True) for t, ls in lengths.items()}
-        res["switches"] = dict(getattr(sess._runner, "switches", {}))
-    sess.close()
-    res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()}
+    if not a.no_ideal:
+        res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()}
     if a.backend == "cuda" and a.peers:
         res["rows"].update(torch_rows(a.model, lengths, a.precision, a.peers.split(","), say))
     lines = table(res)

@@ -63,6 +63,30 @@ def test_an_evicted_size_comes_back_from_its_parked_graph(ranged):
     sess._runner.close()
 
 
+def test_a_switch_patches_the_exec_of_a_size_with_the_same_graph_shape(ranged):
+    """Two execs kept, one of each shape: the incoming size takes the exec of its own shape (patched)
+    even where the other one was run less recently (whose exec CUDA would refuse to patch)."""
+    sess = grapec.load(ranged, backend="cuda", max_graphs=2)
+    runner = sess._runner
+    by_shape = {}
+    for n in range(LO, HI + 1):
+        by_shape.setdefault(runner.graph_shape(sess.select_bucket({"input_ids": (1, n)})), []).append(n)
+    groups = list(by_shape.values())
+    xs = next(g for g in groups if len(g) >= 2)
+    (x1, x2), y = xs[:2], next(g[0] for g in groups if g is not xs)
+    rng = np.random.default_rng(8)
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    for n in (y, x1):
+        sess.run({"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)})
+    patched = runner.switches["patched"]
+    feeds = {"input_ids": rng.integers(0, 256, (1, x2)).astype(np.int64)}   # y is the least recently run
+    got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-4
+    assert runner.switches["patched"] == patched + 1, runner.switches
+    assert sess.select_bucket({"input_ids": (1, y)}) in runner._built
+    sess._runner.close()
+
+
 def test_graphs_built_at_load_serve_random_sizes_without_a_build(ranged):
     sess = grapec.load(ranged, backend="cuda", max_graphs=3)
     runner = sess._runner

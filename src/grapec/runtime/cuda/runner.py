@@ -31,7 +31,8 @@ from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
 
 # Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
-# about 2.6 MiB of device memory; a switch to a bucket not kept costs a graph build and a patch.
+# about 2.6 MiB of device memory; a switch to a bucket not kept patches its parked graph into a kept exec
+# (its first run builds the graph).
 MAX_GRAPHS = 8
 EXEC_BYTES_PER_NODE = 3 * 1024   # about what an instantiated kernel node takes on the device (DESIGN.md)
 
@@ -75,6 +76,9 @@ class CudaPlanRunner:
         # bucket -> (what its nodes point at, {program key: items}): the graphs of evicted buckets, kept
         # on the host (no device memory until instantiated) so that a switch back costs a patch only
         self._parked: dict = {}
+        self._shapes: dict = {}   # bucket -> graph_shape
+        # GRAPEC_SPARE_BY_SHAPE=0: the spare exec is the least recently run bucket's, whatever its shape (a baseline)
+        self.spare_by_shape = os.environ.get("GRAPEC_SPARE_BY_SHAPE", "1") != "0"
         self.switches = Counter()   # "instantiated", "patched", "evicted", "restored": what switches cost
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
@@ -202,7 +206,7 @@ class CudaPlanRunner:
             self._built.move_to_end(bucket)
             return
         self.synchronize()   # a run in flight still uses the arena (and maybe the exec patched next)
-        self._make_room()
+        self._make_room(bucket)
         built = self._built[bucket] = _Built(self.bundle.plans[bucket])
         free = call("cuMemGetInfo")[0]
         try:
@@ -238,16 +242,31 @@ class CudaPlanRunner:
             self._graphs[key] = items
         self.switches["restored"] += 1
 
-    def _make_room(self):
-        """Evict least recently run buckets until one more fits; the first one's exec is kept spare,
-        to be patched into the next segment built."""
+    def _make_room(self, bucket: int):
+        """Evict least recently run buckets until one more fits. The first one gives its exec as the
+        spare, to be patched into the incoming bucket's graph: so it is, where one is built, the least
+        recently run bucket whose graph has the incoming one's shape (CUDA refuses to patch across
+        shapes, and a new exec costs an instantiation)."""
         used = sum(b.exec_bytes for b in self._built.values())
         estimate = max((b.exec_bytes for b in self._built.values()), default=0)
         while self._built and (len(self._built) >= self.max_graphs or
                                (self.graph_memory is not None and used + estimate > self.graph_memory)):
-            bucket, built = next(iter(self._built.items()))
-            used -= built.exec_bytes
-            self._evict(bucket, spare=self._spare is None)
+            victim = next(iter(self._built))
+            if self._spare is None and self.spare_by_shape:
+                shape = self.graph_shape(bucket)
+                victim = next((b for b in self._built if self.graph_shape(b) == shape), victim)
+            used -= self._built[victim].exec_bytes
+            self._evict(victim, spare=self._spare is None)
+
+    def graph_shape(self, bucket: int) -> tuple:
+        """What a graph exec can be patched across (cuGraphExecUpdate): the kinds of the plan's
+        top-level steps, their dependencies and the stitched runs."""
+        if bucket not in self._shapes:
+            plan = self.bundle.plans[bucket]
+            self._shapes[bucket] = (tuple(type(st).__name__ for st in plan.steps),
+                                    tuple(map(tuple, step_deps(plan.steps))),
+                                    tuple((s.first, s.end) for s in plan.stitches))
+        return self._shapes[bucket]
 
     def _evict(self, bucket: int, spare: bool, park: bool = True):
         """Give the bucket's execs back (one kept spare where asked); its graphs stay parked on the host
