@@ -57,6 +57,8 @@ def test_one_bucket_gives_exact_dims_and_gpu_instances(tmp_path):
     assert '{ name: "input_ids", data_type: TYPE_INT64, dims: [ 1, 8 ] }' in lines
     assert '{ name: "logits", data_type: TYPE_FP32, dims: [ 1, 8, 256 ] }' in lines
     assert "instance_group [ { kind: KIND_GPU, count: 2 } ]" in lines
+    # each instance builds every size's graph as it loads (serve/triton_model.py)
+    assert 'parameters: { key: "grapec_build_graphs", value: { string_value: "true" } }' in lines
 
 
 def test_an_input_fixed_at_compile_time_is_optional_and_scalars_are_reshaped():

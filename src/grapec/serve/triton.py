@@ -93,6 +93,8 @@ def triton_config(bundle: Bundle, name: str, backend: str, instances: int = 1) -
         f"instance_group [ {{ kind: {kind}, count: {instances} }} ]",
         f'parameters: {{ key: "grapec_backend", value: {{ string_value: "{backend}" }} }}',
         'parameters: { key: "grapec_bundle", value: { string_value: "model.grape" } }',
+        # every size's CUDA graph built as the instance loads (Session.build_graphs): no request pays a build
+        'parameters: { key: "grapec_build_graphs", value: { string_value: "true" } }',
         "",
     ])
 

@@ -2,7 +2,8 @@
 `grapec export-triton` as REPO/<name>/1/model.py; grapec must be installed in the server's Python).
 
 Each instance loads the bundle once: on the GPU Triton gives it (KIND_GPU: one instance per GPU and
-count), or on the CPU backend (KIND_CPU). A request's inputs are fed to `Session.run` as they come;
+count), or on the CPU backend (KIND_CPU). On the GPU it builds every size's CUDA graph as it loads
+(parameter grapec_build_graphs, "true" unless set to "false"). A request's inputs are fed to `Session.run` as they come;
 an input grapec refuses (a wrong shape, a token id outside the vocabulary) fails that request with
 grapec's message, and the other requests of the batch still run.
 """
@@ -24,6 +25,8 @@ class TritonPythonModel:
         path = os.path.join(args["model_repository"], args["model_version"], params.get("grapec_bundle", "model.grape"))
         device = int(args.get("model_instance_device_id") or 0) if backend == "cuda" else 0
         self.session = grapec.load(path, backend=backend, device=device)
+        if params.get("grapec_build_graphs", "true").lower() == "true":
+            self.session.build_graphs()   # a range bundle's sizes: built now, not at their first request
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
         # scalars travel as [1] (Triton has no rank 0 without batching): reshaped on the way in and out
