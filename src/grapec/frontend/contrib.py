@@ -11,6 +11,9 @@ does the rewrite (DynamicQuantizeLinear), so the integer arithmetic is the same.
 
 Each rewrite gets a NodeBuilder and the node; it returns nothing and writes the node's outputs by
 name. A form it does not take raises Unsupported with the reason, and import reports it by node.
+An op whose standard form would lose what makes it worth having is lowered directly instead
+(`@op("com.microsoft:Name")` in ops/): MatMulNBits, whose packed codes a rewrite to
+DequantizeLinear + MatMul would have constant folding unpack into float weights.
 """
 from __future__ import annotations
 

@@ -13,10 +13,12 @@
     window.py        what windowed ops share: strides, dilations, pads, masked reads
     sample.py        GridSample, AffineGrid, RoiAlign
     spectral.py      DFT, STFT, Hann/Hamming/BlackmanWindow
-    quant.py         QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger
+    quant.py         QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger,
+                     com.microsoft:MatMulNBits
     control.py       If, Loop (regions)
 
-Each is registered with `@op("OpName")` and receives a LowerCtx (ops/context.py).
+Each is registered with `@op("OpName")` (`@op("domain:OpName")` outside the standard domain) and
+receives a LowerCtx (ops/context.py).
 """
 from __future__ import annotations
 
@@ -35,10 +37,10 @@ def op(*names: str):
 
 
 def lowering(op_type: str, domain: str = "") -> Callable | None:
-    if domain not in ("", "ai.onnx"):
-        return None
+    """The lowering of op_type; an op of another domain is registered as "domain:Name"
+    (onnxruntime's com.microsoft ops that are lowered, not rewritten by frontend/contrib.py)."""
     _load_all()
-    return REGISTRY.get(op_type)
+    return REGISTRY.get(op_type if domain in ("", "ai.onnx") else f"{domain}:{op_type}")
 
 
 _loaded = False

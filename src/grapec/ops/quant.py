@@ -6,6 +6,8 @@ reductions, on both backends) with QLinearMatMul's and QLinearConv's requantizat
     DequantizeLinear       y = (x - zero_point) * scale
     DynamicQuantizeLinear  scale = (max(0, max x) - min(0, min x)) / 255,
                            zero_point = rint(clip(-min(0, min x) / scale, 0, 255)), y as QuantizeLinear (uint8)
+    MatMulNBits            y = A @ W^T (+ bias), W[n, k] = (q[n, k] - zp[n, k // block]) * scale[n, k // block]
+                           (onnxruntime's com.microsoft op: q packed `bits` to a byte, low bits first)
 """
 from __future__ import annotations
 
@@ -206,3 +208,67 @@ def _conv_int32(ctx, x, w, xz, wz) -> T:
                         gemm=lambda wm, col: integer_matmul(wm, col, wm.shape, col.shape))
 
 
+
+
+NBITS = (2, 4, 8)
+
+
+@op("com.microsoft:MatMulNBits")
+def matmul_nbits(ctx):
+    """onnxruntime's weight-only quantized MatMul (its quantizer's and model builder's int4/int8
+    format). B is uint8 [N, blocks, block_size * bits / 8]: the K codes of output column n, `bits`
+    each, packed into bytes low bits first, in blocks of block_size along K (the last block padded).
+    Code q of block j stands for (q - zp[n, j]) * scale[n, j]. scales: [N * blocks] or [N, blocks].
+    zero_points: absent (2^(bits-1)), uint8 packed like the codes with each row padded to whole bytes
+    ([N * ceil(blocks * bits / 8)]), or floats like scales. bias: [N].
+    The codes stay packed in the bundle: the kernel unpacks them as it reduces over K, in float32."""
+    k_dim, n_dim = int(ctx.attr("K")), int(ctx.attr("N"))
+    bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size"))
+    if bits not in NBITS:
+        ctx.fail(f"bits={bits} is not supported (supported: {', '.join(map(str, NBITS))})")
+    if ctx.has(4):
+        ctx.fail("g_idx (input 4, act-order GPTQ) is not supported; re-export without it")
+    a, b, scales = ctx.input(0), ctx.input(1), ctx.input(2)
+    blocks, per_byte = -(-k_dim // block), 8 // bits
+    if a.shape[-1] != k_dim or tuple(b.shape) != (n_dim, blocks, block * bits // 8):
+        ctx.fail(f"A is {list(a.shape)} and B {list(b.shape)}; K={k_dim}, N={n_dim}, bits={bits}, block_size={block} "
+                 f"expect A [..., {k_dim}] and B [{n_dim}, {blocks}, {block * bits // 8}]")
+    if scales.size != n_dim * blocks:
+        ctx.fail(f"scales has {scales.size} elements; N x blocks = {n_dim * blocks}")
+    scale = reshape(scales, (n_dim, blocks))
+    zp = ctx.input(3)
+    mask = K.const((1 << bits) - 1, "int32")
+
+    def code(packed: T, n, i):
+        """The i-th `bits`-bit code of row n of packed (a [rows, bytes] view)."""
+        byte = K.cast(packed.at((n, i // per_byte)), "int32")
+        return K.binary("bitand", K.binary("shr", byte, K.cast((i % per_byte) * bits, "int32")), mask)
+
+    codes = reshape(b, (n_dim, blocks * block * bits // 8))
+    if zp is None:
+        zero = lambda n, j: K.const(float(1 << (bits - 1)), F32)  # noqa: E731
+    elif zp.dtype == "uint8":
+        row_bytes = -(-blocks * bits // 8)
+        if zp.size != n_dim * row_bytes:
+            ctx.fail(f"zero_points (uint8) has {zp.size} elements; N x ceil(blocks x bits / 8) = {n_dim * row_bytes}")
+        packed_zp = reshape(zp, (n_dim, row_bytes))
+        zero = lambda n, j: K.cast(code(packed_zp, n, j), F32)  # noqa: E731
+    else:
+        if zp.size != n_dim * blocks:
+            ctx.fail(f"zero_points has {zp.size} elements; N x blocks = {n_dim * blocks}")
+        zpf = reshape(zp, (n_dim, blocks))
+        zero = lambda n, j: K.cast(zpf.at((n, j)), F32)  # noqa: E731
+    lead = tuple(a.shape[:-1])
+
+    def fn(ix):
+        n, k = ix[-1], K.ridx(k_dim)
+        j = k // block
+        w = K.binary("mul", K.binary("sub", K.cast(code(codes, n, k), F32), zero(n, j)), K.cast(scale.at((n, j)), F32))
+        x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
+        return K.cast(K.reduce("sum", K.binary("mul", x, w), (k,)), a.dtype)
+    y = T(lead + (n_dim,), a.dtype, fn)
+    if ctx.has(5):
+        bias = ctx.input(5)
+        y = map_(lambda v, c: K.cast(K.binary("add", K.cast(v, F32), K.cast(c, F32)), a.dtype), y,
+                 reshape(bias, (1,) * len(lead) + (n_dim,)))
+    return [y]

@@ -1,0 +1,124 @@
+"""onnxruntime's MatMulNBits (com.microsoft; ops/quant.py): weight-only quantized MatMul as
+onnxruntime's own quantizer writes it, against onnxruntime's CPU kernel. The codes stay packed in the
+bundle and are unpacked inside the reduction kernel."""
+import copy
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP, helper, numpy_helper
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.errors import UnsupportedError
+from grapec.runtime.devices import gpu_count
+from helpers import ort_run, rel_err, tinfo
+from test_cli import assert_user_error, grapec as grapec_cli
+
+MS = "com.microsoft"
+K, N = 96, 40      # K is not a multiple of 64 or 128: the last block is padded
+
+
+def float_matmul(seed: int = 0):
+    w = np.random.default_rng(seed).standard_normal((K, N)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                          [tinfo("x", TP.FLOAT, ["b", 5, K])], [tinfo("y", TP.FLOAT, ["b", 5, N])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    return m
+
+
+def quantized(bits: int, block: int, symmetric: bool):
+    """The float MatMul through onnxruntime's MatMulNBitsQuantizer (the format its model builder writes)."""
+    nbits = pytest.importorskip("onnxruntime.quantization.matmul_nbits_quantizer")
+    q = nbits.MatMulNBitsQuantizer(copy.deepcopy(float_matmul()), algo_config=nbits.DefaultWeightOnlyQuantConfig(
+        block_size=block, is_symmetric=symmetric, bits=bits))
+    q.process()
+    m = q.model.model
+    m.ir_version = 10   # onnxruntime 1.30 loads up to 13; the quantizer stamps the newest onnx's
+    assert [n.op_type for n in m.graph.node] == ["MatMulNBits"]
+    return m
+
+
+def compile_and_reload(m, targets=(), **options):
+    b = grapec.compile(m, dims={"b": 3}, targets=list(targets) if targets != "auto" else targets, **options)
+    return Bundle.from_bytes(b.to_bytes())
+
+
+@pytest.mark.parametrize("bits, block, symmetric", [(4, 32, False), (4, 32, True), (4, 128, False), (8, 32, False),
+                                                    (8, 16, True), (2, 32, False)])
+def test_the_quantizers_models_match_onnxruntime_and_stay_packed(bits, block, symmetric):
+    m = quantized(bits, block, symmetric)
+    b = compile_and_reload(m)
+    x = np.random.default_rng(bits * block).standard_normal((3, 5, K)).astype(np.float32)
+    got, want = grapec.load(b).run({"x": x})["y"], ort_run(m, {"x": x})["y"]
+    assert rel_err(got, want) < 1e-5, rel_err(got, want)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
+    # the codes stay packed: under a byte a weight with their scales, where float32 takes four
+    assert len(b.weights) < K * N * (bits / 8 + 0.5), len(b.weights)
+
+
+def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int = 32):
+    """A MatMulNBits node written by hand: zero points absent, uint8 (packed), or floats like scales."""
+    rng = np.random.default_rng(7)
+    blocks = -(-K // block)
+    elem = TP.FLOAT if dtype == np.float32 else TP.FLOAT16
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (N, blocks, block * bits // 8), dtype=np.uint8), "B"),
+             numpy_helper.from_array((rng.random((N, blocks)) * 0.1 + 0.01).astype(dtype), "scales")]
+    ins = ["x", "B", "scales", ""]
+    if zero_points == "uint8":
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, N * -(-blocks * bits // 8), dtype=np.uint8), "zp"))
+        ins[3] = "zp"
+    elif zero_points == "float":
+        inits.append(numpy_helper.from_array((rng.random((N, blocks)) * (1 << bits)).astype(dtype), "zp"))
+        ins[3] = "zp"
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(N).astype(dtype), "bias"))
+        ins += ["", "bias"]
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, name="q", K=K, N=N, bits=bits, block_size=block)
+    g = helper.make_graph([node], "g", [tinfo("x", elem, [2, K])], [tinfo("y", elem, [2, N])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("zero_points", ["none", "uint8", "float"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_zero_point_forms_bias_and_half_inputs_match_onnxruntime(zero_points, bias, dtype):
+    m = _hand_built(zero_points, bias, dtype)
+    x = np.random.default_rng(3).standard_normal((2, K)).astype(dtype)
+    got = grapec.load(grapec.compile(m, targets=[])).run({"x": x})["y"].astype(np.float64)
+    want = ort_run(m, {"x": x})["y"].astype(np.float64)
+    # half: grapec sums in float32 and rounds once; onnxruntime rounds the product to half before
+    # adding the bias, so the two may differ by one half ulp (3.9e-3 at these magnitudes)
+    atol, limit = (1e-4, 1e-6) if dtype == np.float32 else (4e-3, 1e-3)
+    assert rel_err(got, want) < limit, rel_err(got, want)
+    np.testing.assert_allclose(got, want, atol=atol, rtol=1e-3)
+
+
+def test_unsupported_forms_are_named_with_their_node(tmp_path):
+    m = _hand_built("none", False, np.float32, bits=3, block=32)
+    with pytest.raises(UnsupportedError, match=r"'q'.*bits=3 is not supported \(supported: 2, 4, 8\)"):
+        grapec.compile(m, targets=[])
+    path = tmp_path / "q3.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert_user_error(*grapec_cli("compile", path, "-o", tmp_path / "q3.grape"), "bits=3", "'q'")
+    assert not (tmp_path / "q3.grape").exists()
+    g_idx = _hand_built("none", False, np.float32)
+    g_idx.graph.node[0].input.append("g_idx")
+    g_idx.graph.initializer.append(numpy_helper.from_array(np.arange(K, dtype=np.int32) // 32, "g_idx"))
+    with pytest.raises(UnsupportedError, match="g_idx"):
+        grapec.compile(g_idx, targets=[])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_the_cuda_backend_unpacks_the_codes_as_onnxruntime_does(precision):
+    m = quantized(4, 32, False)
+    b = compile_and_reload(m, targets="auto", precision=precision, strict=True)
+    x = np.random.default_rng(11).standard_normal((3, 5, K)).astype(np.float32)
+    got, want = grapec.load(b, backend="cuda").run({"x": x})["y"], ort_run(m, {"x": x})["y"]
+    limit = 1e-5 if precision == "fp32" else 1e-2   # fp16: the half measure compile accepted it by
+    assert rel_err(got, want) < limit, rel_err(got, want)
