@@ -283,3 +283,24 @@ def test_contrib_attention_meets_the_fused_attention_kernel(case):
         feeds["mask"] = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)
     got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)["y"]
     assert rel_err(got, ort_run(m, feeds)["y"]) < 1e-2
+
+
+@pytest.mark.parametrize("x_shape, pos_shape, interleaved, rotary_dim", [
+    ([2, 5, 32], [2, 5], 0, 0), ([2, 5, 32], [1], 0, 0), ([2, 5, 32], [1], 1, 0),
+    ([2, 2, 5, 16], [2, 5], 0, 0), ([2, 2, 5, 16], [1], 1, 0), ([2, 5, 32], [2, 5], 0, 8)])
+def test_rotary_embedding(x_shape, pos_shape, interleaved, rotary_dim):
+    """Positions per row, or one offset for all rows (position_ids of one element); rotated halves or
+    interleaved pairs; all of each head, or its first rotary_embedding_dim features."""
+    head = x_shape[-1] if len(x_shape) == 4 else x_shape[-1] // 2
+    half = (rotary_dim or head) // 2
+    angles = rng.random((32, half)) * 3
+    attrs = {"interleaved": interleaved}
+    if len(x_shape) == 3:
+        attrs["num_heads"] = 2
+    if rotary_dim:
+        attrs["rotary_embedding_dim"] = rotary_dim
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, **attrs)
+    m = ms_model([node], [tinfo("x", shape=x_shape), tinfo("pos", TP.INT64, pos_shape)], [tinfo("y")],
+                 [init("cos", np.cos(angles).astype(np.float32)), init("sin", np.sin(angles).astype(np.float32))])
+    pos = np.array([3]) if pos_shape == [1] else rng.integers(0, 32, pos_shape)
+    run_both(m, {"x": f32(*x_shape), "pos": pos.astype(np.int64)})

@@ -254,6 +254,27 @@ def _zeros_per_batch(b, ids: str) -> str:
     return b.node("ConstantOfShape", [shape], value=helper.make_tensor("z", TensorProto.INT32, [1], [0]))
 
 
+@rewrite("RotaryEmbedding")
+def rotary_embedding(b, n):
+    """onnxruntime's rotary embedding: ONNX's RotaryEmbedding (opset 23; ops/nn.py) with the inputs in
+    another order, (input, position_ids, cos_cache, sin_cache). A position_ids of one element is an
+    offset: every row's positions are offset + 0..S-1."""
+    x, pos, cos, sin = (n.input(i) for i in range(4))
+    if n.attr("is_packed_batching", 0):
+        raise Unsupported("packed batching (is_packed_batching=1) is not supported")
+    x_rank, pos_rank = n.info.get(x, (0, None))[1], n.info.get(pos, (0, None))[1]
+    if pos_rank is None or (pos_rank == 1 and x_rank is None):
+        raise Unsupported(f"the ranks of '{x}' and '{pos}' are not known (declare their shapes in the model)")
+    if pos_rank == 1:
+        seq = b.dim(x, 2 if x_rank == 4 else 1)
+        offset = b.node("Squeeze", [b.node("Cast", [pos], to=TensorProto.INT64), b.const([0])])
+        rows = b.node("Add", [b.node("Range", [b.const(0), seq, b.const(1)]), offset])
+        shape = b.node("Concat", [b.unsqueeze(b.dim(x, 0), 0), b.unsqueeze(seq, 0)], axis=0)
+        pos = b.node("Expand", [b.unsqueeze(rows, 0), shape])
+    attrs = {k: int(n.attr(k)) for k in ("interleaved", "num_heads", "rotary_embedding_dim") if n.attr(k) is not None}
+    b.node("RotaryEmbedding", [x, cos, sin, pos], out=n.output(0), **attrs)
+
+
 # --- attention -----------------------------------------------------------------------------------
 
 def _additive(b, keep: str, filter_value: float) -> str:
