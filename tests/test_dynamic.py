@@ -255,3 +255,19 @@ def test_build_graphs_has_nothing_to_build_on_the_cpu_and_refuses_a_closed_sessi
     sess.close()
     with pytest.raises(BackendError, match="closed"):
         sess.build_graphs()
+
+
+def test_inspect_lists_the_sizes_of_each_launch_structure(ranged):
+    from grapec.tools.show import compress_ints, launch_structures
+    b = Bundle.from_bytes(ranged.to_bytes())
+    structures = launch_structures(b)
+    assert len(structures) == b.storage()["plan_templates"] >= 2
+    buckets = sorted(i for st in structures for i in st["buckets"])
+    assert buckets == list(range(len(b.plans)))   # every size in exactly one structure
+    seqs = sorted(s for st in structures for s in st["sizes"]["seq"])
+    assert seqs == list(range(LO, HI + 1))
+    for st in structures:   # a structure's sizes are its buckets' own
+        assert st["sizes"]["seq"] == sorted(b.manifest["buckets"][i]["shapes"]["input_ids"][1] for i in st["buckets"])
+    assert compress_ints([1, 2, 3, 5, 8, 12, 16, 20, 21]) == "1..3, 5, 8..20 step 4, 21"
+    assert compress_ints([7]) == "7" and compress_ints([]) == ""
+    assert launch_structures(grapec.compile(GPT2, dims={"batch": 1, "seq": 4}, targets=[])) == []

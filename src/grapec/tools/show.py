@@ -26,6 +26,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes",
                                       "kernels", "dynamic")}
     summary["storage"] = b.storage()
+    structures = launch_structures(b)
+    if structures:
+        summary["launch_structures"] = structures
     shown = range(len(m["buckets"])) if as_json or len(m["buckets"]) <= 16 else \
         [0, 1, 2, len(m["buckets"]) - 2, len(m["buckets"]) - 1]
     plans = [{"shapes": m["buckets"][i]["shapes"], "steps": m["buckets"][i]["steps"], "library_ops": library_ops(p),
@@ -47,8 +50,17 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
         click.echo("  dynamic: " + ", ".join(f"{d}={lo}:{hi}" for d, (lo, hi) in m["dynamic"].items())
                    + f" ({len(m['buckets'])} sizes, each with its own plan; one arena of "
                    f"{b.largest_arena() / 2**20:.2f} MiB serves them all)")
-    click.echo(f"  plans: {st['plans']} in {st['plan_templates']} templates, {st['plan_bytes'] / 1024:.1f} KiB stored "
+    click.echo(f"  plans: {st['plans']} in {st['plan_templates']} templates (launch structures), {st['plan_bytes'] / 1024:.1f} KiB stored "
                f"({st['plan_bytes'] / 1024 / max(1, st['plans']):.2f} KiB per plan); kernels {st['kernel_bytes'] / 1024:.1f} KiB")
+    for st in structures[:MAX_STRUCTURES_SHOWN]:
+        grid = 1
+        for v in st["sizes"].values():
+            grid *= len(v)
+        sizes = " x ".join(f"{d} {compress_ints(v)}" for d, v in st["sizes"].items())
+        n = len(st["buckets"])
+        click.echo(f"    template {st['template']}: {n} size(s), " + (sizes if n == grid else f"{n} of the {grid} in {sizes}"))
+    if len(structures) > MAX_STRUCTURES_SHOWN:
+        click.echo(f"    ... {len(structures) - MAX_STRUCTURES_SHOWN} more templates (--json lists them all)")
     for i, p in zip(shown, plans):
         if len(shown) < len(m["buckets"]) and i == shown[-2]:
             click.echo(f"  ... {len(m['buckets']) - len(shown)} more buckets (--json lists them all)")
@@ -69,6 +81,49 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     click.echo("  onnx ops: " + ", ".join(f"{k} {v}" for k, v in ops.items()))
     for n in m.get("notes", []):
         click.echo(f"  note: {n}")
+
+
+MAX_STRUCTURES_SHOWN = 16
+
+
+def launch_structures(b) -> list:
+    """A range bundle's sizes by plan template (its launch structures: the sizes of one differ only in
+    the plan's numbers): [{"template", "buckets", "sizes": {dim: sorted values}}]; [] for a bundle
+    without a range."""
+    m = b.manifest
+    docs = getattr(b.plans, "docs", None)
+    if not m.get("dynamic") or docs is None:
+        return []
+    axes = [(d, i["name"], a) for i in m["inputs"] for a, d in enumerate(i["dims"] or []) if d in m["dynamic"]]
+    seen = {}
+    for d, name, a in axes:   # one input axis per dim is enough to read its value
+        seen.setdefault(d, (name, a))
+    out: dict = {}
+    for bucket, (template, _) in enumerate(docs.where):
+        st = out.setdefault(template, {"template": template, "buckets": [], "sizes": {d: set() for d in seen}})
+        st["buckets"].append(bucket)
+        for d, (name, a) in seen.items():
+            st["sizes"][d].add(int(m["buckets"][bucket]["shapes"][name][a]))
+    for st in out.values():
+        st["sizes"] = {d: sorted(v) for d, v in st["sizes"].items()}
+    return [out[k] for k in sorted(out)]
+
+
+def compress_ints(values: list) -> str:
+    """Sorted ints as runs: "1..6, 8..64 step 4, 67"."""
+    parts, i = [], 0
+    while i < len(values):
+        j = i
+        step = values[i + 1] - values[i] if i + 1 < len(values) else 1
+        while j + 1 < len(values) and values[j + 1] - values[j] == step:
+            j += 1
+        if j - i >= 2 or (j > i and step == 1):
+            parts.append(f"{values[i]}..{values[j]}" + (f" step {step}" if step != 1 else ""))
+            i = j + 1
+        else:
+            parts.append(str(values[i]))
+            i += 1
+    return ", ".join(parts)
 
 
 def print_fusion_report(manifest: dict, as_json: bool):
