@@ -8,9 +8,9 @@ A bucket's graph is built on its first run and kept, for at most `max_graphs` bu
 `graph_memory` bytes of instantiated graphs (a range of sizes may have hundreds): the least recently
 run bucket gives way, and where its graph has the shape of the new one its exec is patched in place
 (cuGraphExecUpdate: new kernel arguments, grids and functions) instead of a new one being
-instantiated. The evicted bucket's graphs stay parked on the host (no device memory), so a switch
-back to it is one such patch, with no graph build and no GEMM tuning. Graphed If/Loop regions are conditional nodes inside the graph, so such a model
-replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
+instantiated. The evicted bucket's graphs (not their execs) stay parked on the host, so a switch
+back to it is one such patch, with no graph build and no GEMM tuning. Graphed If/Loop regions are
+conditional nodes inside the graph, so such a model replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
 runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ class CudaPlanRunner:
         self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
         self._spare = None      # an evicted bucket's exec, offered to the next segment built
         # bucket -> (what its nodes point at, {program key: items}): the graphs of evicted buckets, kept
-        # on the host (no device memory until instantiated) so that a switch back costs a patch only
+        # (graph objects, no execs) so that a switch back costs a patch only
         self._parked: dict = {}
         self._shapes: dict = {}   # bucket -> graph_shape
         # GRAPEC_SPARE_BY_SHAPE=0: the spare exec is the least recently run bucket's, whatever its shape (a baseline)
