@@ -10,8 +10,9 @@ run bucket gives way, and where its graph has the shape of the new one its exec 
 (cuGraphExecUpdate: new kernel arguments, grids and functions) instead of a new one being
 instantiated. The evicted bucket's graphs (not their execs) stay parked on the host, so a switch
 back to it is one such patch, with no graph build and no GEMM tuning. Graphed If/Loop regions are
-conditional nodes inside the graph, so such a model replays as one cuGraphLaunch; a host-driven region (--host-control) splits the plan, and its control
-runs on the host between launches through the walker the CPU backend uses (runtime/walker.py).
+conditional nodes inside the graph, so such a model replays as one cuGraphLaunch; a host-driven
+region (--host-control) splits the plan, and its control runs on the host between launches through
+the walker the CPU backend uses (runtime/walker.py).
 """
 from __future__ import annotations
 
