@@ -304,3 +304,61 @@ def test_rotary_embedding(x_shape, pos_shape, interleaved, rotary_dim):
                  [init("cos", np.cos(angles).astype(np.float32)), init("sin", np.sin(angles).astype(np.float32))])
     pos = np.array([3]) if pos_shape == [1] else rng.integers(0, 32, pos_shape)
     run_both(m, {"x": f32(*x_shape), "pos": pos.astype(np.int64)})
+
+
+def _gqa_model(B, S, P, heads, kv_heads, head, rotary=False, packed=False, window=-1, interleaved=0, elem=TP.FLOAT):
+    names = ["q", "" if packed else "k", "" if packed else "v", "pk" if P else "", "pv" if P else "", "seqlens", "total"]
+    node = helper.make_node("GroupQueryAttention", names + (["cos", "sin"] if rotary else []), ["y", "present_k", "present_v"],
+                            domain=MS, name="gqa", num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary),
+                            rotary_interleaved=interleaved, local_window_size=window)
+    inputs = [tinfo("q", elem, [B, S, (heads + 2 * kv_heads) * head if packed else heads * head])]
+    if not packed:
+        inputs += [tinfo("k", elem, [B, S, kv_heads * head]), tinfo("v", elem, [B, S, kv_heads * head])]
+    if P:
+        inputs += [tinfo("pk", elem, [B, kv_heads, P, head]), tinfo("pv", elem, [B, kv_heads, P, head])]
+    inputs += [tinfo("seqlens", TP.INT32, [B]), tinfo("total", TP.INT32, [])]
+    if rotary:
+        inputs += [tinfo("cos", elem, [64, head // 2]), tinfo("sin", elem, [64, head // 2])]
+    return ms_model([node], inputs, [tinfo("y", elem), tinfo("present_k", elem), tinfo("present_v", elem)]), inputs
+
+
+@pytest.mark.parametrize("case", [
+    dict(B=2, S=1, P=4, rows=[4, 4]),                       # decode
+    dict(B=3, S=1, P=6, rows=[6, 2, 4], rotary=True),       # decode, rows of their own lengths
+    dict(B=1, S=3, P=4, rows=[6], rotary=True, interleaved=1),   # a chunk of prompt after a past
+    dict(B=2, S=3, P=0, rows=[2, 1], rotary=True),          # first prompt, right-padded
+    dict(B=2, S=3, P=0, rows=[2, 2], rotary=True, packed=True),
+    dict(B=1, S=4, P=4, rows=[7], window=3),
+    dict(B=2, S=1, P=4, rows=[4, 3], rotary=True, half=True)])
+def test_group_query_attention(case):
+    """onnxruntime-genai's decoder attention against onnxruntime's CPU kernel: 4 query heads on 2 key/value
+    heads, the present caches included (onnxruntime's CPU kernel wants heads of a multiple of 16)."""
+    case = dict(case)
+    rows, half = case.pop("rows"), case.pop("half", False)
+    dt = np.float16 if half else np.float32
+    m, inputs = _gqa_model(heads=4, kv_heads=2, head=16, elem=TP.FLOAT16 if half else TP.FLOAT, **case)
+    feeds = {}
+    for i in inputs:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        feeds[i.name] = rng.standard_normal(shape).astype(dt)
+    angles = rng.random((64, 8)) * 3
+    feeds.update(seqlens=np.array(rows, np.int32), total=np.array(max(rows) + 1, np.int32))
+    if case.get("rotary"):
+        feeds.update(cos=np.cos(angles).astype(dt), sin=np.sin(angles).astype(dt))
+    b = grapec.compile(m, targets=[])
+    got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
+    for name, want in ort_run(m, feeds).items():
+        g, w = got[name].astype(np.float64), want.astype(np.float64)
+        assert g.shape == w.shape, (name, g.shape, w.shape)
+        # half: softmax and both products round to half at other points than onnxruntime's kernel
+        limit, atol = (1e-6, 1e-5) if not half else (1e-3, 2e-3)
+        assert rel_err(g, w) < limit, (name, rel_err(g, w))
+        np.testing.assert_allclose(g, w, atol=atol, rtol=1e-3, err_msg=name)
+
+
+def test_group_query_attention_refuses_what_it_does_not_take():
+    from grapec.errors import UnsupportedError
+    m, _ = _gqa_model(B=1, S=1, P=2, heads=4, kv_heads=2, head=16)
+    m.graph.node[0].attribute.append(helper.make_attribute("softcap", 30.0))
+    with pytest.raises(UnsupportedError, match=r"node 'gqa' \(GroupQueryAttention, domain com.microsoft\): softcap"):
+        grapec.compile(m, targets=[])

@@ -394,6 +394,94 @@ def multi_head_attention(b, n):
     _write(b, pv, n.output(2))
 
 
+@rewrite("GroupQueryAttention")
+def group_query_attention(b, n):
+    """onnxruntime-genai's decoder attention. Query [B, S, N*H] and key/value [B, S, Nkv*H] (or one
+    packed [B, S, (N + 2 Nkv) * H] query), each key/value head serving N / Nkv query heads. Row b holds
+    seqlens_k[b] + 1 tokens in all, so its new tokens sit at positions p = seqlens_k[b] + 1 - S + i
+    (at p = i in the first prompt, total_sequence_length == S, whose rows are right-padded):
+    rotated there (do_rotary: cos/sin caches [positions, rotary_dim / 2]), written into the present
+    cache [B, Nkv, P + S, H] after the row's past (past_key [B, Nkv, P, H]; what follows is zeros),
+    and each attends the present's keys 0..p (local_window_size w: p - w < key too).
+    The present is P + S long: total_sequence_length is taken to be that (the longest row's past
+    fills the past buffer), so a past buffer shared with the present, longer than the total, is not."""
+    q, k, v, past_k, past_v, seqlens, total, cos, sin = (n.input(i) for i in range(9))
+    if any(n.input(i) for i in range(9, 14)):
+        raise Unsupported("position_ids, attention_bias and head_sink inputs are not supported")
+    if float(n.attr("softcap", 0.0) or 0.0) or int(n.attr("smooth_softmax", 0) or 0):
+        raise Unsupported("softcap and smooth_softmax are not supported")
+    if bool(past_k) != bool(past_v):
+        raise Unsupported("past_key and past_value come together")
+    heads, kv_heads = int(n.attr("num_heads")), int(n.attr("kv_num_heads"))
+    if heads % kv_heads:
+        raise Unsupported(f"num_heads {heads} is not a multiple of kv_num_heads {kv_heads}")
+    if not k:   # packed: [Q K V] along the last axis
+        width = b.node("Div", [b.dim(q, 2), b.const(heads + 2 * kv_heads)])
+        cut = [b.unsqueeze(b.node("Mul", [width, b.const(c)]), 0) for c in (0, heads, heads + kv_heads, heads + 2 * kv_heads)]
+        q, k, v = (b.node("Slice", [q, cut[i], cut[i + 1], b.const([2])]) for i in range(3))
+    seq = b.dim(q, 1)
+    last = b.node("Cast", [seqlens], to=TensorProto.INT64)                                       # [B]
+    # the first prompt (total_sequence_length == S) starts every row at 0, right-padded; a later
+    # call continues each row after its past
+    prompt = b.node("Equal", [b.node("Cast", [total], to=TensorProto.INT64), seq])
+    first = b.node("Where", [prompt, b.const(0), b.node("Sub", [b.node("Add", [last, b.const(1)]), seq])])
+    positions = b.node("Add", [b.unsqueeze(first, 1), b.unsqueeze(b.node("Range", [b.const(0), seq, b.const(1)]), 0)])
+    if int(n.attr("do_rotary", 0) or 0):
+        inter = int(n.attr("rotary_interleaved", 0) or 0)
+        q = b.node("RotaryEmbedding", [q, cos, sin, positions], num_heads=heads, interleaved=inter)
+        k = b.node("RotaryEmbedding", [k, cos, sin, positions], num_heads=kv_heads, interleaved=inter)
+
+    def heads_first(x: str, count: int) -> str:   # [B, S, count*H] -> [B, count, S, H]
+        return b.node("Transpose", [b.node("Reshape", [x, b.const([0, 0, count, -1])])], perm=[0, 2, 1, 3])
+    qh, kh, vh = heads_first(q, heads), heads_first(k, kv_heads), heads_first(v, kv_heads)
+    if past_k:
+        kh, vh = (_gqa_present(b, past, new, first) for past, new in ((past_k, kh), (past_v, vh)))
+    _write(b, kh, n.output(1))
+    _write(b, vh, n.output(2))
+    group = heads // kv_heads
+
+    def repeated(x: str) -> str:   # [B, Nkv, T, H] -> [B, N, T, H], each kv head `group` times
+        shape = b.node("Shape", [x])
+        wide = b.node("Concat", [b.span(shape, 0, 2), b.const([group]), b.span(shape, 2, 4)], axis=0)
+        merged = b.node("Concat", [b.span(shape, 0, 1), b.const([heads, -1]), b.span(shape, 3, 4)], axis=0)
+        return b.node("Reshape", [b.node("Expand", [b.unsqueeze(x, 2), wide]), merged])
+    scale = n.attr("scale")
+    scale = b.fconst(float(scale)) if scale else b.node(
+        "Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])])
+    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [repeated(kh)], perm=[0, 1, 3, 2])]),
+                            b.node("CastLike", [scale, qh])])
+    keys = b.unsqueeze(b.unsqueeze(b.node("Range", [b.const(0), b.dim(kh, 2), b.const(1)]), 0), 0)   # [1, 1, T]
+    at = b.unsqueeze(positions, 2)                                                                   # [B, S, 1]
+    keep = b.node("And", [b.node("LessOrEqual", [keys, at]),                        # causal, and no key past
+                          b.node("LessOrEqual", [keys, b.unsqueeze(b.unsqueeze(last, 1), 2)])])   # the row's last
+    window = int(n.attr("local_window_size", -1))
+    if window > 0:
+        keep = b.node("And", [keep, b.node("Greater", [keys, b.node("Sub", [at, b.const(window)])])])
+    lowest = b.node("CastLike", [b.fconst(-65504.0), scores])   # finite: a row with no key left stays a number
+    probs = b.node("Softmax", [b.node("Where", [b.unsqueeze(keep, 1), scores, lowest])], axis=-1)
+    out = b.node("MatMul", [probs, repeated(vh)])
+    _write(b, b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])]), n.output(0))
+
+
+def _gqa_present(b, past: str, new: str, first: str) -> str:
+    """[B, Nkv, P + S, H]: row b's past up to first[b], its S new tokens from there, zeros after."""
+    seq = b.dim(new, 2)
+    t = b.node("Range", [b.const(0), b.node("Add", [b.dim(past, 2), seq]), b.const(1)])                 # [T]
+    rel = b.node("Sub", [b.unsqueeze(t, 0), b.unsqueeze(first, 1)])                                   # [B, T]
+    in_past = b.node("Less", [rel, b.const(0)])
+    in_new = b.node("And", [b.node("Not", [in_past]), b.node("Less", [rel, seq])])
+    index = b.node("Clip", [rel, b.const(0), b.node("Sub", [seq, b.const(1)])])
+    shape = b.node("Concat", [b.span(b.node("Shape", [new]), 0, 2), b.unsqueeze(b.dim(t, 0), 0),
+                              b.span(b.node("Shape", [new]), 3, 4)], axis=0)
+    index = b.node("Expand", [b.unsqueeze(b.unsqueeze(index, 1), 3), shape])                           # [B, Nkv, T, H]
+    taken = b.node("GatherElements", [new, index], axis=2)
+    padded = b.node("Pad", [past, b.node("Concat", [b.const([0, 0, 0, 0, 0, 0]), b.unsqueeze(seq, 0), b.const([0])],
+                                                    axis=0)])
+    zero = b.node("CastLike", [b.fconst(0.0), new])
+    mask = lambda m: b.unsqueeze(b.unsqueeze(m, 1), 3)  # noqa: E731   [B, T] -> [B, 1, T, 1]
+    return b.node("Where", [mask(in_past), padded, b.node("Where", [mask(in_new), taken, zero])])
+
+
 # --- the quantizer's ops --------------------------------------------------------------------------
 
 def _zero_point(b, n, zp: str, like: str) -> str:
