@@ -475,9 +475,9 @@ def _gqa_present(b, past: str, new: str, first: str) -> str:
                               b.span(b.node("Shape", [new]), 3, 4)], axis=0)
     index = b.node("Expand", [b.unsqueeze(b.unsqueeze(index, 1), 3), shape])                           # [B, Nkv, T, H]
     taken = b.node("GatherElements", [new, index], axis=2)
-    padded = b.node("Pad", [past, b.node("Concat", [b.const([0, 0, 0, 0, 0, 0]), b.unsqueeze(seq, 0), b.const([0])],
-                                                    axis=0)])
     zero = b.node("CastLike", [b.fconst(0.0), new])
+    # the past then S rows of zeros (a Concat, not a Pad: the first prompt's past may be empty)
+    padded = b.node("Concat", [past, b.node("Expand", [zero, b.node("Shape", [new])])], axis=2)
     mask = lambda m: b.unsqueeze(b.unsqueeze(m, 1), 3)  # noqa: E731   [B, T] -> [B, 1, T, 1]
     return b.node("Where", [mask(in_past), padded, b.node("Where", [mask(in_new), taken, zero])])
 
