@@ -2,6 +2,7 @@
 
     python models/real.py --out models/real                # the torch and onnxruntime ones
     /path/to/tf-venv/bin/python models/real.py keras_cnn   # the Keras one (tensorflow-cpu, tf2onnx)
+    /path/to/genai-venv/bin/python models/real.py llama_genai   # onnxruntime-genai's builder (2 files)
 
 | model          | made by                                                    | what it exercises                      |
 |----------------|------------------------------------------------------------|----------------------------------------|
@@ -13,6 +14,9 @@
 |                | tiny ResNet-50                                             | DequantizeLinear                       |
 | keras_cnn      | tf2onnx.convert.from_function of a Keras 3 model           | NHWC Transposes, Conv, BatchNorm,      |
 |                |                                                            | Conv2DTranspose, Dense, Softmax        |
+| llama_genai_   | onnxruntime-genai's model builder (-p fp32 / -p int4,      | GroupQueryAttention (rotary inside),   |
+| fp32, _int4    | -e cpu) of a tiny Llama-shaped decoder (save_pretrained)   | SkipSimplifiedLayerNormalization,      |
+|                |                                                            | MatMulNBits, GatherBlockQuantized      |
 
 Weights are seeded random; every file is committed (each well under 1 MB). The models are
 written as the tools write them: no cleanup, whatever opset and naming the tool chose.
@@ -126,6 +130,36 @@ def keras_cnn(path):
     tf2onnx.convert.from_function(serve, input_signature=serve.input_signature, opset=17, output_path=path)
 
 
+def llama_genai(path):
+    """A Llama-3-shaped decoder (grouped-query attention: 4 query heads on 2 key/value heads, RMSNorm,
+    SwiGLU, RoPE theta 500000, tied embeddings), 2 layers of hidden 64, random weights, through
+    onnxruntime-genai's model builder at fp32 and int4 for the CPU: `path`'s folder gets
+    llama_genai_fp32.onnx and llama_genai_int4.onnx (external data inlined)."""
+    import subprocess
+    import tempfile
+
+    import onnx
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    out = os.path.dirname(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "hf")
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=256,
+                                     rope_theta=500000.0, tie_word_embeddings=True)).save_pretrained(src)
+        # the builder copies a tokenizer: one word per token id is enough
+        tok = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(256)}, unk_token="t0"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1", eos_token="t2").save_pretrained(src)
+        for precision in ("fp32", "int4"):
+            built = os.path.join(tmp, precision)
+            subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", src, "-o", built, "-p",
+                            precision, "-e", "cpu", "-c", os.path.join(tmp, "cache")], check=True)
+            onnx.save(onnx.load(os.path.join(built, "model.onnx")), os.path.join(out, f"llama_genai_{precision}.onnx"))
+
+
 def _calibrated(model, x):
     """BatchNorm running statistics from a few forward passes (random init leaves them at 0/1)."""
     import torch
@@ -137,8 +171,9 @@ def _calibrated(model, x):
 
 
 MODELS = {"textdet_head": textdet_head, "lstm_tagger": lstm_tagger, "bert_int8": bert_int8,
-          "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn}
-DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]   # keras_cnn needs tensorflow
+          "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn, "llama_genai": llama_genai}
+# keras_cnn needs tensorflow, llama_genai onnxruntime-genai (and onnx_ir, onnxscript, its builder's)
+DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]
 
 
 def main(argv=None):
@@ -153,7 +188,8 @@ def main(argv=None):
             sys.exit(f"unknown model {name}; choose from {', '.join(MODELS)}")
         path = os.path.join(args.out, f"{name}.onnx")
         MODELS[name](path)
-        print(f"{path}: {os.path.getsize(path) / 1e3:.0f} kB")
+        for made in sorted(f for f in os.listdir(args.out) if f.startswith(name)):
+            print(f"{os.path.join(args.out, made)}: {os.path.getsize(os.path.join(args.out, made)) / 1e3:.0f} kB")
 
 
 if __name__ == "__main__":

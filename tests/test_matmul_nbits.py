@@ -1,4 +1,4 @@
-"""onnxruntime's MatMulNBits (com.microsoft; ops/quant.py): weight-only quantized MatMul as
+"""onnxruntime's MatMulNBits and GatherBlockQuantized (com.microsoft; ops/quant.py): weight-only quantized MatMul as
 onnxruntime's own quantizer writes it, against onnxruntime's CPU kernel. The codes stay packed in the
 bundle and are unpacked inside the reduction kernel."""
 import copy
@@ -122,3 +122,28 @@ def test_the_cuda_backend_unpacks_the_codes_as_onnxruntime_does(precision):
     got, want = grapec.load(b, backend="cuda").run({"x": x})["y"], ort_run(m, {"x": x})["y"]
     limit = 1e-5 if precision == "fp32" else 1e-2   # fp16: the half measure compile accepted it by
     assert rel_err(got, want) < limit, rel_err(got, want)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("zero_points", [False, True])
+def test_gather_block_quantized_matches_onnxruntime(bits, zero_points):
+    """onnxruntime-genai's int4 embedding table: rows gathered (a negative id counts from the end) and
+    unpacked in blocks, with or without packed zero points."""
+    rng = np.random.default_rng(bits)
+    rows, k, block = 50, 64, 32
+    blocks = k // block
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (rows, k * bits // 8), dtype=np.uint8), "data"),
+             numpy_helper.from_array((rng.random((rows, blocks)) * 0.1 + 0.01).astype(np.float32), "scales")]
+    ins = ["data", "ids", "scales"]
+    if zero_points:
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, (rows, -(-blocks * bits // 8)), dtype=np.uint8), "zp"))
+        ins.append("zp")
+    node = helper.make_node("GatherBlockQuantized", ins, ["y"], domain=MS, bits=bits, block_size=block,
+                            gather_axis=0, quantize_axis=1)
+    g = helper.make_graph([node], "g", [tinfo("ids", TP.INT64, [2, 3])], [tinfo("y", TP.FLOAT, [2, 3, k])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    m.ir_version = 10
+    ids = np.array([[0, 7, 49], [-1, 12, 3]], np.int64)
+    got = grapec.load(grapec.compile(m, targets=[])).run({"ids": ids})["y"]
+    want = ort_run(m, {"ids": ids})["y"]
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)

@@ -8,6 +8,7 @@ reductions, on both backends) with QLinearMatMul's and QLinearConv's requantizat
                            zero_point = rint(clip(-min(0, min x) / scale, 0, 255)), y as QuantizeLinear (uint8)
     MatMulNBits            y = A @ W^T (+ bias), W[n, k] = (q[n, k] - zp[n, k // block]) * scale[n, k // block]
                            (onnxruntime's com.microsoft op: q packed `bits` to a byte, low bits first)
+    GatherBlockQuantized   y[i.., k] = (q[idx[i..], k] - zp[idx, k // block]) * scale[idx, k // block] (the same packing)
 """
 from __future__ import annotations
 
@@ -229,41 +230,20 @@ def matmul_nbits(ctx):
     if ctx.has(4):
         ctx.fail("g_idx (input 4, act-order GPTQ) is not supported; re-export without it")
     a, b, scales = ctx.input(0), ctx.input(1), ctx.input(2)
-    blocks, per_byte = -(-k_dim // block), 8 // bits
+    blocks = -(-k_dim // block)
     if a.shape[-1] != k_dim or tuple(b.shape) != (n_dim, blocks, block * bits // 8):
         ctx.fail(f"A is {list(a.shape)} and B {list(b.shape)}; K={k_dim}, N={n_dim}, bits={bits}, block_size={block} "
                  f"expect A [..., {k_dim}] and B [{n_dim}, {blocks}, {block * bits // 8}]")
     if scales.size != n_dim * blocks:
         ctx.fail(f"scales has {scales.size} elements; N x blocks = {n_dim * blocks}")
     scale = reshape(scales, (n_dim, blocks))
-    zp = ctx.input(3)
-    mask = K.const((1 << bits) - 1, "int32")
-
-    def code(packed: T, n, i):
-        """The i-th `bits`-bit code of row n of packed (a [rows, bytes] view)."""
-        byte = K.cast(packed.at((n, i // per_byte)), "int32")
-        return K.binary("bitand", K.binary("shr", byte, K.cast((i % per_byte) * bits, "int32")), mask)
-
     codes = reshape(b, (n_dim, blocks * block * bits // 8))
-    if zp is None:
-        zero = lambda n, j: K.const(float(1 << (bits - 1)), F32)  # noqa: E731
-    elif zp.dtype == "uint8":
-        row_bytes = -(-blocks * bits // 8)
-        if zp.size != n_dim * row_bytes:
-            ctx.fail(f"zero_points (uint8) has {zp.size} elements; N x ceil(blocks x bits / 8) = {n_dim * row_bytes}")
-        packed_zp = reshape(zp, (n_dim, row_bytes))
-        zero = lambda n, j: K.cast(code(packed_zp, n, j), F32)  # noqa: E731
-    else:
-        if zp.size != n_dim * blocks:
-            ctx.fail(f"zero_points has {zp.size} elements; N x blocks = {n_dim * blocks}")
-        zpf = reshape(zp, (n_dim, blocks))
-        zero = lambda n, j: K.cast(zpf.at((n, j)), F32)  # noqa: E731
+    weight = _block_dequant(ctx, codes, scale, ctx.input(3), bits, block, n_dim, blocks)
     lead = tuple(a.shape[:-1])
 
     def fn(ix):
         n, k = ix[-1], K.ridx(k_dim)
-        j = k // block
-        w = K.binary("mul", K.binary("sub", K.cast(code(codes, n, k), F32), zero(n, j)), K.cast(scale.at((n, j)), F32))
+        w = weight(n, k)
         x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
         return K.cast(K.reduce("sum", K.binary("mul", x, w), (k,)), a.dtype)
     y = T(lead + (n_dim,), a.dtype, fn)
@@ -272,3 +252,62 @@ def matmul_nbits(ctx):
         y = map_(lambda v, c: K.cast(K.binary("add", K.cast(v, F32), K.cast(c, F32)), a.dtype), y,
                  reshape(bias, (1,) * len(lead) + (n_dim,)))
     return [y]
+
+
+def _code(packed: T, row, i, bits: int) -> K.Expr:
+    """The i-th `bits`-bit code of `row` of packed ([rows, bytes] uint8, low bits first), as int32."""
+    per_byte = 8 // bits
+    byte = K.cast(packed.at((row, i // per_byte)), "int32")
+    return K.binary("bitand", K.binary("shr", byte, K.cast((i % per_byte) * bits, "int32")), K.const((1 << bits) - 1, "int32"))
+
+
+def _block_dequant(ctx, codes: T, scale: T, zp: T | None, bits: int, block: int, rows: int, blocks: int):
+    """(row, i) -> float32 (code - zero point) * scale of code i of `row`, for block-quantized rows:
+    scale [rows, blocks]; zp absent (2^(bits-1)), uint8 packed like the codes (each row padded to
+    whole bytes) or floats [rows * blocks]."""
+    if zp is None:
+        zero = lambda r, j: K.const(float(1 << (bits - 1)), F32)  # noqa: E731
+    elif zp.dtype == "uint8":
+        row_bytes = -(-blocks * bits // 8)
+        if zp.size != rows * row_bytes:
+            ctx.fail(f"zero_points (uint8) has {zp.size} elements; rows x ceil(blocks x bits / 8) = {rows * row_bytes}")
+        packed_zp = reshape(zp, (rows, row_bytes))
+        zero = lambda r, j: K.cast(_code(packed_zp, r, j, bits), F32)  # noqa: E731
+    else:
+        if zp.size != rows * blocks:
+            ctx.fail(f"zero_points has {zp.size} elements; rows x blocks = {rows * blocks}")
+        zpf = reshape(zp, (rows, blocks))
+        zero = lambda r, j: K.cast(zpf.at((r, j)), F32)  # noqa: E731
+
+    def value(r, i):
+        j = i // block
+        return K.binary("mul", K.binary("sub", K.cast(_code(codes, r, i, bits), F32), zero(r, j)),
+                        K.cast(scale.at((r, j)), F32))
+    return value
+
+
+@op("com.microsoft:GatherBlockQuantized")
+def gather_block_quantized(ctx):
+    """Rows of a block-quantized table (onnxruntime-genai's int4 embeddings): data uint8 [N, K * bits / 8]
+    packed as MatMulNBits packs, gathered along axis 0 by indices and unpacked along axis 1 in blocks of
+    block_size; scales [N, blocks], zero_points as MatMulNBits'. Out: indices.shape + [K], scales' type."""
+    data, idx, scales = ctx.input(0), ctx.input(1), ctx.input(2)
+    bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size", 128))
+    gather_axis, quantize_axis = int(ctx.attr("gather_axis", 0)), int(ctx.attr("quantize_axis", 1))
+    if data.dtype != "uint8" or data.ndim != 2 or gather_axis != 0 or quantize_axis not in (1, -1):
+        ctx.fail(f"data {data.dtype}{list(data.shape)} gathered on axis {gather_axis}, quantized on axis {quantize_axis}: "
+                 "only a uint8 table [N, packed K] gathered on axis 0 and quantized on axis 1 is supported")
+    if bits not in NBITS:
+        ctx.fail(f"bits={bits} is not supported (supported: {', '.join(map(str, NBITS))})")
+    rows, k_dim = data.shape[0], data.shape[1] * 8 // bits
+    blocks = -(-k_dim // block)
+    if scales.size != rows * blocks:
+        ctx.fail(f"scales has {scales.size} elements; N x blocks = {rows * blocks}")
+    value = _block_dequant(ctx, data, reshape(scales, (rows, blocks)), ctx.input(3), bits, block, rows, blocks)
+    zero_i64 = K.const(0, "int64")
+
+    def fn(ix):
+        r = K.cast(idx.at(tuple(ix[:-1])), "int64")
+        r = K.where(K.binary("lt", r, zero_i64), K.binary("add", r, K.const(rows, "int64")), r)   # negative: from the end
+        return K.cast(value(r, ix[-1]), scales.dtype)
+    return [T(tuple(idx.shape) + (k_dim,), scales.dtype, fn)]

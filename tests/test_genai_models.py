@@ -1,0 +1,67 @@
+"""Decoders as onnxruntime-genai's model builder writes them (models/real/llama_genai_*.onnx, built by
+models/real.py: a tiny Llama-shaped model with grouped-query attention, at fp32 and int4), compiled and
+run step by step as a generation loop runs them: a prompt with an empty past, decode steps of rows of
+their own lengths, and a chunk of prompt after a past, against onnxruntime's CPU kernels."""
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from helpers import ort_run, rel_err
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL = os.path.join(ROOT, "models", "real")
+LAYERS, KV_HEADS, HEAD, VOCAB = 2, 2, 16, 256
+
+
+def step_feeds(batch: int, new: int, past: int, lengths=None, seed: int = 0) -> dict:
+    """Token ids for `new` positions after `past` cached ones; lengths: each row's valid tokens
+    (past + new where not given), the rest of its attention mask 0 (right padding)."""
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, past + new), np.int64)
+    for row, n in enumerate(lengths or []):
+        mask[row, n:] = 0
+    feeds = {"input_ids": rng.integers(0, VOCAB, (batch, new)).astype(np.int64), "attention_mask": mask}
+    for layer in range(LAYERS):
+        for kv in ("key", "value"):
+            feeds[f"past_key_values.{layer}.{kv}"] = rng.standard_normal((batch, KV_HEADS, past, HEAD)).astype(np.float32)
+    return feeds
+
+
+def float_accuracy(m: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with MatMulNBits' accuracy_level 0: the builder asks onnxruntime's CPU kernel for int8
+    activations (level 4), which moves its logits by ~1e-2 from exact arithmetic; grapec, like
+    onnxruntime's CUDA kernel, computes in float, so the float-level kernel is the reference."""
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.name == "accuracy_level":
+                a.i = 0
+    return m
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("batch, new, past, lengths", [(1, 6, 0, None), (2, 1, 5, None), (3, 1, 5, [6, 3, 5]),
+                                                        (1, 3, 4, None), (2, 4, 0, [4, 2])])
+def test_builder_decoder_steps_match_onnxruntime(precision, batch, new, past, lengths):
+    m = onnx.load(os.path.join(REAL, f"llama_genai_{precision}.onnx"))
+    ops = {n.op_type for n in m.graph.node}
+    assert "GroupQueryAttention" in ops and ("MatMulNBits" in ops) == (precision == "int4")
+    feeds = step_feeds(batch, new, past, lengths)
+    b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[], strict=True)
+    got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
+    want = ort_run(float_accuracy(m), feeds)
+    for name in ("logits", "present.0.key", "present.1.value"):
+        assert got[name].shape == want[name].shape, name
+        assert rel_err(got[name], want[name]) < 1e-5, (name, rel_err(got[name], want[name]))
+        np.testing.assert_allclose(got[name], want[name], atol=1e-4, rtol=1e-3, err_msg=name)
+
+
+def test_int4_weights_stay_packed():
+    fp32 = grapec.compile(os.path.join(REAL, "llama_genai_fp32.onnx"), shapes={k: v.shape for k, v in step_feeds(1, 1, 4).items()},
+                          targets=[])
+    int4 = grapec.compile(os.path.join(REAL, "llama_genai_int4.onnx"), shapes={k: v.shape for k, v in step_feeds(1, 1, 4).items()},
+                          targets=[])
+    assert len(int4.weights) < len(fp32.weights) / 3, (len(int4.weights), len(fp32.weights))
