@@ -1,6 +1,6 @@
-"""onnxruntime's MatMulNBits and GatherBlockQuantized (com.microsoft; ops/quant.py): weight-only quantized MatMul as
-onnxruntime's own quantizer writes it, against onnxruntime's CPU kernel. The codes stay packed in the
-bundle and are unpacked inside the reduction kernel."""
+"""onnxruntime's MatMulNBits and GatherBlockQuantized (com.microsoft; ops/quant.py): weight-only
+quantized MatMul as onnxruntime's own quantizer writes it, and block-quantized embedding tables,
+against onnxruntime's CPU kernels. The codes stay packed in the bundle and are unpacked in the kernel."""
 import copy
 
 import numpy as np
