@@ -6,13 +6,13 @@ optimizer`: Attention, SkipLayerNormalization, EmbedLayerNormalization, BiasGelu
 the quantizer (`quantize_dynamic` / `quantize_static`: DynamicQuantizeMatMul, QGemm, QLinear* ...).
 Rewritten, they go through the same lowering and fusion as any model: attention meets the fused
 attention pass, a LayerNorm after an add becomes one kernel. DynamicQuantizeLSTM is rewritten with
-the other recurrent ops (recurrent.py). Where onnxruntime quantizes an activation on the fly, so
+the other recurrent ops (recurrent.py), the attention ops in contrib_attention.py. Where onnxruntime quantizes an activation on the fly, so
 does the rewrite (DynamicQuantizeLinear), so the integer arithmetic is the same.
 
 Each rewrite gets a NodeBuilder and the node; it returns nothing and writes the node's outputs by
 name. A form it does not take raises Unsupported with the reason, and import reports it by node.
 An op whose standard form would lose what makes it worth having is lowered directly instead
-(`@op("com.microsoft:Name")` in ops/): MatMulNBits, whose packed codes a rewrite to
+(`@op("com.microsoft:Name")` in ops/): MatMulNBits and GatherBlockQuantized, whose packed codes a rewrite to
 DequantizeLinear + MatMul would have constant folding unpack into float weights.
 """
 from __future__ import annotations
@@ -20,16 +20,13 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from .proto import NodeBuilder, copy_model, subgraphs
+from .contrib_attention import ATTENTION_REWRITES
+from .proto import NodeBuilder, Unsupported, copy_model, subgraphs, write_as
 
 DOMAIN = "com.microsoft"
 REWRITES: dict = {}
 # onnxruntime registers a few of its own ops in the standard domain
 ORT_IN_ONNX_DOMAIN = {"SimplifiedLayerNormalization"}
-
-
-class Unsupported(Exception):
-    pass
 
 
 def rewrite(*names: str):
@@ -135,31 +132,25 @@ class _Node:
         return rank
 
 
-def _write(b: NodeBuilder, src: str, out: str):
-    """The rewrite's value `src` under the node's output name `out` (where the node has it)."""
-    if out:
-        b.node("Identity", [src], out=out)
-
-
 # --- activations and adds of the transformer optimizer -------------------------------------------
 
 @rewrite("Gelu")
 def gelu(b, n):
     """0.5 x (1 + erf(x / sqrt 2))."""
-    _write(b, b.node("Gelu", [n.input(0)]), n.output(0))
+    write_as(b, b.node("Gelu", [n.input(0)]), n.output(0))
 
 
 @rewrite("BiasGelu")
 def bias_gelu(b, n):
     """Gelu(A + B), B a bias over the last axis."""
-    _write(b, b.node("Gelu", [b.node("Add", [n.input(0), n.input(1)])]), n.output(0))
+    write_as(b, b.node("Gelu", [b.node("Add", [n.input(0), n.input(1)])]), n.output(0))
 
 
 @rewrite("FastGelu")
 def fast_gelu(b, n):
     """Gelu's tanh approximation of (X + bias): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     x = b.node("Add", [n.input(0), n.input(1)]) if n.input(1) else n.input(0)
-    _write(b, b.node("Gelu", [x], approximate="tanh"), n.output(0))
+    write_as(b, b.node("Gelu", [x], approximate="tanh"), n.output(0))
 
 
 @rewrite("QuickGelu")
@@ -167,13 +158,13 @@ def quick_gelu(b, n):
     """x * sigmoid(alpha x), alpha 1.702 unless given."""
     x = n.input(0)
     alpha = b.fconst(float(n.attr("alpha", 1.702)))
-    _write(b, b.node("Mul", [x, b.node("Sigmoid", [b.node("Mul", [x, alpha])])]), n.output(0))
+    write_as(b, b.node("Mul", [x, b.node("Sigmoid", [b.node("Mul", [x, alpha])])]), n.output(0))
 
 
 @rewrite("BiasAdd")
 def bias_add(b, n):
     """X + bias + skip (X and skip [N, S, C], bias [C])."""
-    _write(b, b.node("Add", [b.node("Add", [n.input(0), n.input(1)]), n.input(2)]), n.output(0))
+    write_as(b, b.node("Add", [b.node("Add", [n.input(0), n.input(1)]), n.input(2)]), n.output(0))
 
 
 @rewrite("BiasSoftmax")
@@ -182,7 +173,7 @@ def bias_softmax(b, n):
     fusion writes)."""
     axis = int(n.attr("axis", 1))
     x = b.node("Add", [n.input(0), n.input(1)])
-    _write(b, b.node("Softmax", [x], axis=axis), n.output(0))
+    write_as(b, b.node("Softmax", [x], axis=axis), n.output(0))
 
 
 # --- normalizations ---------------------------------------------------------------------------------
@@ -201,7 +192,7 @@ def skip_layer_norm(b, n):
     ins = [s, n.input(2)] + ([n.input(3)] if n.input(3) else [])
     b.multi("LayerNormalization", ins, [n.output(0), n.output(1), n.output(2)], axis=-1,
             epsilon=float(n.attr("epsilon", 1e-12)))
-    _write(b, s, n.output(3))
+    write_as(b, s, n.output(3))
 
 
 @rewrite("SkipSimplifiedLayerNormalization")
@@ -212,7 +203,7 @@ def skip_rms_norm(b, n):
         raise Unsupported("the mean and inv_std_var outputs are not supported")
     s = _skip_sum(b, n, 3)
     b.node("RMSNormalization", [s, n.input(2)], out=n.output(0), axis=-1, epsilon=float(n.attr("epsilon", 1e-12)))
-    _write(b, s, n.output(3))
+    write_as(b, s, n.output(3))
 
 
 @rewrite("SimplifiedLayerNormalization")
@@ -245,8 +236,8 @@ def embed_layer_norm(b, n):
             count = b.reduce_sum(b.node("Cast", [mask], to=TensorProto.INT32), [1], keepdims=0)
         else:
             count = _zeros_per_batch(b, ids)
-        _write(b, count, n.output(1))
-    _write(b, e, n.output(2))
+        write_as(b, count, n.output(1))
+    write_as(b, e, n.output(2))
 
 
 def _zeros_per_batch(b, ids: str) -> str:
@@ -273,213 +264,6 @@ def rotary_embedding(b, n):
         pos = b.node("Expand", [b.unsqueeze(rows, 0), shape])
     attrs = {k: int(n.attr(k)) for k in ("interleaved", "num_heads", "rotary_embedding_dim") if n.attr(k) is not None}
     b.node("RotaryEmbedding", [x, cos, sin, pos], out=n.output(0), **attrs)
-
-
-# --- attention -----------------------------------------------------------------------------------
-
-def _additive(b, keep: str, filter_value: float) -> str:
-    """A 0/1 keep mask (any type) as an additive float mask: 0 where kept, filter_value elsewhere."""
-    k = b.node("Cast", [keep], to=TensorProto.FLOAT)
-    return b.node("Mul", [b.node("Sub", [b.fconst(1.0), k]), b.fconst(filter_value)])
-
-
-def _key_mask(b, mask: str, rank: int | None, total: str, filter_value: float) -> str:
-    """onnxruntime's mask_index / key_padding_mask forms -> an additive mask broadcastable to
-    [B, N, S, T]: 1-D [B] (keys past each row's length masked), 2-D [B, T] (1 keep, 0 mask) and
-    3-D [B, S, T]."""
-    if rank == 1:
-        keys = b.node("Range", [b.const(0), total, b.const(1)])                         # [T]
-        lens = b.unsqueeze(b.node("Cast", [mask], to=TensorProto.INT64), 1)              # [B, 1]
-        keep = b.node("Less", [b.unsqueeze(keys, 0), lens])                              # [B, T]
-        return b.unsqueeze(b.unsqueeze(_additive(b, keep, filter_value), 1), 1)
-    if rank == 2:
-        return b.unsqueeze(b.unsqueeze(_additive(b, mask, filter_value), 1), 1)
-    if rank == 3:
-        return b.unsqueeze(_additive(b, mask, filter_value), 1)
-    raise Unsupported(f"a mask of rank {rank} is not supported (1-D lengths, 2-D [B, T] and 3-D [B, S, T] are)")
-
-
-def _causal(b, q_len: str, total: str, filter_value: float) -> str:
-    """[S, T]: query i (at absolute position T - S + i) sees keys 0..T-S+i."""
-    qi = b.unsqueeze(b.node("Add", [b.node("Range", [b.const(0), q_len, b.const(1)]),
-                                    b.node("Sub", [total, q_len])]), 1)
-    kj = b.unsqueeze(b.node("Range", [b.const(0), total, b.const(1)]), 0)
-    return _additive(b, b.node("LessOrEqual", [kj, qi]), filter_value)
-
-
-def _heads_attention(b, n, q, k, v, heads, mask, mask_rank, bias, past_k, past_v, causal):
-    """softmax(Q K^T * scale + masks) V over `heads` heads of 3-D Q, K, V ([B, S, N*H]); past_k and
-    past_v [B, N, P, H] are prepended. -> (output [B, S, N*H'], present key, present value).
-
-    Written as exporters write attention (MatMul, scale, mask add, Softmax, MatMul, heads split and
-    merged by Reshape/Transpose), so the fused attention pass (passes/attention.py) takes it."""
-    filter_value = float(n.attr("mask_filter_value", -10000.0))
-    split = b.const([0, 0, heads, -1])
-
-    def heads_first(x: str) -> str:   # [B, S, N*H] -> [B, N, S, H]
-        return b.node("Transpose", [b.node("Reshape", [x, split])], perm=[0, 2, 1, 3])
-    qh, kh, vh = heads_first(q), heads_first(k), heads_first(v)
-    if past_k:
-        kh = b.node("Concat", [past_k, kh], axis=2)
-        vh = b.node("Concat", [past_v, vh], axis=2)
-    total = b.dim(kh, 2)
-    scale = n.attr("scale")
-    if not scale:
-        scale = b.node("Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])])
-    else:
-        scale = b.fconst(float(scale))
-    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [kh], perm=[0, 1, 3, 2])]), scale])
-    if mask:
-        scores = b.node("Add", [scores, _key_mask(b, mask, mask_rank, total, filter_value)])
-    if causal:
-        scores = b.node("Add", [scores, _causal(b, b.dim(q, 1), total, filter_value)])
-    if bias:
-        scores = b.node("Add", [scores, bias])
-    out = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), vh])
-    merged = b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])])
-    return merged, kh, vh
-
-
-@rewrite("Attention")
-def attention(b, n):
-    """BERT/GPT-2 self-attention from one input: [Q K V] = input @ weights + bias (split by
-    qkv_hidden_sizes, else in three equal parts), then multi-head attention with the mask_index
-    (1-D lengths, 2-D or 3-D 0/1 masks; masked scores get mask_filter_value, -10000), a causal mask
-    where `unidirectional`, an additive attention_bias, and `past` [2, B, N, P, H] prepended to K
-    and V (`present` = both, stacked)."""
-    x, w, bias, mask, past, attn_bias = (n.input(i) for i in range(6))
-    if n.input(6) or n.attr("do_rotary", 0) or n.input(7):
-        raise Unsupported("past_sequence_length, rotary embeddings and cache indirection are not supported")
-    heads = int(n.attr("num_heads"))
-    qkv = b.node("MatMul", [x, w])
-    if bias:
-        qkv = b.node("Add", [qkv, bias])
-    sizes = list(n.attr("qkv_hidden_sizes", []) or [])
-    if sizes:
-        q, k, v = (b.span(qkv, sum(sizes[:i]), sum(sizes[:i + 1]), axis=2) for i in range(3))
-    else:
-        third = b.node("Div", [b.dim(w, 1), b.const(3)])
-        bounds = [b.const([0]), b.unsqueeze(third, 0), b.unsqueeze(b.node("Mul", [third, b.const(2)]), 0),
-                  b.unsqueeze(b.dim(w, 1), 0)]
-        q, k, v = (b.node("Slice", [qkv, bounds[i], bounds[i + 1], b.const([2])]) for i in range(3))
-    past_k = b.pick(past, 0) if past else ""
-    past_v = b.pick(past, 1) if past else ""
-    out, pk, pv = _heads_attention(b, n, q, k, v, heads, mask, n.mask_rank(mask), attn_bias, past_k, past_v,
-                                   bool(n.attr("unidirectional", 0)))
-    _write(b, out, n.output(0))
-    if n.output(1):
-        b.node("Concat", [b.unsqueeze(pk, 0), b.unsqueeze(pv, 0)], out=n.output(1), axis=0)
-
-
-@rewrite("MultiHeadAttention")
-def multi_head_attention(b, n):
-    """Cross- or self-attention of 3-D query, key, value ([B, S, D], [B, T, D], [B, T, Dv]) with an
-    optional bias [D + D + Dv] added to each, key_padding_mask (1-D lengths or 2-D 0/1), an additive
-    attention_bias, and past_key / past_value [B, N, P, H] prepended (present_key, present_value)."""
-    q, k, v, bias, key_mask, attn_bias, past_k, past_v = (n.input(i) for i in range(8))
-    if not k or not v or n.input(8) or n.input(9):
-        raise Unsupported("packed QKV / KV inputs, past_sequence_length and cache_indirection are not supported")
-    heads = int(n.attr("num_heads"))
-    if bias:
-        d = b.dim(q, 2)
-        dk = b.dim(k, 2)
-        ends = [b.unsqueeze(d, 0), b.unsqueeze(b.node("Add", [d, dk]), 0)]
-        q = b.node("Add", [q, b.node("Slice", [bias, b.const([0]), ends[0], b.const([0])])])
-        k = b.node("Add", [k, b.node("Slice", [bias, ends[0], ends[1], b.const([0])])])
-        v = b.node("Add", [v, b.node("Slice", [bias, ends[1], b.const([2 ** 62]), b.const([0])])])
-    out, pk, pv = _heads_attention(b, n, q, k, v, heads, key_mask, n.mask_rank(key_mask), attn_bias, past_k, past_v,
-                                   bool(n.attr("unidirectional", 0)))
-    _write(b, out, n.output(0))
-    _write(b, pk, n.output(1))
-    _write(b, pv, n.output(2))
-
-
-@rewrite("GroupQueryAttention")
-def group_query_attention(b, n):
-    """onnxruntime-genai's decoder attention. Query [B, S, N*H] and key/value [B, S, Nkv*H] (or one
-    packed [B, S, (N + 2 Nkv) * H] query), each key/value head serving N / Nkv query heads. Row b holds
-    seqlens_k[b] + 1 tokens in all, so its new tokens sit at positions p = seqlens_k[b] + 1 - S + i
-    (at p = i in the first prompt, total_sequence_length == S, whose rows are right-padded):
-    rotated there (do_rotary: cos/sin caches [positions, rotary_dim / 2]), written into the present
-    cache [B, Nkv, P + S, H] after the row's past (past_key [B, Nkv, P, H]; what follows is zeros),
-    and each attends the present's keys 0..p (local_window_size w: p - w < key too).
-    The present is P + S long: total_sequence_length is taken to be that (the longest row's past
-    fills the past buffer), so a past buffer shared with the present, longer than the total, is not."""
-    q, k, v, past_k, past_v, seqlens, total, cos, sin = (n.input(i) for i in range(9))
-    if any(n.input(i) for i in range(9, 14)):
-        raise Unsupported("position_ids, attention_bias and head_sink inputs are not supported")
-    if float(n.attr("softcap", 0.0) or 0.0) or int(n.attr("smooth_softmax", 0) or 0):
-        raise Unsupported("softcap and smooth_softmax are not supported")
-    if bool(past_k) != bool(past_v):
-        raise Unsupported("past_key and past_value come together")
-    heads, kv_heads = int(n.attr("num_heads")), int(n.attr("kv_num_heads"))
-    if heads % kv_heads:
-        raise Unsupported(f"num_heads {heads} is not a multiple of kv_num_heads {kv_heads}")
-    if not k:   # packed: [Q K V] along the last axis
-        width = b.node("Div", [b.dim(q, 2), b.const(heads + 2 * kv_heads)])
-        cut = [b.unsqueeze(b.node("Mul", [width, b.const(c)]), 0) for c in (0, heads, heads + kv_heads, heads + 2 * kv_heads)]
-        q, k, v = (b.node("Slice", [q, cut[i], cut[i + 1], b.const([2])]) for i in range(3))
-    seq = b.dim(q, 1)
-    last = b.node("Cast", [seqlens], to=TensorProto.INT64)                                       # [B]
-    # the first prompt (total_sequence_length == S) starts every row at 0, right-padded; a later
-    # call continues each row after its past
-    prompt = b.node("Equal", [b.node("Cast", [total], to=TensorProto.INT64), seq])
-    first = b.node("Where", [prompt, b.const(0), b.node("Sub", [b.node("Add", [last, b.const(1)]), seq])])
-    positions = b.node("Add", [b.unsqueeze(first, 1), b.unsqueeze(b.node("Range", [b.const(0), seq, b.const(1)]), 0)])
-    if int(n.attr("do_rotary", 0) or 0):
-        inter = int(n.attr("rotary_interleaved", 0) or 0)
-        q = b.node("RotaryEmbedding", [q, cos, sin, positions], num_heads=heads, interleaved=inter)
-        k = b.node("RotaryEmbedding", [k, cos, sin, positions], num_heads=kv_heads, interleaved=inter)
-
-    def heads_first(x: str, count: int) -> str:   # [B, S, count*H] -> [B, count, S, H]
-        return b.node("Transpose", [b.node("Reshape", [x, b.const([0, 0, count, -1])])], perm=[0, 2, 1, 3])
-    qh, kh, vh = heads_first(q, heads), heads_first(k, kv_heads), heads_first(v, kv_heads)
-    if past_k:
-        kh, vh = (_gqa_present(b, past, new, first) for past, new in ((past_k, kh), (past_v, vh)))
-    _write(b, kh, n.output(1))
-    _write(b, vh, n.output(2))
-    group = heads // kv_heads
-
-    def repeated(x: str) -> str:   # [B, Nkv, T, H] -> [B, N, T, H], each kv head `group` times
-        shape = b.node("Shape", [x])
-        wide = b.node("Concat", [b.span(shape, 0, 2), b.const([group]), b.span(shape, 2, 4)], axis=0)
-        merged = b.node("Concat", [b.span(shape, 0, 1), b.const([heads, -1]), b.span(shape, 3, 4)], axis=0)
-        return b.node("Reshape", [b.node("Expand", [b.unsqueeze(x, 2), wide]), merged])
-    scale = n.attr("scale")
-    scale = b.fconst(float(scale)) if scale else b.node(
-        "Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])])
-    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [repeated(kh)], perm=[0, 1, 3, 2])]),
-                            b.node("CastLike", [scale, qh])])
-    keys = b.unsqueeze(b.unsqueeze(b.node("Range", [b.const(0), b.dim(kh, 2), b.const(1)]), 0), 0)   # [1, 1, T]
-    at = b.unsqueeze(positions, 2)                                                                   # [B, S, 1]
-    keep = b.node("And", [b.node("LessOrEqual", [keys, at]),                        # causal, and no key past
-                          b.node("LessOrEqual", [keys, b.unsqueeze(b.unsqueeze(last, 1), 2)])])   # the row's last
-    window = int(n.attr("local_window_size", -1))
-    if window > 0:
-        keep = b.node("And", [keep, b.node("Greater", [keys, b.node("Sub", [at, b.const(window)])])])
-    lowest = b.node("CastLike", [b.fconst(-65504.0), scores])   # finite: a row with no key left stays a number
-    probs = b.node("Softmax", [b.node("Where", [b.unsqueeze(keep, 1), scores, lowest])], axis=-1)
-    out = b.node("MatMul", [probs, repeated(vh)])
-    _write(b, b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])]), n.output(0))
-
-
-def _gqa_present(b, past: str, new: str, first: str) -> str:
-    """[B, Nkv, P + S, H]: row b's past up to first[b], its S new tokens from there, zeros after."""
-    seq = b.dim(new, 2)
-    t = b.node("Range", [b.const(0), b.node("Add", [b.dim(past, 2), seq]), b.const(1)])                 # [T]
-    rel = b.node("Sub", [b.unsqueeze(t, 0), b.unsqueeze(first, 1)])                                   # [B, T]
-    in_past = b.node("Less", [rel, b.const(0)])
-    in_new = b.node("And", [b.node("Not", [in_past]), b.node("Less", [rel, seq])])
-    index = b.node("Clip", [rel, b.const(0), b.node("Sub", [seq, b.const(1)])])
-    shape = b.node("Concat", [b.span(b.node("Shape", [new]), 0, 2), b.unsqueeze(b.dim(t, 0), 0),
-                              b.span(b.node("Shape", [new]), 3, 4)], axis=0)
-    index = b.node("Expand", [b.unsqueeze(b.unsqueeze(index, 1), 3), shape])                           # [B, Nkv, T, H]
-    taken = b.node("GatherElements", [new, index], axis=2)
-    zero = b.node("CastLike", [b.fconst(0.0), new])
-    # the past then S rows of zeros (a Concat, not a Pad: the first prompt's past may be empty)
-    padded = b.node("Concat", [past, b.node("Expand", [zero, b.node("Shape", [new])])], axis=2)
-    mask = lambda m: b.unsqueeze(b.unsqueeze(m, 1), 3)  # noqa: E731   [B, T] -> [B, 1, T, 1]
-    return b.node("Where", [mask(in_past), padded, b.node("Where", [mask(in_new), taken, zero])])
 
 
 # --- the quantizer's ops --------------------------------------------------------------------------
@@ -515,7 +299,7 @@ def dynamic_quantize_matmul(b, n):
     scaled by a_scale * b_scale, plus bias."""
     a, bm, b_scale, b_zp, bias = (n.input(i) for i in range(5))
     aq, a_scale, a_zp = b.multi("DynamicQuantizeLinear", [a], ["", "", ""])
-    _write(b, _int_matmul_to_float(b, aq, bm, a_zp, b_zp, b.node("Mul", [a_scale, b_scale]), bias), n.output(0))
+    write_as(b, _int_matmul_to_float(b, aq, bm, a_zp, b_zp, b.node("Mul", [a_scale, b_scale]), bias), n.output(0))
 
 
 @rewrite("MatMulIntegerToFloat")
@@ -524,7 +308,7 @@ def matmul_integer_to_float(b, n):
     a, bm, a_scale, b_scale, a_zp, b_zp, bias = (n.input(i) for i in range(7))
     if b_zp and not a_zp:
         a_zp = _zero_point(b, n, "", a)
-    _write(b, _int_matmul_to_float(b, a, bm, a_zp, b_zp, b.node("Mul", [a_scale, b_scale]), bias), n.output(0))
+    write_as(b, _int_matmul_to_float(b, a, bm, a_zp, b_zp, b.node("Mul", [a_scale, b_scale]), bias), n.output(0))
 
 
 @rewrite("QGemm")
@@ -542,7 +326,7 @@ def qgemm(b, n):
     if y_scale:
         _quant(b, n, y, y_scale, y_zp, a, out=n.output(0))
     else:
-        _write(b, y, n.output(0))
+        write_as(b, y, n.output(0))
 
 
 def _qlinear_binary(op: str):
@@ -605,3 +389,6 @@ def qlinear_average_pool(b, n):
     attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
     y = _back(b, b.node("AveragePool", [_nchw(b, _dequant(b, n, x, x_scale, x_zp), last)], **attrs), last)
     _quant(b, n, y, y_scale, y_zp, x, out=n.output(0))
+
+
+REWRITES.update(ATTENTION_REWRITES)   # contrib_attention.py: Attention, MultiHeadAttention, GroupQueryAttention

@@ -29,6 +29,16 @@ def copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
+class Unsupported(Exception):
+    """A form of an op a rewrite does not take (frontend/contrib*.py); import names the node with it."""
+
+
+def write_as(b: "NodeBuilder", src: str, out: str):
+    """A rewrite's value `src` under the node's output name `out` (where the node has it)."""
+    if out:
+        b.node("Identity", [src], out=out)
+
+
 class NodeBuilder:
     """Emits ONNX nodes with unique names, in the forms the model's opset expects (the frontend's
     rewrites: recurrent ops as Loops, onnxruntime's contrib ops as standard ops)."""
