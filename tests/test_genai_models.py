@@ -10,7 +10,8 @@ import pytest
 
 import grapec
 from grapec.bundle.format import Bundle
-from helpers import ort_run, rel_err
+from grapec.tools.check import check_model, reference_outputs
+from helpers import rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "models", "real")
@@ -31,28 +32,21 @@ def step_feeds(batch: int, new: int, past: int, lengths=None, seed: int = 0) -> 
     return feeds
 
 
-def float_accuracy(m: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with MatMulNBits' accuracy_level 0: the builder asks onnxruntime's CPU kernel for int8
-    activations (level 4), which moves its logits by ~1e-2 from exact arithmetic; grapec, like
-    onnxruntime's CUDA kernel, computes in float, so the float-level kernel is the reference."""
-    for n in m.graph.node:
-        for a in n.attribute:
-            if a.name == "accuracy_level":
-                a.i = 0
-    return m
-
-
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
 @pytest.mark.parametrize("batch, new, past, lengths", [(1, 6, 0, None), (2, 1, 5, None), (3, 1, 5, [6, 3, 5]),
                                                         (1, 3, 4, None), (2, 4, 0, [4, 2])])
 def test_builder_decoder_steps_match_onnxruntime(precision, batch, new, past, lengths):
-    m = onnx.load(os.path.join(REAL, f"llama_genai_{precision}.onnx"))
+    path = os.path.join(REAL, f"llama_genai_{precision}.onnx")
+    m = onnx.load(path)
     ops = {n.op_type for n in m.graph.node}
     assert "GroupQueryAttention" in ops and ("MatMulNBits" in ops) == (precision == "int4")
     feeds = step_feeds(batch, new, past, lengths)
     b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[], strict=True)
     got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
-    want = ort_run(float_accuracy(m), feeds)
+    # the builder asks onnxruntime's CPU MatMulNBits for int8 activations (accuracy_level 4), which moves
+    # its logits by ~1e-2 from exact arithmetic; grapec computes in float, as grapec check's reference
+    # then does (MatMulNBits at level 0)
+    want = reference_outputs(path, feeds)
     for name in ("logits", "present.0.key", "present.1.value"):
         assert got[name].shape == want[name].shape, name
         assert rel_err(got[name], want[name]) < 1e-5, (name, rel_err(got[name], want[name]))
@@ -65,3 +59,12 @@ def test_int4_weights_stay_packed():
     int4 = grapec.compile(os.path.join(REAL, "llama_genai_int4.onnx"), shapes={k: v.shape for k, v in step_feeds(1, 1, 4).items()},
                           targets=[])
     assert len(int4.weights) < len(fp32.weights) / 3, (len(int4.weights), len(fp32.weights))
+
+
+def test_check_compares_the_int4_model_with_float_activations():
+    said = []
+    dims = {"batch_size": 1, "sequence_length": 5, "past_sequence_length": 0, "total_sequence_length": 5,
+            "kv_cache_dim": HEAD}
+    results, _ = check_model(os.path.join(REAL, "llama_genai_int4.onnx"), dims=dims, progress=said.append)
+    assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
+    assert any("accuracy_level 4 run at level 0" in m for m in said), said

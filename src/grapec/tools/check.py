@@ -3,7 +3,10 @@ The measure each output is judged by is compiler/accuracy.py's, which compile's 
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -13,7 +16,7 @@ from ..errors import GrapecError
 REFERENCES = {"onnxruntime": "onnxruntime CPU", "onnxruntime-cuda": "onnxruntime CUDA (no TF32)", "onnx": "onnx.reference"}
 
 
-def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -> dict:
+def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime", say=None) -> dict:
     """The model's outputs in fp32 from onnxruntime's CPU provider, its CUDA provider
     ("onnxruntime-cuda": onnxruntime-gpu, TF32 off, refused where the provider is missing or does
     not take the session), or onnx.reference (numpy, exact integer arithmetic; slow, but the
@@ -35,7 +38,8 @@ def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -
     so = ort.SessionOptions()
     so.log_severity_level = 3
     try:
-        s = ort.InferenceSession(str(model_path), so, providers=providers)
+        with _float_accuracy(model_path, say) as source:
+            s = ort.InferenceSession(source, so, providers=providers)
     except Exception as e:  # noqa: BLE001 - the reference failing is the user's model's problem
         raise GrapecError(f"onnxruntime could not load {model_path} as a reference: {str(e).splitlines()[0]}") from None
     if reference == "onnxruntime-cuda" and s.get_providers()[0] != "CUDAExecutionProvider":
@@ -45,6 +49,37 @@ def reference_outputs(model_path, feeds: dict, reference: str = "onnxruntime") -
         return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
     except Exception as e:  # noqa: BLE001 - the reference failing is the user's model's problem
         raise GrapecError(f"onnxruntime could not run {model_path} as a reference: {str(e).splitlines()[0]}") from None
+
+
+@contextmanager
+def _float_accuracy(model_path, say=None):
+    """The model for onnxruntime: its path, or, where a MatMulNBits asks for an accuracy_level, the model
+    with level 0. onnxruntime-genai's builder asks its CPU kernel for level 4 (activations quantized
+    to int8 on the fly), which moves logits by ~1e-2 from exact arithmetic; grapec, like onnxruntime's
+    CUDA kernel, computes in float, and so does the reference then. A model with external data is
+    written beside its data for the session's creation, then removed."""
+    import onnx
+    model = onnx.load(str(model_path), load_external_data=False)
+    levels = [a for n in model.graph.node if n.op_type == "MatMulNBits"
+              for a in n.attribute if a.name == "accuracy_level" and a.i]
+    if not levels:
+        yield str(model_path)
+        return
+    if say is not None:
+        say(f"reference: {len(levels)} MatMulNBits with accuracy_level {levels[0].i} run at level 0 (float "
+            "activations, as grapec computes; at level 4 onnxruntime's CPU kernel quantizes them to int8)")
+    for a in levels:
+        a.i = 0
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        yield model.SerializeToString()
+        return
+    fd, path = tempfile.mkstemp(suffix=".onnx", prefix=".grapec-reference-", dir=os.path.dirname(os.path.abspath(model_path)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        yield path
+    finally:
+        os.unlink(path)
 
 
 def _onnx_reference(model_path, feeds: dict) -> dict:
@@ -88,5 +123,5 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
     t0 = time.perf_counter()
     outs = sess.run(feeds)
     dt = time.perf_counter() - t0
-    refs = reference_outputs(model_path, {**sess.fixed_inputs, **feeds}, reference)
+    refs = reference_outputs(model_path, {**sess.fixed_inputs, **feeds}, reference, progress)
     return [compare(n, outs[n], refs[n], atol, rtol, max_rel_l2, elementwise) for n in outs], dt
