@@ -10,6 +10,7 @@ import pytest
 
 import grapec
 from grapec.bundle.format import Bundle
+from grapec.runtime.devices import gpu_count
 from grapec.tools.check import check_model, reference_outputs
 from helpers import rel_err
 
@@ -68,3 +69,17 @@ def test_check_compares_the_int4_model_with_float_activations():
     results, _ = check_model(os.path.join(REAL, "llama_genai_int4.onnx"), dims=dims, progress=said.append)
     assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
     assert any("accuracy_level 4 run at level 0" in m for m in said), said
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_builder_decoder_steps_on_the_cuda_backend(precision):
+    path = os.path.join(REAL, f"llama_genai_{precision}.onnx")
+    for batch, new, past, lengths in [(1, 6, 0, None), (3, 1, 5, [6, 3, 5])]:
+        feeds = step_feeds(batch, new, past, lengths)
+        b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()}, strict=True)
+        got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cuda").run(feeds)
+        want = reference_outputs(path, feeds)
+        for name in ("logits", "present.0.key", "present.1.value"):
+            assert rel_err(got[name], want[name]) < 1e-5, (precision, batch, new, past, name, rel_err(got[name], want[name]))
