@@ -14,8 +14,9 @@
 |                | tiny ResNet-50                                             | DequantizeLinear                       |
 | keras_cnn      | tf2onnx.convert.from_function of a Keras 3 model           | NHWC Transposes, Conv, BatchNorm,      |
 |                |                                                            | Conv2DTranspose, Dense, Softmax        |
-| llama_genai_   | onnxruntime-genai's model builder (-p fp32 / -p int4,      | GroupQueryAttention (rotary inside),   |
-| fp32, _int4    | -e cpu) of a tiny Llama-shaped decoder (save_pretrained)   | SkipSimplifiedLayerNormalization,      |
+| llama_genai_   | onnxruntime-genai's model builder (-p fp32 / int4 -e cpu,  | GroupQueryAttention (rotary inside),   |
+| fp32, _int4,   | -p fp16 / int4 -e cuda) of a tiny Llama-shaped decoder     | SkipSimplifiedLayerNormalization,      |
+| cuda_fp16, ... | (save_pretrained)                                          |                                        |
 |                |                                                            | MatMulNBits, GatherBlockQuantized      |
 
 Weights are seeded random; every file is committed (each well under 1 MB). The models are
@@ -133,8 +134,9 @@ def keras_cnn(path):
 def llama_genai(path):
     """A Llama-3-shaped decoder (grouped-query attention: 4 query heads on 2 key/value heads, RMSNorm,
     SwiGLU, RoPE theta 500000, tied embeddings), 2 layers of hidden 64, random weights, through
-    onnxruntime-genai's model builder at fp32 and int4 for the CPU: `path`'s folder gets
-    llama_genai_fp32.onnx and llama_genai_int4.onnx (external data inlined)."""
+    onnxruntime-genai's model builder at fp32 and int4 for the CPU, and fp16 and int4 for CUDA (whose
+    runtime shares one max-length buffer between past and present): `path`'s folder gets
+    llama_genai_{fp32,int4,cuda_fp16,cuda_int4}.onnx (external data inlined)."""
     import subprocess
     import tempfile
 
@@ -153,11 +155,12 @@ def llama_genai(path):
         tok = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(256)}, unk_token="t0"))
         tok.pre_tokenizer = pre_tokenizers.Whitespace()
         PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", bos_token="t1", eos_token="t2").save_pretrained(src)
-        for precision in ("fp32", "int4"):
-            built = os.path.join(tmp, precision)
+        for name, precision, provider in (("fp32", "fp32", "cpu"), ("int4", "int4", "cpu"),
+                                          ("cuda_fp16", "fp16", "cuda"), ("cuda_int4", "int4", "cuda")):
+            built = os.path.join(tmp, name)
             subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", src, "-o", built, "-p",
-                            precision, "-e", "cpu", "-c", os.path.join(tmp, "cache")], check=True)
-            onnx.save(onnx.load(os.path.join(built, "model.onnx")), os.path.join(out, f"llama_genai_{precision}.onnx"))
+                            precision, "-e", provider, "-c", os.path.join(tmp, "cache")], check=True)
+            onnx.save(onnx.load(os.path.join(built, "model.onnx")), os.path.join(out, f"llama_genai_{name}.onnx"))
 
 
 def _calibrated(model, x):

@@ -306,7 +306,9 @@ def test_rotary_embedding(x_shape, pos_shape, interleaved, rotary_dim):
     run_both(m, {"x": f32(*x_shape), "pos": pos.astype(np.int64)})
 
 
-def _gqa_model(B, S, P, heads, kv_heads, head, rotary=False, packed=False, window=-1, interleaved=0, elem=TP.FLOAT):
+def _gqa_model(B, S, P, heads, kv_heads, head, total, rotary=False, packed=False, window=-1, interleaved=0, elem=TP.FLOAT):
+    """total_sequence_length is a constant here, as onnxruntime-genai's builder derives it from the
+    attention mask's shape: the present's length, max(P, total), depends on its value."""
     names = ["q", "" if packed else "k", "" if packed else "v", "pk" if P else "", "pv" if P else "", "seqlens", "total"]
     node = helper.make_node("GroupQueryAttention", names + (["cos", "sin"] if rotary else []), ["y", "present_k", "present_v"],
                             domain=MS, name="gqa", num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary),
@@ -316,10 +318,11 @@ def _gqa_model(B, S, P, heads, kv_heads, head, rotary=False, packed=False, windo
         inputs += [tinfo("k", elem, [B, S, kv_heads * head]), tinfo("v", elem, [B, S, kv_heads * head])]
     if P:
         inputs += [tinfo("pk", elem, [B, kv_heads, P, head]), tinfo("pv", elem, [B, kv_heads, P, head])]
-    inputs += [tinfo("seqlens", TP.INT32, [B]), tinfo("total", TP.INT32, [])]
+    inputs += [tinfo("seqlens", TP.INT32, [B])]
     if rotary:
         inputs += [tinfo("cos", elem, [64, head // 2]), tinfo("sin", elem, [64, head // 2])]
-    return ms_model([node], inputs, [tinfo("y", elem), tinfo("present_k", elem), tinfo("present_v", elem)]), inputs
+    outputs = [tinfo("y", elem), tinfo("present_k", elem), tinfo("present_v", elem)]
+    return ms_model([node], inputs, outputs, [init("total", np.array(total, np.int32))]), inputs
 
 
 @pytest.mark.parametrize("case", [
@@ -329,20 +332,21 @@ def _gqa_model(B, S, P, heads, kv_heads, head, rotary=False, packed=False, windo
     dict(B=2, S=3, P=0, rows=[2, 1], rotary=True),          # first prompt, right-padded
     dict(B=2, S=3, P=0, rows=[2, 2], rotary=True, packed=True),
     dict(B=1, S=4, P=4, rows=[7], window=3),
-    dict(B=2, S=1, P=4, rows=[4, 3], rotary=True, half=True)])
+    dict(B=2, S=1, P=4, rows=[4, 3], rotary=True, half=True),
+    dict(B=2, S=1, P=8, rows=[4, 2], rotary=True)])                # a past buffer longer than the total
 def test_group_query_attention(case):
     """onnxruntime-genai's decoder attention against onnxruntime's CPU kernel: 4 query heads on 2 key/value
     heads, the present caches included (onnxruntime's CPU kernel wants heads of a multiple of 16)."""
     case = dict(case)
     rows, half = case.pop("rows"), case.pop("half", False)
     dt = np.float16 if half else np.float32
-    m, inputs = _gqa_model(heads=4, kv_heads=2, head=16, elem=TP.FLOAT16 if half else TP.FLOAT, **case)
+    m, inputs = _gqa_model(heads=4, kv_heads=2, head=16, total=max(rows) + 1, elem=TP.FLOAT16 if half else TP.FLOAT, **case)
     feeds = {}
     for i in inputs:
         shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
         feeds[i.name] = rng.standard_normal(shape).astype(dt)
     angles = rng.random((64, 8)) * 3
-    feeds.update(seqlens=np.array(rows, np.int32), total=np.array(max(rows) + 1, np.int32))
+    feeds["seqlens"] = np.array(rows, np.int32)
     if case.get("rotary"):
         feeds.update(cos=np.cos(angles).astype(dt), sin=np.sin(angles).astype(dt))
     b = grapec.compile(m, targets=[])
@@ -358,7 +362,7 @@ def test_group_query_attention(case):
 
 def test_group_query_attention_refuses_what_it_does_not_take():
     from grapec.errors import UnsupportedError
-    m, _ = _gqa_model(B=1, S=1, P=2, heads=4, kv_heads=2, head=16)
+    m, _ = _gqa_model(B=1, S=1, P=2, heads=4, kv_heads=2, head=16, total=3)
     m.graph.node[0].attribute.append(helper.make_attribute("softcap", 30.0))
     with pytest.raises(UnsupportedError, match=r"node 'gqa' \(GroupQueryAttention, domain com.microsoft\): softcap"):
         grapec.compile(m, targets=[])

@@ -19,17 +19,18 @@ REAL = os.path.join(ROOT, "models", "real")
 LAYERS, KV_HEADS, HEAD, VOCAB = 2, 2, 16, 256
 
 
-def step_feeds(batch: int, new: int, past: int, lengths=None, seed: int = 0) -> dict:
+def step_feeds(batch: int, new: int, past: int, lengths=None, seed: int = 0, total=None, dtype=np.float32) -> dict:
     """Token ids for `new` positions after `past` cached ones; lengths: each row's valid tokens
-    (past + new where not given), the rest of its attention mask 0 (right padding)."""
+    (past + new where not given), the rest of its attention mask 0 (right padding). total: the mask's
+    length where the past buffer is longer than what it holds (onnxruntime-genai's shared buffer)."""
     rng = np.random.default_rng(seed)
-    mask = np.ones((batch, past + new), np.int64)
+    mask = np.ones((batch, total or past + new), np.int64)
     for row, n in enumerate(lengths or []):
         mask[row, n:] = 0
     feeds = {"input_ids": rng.integers(0, VOCAB, (batch, new)).astype(np.int64), "attention_mask": mask}
     for layer in range(LAYERS):
         for kv in ("key", "value"):
-            feeds[f"past_key_values.{layer}.{kv}"] = rng.standard_normal((batch, KV_HEADS, past, HEAD)).astype(np.float32)
+            feeds[f"past_key_values.{layer}.{kv}"] = rng.standard_normal((batch, KV_HEADS, past, HEAD)).astype(dtype)
     return feeds
 
 
@@ -52,6 +53,23 @@ def test_builder_decoder_steps_match_onnxruntime(precision, batch, new, past, le
         assert got[name].shape == want[name].shape, name
         assert rel_err(got[name], want[name]) < 1e-5, (name, rel_err(got[name], want[name]))
         np.testing.assert_allclose(got[name], want[name], atol=1e-4, rtol=1e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("name", ["cuda_fp16", "cuda_int4"])
+@pytest.mark.parametrize("batch, new, past, total, lengths", [(1, 5, 16, 5, None), (2, 1, 16, 7, [7, 4]), (2, 1, 6, 7, None)])
+def test_the_cuda_builds_share_one_buffer_for_past_and_present(name, batch, new, past, total, lengths):
+    """The builder's CUDA models (fp16), run as onnxruntime-genai runs them: the past a max-length buffer
+    (16) that the present keeps the length of, the mask as long as what it holds; and a past that grows."""
+    path = os.path.join(REAL, f"llama_genai_{name}.onnx")
+    feeds = step_feeds(batch, new, past, lengths, total=total, dtype=np.float16)
+    b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()}, targets=[], precision="fp16", strict=True)
+    got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
+    want = reference_outputs(path, feeds)
+    assert want["present.0.key"].shape[2] == max(past, total)
+    for name_ in ("logits", "present.0.key", "present.1.value"):
+        assert got[name_].shape == want[name_].shape, name_
+        # both in half: onnxruntime's CPU kernels round the attention and the norms at other points
+        assert rel_err(got[name_], want[name_]) < 2e-3, (name_, rel_err(got[name_], want[name_]))
 
 
 def test_int4_weights_stay_packed():

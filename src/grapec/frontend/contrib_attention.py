@@ -132,10 +132,10 @@ def group_query_attention(b, n):
     seqlens_k[b] + 1 tokens in all, so its new tokens sit at positions p = seqlens_k[b] + 1 - S + i
     (at p = i in the first prompt, total_sequence_length == S, whose rows are right-padded):
     rotated there (do_rotary: cos/sin caches [positions, rotary_dim / 2]), written into the present
-    cache [B, Nkv, P + S, H] after the row's past (past_key [B, Nkv, P, H]; what follows is zeros),
-    and each attends the present's keys 0..p (local_window_size w: p - w < key too).
-    The present is P + S long: total_sequence_length is taken to be that (the longest row's past
-    fills the past buffer), so a past buffer shared with the present, longer than the total, is not."""
+    cache [B, Nkv, max(P, total_sequence_length), H] after the row's past (past_key [B, Nkv, P, H];
+    what follows is zeros), and each attends the present's keys 0..p (local_window_size w: p - w < key
+    too). The present's length depends on total_sequence_length's value, which onnxruntime-genai's
+    builder derives from the attention mask's shape (so it is known at compile time)."""
     q, k, v, past_k, past_v, seqlens, total, cos, sin = (n.input(i) for i in range(9))
     if any(n.input(i) for i in range(9, 14)):
         raise Unsupported("position_ids, attention_bias and head_sink inputs are not supported")
@@ -166,7 +166,7 @@ def group_query_attention(b, n):
         return b.node("Transpose", [b.node("Reshape", [x, b.const([0, 0, count, -1])])], perm=[0, 2, 1, 3])
     qh, kh, vh = heads_first(q, heads), heads_first(k, kv_heads), heads_first(v, kv_heads)
     if past_k:
-        kh, vh = (_gqa_present(b, past, new, first) for past, new in ((past_k, kh), (past_v, vh)))
+        kh, vh = (_gqa_present(b, past, new, first, total) for past, new in ((past_k, kh), (past_v, vh)))
     write_as(b, kh, n.output(1))
     write_as(b, vh, n.output(2))
     group = heads // kv_heads
@@ -194,21 +194,25 @@ def group_query_attention(b, n):
     write_as(b, b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])]), n.output(0))
 
 
-def _gqa_present(b, past: str, new: str, first: str) -> str:
-    """[B, Nkv, P + S, H]: row b's past up to first[b], its S new tokens from there, zeros after."""
+def _gqa_present(b, past: str, new: str, first: str, total: str) -> str:
+    """[B, Nkv, max(P, total), H], as onnxruntime sizes the present: row b's past up to first[b], its S
+    new tokens from there, zeros after. A past buffer longer than the total (onnxruntime-genai's
+    shared past/present buffer, max_length long) keeps its length; otherwise it grows by S."""
     seq = b.dim(new, 2)
-    t = b.node("Range", [b.const(0), b.node("Add", [b.dim(past, 2), seq]), b.const(1)])                 # [T]
+    length = b.node("Max", [b.dim(past, 2), b.node("Cast", [total], to=TensorProto.INT64)])
+    t = b.node("Range", [b.const(0), length, b.const(1)])                                              # [T]
     rel = b.node("Sub", [b.unsqueeze(t, 0), b.unsqueeze(first, 1)])                                   # [B, T]
     in_past = b.node("Less", [rel, b.const(0)])
     in_new = b.node("And", [b.node("Not", [in_past]), b.node("Less", [rel, seq])])
     index = b.node("Clip", [rel, b.const(0), b.node("Sub", [seq, b.const(1)])])
-    shape = b.node("Concat", [b.span(b.node("Shape", [new]), 0, 2), b.unsqueeze(b.dim(t, 0), 0),
+    shape = b.node("Concat", [b.span(b.node("Shape", [new]), 0, 2), b.unsqueeze(length, 0),
                               b.span(b.node("Shape", [new]), 3, 4)], axis=0)
     index = b.node("Expand", [b.unsqueeze(b.unsqueeze(index, 1), 3), shape])                           # [B, Nkv, T, H]
     taken = b.node("GatherElements", [new, index], axis=2)
     zero = b.node("CastLike", [b.fconst(0.0), new])
-    # the past then S rows of zeros (a Concat, not a Pad: the first prompt's past may be empty)
+    # the past then S rows of zeros (a Concat, not a Pad: the first prompt's past may be empty), cut to T
     padded = b.node("Concat", [past, b.node("Expand", [zero, b.node("Shape", [new])])], axis=2)
+    padded = b.node("Slice", [padded, b.const([0]), b.unsqueeze(length, 0), b.const([2])])
     mask = lambda m: b.unsqueeze(b.unsqueeze(m, 1), 3)  # noqa: E731   [B, T] -> [B, 1, T, 1]
     return b.node("Where", [mask(in_past), padded, b.node("Where", [mask(in_new), taken, zero])])
 
