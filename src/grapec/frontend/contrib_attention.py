@@ -6,7 +6,7 @@ registers them with the other contrib rewrites.
 """
 from __future__ import annotations
 
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from .proto import Unsupported, write_as
 
@@ -144,6 +144,7 @@ def group_query_attention(b, n):
     if bool(past_k) != bool(past_v):
         raise Unsupported("past_key and past_value come together")
     heads, kv_heads = int(n.attr("num_heads")), int(n.attr("kv_num_heads"))
+    elem = n.elem(q, 0)   # the query's float type, where shape inference knows it
     if heads % kv_heads:
         raise Unsupported(f"num_heads {heads} is not a multiple of kv_num_heads {kv_heads}")
     if not k:   # packed: [Q K V] along the last axis
@@ -166,7 +167,8 @@ def group_query_attention(b, n):
         return b.node("Transpose", [b.node("Reshape", [x, b.const([0, 0, count, -1])])], perm=[0, 2, 1, 3])
     qh, kh, vh = heads_first(q, heads), heads_first(k, kv_heads), heads_first(v, kv_heads)
     if past_k:
-        kh, vh = (_gqa_present(b, past, new, first, total) for past, new in ((past_k, kh), (past_v, vh)))
+        kh, vh = (_gqa_present(b, past, new, first, total, _float_const(b, elem, new))
+                  for past, new in ((past_k, kh), (past_v, vh)))
     write_as(b, kh, n.output(1))
     write_as(b, vh, n.output(2))
     group = heads // kv_heads
@@ -176,11 +178,11 @@ def group_query_attention(b, n):
         wide = b.node("Concat", [b.span(shape, 0, 2), b.const([group]), b.span(shape, 2, 4)], axis=0)
         merged = b.node("Concat", [b.span(shape, 0, 1), b.const([heads, -1]), b.span(shape, 3, 4)], axis=0)
         return b.node("Reshape", [b.node("Expand", [b.unsqueeze(x, 2), wide]), merged])
+    like = _float_const(b, elem, qh)
     scale = n.attr("scale")
-    scale = b.fconst(float(scale)) if scale else b.node(
-        "Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])])
-    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [repeated(kh)], perm=[0, 1, 3, 2])]),
-                            b.node("CastLike", [scale, qh])])
+    scale = like(float(scale)) if scale else b.node("CastLike", [b.node(
+        "Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])]), qh])
+    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [repeated(kh)], perm=[0, 1, 3, 2])]), scale])
     keys = b.unsqueeze(b.unsqueeze(b.node("Range", [b.const(0), b.dim(kh, 2), b.const(1)]), 0), 0)   # [1, 1, T]
     at = b.unsqueeze(positions, 2)                                                                   # [B, S, 1]
     keep = b.node("And", [b.node("LessOrEqual", [keys, at]),                        # causal, and no key past
@@ -188,13 +190,22 @@ def group_query_attention(b, n):
     window = int(n.attr("local_window_size", -1))
     if window > 0:
         keep = b.node("And", [keep, b.node("Greater", [keys, b.node("Sub", [at, b.const(window)])])])
-    lowest = b.node("CastLike", [b.fconst(-65504.0), scores])   # finite: a row with no key left stays a number
+    lowest = like(-65504.0)   # finite: a row with no key left stays a number
     probs = b.node("Softmax", [b.node("Where", [b.unsqueeze(keep, 1), scores, lowest])], axis=-1)
     out = b.node("MatMul", [probs, repeated(vh)])
     write_as(b, b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])]), n.output(0))
 
 
-def _gqa_present(b, past: str, new: str, first: str, total: str) -> str:
+def _float_const(b, elem: int, ref: str):
+    """value -> a scalar constant of the float type `elem` (the node's, where shape inference gave
+    it: folded at compile time), else cast like `ref` at run time."""
+    if elem in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE):
+        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        return lambda value: b.const(value, dtype)
+    return lambda value: b.node("CastLike", [b.fconst(value), ref])
+
+
+def _gqa_present(b, past: str, new: str, first: str, total: str, like) -> str:
     """[B, Nkv, max(P, total), H], as onnxruntime sizes the present: row b's past up to first[b], its S
     new tokens from there, zeros after. A past buffer longer than the total (onnxruntime-genai's
     shared past/present buffer, max_length long) keeps its length; otherwise it grows by S."""
@@ -209,7 +220,7 @@ def _gqa_present(b, past: str, new: str, first: str, total: str) -> str:
                               b.span(b.node("Shape", [new]), 3, 4)], axis=0)
     index = b.node("Expand", [b.unsqueeze(b.unsqueeze(index, 1), 3), shape])                           # [B, Nkv, T, H]
     taken = b.node("GatherElements", [new, index], axis=2)
-    zero = b.node("CastLike", [b.fconst(0.0), new])
+    zero = like(0.0)
     # the past then S rows of zeros (a Concat, not a Pad: the first prompt's past may be empty), cut to T
     padded = b.node("Concat", [past, b.node("Expand", [zero, b.node("Shape", [new])])], axis=2)
     padded = b.node("Slice", [padded, b.const([0]), b.unsqueeze(length, 0), b.const([2])])
