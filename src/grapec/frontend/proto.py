@@ -52,13 +52,14 @@ class NodeBuilder:
 
     def node(self, op: str, inputs: list, hint: str = "", out: str | None = None, **attrs) -> str:
         out = out or self.name(hint or op.lower())
-        self.out.append(helper.make_node(op, inputs, [out], **attrs))
+        # named after its output, which carries the rewritten node's name: what reports show of it
+        self.out.append(helper.make_node(op, inputs, [out], name=out, **attrs))
         return out
 
     def multi(self, op: str, inputs: list, outs: list, **attrs) -> list:
         """A node with several outputs; an empty name in `outs` gets a fresh one."""
         outs = [o or self.name(f"{op.lower()}_out") for o in outs]
-        self.out.append(helper.make_node(op, inputs, outs, **attrs))
+        self.out.append(helper.make_node(op, inputs, outs, name=outs[0], **attrs))
         return outs
 
     def const(self, value, dtype=np.int64) -> str:

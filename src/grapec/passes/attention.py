@@ -38,6 +38,12 @@ def fuse_attention(g: Graph, notes: list | None = None) -> Graph:
             continue
         found = _pattern(node, producers, readers, pinned)
         if found is None:
+            unfused = _softmax_not_after_product(g, node, producers, readers, pinned)
+            if unfused is not None and notes is not None:
+                note = (f"attention at '{unfused}' stays GEMM + kernels + GEMM: the scores reach the softmax through "
+                        "a kernel of their own (a mask or scale the softmax kernel did not take in)")
+                if note not in notes:
+                    notes.append(note)
             continue
         fused = _attention(g, *found)
         if isinstance(fused, str):
@@ -77,6 +83,17 @@ def _pattern(pv: Node, producers, readers, pinned):
     if _softmax_score(soft.attrs["kernel"]) is None:
         return None
     return qk, soft, pv, slot
+
+
+def _softmax_not_after_product(g: Graph, pv: Node, producers, readers, pinned):
+    """The softmax's ONNX node name where pv multiplies a half softmax of scores that come from a
+    kernel, not straight from a product (what _pattern needs); else None."""
+    soft = _source(pv.inputs[0], producers, readers, pinned)
+    if soft is None or soft.op != "Kernel" or not isinstance(soft.attrs["kernel"], K.Kernel):
+        return None
+    if _softmax_score(soft.attrs["kernel"]) is None or g.lookup(pv.inputs[0]).dtype not in HALF_TYPES:
+        return None
+    return (soft.origin or [soft.name])[0]
 
 
 def _source(name: str, producers, readers, pinned):
