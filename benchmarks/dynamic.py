@@ -35,6 +35,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from soak import rss_bytes  # noqa: E402 - the host memory reading soak.py takes
 MIB = 2 ** 20
 
 
@@ -150,9 +152,9 @@ def _grapec_memory(bundle, ids, max_graphs, model_weights_mib, say) -> dict:
     probe = Device(0)
     free0, _ = probe.mem_info()
     sess = grapec.load(bundle, backend="cuda", max_graphs=max_graphs)
-    rss0, t0 = _rss_mib(), time.perf_counter()
+    rss0, t0 = rss_bytes() / MIB, time.perf_counter()
     sess.build_graphs()   # every length's graph, as a service would at load; all but max_graphs parked on the host
-    build_s, parked_mib = time.perf_counter() - t0, _rss_mib() - rss0
+    build_s, parked_mib = time.perf_counter() - t0, rss_bytes() / MIB - rss0
     t0 = time.perf_counter()
     for feeds in ids.values():
         sess.run(feeds)
@@ -197,11 +199,6 @@ def _replays(ranged, singles, model, samples, ids, iters, say) -> list:
     return rows
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-
-
 def _switch_cost(bundle, ids, samples, max_graphs) -> dict:
     """Time of a run to its outputs on the device: a length whose graph is kept; one run for the
     first time (its graph built, GEMMs tuned, then patched into the exec of the least recently run
@@ -220,7 +217,7 @@ def _switch_cost(bundle, ids, samples, max_graphs) -> dict:
     kept_ms, first_ms, again_ms = [], [], []
     cycle = sorted(set(samples + list(ids)[:: max(1, len(ids) // (3 * max_graphs))]))
     timed(cycle[0])
-    rss0 = _rss_mib()
+    rss0 = rss_bytes() / MIB
     for rep in range(3):
         for n in cycle:   # more lengths than graphs kept: each run switches
             (first_ms if rep == 0 else again_ms).append(timed(n))
@@ -228,7 +225,7 @@ def _switch_cost(bundle, ids, samples, max_graphs) -> dict:
     kept, first, again = statistics.median(kept_ms), statistics.median(first_ms), statistics.median(again_ms)
     out = {"kept_run_ms": kept, "switch_run_ms": again, "switch_ms": again - kept,
            "first_run_ms": first, "first_switch_ms": first - kept,
-           "parked": len(r._parked), "parked_host_mib": _rss_mib() - rss0,
+           "parked": len(r._parked), "parked_host_mib": rss_bytes() / MIB - rss0,
            "switches": dict(r.switches), "lengths_cycled": len(cycle)}
     r.close()
     return out

@@ -231,9 +231,8 @@ def _free_device_bytes(backend: str):
     """Free device memory (None on the CPU backend)."""
     if backend != "cuda":
         return None
-    from cuda.bindings import runtime
-    runtime.cudaFree(0)   # a context, so the reading counts the session's allocations only
-    return runtime.cudaMemGetInfo()[1]
+    from grapec.runtime.cuda.driver import Device
+    return Device(0).mem_info()[0]
 
 
 def module_vocab(module) -> int:

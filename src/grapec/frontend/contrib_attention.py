@@ -41,6 +41,16 @@ def _causal(b, q_len: str, total: str, filter_value: float) -> str:
     return _additive(b, b.node("LessOrEqual", [kj, qi]), filter_value)
 
 
+def _split_heads(b, x: str, heads: int) -> str:
+    """[B, S, heads*H] -> [B, heads, S, H]."""
+    return b.node("Transpose", [b.node("Reshape", [x, b.const([0, 0, heads, -1])])], perm=[0, 2, 1, 3])
+
+
+def _merge_heads(b, x: str) -> str:
+    """[B, N, S, H] -> [B, S, N*H]."""
+    return b.node("Reshape", [b.node("Transpose", [x], perm=[0, 2, 1, 3]), b.const([0, 0, -1])])
+
+
 def _heads_attention(b, n, q, k, v, heads, mask, mask_rank, bias, past_k, past_v, causal):
     """softmax(Q K^T * scale + masks) V over `heads` heads of 3-D Q, K, V ([B, S, N*H]); past_k and
     past_v [B, N, P, H] are prepended. -> (output [B, S, N*H'], present key, present value).
@@ -48,11 +58,7 @@ def _heads_attention(b, n, q, k, v, heads, mask, mask_rank, bias, past_k, past_v
     Written as exporters write attention (MatMul, scale, mask add, Softmax, MatMul, heads split and
     merged by Reshape/Transpose), so the fused attention pass (passes/attention.py) takes it."""
     filter_value = float(n.attr("mask_filter_value", -10000.0))
-    split = b.const([0, 0, heads, -1])
-
-    def heads_first(x: str) -> str:   # [B, S, N*H] -> [B, N, S, H]
-        return b.node("Transpose", [b.node("Reshape", [x, split])], perm=[0, 2, 1, 3])
-    qh, kh, vh = heads_first(q), heads_first(k), heads_first(v)
+    qh, kh, vh = (_split_heads(b, x, heads) for x in (q, k, v))
     if past_k:
         kh = b.node("Concat", [past_k, kh], axis=2)
         vh = b.node("Concat", [past_v, vh], axis=2)
@@ -70,8 +76,7 @@ def _heads_attention(b, n, q, k, v, heads, mask, mask_rank, bias, past_k, past_v
     if bias:
         scores = b.node("Add", [scores, bias])
     out = b.node("MatMul", [b.node("Softmax", [scores], axis=-1), vh])
-    merged = b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])])
-    return merged, kh, vh
+    return _merge_heads(b, out), kh, vh
 
 
 def attention(b, n):
@@ -162,10 +167,7 @@ def group_query_attention(b, n):
         inter = int(n.attr("rotary_interleaved", 0) or 0)
         q = b.node("RotaryEmbedding", [q, cos, sin, positions], num_heads=heads, interleaved=inter)
         k = b.node("RotaryEmbedding", [k, cos, sin, positions], num_heads=kv_heads, interleaved=inter)
-
-    def heads_first(x: str, count: int) -> str:   # [B, S, count*H] -> [B, count, S, H]
-        return b.node("Transpose", [b.node("Reshape", [x, b.const([0, 0, count, -1])])], perm=[0, 2, 1, 3])
-    qh, kh, vh = heads_first(q, heads), heads_first(k, kv_heads), heads_first(v, kv_heads)
+    qh, kh, vh = _split_heads(b, q, heads), _split_heads(b, k, kv_heads), _split_heads(b, v, kv_heads)
     if past_k:
         kh, vh = (_gqa_present(b, past, new, first, total, _float_const(b, elem, new))
                   for past, new in ((past_k, kh), (past_v, vh)))
@@ -193,7 +195,7 @@ def group_query_attention(b, n):
     lowest = like(-65504.0)   # finite: a row with no key left stays a number
     probs = b.node("Softmax", [b.node("Where", [b.unsqueeze(keep, 1), scores, lowest])], axis=-1)
     out = b.node("MatMul", [probs, repeated(vh)])
-    write_as(b, b.node("Reshape", [b.node("Transpose", [out], perm=[0, 2, 1, 3]), b.const([0, 0, -1])]), n.output(0))
+    write_as(b, _merge_heads(b, out), n.output(0))
 
 
 def _float_const(b, elem: int, ref: str):

@@ -71,27 +71,30 @@ def _plain(n: Node) -> bool:
 def _pattern(pv: Node, producers, readers, pinned):
     """-> (qk matmul, softmax kernel, pv matmul, the score's slot in the softmax kernel) when pv's
     first operand is a softmax of a product (either through reshapes), each read by the next alone."""
-    soft = _source(pv.inputs[0], producers, readers, pinned)
-    if soft is None or soft.op != "Kernel" or not isinstance(soft.attrs["kernel"], K.Kernel):
+    soft = _softmax_feeding(pv, producers, readers, pinned)
+    if soft is None:
         return None
     for slot, name in enumerate(soft.inputs):
         qk = _source(name, producers, readers, pinned)
         if qk is not None and _is_matmul(qk) and soft.inputs.count(name) == 1:
-            break
-    else:
+            return qk, soft, pv, slot
+    return None
+
+
+def _softmax_feeding(pv: Node, producers, readers, pinned):
+    """The kernel computing a softmax over the last axis that pv's first operand is (through reshapes,
+    read by pv alone), else None."""
+    soft = _source(pv.inputs[0], producers, readers, pinned)
+    if soft is None or soft.op != "Kernel" or not isinstance(soft.attrs["kernel"], K.Kernel):
         return None
-    if _softmax_score(soft.attrs["kernel"]) is None:
-        return None
-    return qk, soft, pv, slot
+    return soft if _softmax_score(soft.attrs["kernel"]) is not None else None
 
 
 def _softmax_not_after_product(g: Graph, pv: Node, producers, readers, pinned):
     """The softmax's ONNX node name where pv multiplies a half softmax of scores that come from a
     kernel, not straight from a product (what _pattern needs); else None."""
-    soft = _source(pv.inputs[0], producers, readers, pinned)
-    if soft is None or soft.op != "Kernel" or not isinstance(soft.attrs["kernel"], K.Kernel):
-        return None
-    if _softmax_score(soft.attrs["kernel"]) is None or g.lookup(pv.inputs[0]).dtype not in HALF_TYPES:
+    soft = _softmax_feeding(pv, producers, readers, pinned)
+    if soft is None or g.lookup(pv.inputs[0]).dtype not in HALF_TYPES:
         return None
     return (soft.origin or [soft.name])[0]
 
