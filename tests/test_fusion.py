@@ -115,3 +115,27 @@ def test_residual_add_after_matmul_becomes_its_c_operand():
     assert mm.inputs[2] and mm.attrs["beta"] == 1.0
     check(m, {"x": RNG.standard_normal((1, 6, 32)).astype(np.float32),
               "res": RNG.standard_normal((1, 6, 48)).astype(np.float32)})
+
+
+def test_a_sum_inlined_into_a_mask_over_its_own_variable_keeps_its_own_variable():
+    """guard_loads pushes a condition onto every load of an expression. When the condition holds a
+    sum over a row and the expression is that sum (a Concat part read at an index computed from it,
+    as onnxruntime-genai's decoders compute rotary positions from the attention mask), the inner sum
+    must not share the outer one's variable: it did, and the interpreter and CUDA read the inner one
+    at the outer's position (the generation loop's keys were rotated one position off)."""
+    from grapec.ir import kernel as K
+    from grapec.ir.kernel import Kernel
+    from grapec.ir.tensor import guard_loads
+    n, rows = 5, 4
+    r, i = K.ridx(n), K.idx(0)
+    count = K.reduce("sum", K.cast(K.binary("le", K.load(0, (r,), "int64"), K.load(1, (i,), "int64")), "int64"), (r,))
+    expr = guard_loads(count, K.binary("lt", count, K.const(4, "int64")))     # loads read only where count < 4
+    kernel = Kernel((rows,), "int64", expr, (((n,), "int64"), ((rows,), "int64")))
+    keys, at = np.arange(n), RNG.permutation(np.array([1, 2, 3, 0]))
+    counts = (keys[None, :] <= at[:, None]).sum(1)
+    # where a row's count is 4 or more, nothing is read: each load gives 0, and 0 <= 0 holds n times
+    want = np.where(counts < 4, counts, n)
+    assert (want == n).any() and (want < n).any()
+    np.testing.assert_array_equal(run_kernel(kernel, [keys, at]), want)
+    inner = [e for e in K.walk(expr) if e.op == "reduce" and e is not expr]
+    assert inner and all(not set(e.args[2]) & set(expr.args[2]) for e in inner)

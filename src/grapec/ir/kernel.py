@@ -228,7 +228,24 @@ def reduce(op: str, body: Expr, rvars: tuple) -> Expr:
     if not rvars:
         return body
     dtype = "int64" if op.startswith("arg") else body.dtype
-    return Expr("reduce", (op, body, tuple(rvars)), dtype)
+    return Expr("reduce", (op, _unshadowed(body, frozenset(rvars)), tuple(rvars)), dtype)
+
+
+def _unshadowed(body: Expr, bound: frozenset) -> Expr:
+    """body with every reduce inside it that binds one of `bound` given fresh variables instead.
+    The same reduce expression can be inlined into a loop over its own variable (a mask holding a
+    sum over a row, pushed onto the loads of that sum: guard_loads); the inner binding would then
+    shadow the outer one, which neither the interpreter nor the CUDA renderer scope, so each
+    reduction keeps variables of its own (renaming a binder and what it binds changes no value)."""
+    if not any(n.op == "reduce" and bound.intersection(n.args[2]) for n in walk(body)):
+        return body
+    memo: dict = {}
+    for node in walk(body):
+        new = with_children(node, [memo[c] for c in children(node)])
+        if node.op == "reduce" and bound.intersection(node.args[2]):
+            new = rebuild(new, ridx_map={r: ridx(r.args[1]) for r in node.args[2] if r in bound})
+        memo[node] = new
+    return memo[body]
 
 
 # --- constant evaluation (shares numpy semantics with the interpreter) ---------------------------
@@ -454,31 +471,39 @@ def free_vars(e: Expr, memo: dict | None = None) -> frozenset:
     return memo[e]
 
 
-def rebuild(e: Expr, index: tuple | None = None, load_fn=None) -> Expr:
-    """e with idx(a) replaced by index[a] and every load by load_fn(load) (children first), built
-    through the constructors, so constant index math simplifies again."""
+def rebuild(e: Expr, index: tuple | None = None, load_fn=None, ridx_map: dict | None = None) -> Expr:
+    """e with idx(a) replaced by index[a], every load by load_fn(load) and each reduction variable
+    in ridx_map by its image (children first), built through the constructors, so constant index
+    math simplifies again."""
     memo: dict = {}
     for node in walk(e):
-        op = node.op
-        if op == "idx":
+        if node.op == "idx":
             new = index[node.args[0]] if index is not None else node
-        elif op in ("const", "ridx"):
-            new = node
-        elif op == "load":
-            slot, ix, mask, other = node.args
-            new = load(slot, tuple(memo[i] for i in ix), node.dtype,
-                       memo[mask] if mask is not None else None, memo[other] if other is not None else None)
-            if new.op == "load" and load_fn is not None:
-                new = load_fn(new)
-        elif op == "reduce":
-            new = reduce(node.args[0], memo[node.args[1]], node.args[2])
-        elif op == "cast":
-            new = cast(memo[node.args[0]], node.dtype)
-        elif op == "where":
-            new = where(*(memo[a] for a in node.args))
-        elif op in UNARY:
-            new = unary(op, memo[node.args[0]])
+        elif node.op == "ridx":
+            new = ridx_map.get(node, node) if ridx_map else node
         else:
-            new = binary(op, *(memo[a] for a in node.args))
+            new = with_children(node, [memo[c] for c in children(node)])
+            if node.op == "load" and new.op == "load" and load_fn is not None:
+                new = load_fn(new)
         memo[node] = new
     return memo[e]
+
+
+def with_children(node: Expr, kids: list) -> Expr:
+    """node rebuilt over new children (in children()'s order) through the constructors."""
+    op = node.op
+    if op in ("const", "idx", "ridx"):
+        return node
+    if op == "load":
+        slot, ix, mask, other = node.args
+        n = len(ix)
+        return load(slot, tuple(kids[:n]), node.dtype, *(kids[n:n + 2] if mask is not None else (None, None)))
+    if op == "reduce":
+        return reduce(node.args[0], kids[0], tuple(kids[1:]))
+    if op == "cast":
+        return cast(kids[0], node.dtype)
+    if op == "where":
+        return where(*kids)
+    if op in UNARY:
+        return unary(op, kids[0])
+    return binary(op, *kids)

@@ -286,5 +286,5 @@ def _rebuild(node, memo, f):
                               memo[other] if other is not None else None), node.dtype)
         return f(new)
     if op == "reduce":
-        return K.Expr("reduce", (node.args[0], memo[node.args[1]], tuple(memo[r] for r in node.args[2])), node.dtype)
+        return K.reduce(node.args[0], memo[node.args[1]], tuple(memo[r] for r in node.args[2]))
     return K.Expr(op, tuple(memo[a] for a in node.args), node.dtype)
