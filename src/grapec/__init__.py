@@ -4,6 +4,10 @@
     bundle.write("model.grape")
     session = grapec.load("model.grape", backend="cpu")      # or "cuda"
     outputs = session.run({"input_ids": ids})                  # name -> numpy array
+
+    # a decoder (input_ids, attention_mask, past_key_values.*): its whole generation, one launch
+    bundle = grapec.compile("decoder.onnx", dims={"batch": 1, "prompt": 64}, generate=128)
+    grapec.generate(grapec.load(bundle), [[1, 15, 8]], eos_token_id=2).tokens
 """
 __version__ = "0.1.0"
 
@@ -25,3 +29,11 @@ def load(bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None =
     from .runtime.session import Session
     return Session.load(bundle, backend=backend, device=device, max_graphs=max_graphs, graph_memory=graph_memory,
                         concurrency=concurrency)
+
+
+def generate(session, prompts, max_new_tokens=None, eos_token_id=-1):
+    """Greedy generation with a bundle compiled from a decoder with --generate N (one launch for the
+    whole loop): prompts (lists of token ids) in, a Generation whose .tokens holds each row's new ids.
+    See grapec.runtime.generation."""
+    from .runtime.generation import generate as run_generation
+    return run_generation(session, prompts, max_new_tokens, eos_token_id)

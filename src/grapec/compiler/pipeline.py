@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import __version__
 from ..bundle.format import Bundle
-from ..errors import GrapecError, ShapeError, UnsupportedError, gpu_package
+from ..errors import GrapecError, ModelError, ShapeError, UnsupportedError, gpu_package
 from .fanout import map_buckets
 from ..frontend.contrib import contrib_as_onnx
 from ..frontend.onnx_import import import_model, load_model, opset_of
@@ -264,7 +264,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
                   conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False,
-                  attention: str = "auto") -> Bundle:
+                  attention: str = "auto", generate: int | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -312,6 +312,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              whichever the cost model prices lower for its shape), "kernel" or "cudnn" (passes/sdpa.py).
     half_outputs: with fp16/bf16, the float32 outputs are given in the half type (no widening kernel at
              the end, half the bytes to copy back); the inputs stay float32.
+    generate: compile a decoder's whole greedy generation instead of one call: its prompt pass, then a
+             Loop of up to `generate` decode steps into a KV cache allocated once, as one launch
+             (frontend/generation.py gives the inputs and outputs). The decoder takes input_ids,
+             attention_mask and past_key_values.N.key/.value and gives logits and present.N.*
+             (onnxruntime-genai's builder, optimum); `dims` gives any named dim of its KV cache.
     grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
              a grid-wide barrier between its stages, where the cost model says it saves node gaps; on
              sm_90 it never does, passes/grid_stitch.py says why), "on" (every run that can be) or "off".
@@ -333,7 +338,13 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise GrapecError(f"--grid-stitch {grid_stitch}: expected one of {', '.join(STITCH_MODES)}")
     from ..cost.device import load_profile
     profile = load_profile(device_profile)
-    proto, contrib_problems = contrib_as_onnx(load_model(model))   # onnxruntime's com.microsoft ops
+    proto = load_model(model)
+    if generate is not None:
+        proto, used = _generation_model(proto, generate, dims or {}, where)
+        dims = {k: v for k, v in (dims or {}).items() if k not in used}   # they sized the cache
+        say(f"the decoder runs inside a generation loop: its prompt, then up to {generate} greedy decode steps "
+            f"into a KV cache of prompt + {generate} positions, as one launch")
+    proto, contrib_problems = contrib_as_onnx(proto)   # onnxruntime's com.microsoft ops
     graph = import_model(proto, where, contrib_problems)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
     fixed = resolve_input_values(graph, values)
@@ -392,7 +403,13 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
                         shared_weights=len(bucket_shapes) > 1, conv=conv, attention=attention, grid_stitch=grid_stitch,
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]))
-    results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
+    try:
+        results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
+    except UnsupportedError as e:
+        if generate is None:
+            raise
+        from ..frontend.generation import growing_cache
+        raise UnsupportedError([growing_cache(p) or p for p in e.problems]) from None
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     relocate_weights(plans, weights.share_prefixes())
     if len(plans) > 1:
@@ -445,6 +462,15 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     for n in notes:
         say(f"note: {n}")
     return Bundle(manifest, weights.blob(), kernels.kernels, plans, gpu_sections)
+
+
+def _generation_model(proto, generate: int, dims: dict, where: str):
+    from ..frontend.generation import generation_model
+    from ..frontend.proto import Unsupported
+    try:
+        return generation_model(proto, generate, dims, os.path.basename(where))
+    except Unsupported as e:
+        raise ModelError(str(e)) from None
 
 
 def _gpu_code(kernels, plans, targets, notes, say):

@@ -79,7 +79,7 @@ def main():
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
-             grid_stitch="auto", half_outputs=False, attention="auto"):
+             grid_stitch="auto", half_outputs=False, attention="auto", generate=None):
     from ..compiler import compile_model
     from ..frontend.shapes import parse_dims, parse_ranges
     from ..bundle.inputs import load_calibration_inputs
@@ -93,7 +93,8 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          precision_tolerance=precision_tolerance, fusion=fusion, device_profile=device_profile,
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
-                         conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs, attention=attention)
+                         conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs, attention=attention,
+                         generate=generate)
 
 
 @main.command()
@@ -124,13 +125,18 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
 @click.option("--half-outputs", is_flag=True, help="With --precision fp16/bf16: give the model's float32 outputs in "
               "that half type (as onnxruntime's float16 converter without keep_io_types, or a TensorRT engine with half "
               "output formats): no widening kernel at the end and half the bytes to copy back. Inputs stay float32.")
+@click.option("--generate", type=click.IntRange(min=1), default=None, metavar="N",
+              help="MODEL is a decoder (input_ids, attention_mask, past_key_values.*): compile its whole greedy "
+                   "generation, the prompt then up to N new tokens, as one launch. Inputs prompt_ids [batch, prompt], "
+                   "prompt_lengths, max_new_tokens, eos_token_id; set batch and prompt with --dim (run it with "
+                   "`grapec generate`).")
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
             precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, attention, grid_stitch,
-            half_outputs, device_profile, serial, max_branches, force, quiet):
+            half_outputs, generate, device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
@@ -153,7 +159,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
                       branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs,
-                      attention)
+                      attention, generate)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -514,6 +520,47 @@ def _print_steps(steps: list, replay_ms: float, top: int):
 def _parse(shapes, dims, values=()):
     from ..frontend.shapes import parse_dims, parse_shapes, parse_values
     return parse_shapes(list(shapes)), parse_dims(list(dims)), parse_values(values)
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--prompt-ids", "prompts", multiple=True, required=True, metavar="'ID ID ..'",
+              help="A prompt's token ids (repeat for a batch; rows may differ in length).")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Tokens to generate per row [default: the bundle's --generate N; 32 for an .onnx].")
+@click.option("--eos-token-id", type=int, default=-1, show_default=True, help="A row stops after this id (-1: never).")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="auto: the GPU when there is one, else the CPU backend (it says which).")
+@click.option("--device", default=0, show_default=True, type=click.IntRange(min=0), help="GPU ordinal.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=N,..",
+              help="For an .onnx MODEL: a named dim of its KV cache (e.g. kv_cache_dim=64) or the bucket (batch, prompt).")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000),
+              help="Generate this many times and report the fastest (the first run builds the GPU graph).")
+@click.option("--json", "as_json", is_flag=True, help="Print the tokens and timings as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
+def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims, repeat, as_json, quiet):
+    """Greedy generation from token-id prompts with MODEL: a bundle compiled with --generate, or a decoder
+    .onnx (onnxruntime-genai's builder, optimum), compiled here for these prompts.
+
+    
+    The whole loop (prompt, then a decode step per token into a KV cache allocated once, until
+    --max-new-tokens or every row's --eos-token-id) runs as one launch: on the GPU, one CUDA graph
+    whose conditional WHILE node steps through the tokens.
+      grapec compile decoder.onnx --generate 128 --dim batch=1 --dim prompt=64 -o llama.grape
+      grapec generate llama.grape --prompt-ids '1 15 8 99' --eos-token-id 2
+    """
+    from ..frontend.shapes import parse_dims
+    from ..runtime.devices import resolve_backend
+    from .generate import echo_result, load_generator, parse_prompt, run_generate
+    say = None if quiet or as_json else (lambda m: click.echo(f"[grapec] {m}", err=True))
+    backend, why = resolve_backend(backend, device)
+    if say:
+        say(f"running on the {why}")
+    rows = [parse_prompt(p) for p in prompts]
+    sess, how = load_generator(model, rows, max_new_tokens, backend, device, parse_dims(list(dims)), say)
+    if say:
+        say(f"{os.path.basename(model)}: {how}")
+    echo_result(run_generate(sess, rows, max_new_tokens, eos_token_id, repeat), as_json)
 
 
 @main.command("export-triton")

@@ -1,0 +1,254 @@
+"""A decoder's whole generation as one ONNX model: the prompt's pass, then a Loop of decode steps
+that feeds each step's token back, until max_new_tokens or every row's end-of-sequence token.
+
+A decoder as onnxruntime-genai's model builder (or torch.onnx/optimum) writes it takes token ids,
+an attention mask and one past key and value per layer, and gives logits and the presents. Its
+caller runs the loop on the host, a session call per token. Here the loop is part of the model, so
+grapec compiles it to one CUDA graph whose conditional WHILE node runs every step on the device.
+
+The KV cache is one buffer per past input, [batch, kv_heads, prompt + N, head_dim], allocated once:
+the decoder is called as onnxruntime-genai calls its CUDA builds, with a past as long as the whole
+generation and an attention mask whose ones say how much of it is filled. The decoder must then
+give a present as long as its past (GroupQueryAttention does: onnxruntime's shared past/present
+buffer); a decoder whose present grows by concatenation is refused by name.
+
+    inputs : prompt_ids      int64 [batch, prompt]  each row's prompt, right-padded (any id past its length)
+             prompt_lengths  int64 [batch]          each row's prompt length, 1..prompt
+             max_new_tokens  int64 []               tokens to generate, clipped to 1..N
+             eos_token_id    int64 []               a row stops after emitting it; -1: never
+    outputs: generated       int64 [batch, N]       each row's new ids, then -1
+             num_generated   int64 [batch]          how many ids each row generated (its eos included)
+
+Decoding is greedy: the first largest logit. The prompt's pass writes its keys and values at
+positions 0..prompt-1 of each row (a right-padded row's padding too: those positions are masked
+out and overwritten as the row grows), and step i feeds row b's token i at position
+prompt_lengths[b] + i.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import onnx
+from onnx import TensorProto, helper
+
+from .proto import NodeBuilder, Unsupported, subgraphs
+
+INPUTS = ("prompt_ids", "prompt_lengths", "max_new_tokens", "eos_token_id")
+OUTPUTS = ("generated", "num_generated")
+_PAST = re.compile(r"^past(_key_values)?[._]")
+
+
+@dataclass
+class KVInput:
+    """One past input of the decoder and the present output that continues it."""
+    past: str
+    present: str
+    elem_type: int
+    heads: int | str      # its dim 1: a number, or a dim name the caller gives a value
+    head_dim: int | str   # its dim 3
+
+
+@dataclass
+class Decoder:
+    """What the generation loop feeds and reads of a decoder."""
+    input_ids: str
+    attention_mask: str
+    position_ids: str | None
+    kv: list
+    logits: str
+
+
+def _dims(v: onnx.ValueInfoProto) -> list:
+    return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+
+
+def find_decoder(graph: onnx.GraphProto, where: str) -> Decoder:
+    """The decoder's inputs and outputs by their usual names (onnxruntime-genai's builder and
+    optimum use the same ones); Unsupported naming what is missing or unknown."""
+    inputs = {v.name: v for v in graph.input if v.name not in {t.name for t in graph.initializer}}
+    outputs = [o.name for o in graph.output]
+    missing = [n for n in ("input_ids", "attention_mask") if n not in inputs]
+    if missing:
+        raise Unsupported(f"{where}: --generate needs a decoder with inputs input_ids and attention_mask; "
+                          f"it has no {' or '.join(missing)} (inputs: {', '.join(inputs)})")
+    kv = []
+    for name, v in inputs.items():
+        if not _PAST.match(name):
+            continue
+        present = _PAST.sub("present.", name)
+        if present not in outputs:
+            raise Unsupported(f"{where}: past input '{name}' has no present output '{present}' to continue it "
+                              f"(outputs: {', '.join(outputs)})")
+        dims = _dims(v)
+        if len(dims) != 4:
+            raise Unsupported(f"{where}: past input '{name}' has rank {len(dims)}; expected [batch, kv_heads, "
+                              "past_sequence_length, head_dim]")
+        kv.append(KVInput(name, present, v.type.tensor_type.elem_type, dims[1], dims[3]))
+    if not kv:
+        raise Unsupported(f"{where}: --generate needs a decoder with past key/value inputs (past_key_values.N.key "
+                          f"and .value); it has none (inputs: {', '.join(inputs)})")
+    fed = {"input_ids", "attention_mask", "position_ids"} | {k.past for k in kv}
+    extra = [n for n in inputs if n not in fed]
+    if extra:
+        raise Unsupported(f"{where}: --generate does not know how to feed input(s) {', '.join(extra)}")
+    logits = "logits" if "logits" in outputs else outputs[0]
+    return Decoder("input_ids", "attention_mask", "position_ids" if "position_ids" in inputs else None, kv, logits)
+
+
+def _renamed_nodes(graph: onnx.GraphProto, prefix: str, keep: set, feeds: dict) -> list:
+    """The decoder's nodes with every value they define named prefix + name, its inputs read from
+    `feeds` (decoder input -> value), and its initializers (in `keep`) read as they are."""
+    for n in graph.node:
+        if any(True for _ in subgraphs(n)):
+            raise Unsupported(f"node '{n.name}' ({n.op_type}): a decoder with If/Loop inside cannot be wrapped "
+                              "for --generate yet")
+
+    def name(x: str) -> str:
+        if not x or x in keep:
+            return x
+        return feeds.get(x, prefix + x)
+    nodes = []
+    for n in graph.node:
+        m = onnx.NodeProto()
+        m.CopyFrom(n)
+        m.name = prefix + (n.name or n.output[0])
+        m.input[:] = [name(x) for x in n.input]
+        m.output[:] = [name(x) for x in n.output]
+        nodes.append(m)
+    return nodes
+
+
+def _dim_value(d, dims: dict, what: str) -> int:
+    if isinstance(d, int) and d > 0:
+        return d
+    if d in dims:
+        return int(dims[d])
+    raise Unsupported(f"the KV cache's {what} is the named dim '{d}': give it with --dim {d}=N")
+
+
+def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | None = None,
+                     where: str = "model") -> tuple:
+    """-> (the decoder `model` wrapped in its generation loop (see the module docstring), the names in
+    `dims` it used). N = max_new_tokens, the cache's room past the prompt. dims: values of the
+    decoder's named dims that size its KV cache (kv_cache_dim)."""
+    if max_new_tokens < 1:
+        raise Unsupported(f"--generate {max_new_tokens}: the number of new tokens must be at least 1")
+    dims = dims or {}
+    g = model.graph
+    dec = find_decoder(g, where)
+    opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] + [13])
+    keep = {t.name for t in g.initializer}
+    b = NodeBuilder("gen", opset)
+    n_new = max_new_tokens
+    shapes = [(_dim_value(k.heads, dims, f"heads of '{k.past}'"), _dim_value(k.head_dim, dims, f"head size of '{k.past}'"))
+              for k in dec.kv]
+
+    # the prompt's pass: an empty cache as long as the whole generation, the prompt at 0..P-1
+    batch, prompt = b.dim("prompt_ids", 0), b.dim("prompt_ids", 1)
+    room = b.node("Add", [prompt, b.const(n_new)], "cache_length")
+    lengths = b.node("Clip", ["prompt_lengths", b.const(1), prompt], "lengths")   # a row holds 1..P tokens
+    filled = b.node("Cast", [b.node("Less", [b.unsqueeze(b.node("Range", [b.const(0), prompt, b.const(1)]), 0),
+                                              b.unsqueeze(lengths, 1)])], to=TensorProto.INT64)      # [B, P]
+    feeds = {dec.input_ids: "prompt_ids", dec.attention_mask: filled}
+    if dec.position_ids:
+        feeds[dec.position_ids] = b.node("Expand", [b.unsqueeze(b.node("Range", [b.const(0), prompt, b.const(1)]), 0),
+                                                     b.node("Concat", [b.unsqueeze(batch, 0), b.unsqueeze(prompt, 0)], axis=0)])
+    for k, (heads, head_dim) in zip(dec.kv, shapes):
+        shape = b.node("Concat", [b.unsqueeze(batch, 0), b.const([heads]), b.unsqueeze(room, 0), b.const([head_dim])], axis=0)
+        zero = helper.make_tensor("zero", k.elem_type, [1], [0])
+        feeds[k.past] = b.node("ConstantOfShape", [shape], "empty_cache", value=zero)
+    before = len(b.out)
+    prefill = _renamed_nodes(g, "prompt/", keep, feeds)
+    scores = b.node("ArgMax", ["prompt/" + dec.logits], axis=2, keepdims=0)                        # [B, P]
+    last = b.unsqueeze(b.node("Sub", [lengths, b.const(1)]), 1)                                     # [B, 1]
+    first = b.node("GatherElements", [scores, last], axis=1)                                        # [B, 1]
+    done = b.node("Equal", [b.node("Squeeze", [first, b.const([1])]), "eos_token_id"])              # [B]
+    column = b.unsqueeze(b.node("Range", [b.const(0), b.const(n_new), b.const(1)]), 0)              # [1, N]
+    nothing = b.node("Expand", [b.const(-1), b.node("Concat", [b.unsqueeze(batch, 0), b.const([n_new])], axis=0)])
+    generated = b.node("Where", [b.node("Equal", [column, b.const(0)]), first, nothing])            # [B, N]
+    count = b.node("Expand", [b.const(1), b.unsqueeze(batch, 0)])                                   # [B]
+    steps = b.node("Sub", [b.node("Clip", ["max_new_tokens", b.const(1), b.const(n_new)]), b.const(1)])
+    body = _step_body(g, dec, keep, n_new, opset, room, column, lengths)
+    caches = [f"cache/{k.past}" for k in dec.kv]
+    b.out.append(helper.make_node("Loop", [steps, _not_all(b, done), first, done, generated, count]
+                                  + ["prompt/" + k.present for k in dec.kv],
+                                  ["last_token", "all_done", "generated", "num_generated"] + caches,
+                                  name="generation", body=body))
+    graph = helper.make_graph(
+        b.out[:before] + prefill + b.out[before:], f"{g.name or 'decoder'}_generate",
+        [helper.make_tensor_value_info("prompt_ids", TensorProto.INT64, ["batch", "prompt"]),
+         helper.make_tensor_value_info("prompt_lengths", TensorProto.INT64, ["batch"]),
+         helper.make_tensor_value_info("max_new_tokens", TensorProto.INT64, []),
+         helper.make_tensor_value_info("eos_token_id", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("generated", TensorProto.INT64, ["batch", n_new]),
+         helper.make_tensor_value_info("num_generated", TensorProto.INT64, ["batch"])],
+        initializer=list(g.initializer))
+    out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    out.metadata_props.extend(model.metadata_props)
+    vocab = _dims(next(o for o in g.output if o.name == dec.logits))[-1:]
+    ranges = [("grapec.input_range.prompt_lengths", "1:")]
+    if vocab and isinstance(vocab[0], int) and vocab[0] > 0:   # the ids index the embedding: the logits' width
+        ranges.append(("grapec.input_range.prompt_ids", f"0:{vocab[0] - 1}"))
+    for key, value in [("grapec.generate.max_new_tokens", str(n_new)), ("grapec.generate.decoder", where)] + ranges:
+        out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
+    used = {d for k in dec.kv for d in (k.heads, k.head_dim) if isinstance(d, str)}
+    return out, used
+
+
+def growing_cache(problem: str) -> str | None:
+    """A compile problem said in the decoder's terms where it is a KV cache that does not keep its
+    length across the loop's steps (a present made by concatenation); else None."""
+    m = re.search(r"loop-carried value \d+ \('past/([^']+)'\) changes from (.+?) to (.+?) across", problem)
+    if not m:
+        return None
+    past, before, after = m.groups()
+    return (f"--generate: the decoder's '{_PAST.sub('present.', past)}' is longer than its '{past}' ({before} -> "
+            f"{after}): its cache grows by concatenation. The generation loop keeps one cache buffer, prompt + N "
+            "long, so it needs a decoder whose present is as long as its past, as GroupQueryAttention's is "
+            "(onnxruntime-genai's model builder)")
+
+
+def _not_all(b: NodeBuilder, done: str) -> str:
+    """Not every row done: the loop's condition."""
+    least = b.node("ReduceMin", [b.node("Cast", [done], to=TensorProto.INT64)], keepdims=0)
+    return b.node("Not", [b.node("Cast", [least], to=TensorProto.BOOL)])
+
+
+def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: int, room: str, column: str,
+               lengths: str):
+    """The Loop body: one decode step of every row, its token written into `generated`."""
+    b = NodeBuilder("step", opset)
+    at = b.node("Add", [lengths, "in/iteration"], "position")                                  # [B]
+    keys = b.unsqueeze(b.node("Range", [b.const(0), room, b.const(1)]), 0)                          # [1, L]
+    mask = b.node("Cast", [b.node("LessOrEqual", [keys, b.unsqueeze(at, 1)])], to=TensorProto.INT64)   # [B, L]
+    feeds = {dec.input_ids: "in/token", dec.attention_mask: mask}
+    if dec.position_ids:
+        feeds[dec.position_ids] = b.unsqueeze(at, 1)
+    feeds.update({k.past: f"past/{k.past}" for k in dec.kv})
+    before = len(b.out)
+    decoder = _renamed_nodes(g, "step/", keep, feeds)
+    token = b.node("ArgMax", ["step/" + dec.logits], axis=2, keepdims=0)                           # [B, 1]
+    flat = b.node("Squeeze", [token, b.const([1])])
+    written = b.node("Where", ["in/done", b.const(-1), flat])
+    here = b.node("Equal", [column, b.node("Add", ["in/iteration", b.const(1)])])                       # [1, N]
+    generated = b.node("Where", [here, b.unsqueeze(written, 1), "in/generated"])
+    count = b.node("Add", ["in/count", b.node("Cast", [b.node("Not", ["in/done"])], to=TensorProto.INT64)])
+    done = b.node("Or", ["in/done", b.node("Equal", [flat, "eos_token_id"])])
+    go = _not_all(b, done)
+    kv_type = {k.past: k.elem_type for k in dec.kv}
+    return helper.make_graph(
+        b.out[:before] + decoder + b.out[before:], "generation_step",
+        [helper.make_tensor_value_info("in/iteration", TensorProto.INT64, []),
+         helper.make_tensor_value_info("in/cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("in/token", TensorProto.INT64, None),
+         helper.make_tensor_value_info("in/done", TensorProto.BOOL, None),
+         helper.make_tensor_value_info("in/generated", TensorProto.INT64, None),
+         helper.make_tensor_value_info("in/count", TensorProto.INT64, None)]
+        + [helper.make_tensor_value_info(f"past/{k.past}", kv_type[k.past], None) for k in dec.kv],
+        [helper.make_tensor_value_info(go, TensorProto.BOOL, []),
+         helper.make_tensor_value_info(token, TensorProto.INT64, None),
+         helper.make_tensor_value_info(done, TensorProto.BOOL, None),
+         helper.make_tensor_value_info(generated, TensorProto.INT64, None),
+         helper.make_tensor_value_info(count, TensorProto.INT64, None)]
+        + [helper.make_tensor_value_info("step/" + k.present, kv_type[k.past], None) for k in dec.kv])

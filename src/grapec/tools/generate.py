@@ -1,0 +1,74 @@
+"""`grapec generate`: greedy generation from token-id prompts, with a bundle compiled with --generate or
+a decoder .onnx compiled on the spot for these prompts."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import click
+
+from ..errors import GrapecError, InputError
+
+
+def parse_prompt(text: str) -> list:
+    """'1 15 8' or '1,15,8' -> [1, 15, 8]."""
+    parts = text.replace(",", " ").split()
+    try:
+        ids = [int(p) for p in parts]
+    except ValueError:
+        raise InputError(f"--prompt-ids {text!r}: expected token ids as integers, e.g. --prompt-ids '1 15 8'") from None
+    if not ids:
+        raise InputError("--prompt-ids: a prompt needs at least one token id")
+    if min(ids) < 0:
+        raise InputError(f"--prompt-ids {text!r}: token ids are not negative")
+    return ids
+
+
+def load_generator(model: str, prompts: list, max_new_tokens: int | None, backend: str, device: int, dims: dict,
+                   say) -> tuple:
+    """-> (session, how): a bundle as it is, or a decoder .onnx compiled for these prompts (batch = their
+    number, prompt = the longest, N = max_new_tokens)."""
+    import grapec
+    from ..bundle.format import MAGIC
+    if not os.path.isfile(model):
+        raise GrapecError(f"{model}: no such file")
+    with open(model, "rb") as f:
+        is_bundle = f.read(8) == MAGIC
+    if is_bundle:
+        if dims:
+            raise InputError("--dim applies when MODEL is a decoder .onnx; a bundle's shapes were fixed when it was compiled")
+        return grapec.load(model, backend=backend, device=device), "bundle"
+    n = max_new_tokens or 32
+    at = {"batch": len(prompts), "prompt": max(len(p) for p in prompts), **dims}
+    t0 = time.perf_counter()
+    bundle = grapec.compile(model, dims=at, generate=n, progress=say, targets=[] if backend == "cpu" else "auto")
+    how = f"compiled for batch {at['batch']}, prompt {at['prompt']}, {n} new tokens in {time.perf_counter() - t0:.1f}s"
+    return grapec.load(bundle, backend=backend, device=device), how
+
+
+def run_generate(session, prompts: list, max_new_tokens: int | None, eos_token_id: int, repeat: int) -> dict:
+    """Generate `repeat` times (the first run builds the GPU graph); -> the result and the timings."""
+    from ..runtime.generation import generate
+    times, result = [], None
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        result = generate(session, prompts, max_new_tokens, eos_token_id)
+        times.append(time.perf_counter() - t0)
+    new = sum(len(t) for t in result.tokens)
+    best = min(times)
+    return {"tokens": result.tokens, "bucket": {k: list(v) for k, v in result.bucket.items()},
+            "max_new_tokens": result.max_new_tokens, "new_tokens": new, "ms": [round(t * 1e3, 3) for t in times],
+            "ms_per_step": round(best * 1e3 / max(1, max(len(t) for t in result.tokens)), 4)}
+
+
+def echo_result(report: dict, as_json: bool):
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    for i, ids in enumerate(report["tokens"]):
+        click.echo(f"row {i}: {' '.join(map(str, ids))}")
+    ms = report["ms"]
+    click.echo(f"{report['new_tokens']} new tokens in {min(ms):.2f} ms (one launch; {report['ms_per_step']:.3f} ms per "
+               f"step), at bucket {'x'.join(map(str, report['bucket']['prompt_ids']))}"
+               + (f"; first call {ms[0]:.2f} ms" if len(ms) > 1 else ""))

@@ -1,0 +1,195 @@
+"""A decoder's whole greedy generation compiled as one launch (`--generate N`, frontend/generation.py):
+onnxruntime-genai's builder decoders (models/real/llama_genai_*.onnx) wrapped in a Loop over a KV cache
+allocated once, against onnxruntime running the same decoder token by token with a growing past, as
+onnxruntime-genai runs its CPU builds. Each bundle is written and loaded again.
+
+The builder's models carry HF's initial weights (std 0.02), under which a tiny model only repeats its
+last token, whatever a step computes. The tests scale the projections up (lively), so the tokens
+depend on every position the attention reads."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.runtime.devices import gpu_count
+from grapec.tools.check import _float_accuracy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REAL = os.path.join(ROOT, "models", "real")
+LAYERS, KV_HEADS, HEAD, VOCAB = 2, 2, 16, 256
+
+
+def lively(name: str, path: str, factor: float = 10.0) -> str:
+    """models/real/llama_genai_{name}.onnx with its projections (float weights, or int4 scales)
+    multiplied by `factor`, written to `path`."""
+    m = onnx.load(os.path.join(REAL, f"llama_genai_{name}.onnx"))
+    for t in m.graph.initializer:
+        if "proj" in t.name and (t.name.endswith("weight") or t.name.endswith("scales")):
+            a = numpy_helper.to_array(t)
+            t.CopyFrom(numpy_helper.from_array((a * factor).astype(a.dtype), t.name))
+    onnx.save(m, path)
+    return path
+
+
+def reference_greedy(path: str, prompts: list, n: int, eos: int = -1) -> list:
+    """Each prompt alone through onnxruntime's CPU kernels, a past growing by one per token."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    with _float_accuracy(path) as source:
+        sess = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    kv_type = np.float16 if sess.get_inputs()[2].type == "tensor(float16)" else np.float32
+    out = []
+    for p in prompts:
+        past = {f"past_key_values.{l}.{kv}": np.zeros((1, KV_HEADS, 0, HEAD), kv_type)
+                for l in range(LAYERS) for kv in ("key", "value")}
+        ids, toks = np.array([p], np.int64), []
+        while len(toks) < n:
+            total = past["past_key_values.0.key"].shape[2] + ids.shape[1]
+            got = dict(zip(names, sess.run(None, {"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **past})))
+            toks.append(int(got["logits"][0, -1].argmax()))
+            if toks[-1] == eos:
+                break
+            past = {k: got[k.replace("past_key_values", "present")] for k in past}
+            ids = np.array([[toks[-1]]], np.int64)
+        out.append(toks)
+    return out
+
+
+def prompts_of(lengths, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, VOCAB, n).tolist() for n in lengths]
+
+
+def compiled(path: str, n: int, buckets: list, **kw):
+    """The bundle of `path` with --generate n at these (batch, prompt) buckets, written and read back."""
+    b = grapec.compile(path, dims={"kv_cache_dim": HEAD}, generate=n,
+                       bucket_dims=[{"batch": bt, "prompt": p} for bt, p in buckets], **kw)
+    return Bundle.from_bytes(b.to_bytes())
+
+
+@pytest.mark.parametrize("name", ["fp32", "int4"])
+def test_generation_in_one_launch_gives_onnxruntimes_greedy_tokens(name, tmp_path):
+    path = lively(name, str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([6, 3, 5], seed={"fp32": 1, "int4": 2}[name])
+    want = reference_greedy(path, prompts, 12)
+    assert len({t for row in want for t in row}) > 6, "the lively weights give varied tokens"
+    bundle = compiled(path, 12, [(1, 4), (4, 8)], targets=[], strict=True)
+    assert bundle.manifest["inputs"][0]["name"] == "prompt_ids"
+    sess = grapec.load(bundle)
+    got = grapec.generate(sess, prompts)
+    assert got.bucket["prompt_ids"] == (4, 8)   # 3 rows of up to 6 tokens: the 4x8 bucket, one row unused
+    assert got.tokens == want
+    # one prompt at a time through the small bucket, in another order
+    for i in (2, 0):
+        if len(prompts[i]) <= 4:
+            assert grapec.generate(sess, [prompts[i]]).tokens == [want[i]]
+    assert grapec.generate(sess, [prompts[1]], max_new_tokens=5).tokens == [want[1][:5]]
+
+
+def test_a_row_stops_at_its_eos_and_the_others_go_on(tmp_path):
+    path = lively("fp32", str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([5, 2, 7, 4], seed=3)
+    free = reference_greedy(path, prompts, 10)
+    at = next(k for k in range(2, 10) if free[0][k] not in free[0][:k])   # a token row 0 first makes there
+    eos = free[0][at]
+    want = reference_greedy(path, prompts, 10, eos)
+    assert len(want[0]) == at + 1 and any(len(row) == 10 for row in want)
+    sess = grapec.load(compiled(path, 10, [(4, 8)], targets=[]))
+    assert grapec.generate(sess, prompts, eos_token_id=eos).tokens == want
+    # raw outputs: -1 after a row's last token, num_generated counts its eos
+    ids = np.array([p + [0] * (8 - len(p)) for p in prompts], np.int64)
+    out = sess.run({"prompt_ids": ids, "prompt_lengths": np.array([len(p) for p in prompts]),
+                    "max_new_tokens": np.array(10), "eos_token_id": np.array(eos)})
+    assert out["num_generated"].tolist() == [len(r) for r in want]
+    assert (out["generated"][0, at + 1:] == -1).all()
+
+
+def test_bad_calls_name_what_is_wrong(tmp_path):
+    sess = grapec.load(compiled(os.path.join(REAL, "llama_genai_fp32.onnx"), 4, [(1, 4)], targets=[]))
+    with pytest.raises(grapec.errors.InputError, match="1 to 4 tokens"):
+        grapec.generate(sess, [[1, 2]], max_new_tokens=5)
+    with pytest.raises(grapec.errors.InputError, match="fit no bucket"):
+        grapec.generate(sess, [[1, 2, 3, 4, 5]])
+    with pytest.raises(grapec.errors.InputError, match="prompt_ids.*outside the valid range 0..255"):
+        grapec.generate(sess, [[1, 256]])
+    plain = grapec.load(grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims={"batch": 1, "seq": 4},
+                                       targets=[]))
+    with pytest.raises(grapec.errors.BundleError, match="not compiled with --generate"):
+        grapec.generate(plain, [[1, 2]])
+
+
+def _growing_decoder(path: str):
+    """A one-layer decoder whose present is its past with the new keys concatenated (torch.onnx's
+    DynamicCache form): its cache cannot stay one buffer."""
+    e = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
+             helper.make_node("Unsqueeze", ["h", "one"], ["k"]),
+             helper.make_node("Concat", ["past_key_values.0.key", "k"], ["present.0.key"], axis=2),
+             helper.make_node("Identity", ["present.0.key"], ["present.0.value"]),
+             helper.make_node("MatMul", ["h", "emb_t"], ["logits"])]
+    g = helper.make_graph(nodes, "grow", [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "t"]),
+        helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, ["b", 1, "p", 4]),
+        helper.make_tensor_value_info("past_key_values.0.value", TensorProto.FLOAT, ["b", 1, "p", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", 16]),
+         helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT, ["b", 1, "t", 4]),
+         helper.make_tensor_value_info("present.0.value", TensorProto.FLOAT, ["b", 1, "t", 4])],
+        [numpy_helper.from_array(e, "emb"), numpy_helper.from_array(e.T.copy(), "emb_t"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "grapec.tools.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_the_generate_command(tmp_path):
+    path = lively("fp32", str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([4, 2], seed=5)
+    want = reference_greedy(path, prompts, 6)
+    out = str(tmp_path / "gen.grape")
+    r = _cli("compile", path, "--generate", "6", "--dim", "batch=2,prompt=4,kv_cache_dim=16", "--no-gpu", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    args = [a for p in prompts for a in ("--prompt-ids", " ".join(map(str, p)))]
+    r = _cli("generate", out, *args, "--backend", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tokens"] == want
+    r = _cli("generate", path, *args, "--max-new-tokens", "6", "--dim", "kv_cache_dim=16", "--backend", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == [f"row {i}: {' '.join(map(str, w))}" for i, w in enumerate(want)]
+    assert "compiled for batch 2, prompt 4, 6 new tokens" in r.stderr
+    for bad, says in ((["--prompt-ids", "1 x"], "expected token ids as integers"),
+                      (["--prompt-ids", "1 999"], "prompt_ids' holds 999, outside the valid range 0..255")):
+        r = _cli("generate", out, *bad, "--backend", "cpu")
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = _cli("generate", os.path.join(ROOT, "models", "tiny", "bert.onnx"), "--prompt-ids", "1 2", "--backend", "cpu")
+    assert r.returncode == 2 and "needs a decoder with past key/value inputs" in r.stderr, r.stderr
+    r = _cli("compile", path, "--generate", "4", "--dim", "batch=1,prompt=4", "--no-gpu", "-o", out, "-q")
+    assert r.returncode == 2 and "--dim kv_cache_dim=N" in r.stderr, r.stderr
+    grow = str(tmp_path / "grow.onnx")
+    _growing_decoder(grow)
+    r = _cli("compile", grow, "--generate", "4", "--dim", "batch=1,prompt=3", "--no-gpu", "-o", out, "-q")
+    assert r.returncode == 2 and "present.0.key" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() == 0, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["fp32", "int4"])
+def test_generation_on_the_gpu_gives_onnxruntimes_greedy_tokens(name, tmp_path):
+    path = lively(name, str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([7, 2, 5, 7], seed=6)
+    want = reference_greedy(path, prompts, 16)
+    sess = grapec.load(compiled(path, 16, [(4, 8)], strict=True), backend="cuda")
+    for _ in range(2):   # the second run replays the graph built by the first
+        assert grapec.generate(sess, prompts).tokens == want
+    assert grapec.generate(sess, prompts, max_new_tokens=3).tokens == [w[:3] for w in want]
