@@ -31,7 +31,7 @@ def load(bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None =
                         concurrency=concurrency)
 
 
-def generate(session, prompts, max_new_tokens=None, eos_token_id=-1):
+def generate(session, prompts, max_new_tokens=None, eos_token_id=None):
     """Greedy generation with a bundle compiled from a decoder with --generate N (one launch for the
     whole loop): prompts (lists of token ids) in, a Generation whose .tokens holds each row's new ids.
     See grapec.runtime.generation."""

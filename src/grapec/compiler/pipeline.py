@@ -179,7 +179,7 @@ class BucketContext:
     max_branches: int
     brief: bool = False   # many buckets: per-bucket reports kept short
     fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
-    shared_weights: bool = False   # several buckets: one layout per weight in all of them
+    shared_weights: bool = False   # several buckets, or a generation loop (prompt and decode step): one layout per weight
     conv: str = "auto"             # ops/conv.py conv_path
     attention: str = "auto"        # passes/sdpa.py ATTENTION_ENGINES
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
@@ -401,7 +401,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
-                        shared_weights=len(bucket_shapes) > 1, conv=conv, attention=attention, grid_stitch=grid_stitch,
+                        shared_weights=len(bucket_shapes) > 1 or generate is not None, conv=conv, attention=attention, grid_stitch=grid_stitch,
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]))
     try:
         results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
@@ -465,10 +465,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
 
 def _generation_model(proto, generate: int, dims: dict, where: str):
-    from ..frontend.generation import generation_model
+    from ..frontend.generation import genai_config, generation_model
     from ..frontend.proto import Unsupported
+    config = genai_config(where) if os.path.isfile(where) else {}
     try:
-        return generation_model(proto, generate, dims, os.path.basename(where))
+        return generation_model(proto, generate, dims, os.path.basename(where), config)
     except Unsupported as e:
         raise ModelError(str(e)) from None
 

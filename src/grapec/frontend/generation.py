@@ -119,19 +119,40 @@ def _renamed_nodes(graph: onnx.GraphProto, prefix: str, keep: set, feeds: dict) 
     return nodes
 
 
-def _dim_value(d, dims: dict, what: str) -> int:
+def _dim_value(d, dims: dict, known: int | None, what: str) -> int:
     if isinstance(d, int) and d > 0:
         return d
     if d in dims:
         return int(dims[d])
+    if known:
+        return int(known)
     raise Unsupported(f"the KV cache's {what} is the named dim '{d}': give it with --dim {d}=N")
 
 
+def genai_config(model_path: str) -> dict:
+    """onnxruntime-genai's genai_config.json beside the model (its builder writes one), or {}: what it
+    says of the decoder sizes the KV cache where the ONNX leaves a dim named (the builder's
+    kv_cache_dim) and gives the eos token."""
+    import json
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "genai_config.json")
+    try:
+        with open(path) as f:
+            model = json.load(f).get("model", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    decoder = model.get("decoder", {}) if isinstance(model.get("decoder"), dict) else {}
+    eos = model.get("eos_token_id")
+    return {"heads": decoder.get("num_key_value_heads"), "head_dim": decoder.get("head_size"),
+            "eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}
+
+
 def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | None = None,
-                     where: str = "model") -> tuple:
+                     where: str = "model", config: dict | None = None) -> tuple:
     """-> (the decoder `model` wrapped in its generation loop (see the module docstring), the names in
     `dims` it used). N = max_new_tokens, the cache's room past the prompt. dims: values of the
-    decoder's named dims that size its KV cache (kv_cache_dim)."""
+    decoder's named dims that size its KV cache (kv_cache_dim); config: genai_config()'s, for those
+    dims not given and the default eos token."""
     if max_new_tokens < 1:
         raise Unsupported(f"--generate {max_new_tokens}: the number of new tokens must be at least 1")
     dims = dims or {}
@@ -141,8 +162,9 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     keep = {t.name for t in g.initializer}
     b = NodeBuilder("gen", opset)
     n_new = max_new_tokens
-    shapes = [(_dim_value(k.heads, dims, f"heads of '{k.past}'"), _dim_value(k.head_dim, dims, f"head size of '{k.past}'"))
-              for k in dec.kv]
+    config = config or {}
+    shapes = [(_dim_value(k.heads, dims, config.get("heads"), f"heads of '{k.past}'"),
+               _dim_value(k.head_dim, dims, config.get("head_dim"), f"head size of '{k.past}'")) for k in dec.kv]
 
     # the prompt's pass: an empty cache as long as the whole generation, the prompt at 0..P-1
     batch, prompt = b.dim("prompt_ids", 0), b.dim("prompt_ids", 1)
@@ -187,12 +209,16 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     out.metadata_props.extend(model.metadata_props)
     vocab = _dims(next(o for o in g.output if o.name == dec.logits))[-1:]
-    ranges = [("grapec.input_range.prompt_lengths", "1:")]
+    meta = [("grapec.generate.max_new_tokens", str(n_new)), ("grapec.generate.decoder", where),
+            ("grapec.input_range.prompt_lengths", "1:"),
+            ("grapec.generated_tokens_output", "generated"), ("grapec.generated_count_output", "num_generated")]
+    if isinstance(config.get("eos_token_id"), int):
+        meta.append(("grapec.generate.eos_token_id", str(config["eos_token_id"])))
     if vocab and isinstance(vocab[0], int) and vocab[0] > 0:   # the ids index the embedding: the logits' width
-        ranges.append(("grapec.input_range.prompt_ids", f"0:{vocab[0] - 1}"))
-    for key, value in [("grapec.generate.max_new_tokens", str(n_new)), ("grapec.generate.decoder", where)] + ranges:
+        meta.append(("grapec.input_range.prompt_ids", f"0:{vocab[0] - 1}"))
+    for key, value in meta:
         out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
-    used = {d for k in dec.kv for d in (k.heads, k.head_dim) if isinstance(d, str)}
+    used = {d for k in dec.kv for d in (k.heads, k.head_dim) if isinstance(d, str) and d in dims}
     return out, used
 
 

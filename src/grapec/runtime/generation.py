@@ -38,10 +38,13 @@ def room(session) -> int:
     return int(n)
 
 
-def generate(session, prompts: list, max_new_tokens: int | None = None, eos_token_id: int = -1) -> Generation:
+def generate(session, prompts: list, max_new_tokens: int | None = None, eos_token_id: int | None = None) -> Generation:
     """Greedy generation for each prompt (a list of token ids) with a bundle compiled with --generate.
-    max_new_tokens: at most the bundle's N [default: N]; eos_token_id: a row stops after it (-1: none)."""
+    max_new_tokens: at most the bundle's N [default: N]; eos_token_id: a row stops after it (-1: none)
+    [default: the model's, from onnxruntime-genai's genai_config.json where there was one, else none]."""
     n = room(session)
+    if eos_token_id is None:
+        eos_token_id = int((session.bundle.manifest.get("metadata") or {}).get("grapec.generate.eos_token_id", -1))
     max_new_tokens = n if max_new_tokens is None else int(max_new_tokens)
     if not 1 <= max_new_tokens <= n:
         raise InputError(f"max_new_tokens {max_new_tokens}: this bundle generates 1 to {n} tokens (its KV cache was "

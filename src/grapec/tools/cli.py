@@ -528,7 +528,9 @@ def _parse(shapes, dims, values=()):
               help="A prompt's token ids (repeat for a batch; rows may differ in length).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, metavar="N",
               help="Tokens to generate per row [default: the bundle's --generate N; 32 for an .onnx].")
-@click.option("--eos-token-id", type=int, default=-1, show_default=True, help="A row stops after this id (-1: never).")
+@click.option("--eos-token-id", type=int, default=None,
+              help="A row stops after this id; -1: never [default: the model's, from the genai_config.json "
+                   "onnxruntime-genai's builder writes beside it, else never].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="auto: the GPU when there is one, else the CPU backend (it says which).")
 @click.option("--device", default=0, show_default=True, type=click.IntRange(min=0), help="GPU ordinal.")

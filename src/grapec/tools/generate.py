@@ -47,7 +47,7 @@ def load_generator(model: str, prompts: list, max_new_tokens: int | None, backen
     return grapec.load(bundle, backend=backend, device=device), how
 
 
-def run_generate(session, prompts: list, max_new_tokens: int | None, eos_token_id: int, repeat: int) -> dict:
+def run_generate(session, prompts: list, max_new_tokens: int | None, eos_token_id: int | None, repeat: int) -> dict:
     """Generate `repeat` times (the first run builds the GPU graph); -> the result and the timings."""
     from ..runtime.generation import generate
     times, result = [], None

@@ -1,0 +1,187 @@
+"""An onnxruntime-genai builder decoder's whole generation (grapec compile --generate) against the
+PyTorch peers on the same weights, in one process on one GPU (issue 35).
+
+    python models/llm.py llama1b --out /tmp/llm --precision fp16     # the models (onnxruntime-genai's builder)
+    python benchmarks/llm.py --model /tmp/llm/llama1b_fp16/model.onnx --hf /tmp/llm/llama1b_hf \\
+        --batch 1 4 16 --prompt 128 --new 256 --prefill 1024 [--peers hf,compile] [--json out.json]
+
+Per batch size: grapec's bundle (one CUDA graph launch for the prompt and every decode step) timed
+with CUDA events over whole generations, once for max_new_tokens = 1 (the prompt alone) and once
+for all of them: decode ms/token = (all - prompt) / (new - 1). The peers, each timed the same way:
+HF generate (eager, its dynamic cache) and the gpt-fast-style static-cache decode under
+torch.compile(mode="reduce-overhead") through HF generate. The weight-read limit is the weights'
+bytes over a device-to-device copy's measured bandwidth: no decode step can read them faster.
+
+onnxruntime-genai-cuda, the issue's first peer, is not here yet: it needs onnxruntime-gpu on the
+GPU machine (carried in parts). Greedy tokens are compared with HF's at batch 1; with random
+weights the top logits are close, so fp16 runs part where rounding flips a near tie.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.join(ROOT, "src")]
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write counted once: the bytes a
+    decode step must stream are read once)."""
+    import torch
+    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(10):
+        s.record()
+        b.copy_(a)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    del a, b
+    return 2 * 2**30 / float(np.median(times))   # a copy reads and writes each byte
+
+
+def grapec_rows(path: str, batches: list, prompt: int, new: int, prefill: int | None, iters: int, say) -> tuple:
+    import grapec
+    from grapec.tools.bench import bench_grapec
+    buckets = [{"batch": b, "prompt": prompt} for b in batches] + ([{"batch": 1, "prompt": prefill}] if prefill else [])
+    t0 = time.perf_counter()
+    bundle = grapec.compile(path, generate=new, bucket_dims=buckets, progress=say)
+    say(f"compiled {len(buckets)} buckets in {time.perf_counter() - t0:.0f}s; weights {bundle.manifest['weights_bytes'] / 2**30:.2f} GiB")
+    rng = np.random.default_rng(0)
+    vocab = int(bundle.manifest["metadata"].get("grapec.input_range.prompt_ids", "0:32000").split(":")[1]) + 1
+    rows, tokens = {}, None
+    for b in batches + ([("prefill", 1)] if prefill else []):
+        batch, width = (1, prefill) if isinstance(b, tuple) else (b, prompt)
+        feeds = {"prompt_ids": rng.integers(0, vocab, (batch, width)).astype(np.int64),
+                 "prompt_lengths": np.full(batch, width, np.int64), "max_new_tokens": np.array(1, np.int64),
+                 "eos_token_id": np.array(-1, np.int64)}
+        first = bench_grapec(bundle, feeds, iters, warmup=2)
+        if isinstance(b, tuple):
+            rows["prefill"] = {"ms": first["replay"]["median_ms"], "tokens": width}
+            continue
+        full = bench_grapec(bundle, dict(feeds, max_new_tokens=np.array(new, np.int64)), iters, warmup=1)
+        all_ms, pre_ms = full["replay"]["median_ms"], first["replay"]["median_ms"]
+        rows[b] = {"prompt_ms": pre_ms, "all_ms": all_ms, "decode_ms_per_token": (all_ms - pre_ms) / (new - 1),
+                   "tokens_per_s": b * new / (all_ms / 1e3), "launches": full["launches"],
+                   "device_memory_mib": full["device_memory_mib"], "feeds": feeds}
+        if b == batches[0] and batch == 1:
+            tokens = full.get("tokens")
+        say(f"grapec batch {b}: prompt {pre_ms:.2f} ms, all {all_ms:.2f} ms, {rows[b]['decode_ms_per_token']:.3f} ms/token")
+    return bundle, rows, tokens
+
+
+def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int | None, compiled: bool, say) -> dict:
+    """HF generate on the same prompts (eager), and with a static cache under torch.compile."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float16).cuda().eval()
+    out = {}
+
+    def timed(fn, n):
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(n):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            r = fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return float(np.median(times)), r
+
+    modes = [("hf", {})]
+    if compiled:
+        modes.append(("compile", {"cache_implementation": "static"}))
+    for mode, kw in modes:
+        if mode == "compile":
+            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        for b in batches:
+            ids = torch.from_numpy(grapec_rows_[b]["feeds"]["prompt_ids"]).cuda()
+            mask = torch.ones_like(ids)
+            try:
+                gen = lambda n: model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,  # noqa: E731
+                                               do_sample=False, pad_token_id=0, **kw)
+                with torch.no_grad():
+                    pre_ms, _ = timed(lambda: gen(1), 3)
+                    all_ms, toks = timed(lambda: gen(new), 2)
+            except Exception as e:  # noqa: BLE001 - a peer failing is reported, the others still run
+                out[(mode, b)] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                say(f"{mode} batch {b} failed: {out[(mode, b)]['error']}")
+                continue
+            out[(mode, b)] = {"prompt_ms": pre_ms, "all_ms": all_ms, "decode_ms_per_token": (all_ms - pre_ms) / (new - 1),
+                              "tokens_per_s": b * new / (all_ms / 1e3),
+                              "tokens": toks[0, ids.shape[1]:].tolist()}
+            say(f"{mode} batch {b}: prompt {pre_ms:.2f} ms, all {all_ms:.2f} ms, "
+                f"{out[(mode, b)]['decode_ms_per_token']:.3f} ms/token")
+    if prefill:
+        ids = torch.from_numpy(grapec_rows_["prefill"]["feeds"]["prompt_ids"] if "feeds" in grapec_rows_["prefill"]
+                               else np.random.default_rng(1).integers(0, model.config.vocab_size, (1, prefill))).cuda()
+        with torch.no_grad():
+            ms, _ = timed(lambda: model(ids, use_cache=False).logits, 5)
+        out[("hf", "prefill")] = {"ms": ms}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="the builder's model.onnx (genai_config.json beside it)")
+    ap.add_argument("--hf", help="the transformers checkpoint of the same weights (models/llm.py writes it)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--prefill", type=int, default=1024, help="also time one prompt this long (0: no)")
+    ap.add_argument("--peers", default="hf,compile", help="comma-separated: hf, compile (or none)")
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    say = lambda m: print(f"[llm] {m}", flush=True)  # noqa: E731
+    bw = copy_bandwidth()
+    bundle, g, tokens = grapec_rows(a.model, a.batch, a.prompt, a.new, a.prefill or None, a.iterations, say)
+    limit_ms = bundle.manifest["weights_bytes"] / bw * 1e3
+    peers = {}
+    wanted = {p for p in a.peers.split(",") if p and p != "none"}
+    if wanted and a.hf:
+        peers = hf_rows(a.hf, g, a.batch, a.new, a.prefill or None, "compile" in wanted, say)
+    print(f"\n{os.path.basename(os.path.dirname(a.model))}: prompt {a.prompt}, {a.new} new tokens, greedy; "
+          f"weights {bundle.manifest['weights_bytes'] / 2**30:.2f} GiB; copy bandwidth {bw / 1e9:.0f} GB/s -> "
+          f"weight-read limit {limit_ms:.3f} ms/token")
+    print("| batch | grapec ms/token | tokens/s | of limit | HF eager ms/token (x) | torch.compile static ms/token (x) |")
+    print("|---|---|---|---|---|---|")
+    for b in a.batch:
+        r = g[b]
+        cells = []
+        for mode in ("hf", "compile"):
+            p = peers.get((mode, b))
+            cells.append("-" if not p else p.get("error", "")[:40] or
+                         f"{p['decode_ms_per_token']:.3f} ({p['decode_ms_per_token'] / r['decode_ms_per_token']:.2f}x)")
+        print(f"| {b} | {r['decode_ms_per_token']:.3f} | {r['tokens_per_s']:.0f} | "
+              f"{limit_ms / r['decode_ms_per_token'] * 100:.0f}% | {cells[0]} | {cells[1]} |")
+    if a.prefill:
+        hp = peers.get(("hf", "prefill"))
+        print(f"prefill of {a.prefill} tokens (batch 1): grapec {g['prefill']['ms']:.2f} ms (its first token included)"
+              + (f", HF forward {hp['ms']:.2f} ms" if hp else ""))
+    hf1 = peers.get(("hf", a.batch[0]), {}).get("tokens")
+    if tokens and hf1:
+        same = next((i for i, (x, y) in enumerate(zip(tokens, hf1)) if x != y), min(len(tokens), len(hf1)))
+        print(f"greedy tokens at batch {a.batch[0]}: grapec and HF agree on the first {same} of {len(tokens)}")
+    if a.json:
+        dump = {"limit_ms_per_token": limit_ms, "bandwidth_gbs": bw / 1e9,
+                "grapec": {str(k): {kk: vv for kk, vv in v.items() if kk != "feeds"} for k, v in g.items()},
+                "peers": {f"{k[0]}:{k[1]}": v for k, v in peers.items()}, "grapec_tokens": tokens}
+        with open(a.json, "w") as f:
+            json.dump(dump, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
