@@ -133,6 +133,35 @@ def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int |
     return out
 
 
+def step_profiles(path: str, prefill: int, past: int, say) -> dict:
+    """Each step's GPU time alone: the prompt pass of `prefill` tokens (the generation bundle with one
+    new token), and one decode step of the decoder compiled alone (batch 1, a past buffer `past` long,
+    as onnxruntime-genai's CUDA runtime shares it with the present). -> {name: [step..]}, slowest first."""
+    import onnx
+    import grapec
+    from grapec.tools.bench import bench_grapec
+    out = {}
+    b = grapec.compile(path, generate=1, dims={"batch": 1, "prompt": prefill})
+    feeds = {"prompt_ids": np.random.default_rng(0).integers(0, 1000, (1, prefill)).astype(np.int64),
+             "prompt_lengths": np.array([prefill]), "max_new_tokens": np.array(1), "eos_token_id": np.array(-1)}
+    out[f"prompt {prefill}"] = bench_grapec(b, feeds, 3, warmup=1, per_step=True)["steps"]
+    m = onnx.load(path, load_external_data=False)
+    kv = [i for i in m.graph.input if i.name.startswith("past_key_values")]
+    cfg = json.load(open(os.path.join(os.path.dirname(path), "genai_config.json")))["model"]["decoder"]
+    kv_dtype = np.float16 if kv[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else np.float32
+    feeds = {"input_ids": np.array([[5]]), "attention_mask": np.ones((1, past), np.int64)}
+    for i in kv:
+        feeds[i.name] = np.zeros((1, cfg["num_key_value_heads"], past, cfg["head_size"]), kv_dtype)
+    b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()})
+    out[f"decode step, past {past}"] = bench_grapec(b, feeds, 20, warmup=3, per_step=True)["steps"]
+    for name, steps in out.items():
+        steps.sort(key=lambda st: -st["us"])
+        say(f"{name}: {len(steps)} steps, {sum(st['us'] for st in steps):.0f} us alone; slowest:")
+        for st in steps[:12]:
+            say(f"  {st['us']:9.1f} us  {st['kind']:10s} {' '.join(st['origin'])[:110]}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the builder's model.onnx (genai_config.json beside it)")
@@ -144,8 +173,16 @@ def main():
     ap.add_argument("--peers", default="hf,compile", help="comma-separated: hf, compile (or none)")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--steps", action="store_true", help="only profile each step of a prompt pass (--prefill long) "
+                    "and of one decode step (past --prompt + --new long), alone")
     a = ap.parse_args()
     say = lambda m: print(f"[llm] {m}", flush=True)  # noqa: E731
+    if a.steps:
+        prof = step_profiles(a.model, a.prefill, a.prompt + a.new, say)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(prof, f, indent=1)
+        return
     bw = copy_bandwidth()
     bundle, g, tokens = grapec_rows(a.model, a.batch, a.prompt, a.new, a.prefill or None, a.iterations, say)
     limit_ms = bundle.manifest["weights_bytes"] / bw * 1e3

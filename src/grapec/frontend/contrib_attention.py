@@ -174,18 +174,19 @@ def group_query_attention(b, n):
     write_as(b, kh, n.output(1))
     write_as(b, vh, n.output(2))
     group = heads // kv_heads
-
-    def repeated(x: str) -> str:   # [B, Nkv, T, H] -> [B, N, T, H], each kv head `group` times
-        shape = b.node("Shape", [x])
-        wide = b.node("Concat", [b.span(shape, 0, 2), b.const([group]), b.span(shape, 2, 4)], axis=0)
-        merged = b.node("Concat", [b.span(shape, 0, 1), b.const([heads, -1]), b.span(shape, 3, 4)], axis=0)
-        return b.node("Reshape", [b.node("Expand", [b.unsqueeze(x, 2), wide]), merged])
     like = _float_const(b, elem, qh)
     scale = n.attr("scale")
     scale = like(float(scale)) if scale else b.node("CastLike", [b.node(
         "Div", [b.fconst(1.0), b.node("Sqrt", [b.node("Cast", [b.dim(qh, 3)], to=TensorProto.FLOAT)])]), qh])
-    scores = b.node("Mul", [b.node("MatMul", [qh, b.node("Transpose", [repeated(kh)], perm=[0, 1, 3, 2])]), scale])
-    keys = b.unsqueeze(b.unsqueeze(b.node("Range", [b.const(0), b.dim(kh, 2), b.const(1)]), 0), 0)   # [1, 1, T]
+    # the `group` query heads of one key/value head side by side, [B, Nkv, group*S, H]: both products are
+    # then plain batched GEMMs over the Nkv heads, with no copy of the keys and values per query head
+    head_dim = b.unsqueeze(b.dim(qh, 3), 0)
+    grouped = b.node("Reshape", [qh, b.node("Concat", [b.const([0, kv_heads, -1]), head_dim], axis=0)])
+    scores = b.node("Mul", [b.node("MatMul", [grouped, b.node("Transpose", [kh], perm=[0, 1, 3, 2])]), scale])
+    total_keys = b.dim(kh, 2)
+    by_query = b.node("Concat", [b.const([0, kv_heads, group]), b.unsqueeze(seq, 0), b.unsqueeze(total_keys, 0)], axis=0)
+    scores = b.node("Reshape", [scores, by_query])                                                  # [B, Nkv, g, S, T]
+    keys = b.unsqueeze(b.unsqueeze(b.node("Range", [b.const(0), total_keys, b.const(1)]), 0), 0)   # [1, 1, T]
     at = b.unsqueeze(positions, 2)                                                                   # [B, S, 1]
     keep = b.node("And", [b.node("LessOrEqual", [keys, at]),                        # causal, and no key past
                           b.node("LessOrEqual", [keys, b.unsqueeze(b.unsqueeze(last, 1), 2)])])   # the row's last
@@ -193,8 +194,11 @@ def group_query_attention(b, n):
     if window > 0:
         keep = b.node("And", [keep, b.node("Greater", [keys, b.node("Sub", [at, b.const(window)])])])
     lowest = like(-65504.0)   # finite: a row with no key left stays a number
-    probs = b.node("Softmax", [b.node("Where", [b.unsqueeze(keep, 1), scores, lowest])], axis=-1)
-    out = b.node("MatMul", [probs, repeated(vh)])
+    keep = b.unsqueeze(b.unsqueeze(keep, 1), 1)                                                      # [B, 1, 1, S, T]
+    probs = b.node("Softmax", [b.node("Where", [keep, scores, lowest])], axis=-1)
+    probs = b.node("Reshape", [probs, b.node("Concat", [b.const([0, kv_heads, -1]), b.unsqueeze(total_keys, 0)], axis=0)])
+    out = b.node("MatMul", [probs, vh])                                                              # [B, Nkv, g*S, H]
+    out = b.node("Reshape", [out, b.node("Concat", [b.const([0, heads]), b.unsqueeze(seq, 0), head_dim], axis=0)])
     write_as(b, _merge_heads(b, out), n.output(0))
 
 
