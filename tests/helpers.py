@@ -70,3 +70,10 @@ def needs_nvrtc():
         nvrtc_version()
     except NvrtcUnavailable as e:
         pytest.skip(f"no NVRTC: {e}")
+
+
+def only_float32_attention_notes(bundle):
+    """Everything runs in the CUDA graph and fuses but float32 attention (the fused kernel is half
+    precision; --strict would refuse the bundle for that note alone)."""
+    notes = bundle.manifest["notes"]
+    assert all("stays GEMM + softmax + GEMM: float32" in n for n in notes), notes

@@ -20,6 +20,7 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.runtime.devices import gpu_count
 from grapec.tools.check import _float_accuracy
+from helpers import only_float32_attention_notes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "models", "real")
@@ -82,7 +83,8 @@ def test_generation_in_one_launch_gives_onnxruntimes_greedy_tokens(name, tmp_pat
     prompts = prompts_of([6, 3, 5], seed={"fp32": 1, "int4": 2}[name])
     want = reference_greedy(path, prompts, 12)
     assert len({t for row in want for t in row}) > 6, "the lively weights give varied tokens"
-    bundle = compiled(path, 12, [(1, 4), (4, 8)], targets=[], strict=True)
+    bundle = compiled(path, 12, [(1, 4), (4, 8)], targets=[])
+    only_float32_attention_notes(bundle)   # nothing on the host: the whole loop is one graph
     assert bundle.manifest["inputs"][0]["name"] == "prompt_ids"
     sess = grapec.load(bundle)
     got = grapec.generate(sess, prompts)
@@ -189,7 +191,9 @@ def test_generation_on_the_gpu_gives_onnxruntimes_greedy_tokens(name, tmp_path):
     path = lively(name, str(tmp_path / "decoder.onnx"))
     prompts = prompts_of([7, 2, 5, 7], seed=6)
     want = reference_greedy(path, prompts, 16)
-    sess = grapec.load(compiled(path, 16, [(4, 8)], strict=True), backend="cuda")
+    bundle = compiled(path, 16, [(4, 8)])
+    only_float32_attention_notes(bundle)
+    sess = grapec.load(bundle, backend="cuda")
     for _ in range(2):   # the second run replays the graph built by the first
         assert grapec.generate(sess, prompts).tokens == want
     assert grapec.generate(sess, prompts, max_new_tokens=3).tokens == [w[:3] for w in want]

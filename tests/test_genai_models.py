@@ -12,7 +12,7 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.runtime.devices import gpu_count
 from grapec.tools.check import check_model, reference_outputs
-from helpers import rel_err
+from helpers import only_float32_attention_notes, rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REAL = os.path.join(ROOT, "models", "real")
@@ -43,7 +43,8 @@ def test_builder_decoder_steps_match_onnxruntime(precision, batch, new, past, le
     ops = {n.op_type for n in m.graph.node}
     assert "GroupQueryAttention" in ops and ("MatMulNBits" in ops) == (precision == "int4")
     feeds = step_feeds(batch, new, past, lengths)
-    b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[], strict=True)
+    b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    only_float32_attention_notes(b)
     got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
     # the builder asks onnxruntime's CPU MatMulNBits for int8 activations (accuracy_level 4), which moves
     # its logits by ~1e-2 from exact arithmetic; grapec computes in float, as grapec check's reference
@@ -64,7 +65,7 @@ def test_the_cuda_builds_share_one_buffer_for_past_and_present(name, batch, new,
     feeds = step_feeds(batch, new, past, lengths, total=total, dtype=np.float16)
     b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()}, targets=[], precision="fp16")
     # its attention does not reach the fused kernel yet, and compile says so (--strict refuses it)
-    assert any("GroupQueryAttention" in n and "stays GEMM + kernels + GEMM" in n for n in b.manifest["notes"])
+    assert any("GroupQueryAttention" in n and "stays GEMM + " in n for n in b.manifest["notes"])
     got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
     want = reference_outputs(path, feeds)
     assert want["present.0.key"].shape[2] == max(past, total)
@@ -98,7 +99,8 @@ def test_builder_decoder_steps_on_the_cuda_backend(precision):
     path = os.path.join(REAL, f"llama_genai_{precision}.onnx")
     for batch, new, past, lengths in [(1, 6, 0, None), (3, 1, 5, [6, 3, 5])]:
         feeds = step_feeds(batch, new, past, lengths)
-        b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()}, strict=True)
+        b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()})
+        only_float32_attention_notes(b)
         got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cuda").run(feeds)
         want = reference_outputs(path, feeds)
         for name in ("logits", "present.0.key", "present.1.value"):

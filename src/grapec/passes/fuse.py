@@ -39,6 +39,9 @@ MAX_RECOMPUTE = 64
 # recomputed in both, and inlined again into the block after: a ResNet stage at batch 32 read six
 # earlier outputs per element where one would do.
 RECOMPUTE_BYTES = 1 << 20
+# A reduction stitched into its consumer runs once per row, a block per row (or a warp): with fewer
+# rows than this, the consumer's work must be about the reduction's size for a block to carry it.
+MIN_STITCH_ROWS = 8
 
 
 def fuse(g: Graph) -> Graph:
@@ -168,7 +171,16 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         launch = plan_launch(fused)
         if launch.mode not in ("row", "warp") or launch.rows > kp.size:
             return None   # the reduction would be recomputed per output element, not once per row
+        longest = max(K.walk(kp.body), key=lambda e: _extent(e)).args[2]
+        if launch.rows < MIN_STITCH_ROWS and kc.size > 4 * math.prod(r.args[1] for r in longest):
+            # a few rows far wider than the reduction (a sum over the attention mask read by a
+            # whole score matrix): a block or two would do all the consumer's work
+            return None
     return fused, names
+
+
+def _extent(e) -> int:
+    return math.prod(r.args[1] for r in e.args[2]) if e.op == "reduce" else 0
 
 
 def _recompute_bytes(kp: K.Kernel, readers: int) -> int:
