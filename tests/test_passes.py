@@ -192,3 +192,25 @@ def test_transpose_of_a_matmul_operand_folds_into_the_library_call():
     x = rng.standard_normal((2, 5, 16)).astype(np.float32)
     out, _ = compile_and_run(mdl, {"x": x, "w": w})
     np.testing.assert_allclose(out["y"], x @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_simplify_merges_nodes_that_compute_the_same_values():
+    """Two layers' copies of one computation (here a mask from lengths, as onnxruntime-genai's decoders
+    derive per layer, with equal constants of their own) become one node."""
+    rng = np.random.default_rng(3)
+    nodes = []
+    for layer in (0, 1):
+        nodes += [helper.make_node("Constant", [], [f"one{layer}"], value=helper.make_tensor("v", TensorProto.INT64, [], [1])),
+                  helper.make_node("Add", ["lengths", f"one{layer}"], [f"count{layer}"]),
+                  helper.make_node("Cast", [f"count{layer}"], [f"countf{layer}"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", ["x", f"countf{layer}"], [f"y{layer}"])]
+    nodes += [helper.make_node("Sub", ["y0", "y1"], ["zero"]), helper.make_node("Add", ["y0", "y1"], ["twice"])]
+    mdl = model(nodes, [tinfo("x", shape=[4]), tinfo("lengths", TensorProto.INT64, [4])],
+                [tinfo("zero", shape=[4]), tinfo("twice", shape=[4])])
+    simp = simplify(specialize(import_model(mdl), {"x": (4,), "lengths": (4,)}))
+    ops = [n.op for n in simp.nodes]
+    assert ops.count("Add") == 2 and ops.count("Cast") == 1 and ops.count("Mul") == 1, ops
+    feeds = {"x": rng.standard_normal(4).astype(np.float32), "lengths": rng.integers(1, 9, 4)}
+    got, _ = compile_and_run(mdl, feeds)
+    np.testing.assert_array_equal(got["zero"], np.zeros(4, np.float32))
+    np.testing.assert_allclose(got["twice"], 2 * feeds["x"] * (feeds["lengths"] + 1), rtol=1e-6)

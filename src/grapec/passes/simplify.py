@@ -1,4 +1,4 @@
-"""simplify: constant folding, BatchNorm folded into Conv, dead code removed.
+"""simplify: constant folding, BatchNorm folded into Conv, identical nodes merged, dead code removed.
 
 Runs on a specialized graph (every value has a shape; foldable values carry `const`).
 """
@@ -15,6 +15,7 @@ def simplify(graph: Graph) -> Graph:
     fold_constants(g)
     fold_batchnorm_into_conv(g)
     fold_transpose_into_matmul(g)
+    merge_identical_nodes(g)
     remove_dead_code(g)
     return g
 
@@ -82,6 +83,57 @@ def fold_transpose_into_matmul(g: Graph):
                 n.inputs = list(n.inputs)
                 n.inputs[i] = p.inputs[0]
                 n.attrs = {**n.attrs, flag: 1 - int(n.attrs.get(flag, 0))}
+
+
+RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
+              "Dropout"}
+SMALL_CONSTANT_BYTES = 1 << 16   # constants this small are compared by value (a Range folded per layer); larger by name
+
+
+def merge_identical_nodes(g: Graph):
+    """A node with the op, inputs and attributes of an earlier one computes the same values: its
+    readers read the earlier node's outputs instead, and it goes. Exporters repeat a computation per
+    layer (onnxruntime-genai's builder derives each layer's key positions and cache masks from the
+    same attention mask), and each copy would be a kernel of its own. Nodes with bodies, random ops
+    and nodes whose outputs leave the graph or are read by a body stay."""
+    pinned = set(g.outputs)
+    for n in g.nodes:
+        pinned.update(outer_reads(n))
+    first: dict = {}
+    alias: dict = {}
+    keep = []
+    for n in g.nodes:
+        n.inputs = [alias.get(i, i) for i in n.inputs]
+        if n.subgraphs or n.op in RANDOM_OPS or pinned.intersection(n.outputs):
+            keep.append(n)
+            continue
+        key = (n.op, n.domain, tuple(_input_key(g, i) for i in n.inputs), _frozen(n.attrs), len(n.outputs))
+        same = first.setdefault(key, n)
+        if same is n:
+            keep.append(n)
+            continue
+        for mine, theirs in zip(n.outputs, same.outputs):
+            if mine:
+                alias[mine] = theirs
+    g.nodes = keep
+
+
+def _input_key(g: Graph, name: str):
+    v = g.lookup(name) if name else None
+    if v is not None and v.const is not None and np.asarray(v.const).nbytes <= SMALL_CONSTANT_BYTES:
+        c = np.asarray(v.const)
+        return ("const", str(c.dtype), c.shape, c.tobytes())
+    return name
+
+
+def _frozen(x):
+    if isinstance(x, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_frozen(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return ("array", str(x.dtype), x.shape, x.tobytes())
+    return repr(x)
 
 
 def remove_dead_code(g: Graph):
