@@ -80,7 +80,8 @@ def grapec_rows(path: str, batches: list, prompt: int, new: int, prefill: int | 
     return bundle, rows, tokens
 
 
-def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int | None, compiled: bool, say) -> dict:
+def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int | None, eager: bool, compiled: bool,
+            say) -> dict:
     """HF generate on the same prompts (eager), and with a static cache under torch.compile."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -100,7 +101,7 @@ def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int |
             times.append(s.elapsed_time(e))
         return float(np.median(times)), r
 
-    modes = [("hf", {})]
+    modes = [("hf", {})] if eager else []
     if compiled:
         modes.append(("compile", {"cache_implementation": "static"}))
     for mode, kw in modes:
@@ -124,7 +125,7 @@ def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int |
                               "tokens": toks[0, ids.shape[1]:].tolist()}
             say(f"{mode} batch {b}: prompt {pre_ms:.2f} ms, all {all_ms:.2f} ms, "
                 f"{out[(mode, b)]['decode_ms_per_token']:.3f} ms/token")
-    if prefill:
+    if prefill and eager:
         ids = torch.from_numpy(grapec_rows_["prefill"]["feeds"]["prompt_ids"] if "feeds" in grapec_rows_["prefill"]
                                else np.random.default_rng(1).integers(0, model.config.vocab_size, (1, prefill))).cuda()
         with torch.no_grad():
@@ -189,7 +190,7 @@ def main():
     peers = {}
     wanted = {p for p in a.peers.split(",") if p and p != "none"}
     if wanted and a.hf:
-        peers = hf_rows(a.hf, g, a.batch, a.new, a.prefill or None, "compile" in wanted, say)
+        peers = hf_rows(a.hf, g, a.batch, a.new, a.prefill or None, "hf" in wanted, "compile" in wanted, say)
     print(f"\n{os.path.basename(os.path.dirname(a.model))}: prompt {a.prompt}, {a.new} new tokens, greedy; "
           f"weights {bundle.manifest['weights_bytes'] / 2**30:.2f} GiB; copy bandwidth {bw / 1e9:.0f} GB/s -> "
           f"weight-read limit {limit_ms:.3f} ms/token")

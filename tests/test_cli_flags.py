@@ -5,6 +5,8 @@ The values come from each option's type (a negative or huge count, a word where 
 NaN, a missing file, a directory, an empty file, a name no input has ...), so a flag added later is
 swept too. In-process through click's CliRunner, with grapec's own error handling in the way.
 """
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -31,6 +33,11 @@ def files(tmp_path_factory):
     r = CliRunner().invoke(main, ["compile", str(d / "m.onnx"), "--dim", "batch=2", "--no-gpu", "-q", "-o",
                                   str(d / "m.grape")])
     assert r.exit_code == 0, r.output
+    decoder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "real",
+                           "llama_genai_fp32.onnx")
+    r = CliRunner().invoke(main, ["compile", decoder, "--generate", "3", "--dim", "batch=1,prompt=4,kv_cache_dim=16",
+                                  "--no-gpu", "-q", "-o", str(d / "gen.grape")])
+    assert r.exit_code == 0, r.output
     (d / "empty").write_bytes(b"")
     (d / "adir").mkdir()
     return d
@@ -44,7 +51,8 @@ def _base(name: str, d) -> list:
             "check": ["check", str(d / "m.onnx"), "-q"],
             "bench": ["bench", str(d / "m.onnx")],
             "calibrate": ["calibrate", "-o", str(d / "profile.json")],
-            "export-triton": ["export-triton", str(d / "m.grape"), str(d / "repo"), "--overwrite"]}[name]
+            "export-triton": ["export-triton", str(d / "m.grape"), str(d / "repo"), "--overwrite"],
+            "generate": ["generate", str(d / "gen.grape"), "--prompt-ids", "1 2", "--backend", "cpu", "-q"]}[name]
 
 
 def _bad_values(param, d) -> list:

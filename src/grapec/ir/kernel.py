@@ -433,6 +433,8 @@ def expr_from_json(table: list) -> Expr:
             other = built[o] if o is not None else None
             built.append(Expr("load", (slot, tuple(built[i] for i in index), mask, other), dt))
         elif op == "reduce":
+            if any(built[r].op != "ridx" for r in row[3]):
+                raise ValueError("a reduce runs over something other than reduction variables")
             built.append(Expr("reduce", (row[1], built[row[2]], tuple(built[r] for r in row[3])),
                               "int64" if row[1].startswith("arg") else built[row[2]].dtype))
         elif op == "cast":
