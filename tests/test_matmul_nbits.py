@@ -58,7 +58,7 @@ def test_the_quantizers_models_match_onnxruntime_and_stay_packed(bits, block, sy
     assert len(b.weights) < K * N * (bits / 8 + 0.5), len(b.weights)
 
 
-def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int = 32):
+def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int = 32, rows: int = 2):
     """A MatMulNBits node written by hand: zero points absent, uint8 (packed), or floats like scales."""
     rng = np.random.default_rng(7)
     blocks = -(-K // block)
@@ -76,7 +76,7 @@ def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int =
         inits.append(numpy_helper.from_array(rng.standard_normal(N).astype(dtype), "bias"))
         ins += ["", "bias"]
     node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, name="q", K=K, N=N, bits=bits, block_size=block)
-    g = helper.make_graph([node], "g", [tinfo("x", elem, [2, K])], [tinfo("y", elem, [2, N])], inits)
+    g = helper.make_graph([node], "g", [tinfo("x", elem, [rows, K])], [tinfo("y", elem, [rows, N])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
     m.ir_version = 10
     return m
@@ -85,9 +85,10 @@ def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int =
 @pytest.mark.parametrize("zero_points", ["none", "uint8", "float"])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_zero_point_forms_bias_and_half_inputs_match_onnxruntime(zero_points, bias, dtype):
-    m = _hand_built(zero_points, bias, dtype)
-    x = np.random.default_rng(3).standard_normal((2, K)).astype(dtype)
+@pytest.mark.parametrize("rows", [2, 9])   # the unpacking kernel; the weight unpacked once, then a GEMM
+def test_zero_point_forms_bias_and_half_inputs_match_onnxruntime(zero_points, bias, dtype, rows):
+    m = _hand_built(zero_points, bias, dtype, rows=rows)
+    x = np.random.default_rng(3).standard_normal((rows, K)).astype(dtype)
     got = grapec.load(grapec.compile(m, targets=[])).run({"x": x})["y"].astype(np.float64)
     want = ort_run(m, {"x": x})["y"].astype(np.float64)
     # half: grapec sums in float32 and rounds once; onnxruntime rounds the product to half before

@@ -12,6 +12,8 @@ reductions, on both backends) with QLinearMatMul's and QLinearConv's requantizat
 """
 from __future__ import annotations
 
+import math
+
 from .. import dtypes
 from ..ir import kernel as K
 from ..ir.tensor import T, broadcast_index, cast, map_, norm_axis, reshape
@@ -212,6 +214,7 @@ def _conv_int32(ctx, x, w, xz, wz) -> T:
 
 
 NBITS = (2, 4, 8)
+NBITS_KERNEL_ROWS = 4   # up to this many rows, one kernel unpacks the codes as it reduces (a decode step)
 
 
 @op("com.microsoft:MatMulNBits")
@@ -222,7 +225,8 @@ def matmul_nbits(ctx):
     Code q of block j stands for (q - zp[n, j]) * scale[n, j]. scales: [N * blocks] or [N, blocks].
     zero_points: absent (2^(bits-1)), uint8 packed like the codes with each row padded to whole bytes
     ([N * ceil(blocks * bits / 8)]), or floats like scales. bias: [N].
-    The codes stay packed in the bundle: the kernel unpacks them as it reduces over K, in float32."""
+    The codes stay packed in the bundle. Up to NBITS_KERNEL_ROWS rows, one kernel unpacks them as it
+    reduces over K, in float32; more rows unpack the weight once into A's type and multiply by GEMM."""
     k_dim, n_dim = int(ctx.attr("K")), int(ctx.attr("N"))
     bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size"))
     if bits not in NBITS:
@@ -240,13 +244,21 @@ def matmul_nbits(ctx):
     codes = reshape(b, (n_dim, blocks * block * bits // 8))
     weight = _block_dequant(ctx, codes, scale, ctx.input(3), bits, block, n_dim, blocks)
     lead = tuple(a.shape[:-1])
-
-    def fn(ix):
-        n, k = ix[-1], K.ridx(k_dim)
-        w = weight(n, k)
-        x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
-        return K.cast(K.reduce("sum", K.binary("mul", x, w), (k,)), a.dtype)
-    y = T(lead + (n_dim,), a.dtype, fn)
+    rows = math.prod(lead)
+    if rows > NBITS_KERNEL_ROWS:
+        # many rows (a prompt, a batch of decode steps): the weight unpacked once into [N, K] of A's
+        # type, then a GEMM (cuBLASLt on the GPU), as onnxruntime's CUDA kernel does past a few rows;
+        # the reduction kernel below would unpack every code once per row
+        w_nk = ctx.realize(T((n_dim, k_dim), a.dtype, lambda ix: K.cast(weight(ix[0], ix[1]), a.dtype)), "dequantized")
+        y = ctx.library("matmul", [reshape(a, (rows, k_dim)), w_nk], {"trans_a": 0, "trans_b": 1}, (rows, n_dim), a.dtype)
+        y = reshape(y, lead + (n_dim,))
+    else:
+        def fn(ix):
+            n, k = ix[-1], K.ridx(k_dim)
+            w = weight(n, k)
+            x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
+            return K.cast(K.reduce("sum", K.binary("mul", x, w), (k,)), a.dtype)
+        y = T(lead + (n_dim,), a.dtype, fn)
     if ctx.has(5):
         bias = ctx.input(5)
         y = map_(lambda v, c: K.cast(K.binary("add", K.cast(v, F32), K.cast(c, F32)), a.dtype), y,
