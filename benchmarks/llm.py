@@ -80,6 +80,62 @@ def grapec_rows(path: str, batches: list, prompt: int, new: int, prefill: int | 
     return bundle, rows, tokens
 
 
+def static_decoder(model, batch: int, max_len: int):
+    """gpt-fast's form over a transformers Llama's own modules and weights: a KV cache of max_len
+    positions in module buffers, written in place at the step's positions, attention over the whole
+    cache with a mask (SDPA, grouped heads); the decode step is what torch.compile captures."""
+    import torch
+    from torch import nn
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    cfg = model.config
+    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    dev, dtype = model.lm_head.weight.device, model.lm_head.weight.dtype
+
+    class Static(nn.Module):
+        def __init__(self):
+            super().__init__()
+            shape = (cfg.num_hidden_layers, batch, kv_heads, max_len, head_dim)
+            self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=dev))
+            self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=dev))
+
+        def forward(self, ids, pos):   # ids [B, S]; pos [S]: the positions the S tokens take, every row alike
+            inner, s = model.model, ids.shape[1]
+            h = inner.embed_tokens(ids)
+            cos, sin = inner.rotary_emb(h, pos[None].expand(ids.shape[0], -1))
+            mask = torch.arange(max_len, device=dev)[None, :] <= pos[:, None]        # [S, max_len]
+            for i, layer in enumerate(inner.layers):
+                att = layer.self_attn
+                a = layer.input_layernorm(h)
+                q = att.q_proj(a).view(batch, s, heads, head_dim).transpose(1, 2)
+                k = att.k_proj(a).view(batch, s, kv_heads, head_dim).transpose(1, 2)
+                v = att.v_proj(a).view(batch, s, kv_heads, head_dim).transpose(1, 2)
+                q, k = apply_rotary_pos_emb(q, k, cos, sin)
+                self.k[i].index_copy_(2, pos, k)
+                self.v[i].index_copy_(2, pos, v)
+                o = torch.nn.functional.scaled_dot_product_attention(q, self.k[i], self.v[i], attn_mask=mask,
+                                                                     enable_gqa=True)
+                h = h + att.o_proj(o.transpose(1, 2).reshape(batch, s, heads * head_dim))
+                h = h + layer.mlp(layer.post_attention_layernorm(h))
+            return model.lm_head(inner.norm(h[:, -1]))
+    return Static()
+
+
+def static_generate(dec, step, ids, new: int, compiled: bool):
+    """Greedy with a static_decoder: the prompt through the module itself, then `new` - 1 decode
+    steps through `step` (the module, or its compiled form); -> [B, new] token ids."""
+    import torch
+    dev = ids.device
+    tok = dec(ids, torch.arange(ids.shape[1], device=dev)).argmax(-1, keepdim=True)
+    out = [tok]
+    for t in range(ids.shape[1], ids.shape[1] + new - 1):
+        if compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+        tok = step(tok, torch.tensor([t], device=dev)).argmax(-1, keepdim=True).clone()
+        out.append(tok)
+    return torch.cat(out, 1)
+
+
 def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int | None, eager: bool, compiled: bool,
             say) -> dict:
     """HF generate on the same prompts (eager), and with a static cache under torch.compile."""
@@ -101,18 +157,20 @@ def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int |
             times.append(s.elapsed_time(e))
         return float(np.median(times)), r
 
-    modes = [("hf", {})] if eager else []
-    if compiled:
-        modes.append(("compile", {"cache_implementation": "static"}))
-    for mode, kw in modes:
-        if mode == "compile":
-            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    modes = (["hf"] if eager else []) + (["compile"] if compiled else [])
+    compiled_step = lambda dec: torch.compile(dec, mode="reduce-overhead", fullgraph=True)  # noqa: E731
+    for mode in modes:
         for b in batches:
             ids = torch.from_numpy(grapec_rows_[b]["feeds"]["prompt_ids"]).cuda()
             mask = torch.ones_like(ids)
             try:
-                gen = lambda n: model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,  # noqa: E731
-                                               do_sample=False, pad_token_id=0, **kw)
+                if mode == "hf":
+                    gen = lambda n: model.generate(ids, attention_mask=mask, max_new_tokens=n,  # noqa: E731
+                                                   min_new_tokens=n, do_sample=False, pad_token_id=0)
+                else:   # gpt-fast's loop: a static cache, the decode step under torch.compile
+                    dec = static_decoder(model, b, ids.shape[1] + new)
+                    step = compiled_step(dec)
+                    gen = lambda n: static_generate(dec, step, ids, n, True)  # noqa: E731
                 with torch.no_grad():
                     pre_ms, _ = timed(lambda: gen(1), 3)
                     all_ms, toks = timed(lambda: gen(new), 2)
@@ -122,7 +180,7 @@ def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int |
                 continue
             out[(mode, b)] = {"prompt_ms": pre_ms, "all_ms": all_ms, "decode_ms_per_token": (all_ms - pre_ms) / (new - 1),
                               "tokens_per_s": b * new / (all_ms / 1e3),
-                              "tokens": toks[0, ids.shape[1]:].tolist()}
+                              "tokens": (toks[0, ids.shape[1]:] if mode == "hf" else toks[0]).tolist()}
             say(f"{mode} batch {b}: prompt {pre_ms:.2f} ms, all {all_ms:.2f} ms, "
                 f"{out[(mode, b)]['decode_ms_per_token']:.3f} ms/token")
     if prefill and eager:
