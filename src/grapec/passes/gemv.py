@@ -24,7 +24,10 @@ from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_source
 from ..ir.tensor import broadcast_index
 
-GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
+# output rows (M times batch) up to which a matmul against a weight is a gemv: a warp per output reads
+# the weight row once per row of A. On an H200, a Llama-1B decode step at batch 2 ran 2.13 ms with the
+# gemv, 3.71 without; at batch 4, 3.38 with it and 1.52 without (benchmarks/results/2026-11-26-h200-llm)
+GEMV_MAX_ROWS = 2
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
 GEMV_DTYPES = ("float16", "bfloat16", "float32")
 
