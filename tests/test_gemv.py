@@ -122,3 +122,18 @@ def test_decode_step_cuda_c_matches_interpreter_on_host(tmp_path):
     runner = HostCodegenRunner(b, tmp_path)
     runner.run(0, bucket_feeds(b, 0, 3))
     assert runner.worst < 1e-4
+
+
+def test_a_weight_too_large_for_l2_takes_the_gemv_up_to_two_rows(tmp_path):
+    """Each row of A reads the weight again: from L2 for a small weight, from DRAM for one past
+    LARGE_WEIGHT_BYTES (measured: Llama-1B's MLP at batch 4)."""
+    from grapec.passes.gemv import LARGE_WEIGHT_BYTES
+    k, n = 1024, LARGE_WEIGHT_BYTES // (4 * 1024) + 64      # float32: just past the bound
+    for rows, want in ((2, "kernel"), (4, "library")):
+        path = dense_model(str(tmp_path / f"big{rows}.onnx"), rows, k, n)
+        b = grapec.compile(path, targets=[])
+        assert (want == "library") == ("library" in kinds(b)), (rows, kinds(b))
+        f = feeds(rows, k, n)
+        np.testing.assert_allclose(grapec.load(b).run(f)["y"], ort_run(path, f)[0], rtol=1e-4, atol=1e-4)
+    small = grapec.compile(dense_model(str(tmp_path / "small4.onnx"), 4, 96, 320), targets=[])
+    assert kinds(small) == ["kernel"], kinds(small)   # a small weight keeps the gemv at 4 rows

@@ -24,10 +24,15 @@ from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_source
 from ..ir.tensor import broadcast_index
 
-# output rows (M times batch) up to which a matmul against a weight is a gemv: a warp per output reads
-# the weight row once per row of A. On an H200, a Llama-1B decode step at batch 2 ran 2.13 ms with the
-# gemv, 3.71 without; at batch 4, 3.38 with it and 1.52 without (benchmarks/results/2026-11-26-h200-llm)
-GEMV_MAX_ROWS = 2
+GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
+# A warp per output reads the weight row once per row of A: from L2 for a weight that stays there
+# between the rows' reads, from DRAM for one that does not. On an H200, a Llama-1B decode step (MLP
+# weights of 32-64 MiB, an LM head of 501 MiB) ran at batch 2 2.13 ms/token with the gemv and 3.71
+# without, at batch 4 3.38 with it and 1.52 without (benchmarks/results/2026-11-26-h200-llm). A weight
+# this large takes the gemv up to LARGE_WEIGHT_ROWS rows only; the bound is L2 (50-60 MiB) over the
+# other traffic's share, not measured itself.
+LARGE_WEIGHT_BYTES = 16 << 20
+LARGE_WEIGHT_ROWS = 2
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
 GEMV_DTYPES = ("float16", "bfloat16", "float32")
 
@@ -64,9 +69,10 @@ def _as_gemv(g: Graph, node: Node, source, readers):
     rows = math.prod(y.shape[:-1])
     n_out = y.shape[-1]
     depth = a.shape[-1]
-    if rows > GEMV_MAX_ROWS or depth < GEMV_MIN_DEPTH:
-        return None
     weight = np.asarray(w.const).reshape(b.shape)
+    limit = LARGE_WEIGHT_ROWS if weight.nbytes > LARGE_WEIGHT_BYTES else GEMV_MAX_ROWS
+    if rows > limit or depth < GEMV_MIN_DEPTH:
+        return None
     if not attrs.get("trans_b"):
         if readers.get(source(names[1]), 0) > 1:
             return None   # another reader wants the stored layout: keep one copy of the weight
