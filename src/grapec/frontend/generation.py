@@ -170,12 +170,12 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     batch, prompt = b.dim("prompt_ids", 0), b.dim("prompt_ids", 1)
     room = b.node("Add", [prompt, b.const(n_new)], "cache_length")
     lengths = b.node("Clip", ["prompt_lengths", b.const(1), prompt], "lengths")   # a row holds 1..P tokens
-    filled = b.node("Cast", [b.node("Less", [b.unsqueeze(b.node("Range", [b.const(0), prompt, b.const(1)]), 0),
-                                              b.unsqueeze(lengths, 1)])], to=TensorProto.INT64)      # [B, P]
+    positions = b.unsqueeze(b.node("Range", [b.const(0), prompt, b.const(1)]), 0)                  # [1, P]
+    filled = b.node("Cast", [b.node("Less", [positions, b.unsqueeze(lengths, 1)])], to=TensorProto.INT64)   # [B, P]
     feeds = {dec.input_ids: "prompt_ids", dec.attention_mask: filled}
     if dec.position_ids:
-        feeds[dec.position_ids] = b.node("Expand", [b.unsqueeze(b.node("Range", [b.const(0), prompt, b.const(1)]), 0),
-                                                     b.node("Concat", [b.unsqueeze(batch, 0), b.unsqueeze(prompt, 0)], axis=0)])
+        feeds[dec.position_ids] = b.node("Expand", [positions, b.node("Concat", [b.unsqueeze(batch, 0),
+                                                                                 b.unsqueeze(prompt, 0)], axis=0)])
     for k, (heads, head_dim) in zip(dec.kv, shapes):
         shape = b.node("Concat", [b.unsqueeze(batch, 0), b.const([heads]), b.unsqueeze(room, 0), b.const([head_dim])], axis=0)
         zero = helper.make_tensor("zero", k.elem_type, [1], [0])
@@ -208,18 +208,24 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
         initializer=list(g.initializer))
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     out.metadata_props.extend(model.metadata_props)
-    vocab = _dims(next(o for o in g.output if o.name == dec.logits))[-1:]
+    for key, value in _metadata(g, dec, n_new, where, config):
+        out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
+    used = {d for k in dec.kv for d in (k.heads, k.head_dim) if isinstance(d, str) and d in dims}
+    return out, used
+
+
+def _metadata(g: onnx.GraphProto, dec: Decoder, n_new: int, where: str, config: dict) -> list:
+    """What the bundle says of the generation: N, the default eos, the tokens and count outputs (grapec
+    bench reports ms per generated token by them), and the inputs' valid values."""
     meta = [("grapec.generate.max_new_tokens", str(n_new)), ("grapec.generate.decoder", where),
             ("grapec.input_range.prompt_lengths", "1:"),
             ("grapec.generated_tokens_output", "generated"), ("grapec.generated_count_output", "num_generated")]
     if isinstance(config.get("eos_token_id"), int):
         meta.append(("grapec.generate.eos_token_id", str(config["eos_token_id"])))
+    vocab = _dims(next(o for o in g.output if o.name == dec.logits))[-1:]
     if vocab and isinstance(vocab[0], int) and vocab[0] > 0:   # the ids index the embedding: the logits' width
         meta.append(("grapec.input_range.prompt_ids", f"0:{vocab[0] - 1}"))
-    for key, value in meta:
-        out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
-    used = {d for k in dec.kv for d in (k.heads, k.head_dim) if isinstance(d, str) and d in dims}
-    return out, used
+    return meta
 
 
 def growing_cache(problem: str) -> str | None:
