@@ -34,8 +34,6 @@ from onnx import TensorProto, helper
 
 from .proto import NodeBuilder, Unsupported, subgraphs
 
-INPUTS = ("prompt_ids", "prompt_lengths", "max_new_tokens", "eos_token_id")
-OUTPUTS = ("generated", "num_generated")
 _PAST = re.compile(r"^past(_key_values)?[._]")
 
 

@@ -171,8 +171,8 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         launch = plan_launch(fused)
         if launch.mode not in ("row", "warp") or launch.rows > kp.size:
             return None   # the reduction would be recomputed per output element, not once per row
-        longest = max(K.walk(kp.body), key=lambda e: _extent(e)).args[2]
-        if launch.rows < MIN_STITCH_ROWS and kc.size > 4 * math.prod(r.args[1] for r in longest):
+        longest = max(_extent(e) for e in K.walk(kp.body))
+        if launch.rows < MIN_STITCH_ROWS and kc.size > 4 * longest:
             # a few rows far wider than the reduction (a sum over the attention mask read by a
             # whole score matrix): a block or two would do all the consumer's work
             return None
@@ -180,6 +180,7 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
 
 
 def _extent(e) -> int:
+    """A reduce's iteration count (0 for any other node)."""
     return math.prod(r.args[1] for r in e.args[2]) if e.op == "reduce" else 0
 
 
