@@ -12,9 +12,14 @@ HF generate (eager, its dynamic cache) and the gpt-fast-style static-cache decod
 torch.compile(mode="reduce-overhead") through HF generate. The weight-read limit is the weights'
 bytes over a device-to-device copy's measured bandwidth: no decode step can read them faster.
 
-onnxruntime-genai-cuda, the issue's first peer, is not here yet: it needs onnxruntime-gpu on the
-GPU machine (carried in parts). Greedy tokens are compared with HF's at batch 1; with random
-weights the top logits are close, so fp16 runs part where rounding flips a near tie.
+onnxruntime-genai (`--peers genai`; onnxruntime-genai-cuda with onnxruntime-gpu on a GPU machine)
+runs the same builder folder the way its users run it: a Generator per generation, `append_tokens`
+with the prompt, then `generate_next_token` once per token, min_length = max_length so that no row
+stops early; once with the builder's config (CUDA graphs off) and once with `enable_cuda_graph` on.
+Its times are wall-clock around the whole generation (its API has no stream to put events on;
+grapec's one launch loses nothing to that difference). Greedy tokens are compared with HF's and
+onnxruntime-genai's at batch 1; with random weights the top logits are close, so fp16 runs part
+where rounding flips a near tie, and fp32 runs should agree.
 """
 from __future__ import annotations
 
@@ -192,6 +197,91 @@ def hf_rows(hf: str, grapec_rows_: dict, batches: list, new: int, prefill: int |
     return out
 
 
+def first_difference(ours: list, theirs: list) -> int:
+    return next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), min(len(ours), len(theirs)))
+
+
+def near_tie(model, prompt: np.ndarray, ours: list, theirs: list) -> dict:
+    """Where grapec's and onnxruntime-genai's greedy tokens first differ: onnxruntime-genai's own logits
+    after the prompt and the tokens both chose, for the two tokens, and fp16's spacing at that size (a
+    gap within a few spacings is a rounding tie, not a wrong model)."""
+    import onnxruntime_genai as og
+    d = first_difference(ours, theirs)
+    seq = np.concatenate([prompt, np.asarray(ours[:d], prompt.dtype)])[None]
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=seq.shape[1] + 1, do_sample=False, batch_size=1)
+    g = og.Generator(model, params)
+    g.append_tokens(seq)
+    logits = np.asarray(g.get_logits(), np.float32).reshape(-1)
+    a, b = float(logits[ours[d]]), float(logits[theirs[d]])
+    return {"at": d, "grapec_token": int(ours[d]), "genai_token": int(theirs[d]), "logit_grapec_token": a,
+            "logit_genai_token": b, "gap": b - a, "fp16_spacing": float(np.spacing(np.float16(max(abs(a), abs(b)))))}
+
+
+def genai_generate(model, ids: np.ndarray, n: int) -> np.ndarray:
+    """n greedy tokens after the prompt ids [batch, prompt], as onnxruntime-genai's users loop; -> row
+    0's tokens, copied to the host (so the generation has finished)."""
+    import onnxruntime_genai as og
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=ids.shape[1] + n, min_length=ids.shape[1] + n, do_sample=False,
+                              batch_size=ids.shape[0])
+    g = og.Generator(model, params)
+    g.append_tokens(ids)
+    for _ in range(n):
+        g.generate_next_token()
+    return g.get_sequence(0)[ids.shape[1]:]
+
+
+def genai_timed(model, ids: np.ndarray, n: int, reps: int) -> tuple:
+    """Median wall-clock ms of genai_generate after one warm-up, and its tokens."""
+    genai_generate(model, ids, n)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        toks = genai_generate(model, ids, n)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(times)), toks
+
+
+def genai_rows(model_dir: str, grapec_rows_: dict, batches: list, new: int, grapec_tokens: list | None, modes: set,
+               say) -> dict:
+    """onnxruntime-genai on the builder's folder, greedy, with CUDA graphs as the builder leaves them
+    (off) and on: {(mode, batch): row}; where its batch-1 tokens part from grapec's, the row's
+    "divergence" holds its logits there (near_tie)."""
+    import onnxruntime_genai as og
+    out = {}
+    for mode, graph in (("genai", None), ("genai-graph", "1")):
+        if mode not in modes:
+            continue
+        try:
+            cfg = og.Config(model_dir)
+            if graph:
+                cfg.clear_providers()
+                cfg.append_provider("cuda")
+                cfg.set_provider_option("cuda", "enable_cuda_graph", graph)
+            model = og.Model(cfg)
+        except Exception as e:  # noqa: BLE001 - a peer failing is reported, the others still run
+            say(f"{mode} failed to load: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            continue
+        for b in batches:
+            ids = grapec_rows_[b]["feeds"]["prompt_ids"].astype(np.int32)
+            try:
+                pre_ms, _ = genai_timed(model, ids, 1, 3)
+                all_ms, toks = genai_timed(model, ids, new, 2)
+            except Exception as e:  # noqa: BLE001
+                out[(mode, b)] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                say(f"{mode} batch {b} failed: {out[(mode, b)]['error']}")
+                continue
+            out[(mode, b)] = {"prompt_ms": pre_ms, "all_ms": all_ms, "decode_ms_per_token": (all_ms - pre_ms) / (new - 1),
+                              "tokens_per_s": b * new / (all_ms / 1e3), "tokens": [int(t) for t in toks]}
+            if mode == "genai" and b == batches[0] == 1 and grapec_tokens and \
+                    first_difference(grapec_tokens, out[(mode, b)]["tokens"]) < min(len(grapec_tokens), len(toks)):
+                out[(mode, b)]["divergence"] = near_tie(model, ids[0], grapec_tokens, out[(mode, b)]["tokens"])
+            say(f"{mode} batch {b}: prompt {pre_ms:.2f} ms, all {all_ms:.2f} ms, "
+                f"{out[(mode, b)]['decode_ms_per_token']:.3f} ms/token")
+    return out
+
+
 def step_profiles(path: str, prefill: int, past: int, say) -> dict:
     """Each step's GPU time alone: the prompt pass of `prefill` tokens (the generation bundle with one
     new token), and one decode step of the decoder compiled alone (batch 1, a past buffer `past` long,
@@ -229,7 +319,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--prefill", type=int, default=1024, help="also time one prompt this long (0: no)")
-    ap.add_argument("--peers", default="hf,compile", help="comma-separated: hf, compile (or none)")
+    ap.add_argument("--peers", default="hf,compile,genai,genai-graph",
+                    help="comma-separated: hf, compile, genai, genai-graph (or none)")
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--steps", action="store_true", help="only profile each step of a prompt pass (--prefill long) "
@@ -247,30 +338,42 @@ def main():
     limit_ms = bundle.manifest["weights_bytes"] / bw * 1e3
     peers = {}
     wanted = {p for p in a.peers.split(",") if p and p != "none"}
-    if wanted and a.hf:
-        peers = hf_rows(a.hf, g, a.batch, a.new, a.prefill or None, "hf" in wanted, "compile" in wanted, say)
+    if wanted & {"genai", "genai-graph"}:
+        peers.update(genai_rows(os.path.dirname(os.path.abspath(a.model)), g, a.batch, a.new, tokens, wanted, say))
+    if wanted & {"hf", "compile"} and a.hf:
+        peers.update(hf_rows(a.hf, g, a.batch, a.new, a.prefill or None, "hf" in wanted, "compile" in wanted, say))
     print(f"\n{os.path.basename(os.path.dirname(a.model))}: prompt {a.prompt}, {a.new} new tokens, greedy; "
           f"weights {bundle.manifest['weights_bytes'] / 2**30:.2f} GiB; copy bandwidth {bw / 1e9:.0f} GB/s -> "
           f"weight-read limit {limit_ms:.3f} ms/token")
-    print("| batch | grapec ms/token | tokens/s | of limit | HF eager ms/token (x) | torch.compile static ms/token (x) |")
-    print("|---|---|---|---|---|---|")
+    modes = {"genai": "onnxruntime-genai", "genai-graph": "onnxruntime-genai CUDA graph", "hf": "HF eager",
+             "compile": "torch.compile static"}
+    print("| batch | grapec ms/token | tokens/s | of limit | "
+          + " | ".join(f"{name} ms/token (x)" for name in modes.values()) + " |")
+    print("|---" * (4 + len(modes)) + "|")
     for b in a.batch:
         r = g[b]
         cells = []
-        for mode in ("hf", "compile"):
+        for mode in modes:
             p = peers.get((mode, b))
             cells.append("-" if not p else p.get("error", "")[:40] or
                          f"{p['decode_ms_per_token']:.3f} ({p['decode_ms_per_token'] / r['decode_ms_per_token']:.2f}x)")
         print(f"| {b} | {r['decode_ms_per_token']:.3f} | {r['tokens_per_s']:.0f} | "
-              f"{limit_ms / r['decode_ms_per_token'] * 100:.0f}% | {cells[0]} | {cells[1]} |")
+              f"{limit_ms / r['decode_ms_per_token'] * 100:.0f}% | " + " | ".join(cells) + " |")
     if a.prefill:
         hp = peers.get(("hf", "prefill"))
         print(f"prefill of {a.prefill} tokens (batch 1): grapec {g['prefill']['ms']:.2f} ms (its first token included)"
               + (f", HF forward {hp['ms']:.2f} ms" if hp else ""))
-    hf1 = peers.get(("hf", a.batch[0]), {}).get("tokens")
-    if tokens and hf1:
-        same = next((i for i, (x, y) in enumerate(zip(tokens, hf1)) if x != y), min(len(tokens), len(hf1)))
-        print(f"greedy tokens at batch {a.batch[0]}: grapec and HF agree on the first {same} of {len(tokens)}")
+    for mode in ("genai", "hf"):
+        theirs = peers.get((mode, a.batch[0]), {}).get("tokens")
+        if tokens and theirs:
+            same = first_difference(tokens, theirs)
+            print(f"greedy tokens at batch {a.batch[0]}: grapec and {modes[mode]} agree on the first {same} of "
+                  f"{len(tokens)}" + ("" if same == len(tokens) else f" (grapec {tokens[same]}, {modes[mode]} {theirs[same]})"))
+            tie = peers[(mode, a.batch[0])].get("divergence")
+            if tie:
+                print(f"  there onnxruntime-genai's logits: {tie['logit_genai_token']:.4f} for its token, "
+                      f"{tie['logit_grapec_token']:.4f} for grapec's: a gap of {tie['gap']:.4f}, fp16 spacing "
+                      f"{tie['fp16_spacing']:.4f}")
     if a.json:
         dump = {"limit_ms_per_token": limit_ms, "bandwidth_gbs": bw / 1e9,
                 "grapec": {str(k): {kk: vv for kk, vv in v.items() if kk != "feeds"} for k, v in g.items()},
