@@ -15,6 +15,7 @@ has no onnxruntime the wheel's library links against).
 |---------|-----------------------------------------------------------------------------------------|
 | llama1b | Llama-3.2-1B: 16 layers, hidden 2048, 32 query / 8 KV heads of 64, SwiGLU 8192,         |
 |         | RoPE theta 500000, vocab 128256, tied embeddings (1.24 B parameters)                     |
+| llama1b-2l | llama1b's layers at full width, 2 of them, vocab 32000 (its plans in seconds)         |
 | tiny    | the same layout at hidden 64, 2 layers, vocab 256 (a check of the script in seconds)     |
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ CONFIGS = {
     "llama1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                     num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=4096,
                     rope_theta=500000.0, tie_word_embeddings=True, rms_norm_eps=1e-5),
+    "llama1b-2l": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=2, num_attention_heads=32,
+                       num_key_value_heads=8, head_dim=64, vocab_size=32000, max_position_embeddings=4096,
+                       rope_theta=500000.0, tie_word_embeddings=True, rms_norm_eps=1e-5),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=512,
                  rope_theta=500000.0, tie_word_embeddings=True),

@@ -184,19 +184,20 @@ def group_query_attention(b, n):
     grouped = b.node("Reshape", [qh, b.node("Concat", [b.const([0, kv_heads, -1]), head_dim], axis=0)])
     scores = b.node("Mul", [b.node("MatMul", [grouped, b.node("Transpose", [kh], perm=[0, 1, 3, 2])]), scale])
     total_keys = b.dim(kh, 2)
-    by_query = b.node("Concat", [b.const([0, kv_heads, group]), b.unsqueeze(seq, 0), b.unsqueeze(total_keys, 0)], axis=0)
-    scores = b.node("Reshape", [scores, by_query])                                                  # [B, Nkv, g, S, T]
+    # the mask over the same grouped rows (row r is query position r mod S), so the scores go from
+    # the product through the mask into the softmax with no reshape between: the fused attention
+    # pass then takes the three as one kernel
+    rows = b.node("Mod", [b.node("Range", [b.const(0), b.node("Mul", [seq, b.const(group)]), b.const(1)]), seq])
     keys = b.unsqueeze(b.unsqueeze(b.node("Range", [b.const(0), total_keys, b.const(1)]), 0), 0)   # [1, 1, T]
-    at = b.unsqueeze(positions, 2)                                                                   # [B, S, 1]
+    at = b.unsqueeze(b.node("Gather", [positions, rows], axis=1), 2)                                # [B, g*S, 1]
     keep = b.node("And", [b.node("LessOrEqual", [keys, at]),                        # causal, and no key past
                           b.node("LessOrEqual", [keys, b.unsqueeze(b.unsqueeze(last, 1), 2)])])   # the row's last
     window = int(n.attr("local_window_size", -1))
     if window > 0:
         keep = b.node("And", [keep, b.node("Greater", [keys, b.node("Sub", [at, b.const(window)])])])
     lowest = like(-65504.0)   # finite: a row with no key left stays a number
-    keep = b.unsqueeze(b.unsqueeze(keep, 1), 1)                                                      # [B, 1, 1, S, T]
+    keep = b.unsqueeze(keep, 1)                                                                      # [B, 1, g*S, T]
     probs = b.node("Softmax", [b.node("Where", [keep, scores, lowest])], axis=-1)
-    probs = b.node("Reshape", [probs, b.node("Concat", [b.const([0, kv_heads, -1]), b.unsqueeze(total_keys, 0)], axis=0)])
     out = b.node("MatMul", [probs, vh])                                                              # [B, Nkv, g*S, H]
     out = b.node("Reshape", [out, b.node("Concat", [b.const([0, heads]), b.unsqueeze(seq, 0), head_dim], axis=0)])
     write_as(b, _merge_heads(b, out), n.output(0))

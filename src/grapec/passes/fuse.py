@@ -123,6 +123,10 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     if has_reduce and not epilogue:
         if any(n > 1 for n in in_loops):
             return None   # the reduction would be redone in every iteration of the consumer's loop
+        if len(loads) > 1 and kp.size > 1:
+            # read at several indices (a rotary embedding's x[i] and x[i ± half] of a projection's
+            # output): each load would redo its own reduction, a gemv's rows computed twice
+            return None
     elif not has_reduce and not is_gather(kp):
         cost = sum(1 for e in K.walk(kp.body) if e.op not in ("const", "idx", "ridx", "load"))
         # a gather through loaded indices (an embedding lookup) is a chain of dependent reads:
