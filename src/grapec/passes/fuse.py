@@ -42,6 +42,9 @@ RECOMPUTE_BYTES = 1 << 20
 # A reduction stitched into its consumer runs once per row, a block per row (or a warp): with fewer
 # rows than this, the consumer's work must be about the reduction's size for a block to carry it.
 MIN_STITCH_ROWS = 8
+# A softmax's max is read by its sum and its quotient, a LayerNorm's centred input by its variance
+# and its quotient: past this many reading kernels a reduction is a shared value, not a stitch.
+MAX_STITCH_READERS = 2
 
 
 def fuse(g: Graph) -> Graph:
@@ -123,6 +126,10 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     if has_reduce and not epilogue:
         if any(n > 1 for n in in_loops):
             return None   # the reduction would be redone in every iteration of the consumer's loop
+        if readers > MAX_STITCH_READERS:
+            # a statistic many kernels read (the sequence lengths every layer's attention masks and
+            # rotates by): computed once and read, not redone inside each of them
+            return None
         if len(loads) > 1 and kp.size > 1:
             # read at several indices (a rotary embedding's x[i] and x[i ± half] of a projection's
             # output): each load would redo its own reduction, a gemv's rows computed twice
