@@ -39,8 +39,9 @@ def lively(name: str, path: str, factor: float = 10.0) -> str:
     return path
 
 
-def reference_greedy(path: str, prompts: list, n: int, eos: int = -1) -> list:
-    """Each prompt alone through onnxruntime's CPU kernels, a past growing by one per token."""
+def reference_greedy(path: str, prompts: list, n: int, eos: int = -1, choose=None) -> list:
+    """Each prompt alone through onnxruntime's CPU kernels, a past growing by one per token; each token
+    the first largest logit, or choose(logits, token index, the prompt's row)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -49,20 +50,44 @@ def reference_greedy(path: str, prompts: list, n: int, eos: int = -1) -> list:
     names = [o.name for o in sess.get_outputs()]
     kv_type = np.float16 if sess.get_inputs()[2].type == "tensor(float16)" else np.float32
     out = []
-    for p in prompts:
+    for row, p in enumerate(prompts):
         past = {f"past_key_values.{l}.{kv}": np.zeros((1, KV_HEADS, 0, HEAD), kv_type)
                 for l in range(LAYERS) for kv in ("key", "value")}
         ids, toks = np.array([p], np.int64), []
         while len(toks) < n:
             total = past["past_key_values.0.key"].shape[2] + ids.shape[1]
             got = dict(zip(names, sess.run(None, {"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **past})))
-            toks.append(int(got["logits"][0, -1].argmax()))
+            logits = got["logits"][0, -1]
+            toks.append(int(logits.argmax()) if choose is None else int(choose(logits, len(toks), row)))
             if toks[-1] == eos:
                 break
             past = {k: got[k.replace("past_key_values", "present")] for k in past}
             ids = np.array([[toks[-1]]], np.int64)
         out.append(toks)
     return out
+
+
+def sampled_reference(k: int, temperature: float, top_p: float, seed: int):
+    """frontend/generation.py's sampling in numpy: -> choose(logits, token index, row) for
+    reference_greedy. The top k in order (ties: the lower id first, as TopK), softmax of logits /
+    temperature, cut where the mass before a candidate reaches top_p, inverse CDF at the hash's u."""
+    prime = 2**31 - 1
+
+    def uniform(t: int, row: int) -> np.float32:
+        x = seed % (prime - 1) + 1
+        for mix in (t + 1, row + 1, 0, 0):
+            x = (x * 48271 + mix * 69621) % prime
+        return np.float32(x % (1 << 24)) * np.float32(1.0 / (1 << 24))
+
+    def choose(logits, t, row):
+        x = logits.astype(np.float32) / np.float32(temperature)
+        order = np.argsort(-x, kind="stable")[:k]
+        e = np.exp(x[order] - x[order].max())
+        p = (e / e.sum()).astype(np.float32)
+        kept = np.where(np.cumsum(p) - p < np.float32(top_p), p, np.float32(0))
+        cdf = np.cumsum(kept)
+        return order[min(int((cdf <= uniform(t, row) * kept.sum()).sum()), k - 1)]
+    return choose
 
 
 def prompts_of(lengths, seed: int) -> list:
@@ -113,6 +138,34 @@ def test_a_row_stops_at_its_eos_and_the_others_go_on(tmp_path):
                     "max_new_tokens": np.array(10), "eos_token_id": np.array(eos)})
     assert out["num_generated"].tolist() == [len(r) for r in want]
     assert (out["generated"][0, at + 1:] == -1).all()
+
+
+def test_sampled_generation_is_the_seeds_draw_from_the_top_k(tmp_path):
+    """--top-k: each token drawn from the top k (temperature, top_p, seed at run time) by a hash of
+    (seed, token index, row): the same tokens as that sampling in numpy over onnxruntime's logits,
+    the same for the same seed, others for another seed; top_k 1 is the greedy choice."""
+    path = lively("fp32", str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([6, 3, 5], seed=4)
+    sess = grapec.load(compiled(path, 10, [(4, 8)], targets=[], top_k=8))
+    for temperature, top_p, seed in ((0.7, 0.9, 3), (1.5, 1.0, -12), (1.0, 0.5, 2**40)):
+        want = reference_greedy(path, prompts, 10, choose=sampled_reference(8, temperature, top_p, seed))
+        got = grapec.generate(sess, prompts, temperature=temperature, top_p=top_p, seed=seed).tokens
+        assert got == want, (temperature, top_p, seed)
+    first = grapec.generate(sess, prompts, seed=5).tokens
+    assert grapec.generate(sess, prompts, seed=5).tokens == first
+    assert grapec.generate(sess, prompts, seed=6).tokens != first
+    greedy = reference_greedy(path, prompts, 10)
+    assert first != greedy   # sampling at temperature 1 strays from the greedy path
+    assert grapec.generate(sess, prompts, top_p=1e-6).tokens == greedy   # only the top token left
+    one = grapec.load(compiled(path, 10, [(4, 8)], targets=[], top_k=1))
+    assert grapec.generate(one, prompts, seed=9).tokens == greedy
+    with pytest.raises(grapec.errors.InputError, match="temperature 0.0: expected a value > 0"):
+        grapec.generate(sess, prompts, temperature=0.0)
+    with pytest.raises(grapec.errors.InputError, match=r"top_p 1.5: expected a value in \(0, 1\]"):
+        grapec.generate(sess, prompts, top_p=1.5)
+    plain = grapec.load(compiled(path, 4, [(1, 8)], targets=[]))
+    with pytest.raises(grapec.errors.InputError, match="seed: this bundle generates greedily; compile it with --top-k"):
+        grapec.generate(plain, [prompts[0]], seed=1)
 
 
 def test_bad_calls_name_what_is_wrong(tmp_path):

@@ -31,9 +31,9 @@ def load(bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None =
                         concurrency=concurrency)
 
 
-def generate(session, prompts, max_new_tokens=None, eos_token_id=None):
-    """Greedy generation with a bundle compiled from a decoder with --generate N (one launch for the
-    whole loop): prompts (lists of token ids) in, a Generation whose .tokens holds each row's new ids.
-    See grapec.runtime.generation."""
+def generate(session, prompts, max_new_tokens=None, eos_token_id=None, temperature=None, top_p=None, seed=None):
+    """Generation with a bundle compiled from a decoder with --generate N (one launch for the whole
+    loop): prompts (lists of token ids) in, a Generation whose .tokens holds each row's new ids. Greedy,
+    or sampled (temperature, top_p, seed) where it was compiled with --top-k. See grapec.runtime.generation."""
     from .runtime.generation import generate as run_generation
-    return run_generation(session, prompts, max_new_tokens, eos_token_id)
+    return run_generation(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed)

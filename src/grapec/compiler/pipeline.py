@@ -264,7 +264,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
                   conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False,
-                  attention: str = "auto", generate: int | None = None) -> Bundle:
+                  attention: str = "auto", generate: int | None = None, top_k: int | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -317,6 +317,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              (frontend/generation.py gives the inputs and outputs). The decoder takes input_ids,
              attention_mask and past_key_values.N.key/.value and gives logits and present.N.*
              (onnxruntime-genai's builder, optimum); `dims` gives any named dim of its KV cache.
+    top_k:   with generate: sample each token from the top_k logits (temperature, top_p and seed then
+             inputs) instead of the greedy choice.
     grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
              a grid-wide barrier between its stages, where the cost model says it saves node gaps; on
              sm_90 it never does, passes/grid_stitch.py says why), "on" (every run that can be) or "off".
@@ -339,10 +341,13 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     from ..cost.device import load_profile
     profile = load_profile(device_profile)
     proto = load_model(model)
+    if top_k is not None and generate is None:
+        raise GrapecError("--top-k samples the tokens of a generation: it needs --generate N")
     if generate is not None:
-        proto, used = _generation_model(proto, generate, dims or {}, where)
+        proto, used = _generation_model(proto, generate, dims or {}, where, top_k)
         dims = {k: v for k, v in (dims or {}).items() if k not in used}   # they sized the cache
-        say(f"the decoder runs inside a generation loop: its prompt, then up to {generate} greedy decode steps "
+        choice = "greedy" if top_k is None else f"top-{top_k} sampled"
+        say(f"the decoder runs inside a generation loop: its prompt, then up to {generate} {choice} decode steps "
             f"into a KV cache of prompt + {generate} positions, as one launch")
     proto, contrib_problems = contrib_as_onnx(proto)   # onnxruntime's com.microsoft ops
     graph = import_model(proto, where, contrib_problems)
@@ -464,12 +469,12 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     return Bundle(manifest, weights.blob(), kernels.kernels, plans, gpu_sections)
 
 
-def _generation_model(proto, generate: int, dims: dict, where: str):
+def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int | None):
     from ..frontend.generation import genai_config, generation_model
     from ..frontend.proto import Unsupported
     config = genai_config(where) if os.path.isfile(where) else {}
     try:
-        return generation_model(proto, generate, dims, os.path.basename(where), config)
+        return generation_model(proto, generate, dims, os.path.basename(where), config, top_k)
     except Unsupported as e:
         raise ModelError(str(e)) from None
 

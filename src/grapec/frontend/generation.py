@@ -19,7 +19,17 @@ buffer); a decoder whose present grows by concatenation is refused by name.
     outputs: generated       int64 [batch, N]       each row's new ids, then -1
              num_generated   int64 [batch]          how many ids each row generated (its eos included)
 
-Decoding is greedy: the first largest logit. The prompt's pass writes its keys and values at
+Decoding is greedy (the first largest logit), or, compiled with top_k, sampled: each row's token is
+drawn from its top_k logits (divided by the run-time `temperature`), cut to the smallest head whose
+probabilities reach `top_p` (nucleus sampling), by a uniform number that a counter-based hash makes
+of (`seed`, the token's index, the row) -- the same seed gives the same tokens on every backend and
+every run, and no generator state lives between launches. Those three are then inputs too:
+
+             temperature     float32 []             > 0; the logits are divided by it
+             top_p           float32 []             (0, 1]: 1 keeps all top_k
+             seed            int64 []               any value
+
+The prompt's pass writes its keys and values at
 positions 0..prompt-1 of each row (a right-padded row's padding too: those positions are masked
 out and overwritten as the row grows), and step i feeds row b's token i at position
 prompt_lengths[b] + i.
@@ -145,14 +155,19 @@ def genai_config(model_path: str) -> dict:
             "eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}
 
 
+SAMPLING_INPUTS = ("temperature", "top_p", "seed")
+
+
 def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | None = None,
-                     where: str = "model", config: dict | None = None) -> tuple:
+                     where: str = "model", config: dict | None = None, top_k: int | None = None) -> tuple:
     """-> (the decoder `model` wrapped in its generation loop (see the module docstring), the names in
     `dims` it used). N = max_new_tokens, the cache's room past the prompt. dims: values of the
     decoder's named dims that size its KV cache (kv_cache_dim); config: genai_config()'s, for those
-    dims not given and the default eos token."""
+    dims not given and the default eos token; top_k: sample from the top_k logits (None: greedy)."""
     if max_new_tokens < 1:
         raise Unsupported(f"--generate {max_new_tokens}: the number of new tokens must be at least 1")
+    if top_k is not None and top_k < 1:
+        raise Unsupported(f"--top-k {top_k}: sampling needs at least 1 candidate token")
     dims = dims or {}
     g = model.graph
     dec = find_decoder(g, where)
@@ -180,16 +195,22 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
         feeds[k.past] = b.node("ConstantOfShape", [shape], "empty_cache", value=zero)
     before = len(b.out)
     prefill = _renamed_nodes(g, "prompt/", keep, feeds)
-    scores = b.node("ArgMax", ["prompt/" + dec.logits], axis=2, keepdims=0)                        # [B, P]
     last = b.unsqueeze(b.node("Sub", [lengths, b.const(1)]), 1)                                     # [B, 1]
-    first = b.node("GatherElements", [scores, last], axis=1)                                        # [B, 1]
+    if top_k is None:
+        scores = b.node("ArgMax", ["prompt/" + dec.logits], axis=2, keepdims=0)                    # [B, P]
+        first = b.node("GatherElements", [scores, last], axis=1)                                    # [B, 1]
+    else:   # the logits at each row's last prompt position, [B, V]
+        at = b.node("Expand", [b.unsqueeze(last, 2), b.node("Concat", [b.unsqueeze(batch, 0), b.const([1]),
+                                                                        b.span(b.node("Shape", ["prompt/" + dec.logits]), 2, 3)], axis=0)])
+        row = b.node("Squeeze", [b.node("GatherElements", ["prompt/" + dec.logits, at], axis=1), b.const([1])])
+        first = _sampled(b, row, b.const(0), top_k)
     done = b.node("Equal", [b.node("Squeeze", [first, b.const([1])]), "eos_token_id"])              # [B]
     column = b.unsqueeze(b.node("Range", [b.const(0), b.const(n_new), b.const(1)]), 0)              # [1, N]
     nothing = b.node("Expand", [b.const(-1), b.node("Concat", [b.unsqueeze(batch, 0), b.const([n_new])], axis=0)])
     generated = b.node("Where", [b.node("Equal", [column, b.const(0)]), first, nothing])            # [B, N]
     count = b.node("Expand", [b.const(1), b.unsqueeze(batch, 0)])                                   # [B]
     steps = b.node("Sub", [b.node("Clip", ["max_new_tokens", b.const(1), b.const(n_new)]), b.const(1)])
-    body = _step_body(g, dec, keep, n_new, opset, room, column, lengths)
+    body = _step_body(g, dec, keep, n_new, opset, room, column, lengths, top_k)
     caches = [f"cache/{k.past}" for k in dec.kv]
     b.out.append(helper.make_node("Loop", [steps, _not_all(b, done), first, done, generated, count]
                                   + ["prompt/" + k.present for k in dec.kv],
@@ -200,24 +221,29 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
         [helper.make_tensor_value_info("prompt_ids", TensorProto.INT64, ["batch", "prompt"]),
          helper.make_tensor_value_info("prompt_lengths", TensorProto.INT64, ["batch"]),
          helper.make_tensor_value_info("max_new_tokens", TensorProto.INT64, []),
-         helper.make_tensor_value_info("eos_token_id", TensorProto.INT64, [])],
+         helper.make_tensor_value_info("eos_token_id", TensorProto.INT64, [])]
+        + ([] if top_k is None else [helper.make_tensor_value_info("temperature", TensorProto.FLOAT, []),
+                                     helper.make_tensor_value_info("top_p", TensorProto.FLOAT, []),
+                                     helper.make_tensor_value_info("seed", TensorProto.INT64, [])]),
         [helper.make_tensor_value_info("generated", TensorProto.INT64, ["batch", n_new]),
          helper.make_tensor_value_info("num_generated", TensorProto.INT64, ["batch"])],
         initializer=list(g.initializer))
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     out.metadata_props.extend(model.metadata_props)
-    for key, value in _metadata(g, dec, n_new, where, config):
+    for key, value in _metadata(g, dec, n_new, where, config, top_k):
         out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
     used = {d for k in dec.kv for d in (k.heads, k.head_dim) if isinstance(d, str) and d in dims}
     return out, used
 
 
-def _metadata(g: onnx.GraphProto, dec: Decoder, n_new: int, where: str, config: dict) -> list:
+def _metadata(g: onnx.GraphProto, dec: Decoder, n_new: int, where: str, config: dict, top_k: int | None) -> list:
     """What the bundle says of the generation: N, the default eos, the tokens and count outputs (grapec
     bench reports ms per generated token by them), and the inputs' valid values."""
     meta = [("grapec.generate.max_new_tokens", str(n_new)), ("grapec.generate.decoder", where),
             ("grapec.input_range.prompt_lengths", "1:"),
             ("grapec.generated_tokens_output", "generated"), ("grapec.generated_count_output", "num_generated")]
+    if top_k is not None:
+        meta.append(("grapec.generate.top_k", str(top_k)))
     if isinstance(config.get("eos_token_id"), int):
         meta.append(("grapec.generate.eos_token_id", str(config["eos_token_id"])))
     vocab = _dims(next(o for o in g.output if o.name == dec.logits))[-1:]
@@ -246,7 +272,7 @@ def _not_all(b: NodeBuilder, done: str) -> str:
 
 
 def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: int, room: str, column: str,
-               lengths: str):
+               lengths: str, top_k: int | None):
     """The Loop body: one decode step of every row, its token written into `generated`."""
     b = NodeBuilder("step", opset)
     at = b.node("Add", [lengths, "in/iteration"], "position")                                  # [B]
@@ -258,7 +284,11 @@ def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: i
     feeds.update({k.past: f"past/{k.past}" for k in dec.kv})
     before = len(b.out)
     decoder = _renamed_nodes(g, "step/", keep, feeds)
-    token = b.node("ArgMax", ["step/" + dec.logits], axis=2, keepdims=0)                           # [B, 1]
+    if top_k is None:
+        token = b.node("ArgMax", ["step/" + dec.logits], axis=2, keepdims=0)                       # [B, 1]
+    else:
+        row = b.node("Squeeze", ["step/" + dec.logits, b.const([1])])                               # [B, V]
+        token = _sampled(b, row, b.node("Add", ["in/iteration", b.const(1)]), top_k)
     flat = b.node("Squeeze", [token, b.const([1])])
     written = b.node("Where", ["in/done", b.const(-1), flat])
     here = b.node("Equal", [column, b.node("Add", ["in/iteration", b.const(1)])])                       # [1, N]
@@ -282,3 +312,38 @@ def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: i
          helper.make_tensor_value_info(generated, TensorProto.INT64, None),
          helper.make_tensor_value_info(count, TensorProto.INT64, None)]
         + [helper.make_tensor_value_info("step/" + k.present, kv_type[k.past], None) for k in dec.kv])
+
+
+# the hash behind each sampled token: rounds of a multiplicative generator modulo the prime 2^31 - 1
+# (Park and Miller's), with the token's index and the row mixed in. Every product stays below 2^47,
+# so int64 arithmetic is exact on every backend.
+_PRIME = 2**31 - 1
+_MULTIPLIER = 48271
+
+
+def _uniform(b: NodeBuilder, t: str, rows: str) -> str:
+    """[B, 1] float32 in [0, 1): a counter-based hash of (seed, t, row)."""
+    x = b.node("Add", [b.node("Mod", ["seed", b.const(_PRIME - 1)]), b.const(1)])                   # 1..p-1
+    for mix in (b.node("Add", [t, b.const(1)]), b.node("Add", [rows, b.const(1)]), b.const(0), b.const(0)):
+        x = b.node("Mod", [b.node("Add", [b.node("Mul", [x, b.const(_MULTIPLIER)]),
+                                         b.node("Mul", [mix, b.const(69621)])]), b.const(_PRIME)])
+    low = b.node("Mod", [x, b.const(1 << 24)])          # 24 bits: exact in float32, and below 1
+    return b.unsqueeze(b.node("Mul", [b.node("Cast", [low], to=TensorProto.FLOAT), b.fconst(1.0 / (1 << 24))]), 1)
+
+
+def _sampled(b: NodeBuilder, logits: str, t: str, top_k: int) -> str:
+    """[B, 1] int64: each row's token drawn from softmax(logits / temperature) over its top_k logits,
+    cut to the smallest head (in order) whose probabilities reach top_p, by inverse CDF at
+    _uniform(seed, t, row). logits: [B, V], any float type; t: the token's index, int64 []."""
+    x = b.node("Div", [b.node("Cast", [logits], to=TensorProto.FLOAT), "temperature"])
+    values, ids = b.multi("TopK", [x, b.const([top_k])], ["", ""], axis=1)                           # [B, K], sorted
+    p = b.node("Softmax", [values], axis=1)
+    before = b.node("Sub", [b.node("CumSum", [p, b.const(1)]), p])       # mass ahead of each candidate
+    kept = b.node("Where", [b.node("Less", [before, "top_p"]), p, b.fconst(0.0)])                    # the first stays
+    cdf = b.node("CumSum", [kept, b.const(1)])                                                      # [B, K]
+    total = b.node("ReduceSum", [kept, b.const([1])], keepdims=1)                                   # [B, 1]
+    rows = b.node("Range", [b.const(0), b.dim(logits, 0), b.const(1)])
+    below = b.node("LessOrEqual", [cdf, b.node("Mul", [_uniform(b, t, rows), total])])
+    pick = b.node("ReduceSum", [b.node("Cast", [below], to=TensorProto.INT64), b.const([1])], keepdims=1)
+    pick = b.node("Min", [pick, b.const(top_k - 1)])                                                # [B, 1]
+    return b.node("GatherElements", [ids, pick], axis=1)

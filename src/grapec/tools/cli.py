@@ -79,7 +79,7 @@ def main():
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
-             grid_stitch="auto", half_outputs=False, attention="auto", generate=None):
+             grid_stitch="auto", half_outputs=False, attention="auto", generate=None, top_k=None):
     from ..compiler import compile_model
     from ..frontend.shapes import parse_dims, parse_ranges
     from ..bundle.inputs import load_calibration_inputs
@@ -94,7 +94,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
                          conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs, attention=attention,
-                         generate=generate)
+                         generate=generate, top_k=top_k)
 
 
 @main.command()
@@ -130,13 +130,18 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                    "generation, the prompt then up to N new tokens, as one launch. Inputs prompt_ids [batch, prompt], "
                    "prompt_lengths, max_new_tokens, eos_token_id; set batch and prompt with --dim (run it with "
                    "`grapec generate`).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, metavar="K",
+              help="With --generate: sample each token from the K most likely (onnxruntime-genai's and HF's top_k) "
+                   "instead of the greedy choice. The bundle then also takes temperature, top_p (nucleus) and seed "
+                   "at run time (`grapec generate --temperature --top-p --seed`); one seed gives the same tokens on "
+                   "every backend.")
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
             precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, attention, grid_stitch,
-            half_outputs, generate, device_profile, serial, max_branches, force, quiet):
+            half_outputs, generate, top_k, device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
@@ -159,7 +164,7 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
                       branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs,
-                      attention, generate)
+                      attention, generate, top_k)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
@@ -536,13 +541,21 @@ def _parse(shapes, dims, values=()):
 @click.option("--device", default=0, show_default=True, type=click.IntRange(min=0), help="GPU ordinal.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=N,..",
               help="For an .onnx MODEL: a named dim of its KV cache (e.g. kv_cache_dim=64) or the bucket (batch, prompt).")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, metavar="K",
+              help="For an .onnx MODEL: sample from the K most likely tokens instead of the greedy choice (a bundle "
+                   "samples where it was compiled with --top-k).")
+@click.option("--temperature", type=float, default=None, help="Sampling: the logits are divided by it [default: 1].")
+@click.option("--top-p", type=float, default=None, help="Sampling: keep the most likely tokens up to this probability "
+              "mass, in (0, 1] [default: 1, all top-k].")
+@click.option("--seed", type=int, default=None, help="Sampling: the same seed gives the same tokens [default: 0].")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000),
               help="Generate this many times and report the fastest (the first run builds the GPU graph).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tokens and timings as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims, repeat, as_json, quiet):
-    """Greedy generation from token-id prompts with MODEL: a bundle compiled with --generate, or a decoder
-    .onnx (onnxruntime-genai's builder, optimum), compiled here for these prompts.
+def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims, top_k, temperature, top_p, seed,
+             repeat, as_json, quiet):
+    """Greedy or sampled generation from token-id prompts with MODEL: a bundle compiled with --generate,
+    or a decoder .onnx (onnxruntime-genai's builder, optimum), compiled here for these prompts.
 
     
     The whole loop (prompt, then a decode step per token into a KV cache allocated once, until
@@ -550,6 +563,8 @@ def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims
     whose conditional WHILE node steps through the tokens.
       grapec compile decoder.onnx --generate 128 --dim batch=1 --dim prompt=64 -o llama.grape
       grapec generate llama.grape --prompt-ids '1 15 8 99' --eos-token-id 2
+      grapec compile decoder.onnx --generate 128 --top-k 50 --dim batch=1 --dim prompt=64 -o sampled.grape
+      grapec generate sampled.grape --prompt-ids '1 15 8 99' --temperature 0.8 --top-p 0.9 --seed 7
     """
     from ..frontend.shapes import parse_dims
     from ..runtime.devices import resolve_backend
@@ -559,10 +574,11 @@ def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims
     if say:
         say(f"running on the {why}")
     rows = [parse_prompt(p) for p in prompts]
-    sess, how = load_generator(model, rows, max_new_tokens, backend, device, parse_dims(list(dims)), say)
+    sess, how = load_generator(model, rows, max_new_tokens, backend, device, parse_dims(list(dims)), say, top_k)
     if say:
         say(f"{os.path.basename(model)}: {how}")
-    echo_result(run_generate(sess, rows, max_new_tokens, eos_token_id, repeat), as_json)
+    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
+    echo_result(run_generate(sess, rows, max_new_tokens, eos_token_id, repeat, sampling), as_json)
 
 
 @main.command("export-triton")

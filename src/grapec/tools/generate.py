@@ -1,4 +1,4 @@
-"""`grapec generate`: greedy generation from token-id prompts, with a bundle compiled with --generate or
+"""`grapec generate`: greedy or sampled generation from token-id prompts, with a bundle compiled with --generate or
 a decoder .onnx compiled on the spot for these prompts."""
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def parse_prompt(text: str) -> list:
 
 
 def load_generator(model: str, prompts: list, max_new_tokens: int | None, backend: str, device: int, dims: dict,
-                   say) -> tuple:
+                   say, top_k: int | None = None) -> tuple:
     """-> (session, how): a bundle as it is, or a decoder .onnx compiled for these prompts (batch = their
-    number, prompt = the longest, N = max_new_tokens)."""
+    number, prompt = the longest, N = max_new_tokens; sampled from the top_k where given)."""
     import grapec
     from ..bundle.format import MAGIC
     if not os.path.isfile(model):
@@ -36,24 +36,28 @@ def load_generator(model: str, prompts: list, max_new_tokens: int | None, backen
     with open(model, "rb") as f:
         is_bundle = f.read(8) == MAGIC
     if is_bundle:
-        if dims:
-            raise InputError("--dim applies when MODEL is a decoder .onnx; a bundle's shapes were fixed when it was compiled")
+        if dims or top_k is not None:
+            raise InputError(f"{'--dim' if dims else '--top-k'} applies when MODEL is a decoder .onnx; a bundle's "
+                             "shapes and sampling were fixed when it was compiled")
         return grapec.load(model, backend=backend, device=device), "bundle"
     n = max_new_tokens or 32
     at = {"batch": len(prompts), "prompt": max(len(p) for p in prompts), **dims}
     t0 = time.perf_counter()
-    bundle = grapec.compile(model, dims=at, generate=n, progress=say, targets=[] if backend == "cpu" else "auto")
+    bundle = grapec.compile(model, dims=at, generate=n, top_k=top_k, progress=say,
+                            targets=[] if backend == "cpu" else "auto")
     how = f"compiled for batch {at['batch']}, prompt {at['prompt']}, {n} new tokens in {time.perf_counter() - t0:.1f}s"
     return grapec.load(bundle, backend=backend, device=device), how
 
 
-def run_generate(session, prompts: list, max_new_tokens: int | None, eos_token_id: int | None, repeat: int) -> dict:
-    """Generate `repeat` times (the first run builds the GPU graph); -> the result and the timings."""
+def run_generate(session, prompts: list, max_new_tokens: int | None, eos_token_id: int | None, repeat: int,
+                 sampling: dict | None = None) -> dict:
+    """Generate `repeat` times (the first run builds the GPU graph); -> the result and the timings.
+    sampling: temperature, top_p and seed for a bundle compiled with --top-k."""
     from ..runtime.generation import generate
     times, result = [], None
     for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
-        result = generate(session, prompts, max_new_tokens, eos_token_id)
+        result = generate(session, prompts, max_new_tokens, eos_token_id, **(sampling or {}))
         times.append(time.perf_counter() - t0)
     new = sum(len(t) for t in result.tokens)
     best = min(times)
