@@ -130,7 +130,7 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
             # a statistic many kernels read (the sequence lengths every layer's attention masks and
             # rotates by): computed once and read, not redone inside each of them
             return None
-        if len(loads) > 1 and kp.size > 1:
+        if _elements_read(loads) > 1 and kp.size > 1:
             # read at several indices (a rotary embedding's x[i] and x[i ± half] of a projection's
             # output): each load would redo its own reduction, a gemv's rows computed twice
             return None
@@ -188,6 +188,15 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
             # whole score matrix): a block or two would do all the consumer's work
             return None
     return fused, names
+
+
+def _elements_read(loads: list) -> int:
+    """How many different elements the loads read, as far as their indices tell: a variable that
+    runs over one value reads where the constant 0 does (a softmax over one key reads its max at
+    [.., 0] and at [.., r] with r in 0..0)."""
+    def at(e):
+        return 0 if (e.op == "ridx" and e.args[1] == 1) or (e.op == "const" and e.args[0] == 0) else e
+    return len({tuple(at(i) for i in ld.args[1]) for ld in loads})
 
 
 def _extent(e) -> int:
