@@ -155,9 +155,6 @@ def genai_config(model_path: str) -> dict:
             "eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}
 
 
-SAMPLING_INPUTS = ("temperature", "top_p", "seed")
-
-
 def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | None = None,
                      where: str = "model", config: dict | None = None, top_k: int | None = None) -> tuple:
     """-> (the decoder `model` wrapped in its generation loop (see the module docstring), the names in
