@@ -98,6 +98,20 @@ def test_zero_point_forms_bias_and_half_inputs_match_onnxruntime(zero_points, bi
     np.testing.assert_allclose(got, want, atol=atol, rtol=1e-3)
 
 
+@pytest.mark.parametrize("bits, block", [(2, 32), (4, 16), (4, 64), (8, 32)])
+@pytest.mark.parametrize("zero_points", ["none", "uint8"])
+def test_a_few_rows_unpack_each_byte_as_onnxruntime_does(bits, block, zero_points):
+    """Up to 4 rows one kernel reduces over each column's bytes, unpacking a byte's codes together
+    (K a multiple of the block); with the last block padded (block 64 of K 96) over the codes."""
+    m = _hand_built(zero_points, False, np.float32, bits=bits, block=block, rows=3)
+    x = np.random.default_rng(bits + block).standard_normal((3, K)).astype(np.float32)
+    b = grapec.compile(m, targets=[])
+    got = grapec.load(Bundle.from_bytes(b.to_bytes())).run({"x": x})["y"]
+    want = ort_run(m, {"x": x})["y"]
+    assert rel_err(got, want) < 1e-6, rel_err(got, want)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
+
+
 def test_unsupported_forms_are_named_with_their_node(tmp_path):
     m = _hand_built("none", False, np.float32, bits=3, block=32)
     with pytest.raises(UnsupportedError, match=r"'q'.*bits=3 is not supported \(supported: 2, 4, 8\)"):

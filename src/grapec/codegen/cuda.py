@@ -467,6 +467,9 @@ class RowFunctionRenderer(CudaRenderer):
                           *self.row_program("g_row", "out[c]"), "}"])
 
 
+PACKED_CODES = ("uint8", "int8")   # weight codes (MatMulNBits' packed int4) stream like floats
+
+
 def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple:
     """-> (width, loads) for a cooperative reduction whose loads run along its one variable with
     unit stride from a row start that a vector of `width` elements divides: those loads are read
@@ -479,7 +482,8 @@ def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple
     r = rvars[0]
     loads = []
     for e in walk(body):
-        if e.op != "load" or e.args[2] is not None or not dtypes.is_float(e.dtype) or not e.args[1]:
+        if e.op != "load" or e.args[2] is not None or not e.args[1] or \
+                not (dtypes.is_float(e.dtype) or e.dtype in PACKED_CODES):
             continue
         *rest, last = e.args[1]
         if last is r and not any(r in free_vars(i, memo) for i in rest):

@@ -252,6 +252,8 @@ def matmul_nbits(ctx):
         w_nk = ctx.realize(T((n_dim, k_dim), a.dtype, lambda ix: K.cast(weight(ix[0], ix[1]), a.dtype)), "dequantized")
         y = ctx.library("matmul", [reshape(a, (rows, k_dim)), w_nk], {"trans_a": 0, "trans_b": 1}, (rows, n_dim), a.dtype)
         y = reshape(y, lead + (n_dim,))
+    elif k_dim % block == 0 and ctx.value(1).const is not None:
+        y = _nbits_rows_by_bytes(ctx, a, ctx.const(1).reshape(n_dim, -1), scale, ctx.input(3), bits, block, blocks)
     else:
         def fn(ix):
             n, k = ix[-1], K.ridx(k_dim)
@@ -266,6 +268,32 @@ def matmul_nbits(ctx):
     return [y]
 
 
+def _nbits_rows_by_bytes(ctx, a: T, codes, scale: T, zp: T | None, bits: int, block: int, blocks: int) -> T:
+    """A few rows of A times the packed weight, one reduction over each column's bytes (the codes a
+    constant [N, bytes], so a warp reads 16 of them per load: codegen/cuda.py's vector loads), every
+    byte's codes unpacked from one loaded value: a reduction over the codes themselves would load
+    each byte once per code and recompute its address from the code's index."""
+    n_dim, row_bytes = codes.shape
+    per_byte = 8 // bits
+    packed = ctx.constant(codes, "nbits_codes")
+    of_code = _dequantizer(ctx, scale, zp, bits, n_dim, blocks)
+    lead = tuple(a.shape[:-1])
+
+    def fn(ix):
+        n, kb = ix[-1], K.ridx(row_bytes)
+        byte = K.cast(packed.at((n, kb)), "int32")
+        j = kb // (block // per_byte)   # a block's codes fill whole bytes: one scale for the byte's codes
+        total = None
+        for c in range(per_byte):
+            k = kb * per_byte + c
+            code = K.binary("bitand", K.binary("shr", byte, K.const(c * bits, "int32")), K.const((1 << bits) - 1, "int32"))
+            x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
+            term = K.binary("mul", x, of_code(n, code, j))
+            total = term if total is None else K.binary("add", total, term)
+        return K.cast(K.reduce("sum", total, (kb,)), a.dtype)
+    return T(lead + (n_dim,), a.dtype, fn)
+
+
 def _code(packed: T, row, i, bits: int) -> K.Expr:
     """The i-th `bits`-bit code of `row` of packed ([rows, bytes] uint8, low bits first), as int32."""
     per_byte = 8 // bits
@@ -277,6 +305,12 @@ def _block_dequant(ctx, codes: T, scale: T, zp: T | None, bits: int, block: int,
     """(row, i) -> float32 (code - zero point) * scale of code i of `row`, for block-quantized rows:
     scale [rows, blocks]; zp absent (2^(bits-1)), uint8 packed like the codes (each row padded to
     whole bytes) or floats [rows * blocks]."""
+    of_code = _dequantizer(ctx, scale, zp, bits, rows, blocks)
+    return lambda r, i: of_code(r, _code(codes, r, i, bits), i // block)
+
+
+def _dequantizer(ctx, scale: T, zp: T | None, bits: int, rows: int, blocks: int):
+    """(row, code (int32), block j) -> float32 (code - zero point) * scale; zp as _block_dequant's."""
     if zp is None:
         zero = lambda r, j: K.const(float(1 << (bits - 1)), F32)  # noqa: E731
     elif zp.dtype == "uint8":
@@ -290,12 +324,7 @@ def _block_dequant(ctx, codes: T, scale: T, zp: T | None, bits: int, block: int,
             ctx.fail(f"zero_points has {zp.size} elements; rows x blocks = {rows * blocks}")
         zpf = reshape(zp, (rows, blocks))
         zero = lambda r, j: K.cast(zpf.at((r, j)), F32)  # noqa: E731
-
-    def value(r, i):
-        j = i // block
-        return K.binary("mul", K.binary("sub", K.cast(_code(codes, r, i, bits), F32), zero(r, j)),
-                        K.cast(scale.at((r, j)), F32))
-    return value
+    return lambda r, code, j: K.binary("mul", K.binary("sub", K.cast(code, F32), zero(r, j)), K.cast(scale.at((r, j)), F32))
 
 
 @op("com.microsoft:GatherBlockQuantized")
