@@ -246,6 +246,19 @@ class CudaRenderer:
                 start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
                 headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)(in{ld.args[0]} + {start} + {f});")
                 self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u}]"
+            divided = divided_loads(self.k, rvars[0], body, width, self.deps)
+            for ld, c in divided:   # a packed code's byte, a block's scale: the step's few elements at once
+                name, count = self.fresh("vec"), max(1, width // c)
+                start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
+                at = f"in{ld.args[0]} + {start} + {f} / {c}LL"
+                if count == 1:
+                    headers.append(f"{inner_indent}const {ctype(ld.dtype)} {name} = *({at});")
+                    self.vector_reads[ld] = name
+                else:
+                    vt = _VECTOR_TYPE[count * dtypes.itemsize(ld.dtype)]
+                    headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)({at});")
+                    self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u} / {c}]"
+            vector = vector + [ld for ld, _ in divided]
             headers.append(f"{inner_indent}#pragma unroll")
             headers.append(f"{inner_indent}for (int {u} = 0; {u} < {width}; ++{u}) {{")
             inner_indent += "  "
@@ -269,10 +282,18 @@ class CudaRenderer:
                 inner_indent += "  "
             n_loops = len(rvars)
         inner = self.push(rvars, inner_indent)
+        known = []
+        if vector:   # r % c with c dividing the step: the unrolled u's, known when it compiles
+            for e in walk(body):
+                if e.op == "mod" and e.args[0] is rvars[0] and e.args[1].is_const and width % int(e.args[1].value) == 0:
+                    known.append((e, id(self.target_scope(e))))
+                    self.names[known[-1]] = f"((long long)({u} % {int(e.args[1].value)}))"
         v = self.emit(body)
         self.scopes.pop()
         for ld in vector:   # the vectors live in this loop only
             del self.vector_reads[ld]
+        for key in known:
+            del self.names[key]
         scope.lines.extend(headers)
         scope.lines.extend(inner.lines)
         if rop == "sum":
@@ -468,6 +489,29 @@ class RowFunctionRenderer(CudaRenderer):
 
 
 PACKED_CODES = ("uint8", "int8")   # weight codes (MatMulNBits' packed int4) stream like floats
+
+
+def divided_loads(kernel: Kernel, r, body, width: int, memo: dict | None = None) -> list:
+    """-> [(load, c)] of the loads whose last index is r // c (c a constant), the rest free of r, in
+    a reduction read `width` elements of r at a time (vector_loads): a step's r // c values are
+    width // c consecutive elements (a vector, where a row of the buffer is whole vectors of them)
+    or, where c is a multiple of width, one. MatMulNBits' packed bytes (c = codes per byte) and
+    block scales (c = block size) are such loads."""
+    memo = {} if memo is None else memo
+    out = []
+    for e in walk(body):
+        if e.op != "load" or e.args[2] is not None or not e.args[1]:
+            continue
+        *rest, last = e.args[1]
+        if last.op != "div" or last.args[0] is not r or not last.args[1].is_const or \
+                any(r in free_vars(i, memo) for i in rest):
+            continue
+        c, row = int(last.args[1].value), kernel.inputs[e.args[0]][0][-1]
+        count = width // c if width % c == 0 else 1
+        if c % width and (width % c or count * dtypes.itemsize(e.dtype) not in _VECTOR_TYPE or row % count):
+            continue
+        out.append((e, c))
+    return out
 
 
 def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple:

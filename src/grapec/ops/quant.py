@@ -253,7 +253,9 @@ def matmul_nbits(ctx):
         y = ctx.library("matmul", [reshape(a, (rows, k_dim)), w_nk], {"trans_a": 0, "trans_b": 1}, (rows, n_dim), a.dtype)
         y = reshape(y, lead + (n_dim,))
     elif k_dim % block == 0 and ctx.value(1).const is not None:
-        y = _nbits_rows_by_bytes(ctx, a, ctx.const(1).reshape(n_dim, -1), scale, ctx.input(3), bits, block, blocks)
+        if scales.ndim == 1 and ctx.value(2).const is not None:   # [N * blocks]: its loads at (n, k // block)
+            scale = ctx.constant(ctx.const(2).reshape(n_dim, blocks), "nbits_scales")
+        y = _nbits_few_rows(ctx, a, ctx.const(1).reshape(n_dim, -1), scale, ctx.input(3), bits, block, blocks)
     else:
         def fn(ix):
             n, k = ix[-1], K.ridx(k_dim)
@@ -268,30 +270,22 @@ def matmul_nbits(ctx):
     return [y]
 
 
-def _nbits_rows_by_bytes(ctx, a: T, codes, scale: T, zp: T | None, bits: int, block: int, blocks: int) -> T:
-    """A few rows of A times the packed weight, one reduction over each column's bytes (the codes a
-    constant [N, bytes], so a warp reads 16 of them per load: codegen/cuda.py's vector loads), every
-    byte's codes unpacked from one loaded value: a reduction over the codes themselves would load
-    each byte once per code and recompute its address from the code's index."""
+def _nbits_few_rows(ctx, a: T, codes, scale: T, zp: T | None, bits: int, block: int, blocks: int) -> T:
+    """A few rows of A times the packed weight, one reduction over K per column, the codes read from
+    a constant [N, bytes] table: each code's byte at k // codes-per-byte and its scale at k // block
+    of the reduction variable itself, which codegen/cuda.py's vector loads read a vector at a time
+    with A's row (a byte for two int4 codes, a scale for a block). Through the [N, blocks, bytes]
+    input's own shape, each code's address was recomputed from its index and its byte loaded alone."""
     n_dim, row_bytes = codes.shape
-    per_byte = 8 // bits
     packed = ctx.constant(codes, "nbits_codes")
     of_code = _dequantizer(ctx, scale, zp, bits, n_dim, blocks)
-    lead = tuple(a.shape[:-1])
+    k_dim = a.shape[-1]
 
     def fn(ix):
-        n, kb = ix[-1], K.ridx(row_bytes)
-        byte = K.cast(packed.at((n, kb)), "int32")
-        j = kb // (block // per_byte)   # a block's codes fill whole bytes: one scale for the byte's codes
-        total = None
-        for c in range(per_byte):
-            k = kb * per_byte + c
-            code = K.binary("bitand", K.binary("shr", byte, K.const(c * bits, "int32")), K.const((1 << bits) - 1, "int32"))
-            x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
-            term = K.binary("mul", x, of_code(n, code, j))
-            total = term if total is None else K.binary("add", total, term)
-        return K.cast(K.reduce("sum", total, (kb,)), a.dtype)
-    return T(lead + (n_dim,), a.dtype, fn)
+        n, k = ix[-1], K.ridx(k_dim)
+        x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
+        return K.cast(K.reduce("sum", K.binary("mul", x, of_code(n, _code(packed, n, k, bits), k // block)), (k,)), a.dtype)
+    return T(tuple(a.shape[:-1]) + (n_dim,), a.dtype, fn)
 
 
 def _code(packed: T, row, i, bits: int) -> K.Expr:
