@@ -242,6 +242,14 @@ def matmul_nbits(ctx):
         ctx.fail(f"scales has {scales.size} elements; N x blocks = {n_dim * blocks}")
     scale = reshape(scales, (n_dim, blocks))
     codes = reshape(b, (n_dim, blocks * block * bits // 8))
+    if ctx.value(1).const is not None:
+        # constant [N, bytes] and [N, blocks] tables: a code's byte then sits at k // codes-per-byte and
+        # its scale at k // block of the reduction variable itself, which codegen reads a vector step
+        # at a time beside A's row (codegen/cuda.py divided_loads); through B's own [N, blocks, bytes]
+        # shape each code's address was recomputed from its index and its byte loaded alone
+        codes = ctx.constant(ctx.const(1).reshape(n_dim, -1), "nbits_codes")
+        if scales.ndim == 1 and ctx.value(2).const is not None:
+            scale = ctx.constant(ctx.const(2).reshape(n_dim, blocks), "nbits_scales")
     weight = _block_dequant(ctx, codes, scale, ctx.input(3), bits, block, n_dim, blocks)
     lead = tuple(a.shape[:-1])
     rows = math.prod(lead)
@@ -252,10 +260,6 @@ def matmul_nbits(ctx):
         w_nk = ctx.realize(T((n_dim, k_dim), a.dtype, lambda ix: K.cast(weight(ix[0], ix[1]), a.dtype)), "dequantized")
         y = ctx.library("matmul", [reshape(a, (rows, k_dim)), w_nk], {"trans_a": 0, "trans_b": 1}, (rows, n_dim), a.dtype)
         y = reshape(y, lead + (n_dim,))
-    elif k_dim % block == 0 and ctx.value(1).const is not None:
-        if scales.ndim == 1 and ctx.value(2).const is not None:   # [N * blocks]: its loads at (n, k // block)
-            scale = ctx.constant(ctx.const(2).reshape(n_dim, blocks), "nbits_scales")
-        y = _nbits_few_rows(ctx, a, ctx.const(1).reshape(n_dim, -1), scale, ctx.input(3), bits, block, blocks)
     else:
         def fn(ix):
             n, k = ix[-1], K.ridx(k_dim)
@@ -268,24 +272,6 @@ def matmul_nbits(ctx):
         y = map_(lambda v, c: K.cast(K.binary("add", K.cast(v, F32), K.cast(c, F32)), a.dtype), y,
                  reshape(bias, (1,) * len(lead) + (n_dim,)))
     return [y]
-
-
-def _nbits_few_rows(ctx, a: T, codes, scale: T, zp: T | None, bits: int, block: int, blocks: int) -> T:
-    """A few rows of A times the packed weight, one reduction over K per column, the codes read from
-    a constant [N, bytes] table: each code's byte at k // codes-per-byte and its scale at k // block
-    of the reduction variable itself, which codegen/cuda.py's vector loads read a vector at a time
-    with A's row (a byte for two int4 codes, a scale for a block). Through the [N, blocks, bytes]
-    input's own shape, each code's address was recomputed from its index and its byte loaded alone."""
-    n_dim, row_bytes = codes.shape
-    packed = ctx.constant(codes, "nbits_codes")
-    of_code = _dequantizer(ctx, scale, zp, bits, n_dim, blocks)
-    k_dim = a.shape[-1]
-
-    def fn(ix):
-        n, k = ix[-1], K.ridx(k_dim)
-        x = K.cast(a.at(tuple(ix[:-1]) + (k,)), F32)
-        return K.cast(K.reduce("sum", K.binary("mul", x, of_code(n, _code(packed, n, k, bits), k // block)), (k,)), a.dtype)
-    return T(tuple(a.shape[:-1]) + (n_dim,), a.dtype, fn)
 
 
 def _code(packed: T, row, i, bits: int) -> K.Expr:
