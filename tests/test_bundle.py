@@ -33,6 +33,7 @@ def test_round_trip_runs_the_same(tmp_path):
     assert m["format_version"] == FORMAT_VERSION
     assert [i["name"] for i in m["inputs"]] == ["x"] and m["inputs"][0]["dims"] == ["batch", 16]
     assert {s["name"] for s in m["sections"]} >= {"weights", "kernels", "plans"}
+    assert p.read_bytes() == b.to_bytes()   # written section by section, the same bytes as one buffer
 
 
 def test_truncated_by_one_byte_is_refused():

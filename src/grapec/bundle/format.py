@@ -70,6 +70,11 @@ class Bundle:
 
     # --- writing ---------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        return b"".join(self._parts())
+
+    def _parts(self) -> list:
+        """The file as a list of byte strings (header, then each section): write() sends them one by
+        one, so the weights are never copied into one whole-file buffer."""
         sections = [("weights", self.weights, "none"), ("kernels", _packed(self.kernels), "zlib"),
                     ("plans", _packed([p.to_json() for p in self.plans]), "zlib")]
         for name, data in self.extra_sections.items():
@@ -81,12 +86,12 @@ class Bundle:
             off += len(data)
         manifest = dict(self.manifest, format_version=FORMAT_VERSION, sections=table)
         mbytes = json.dumps(manifest, indent=1).encode()
-        return (MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes
-                + b"".join(d for _, d, _ in sections))
+        return [MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes] + \
+            [d for _, d, _ in sections]
 
     def write(self, path: str):
         """Atomic: a reader sees the old file or the complete new one, never a partial write."""
-        data = self.to_bytes()
+        parts = self._parts()
         d = check_writable(path)
         try:
             fd, tmp = tempfile.mkstemp(prefix=".grape-", suffix=".tmp", dir=d)
@@ -97,7 +102,8 @@ class Bundle:
         os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; a bundle is an ordinary file
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for part in parts:
+                    f.write(part)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

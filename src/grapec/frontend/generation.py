@@ -223,9 +223,9 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
                                      helper.make_tensor_value_info("top_p", TensorProto.FLOAT, []),
                                      helper.make_tensor_value_info("seed", TensorProto.INT64, [])]),
         [helper.make_tensor_value_info("generated", TensorProto.INT64, ["batch", n_new]),
-         helper.make_tensor_value_info("num_generated", TensorProto.INT64, ["batch"])],
-        initializer=list(g.initializer))
+         helper.make_tensor_value_info("num_generated", TensorProto.INT64, ["batch"])])
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    out.graph.initializer.extend(g.initializer)   # the weights copied once, not again by make_model
     out.metadata_props.extend(model.metadata_props)
     for key, value in _metadata(g, dec, n_new, where, config, top_k):
         out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
