@@ -47,7 +47,7 @@ from ..bundle.format import Bundle
 from ..errors import GrapecError, ModelError, ShapeError, UnsupportedError, gpu_package
 from .fanout import map_buckets
 from ..frontend.contrib import contrib_as_onnx
-from ..frontend.onnx_import import import_model, load_model, opset_of
+from ..frontend.onnx_import import import_model, load_model, opset_of, without_weight_data
 from ..frontend.shapes import range_buckets, resolve_input_shapes, resolve_input_values
 from ..bundle.inputs import value_ranges
 from ..ir.graph import Graph
@@ -402,6 +402,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         graph = import_model(proto, where)
         say(mixed.summary())
 
+    proto = without_weight_data(proto)   # from here on its names, dims and metadata are read; the graph holds the weights
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,

@@ -45,6 +45,34 @@ def load_model(path_or_model) -> onnx.ModelProto:
     return model
 
 
+def without_weight_data(model: onnx.ModelProto, at_least: int = 1 << 16) -> onnx.ModelProto:
+    """A copy of the model whose initializers of at least `at_least` bytes keep their names, types and
+    dims but not their values. Once imported, a compile holds its weights as numpy arrays; the proto
+    is read on for its names, shapes and metadata only. (Clearing the fields in place frees nothing:
+    protobuf keeps a message's memory until the whole message goes.)"""
+    out = onnx.ModelProto()
+    _copy_fields(model, out, skip="graph")
+    _copy_fields(model.graph, out.graph, skip="initializer")
+    for t in model.graph.initializer:
+        if t.ByteSize() < at_least:
+            out.graph.initializer.append(t)
+        else:
+            out.graph.initializer.append(onnx.TensorProto(name=t.name, data_type=t.data_type, dims=t.dims))
+    return out
+
+
+def _copy_fields(src, dst, skip: str):
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+
+
 def opset_of(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
