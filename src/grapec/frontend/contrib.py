@@ -60,9 +60,12 @@ def _value_info(model: onnx.ModelProto) -> dict:
     """value name -> (ONNX element type or 0, rank or None), where the model (or onnx's shape
     inference) says. Contrib ops' outputs are not inferred: EmbedLayerNormalization's mask_index is
     1-D by definition."""
+    from .onnx_import import without_weight_data
     info = {t.name: (t.data_type, len(t.dims)) for t in model.graph.initializer}
     try:
-        inferred = onnx.shape_inference.infer_shapes(_weightless(model)).graph
+        # inference serializes the model and returns a copy: without the weights' values (no shape
+        # depends on them), a 2.5 GB decoder is not held three times over
+        inferred = onnx.shape_inference.infer_shapes(without_weight_data(model)).graph
     except Exception:  # noqa: BLE001 - inference is a hint here; the declared types stay
         inferred = model.graph
     for v in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
@@ -77,30 +80,6 @@ def _value_info(model: onnx.ModelProto) -> dict:
         if n.op_type == "EmbedLayerNormalization" and len(n.output) > 1 and n.output[1]:
             info.setdefault(n.output[1], (TensorProto.INT32, 1))
     return info
-
-
-INFERENCE_DATA_BYTES = 1 << 16   # initializers up to this size keep their data for shape inference
-
-
-def _weightless(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model for shape inference: its large initializers (the weights, whose values no shape
-    depends on) become typed inputs, so that inference, which serializes the model and returns a
-    copy, never holds the weights twice over (a 2.5 GB decoder peaked at 6x its size here)."""
-    stub = onnx.ModelProto(ir_version=model.ir_version)
-    stub.opset_import.extend(model.opset_import)
-    g, src = stub.graph, model.graph
-    g.name = src.name
-    g.node.extend(src.node)
-    g.input.extend(src.input)
-    g.output.extend(src.output)
-    g.value_info.extend(src.value_info)
-    declared = {i.name for i in src.input}
-    for t in src.initializer:
-        if t.ByteSize() <= INFERENCE_DATA_BYTES:
-            g.initializer.append(t)
-        elif t.name not in declared:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return stub
 
 
 def _rewrite_graph(graph: onnx.GraphProto, opset: int, info: dict, problems: list):

@@ -192,15 +192,11 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
         feeds[k.past] = b.node("ConstantOfShape", [shape], "empty_cache", value=zero)
     before = len(b.out)
     prefill = _renamed_nodes(g, "prompt/", keep, feeds)
-    last = b.unsqueeze(b.node("Sub", [lengths, b.const(1)]), 1)                                     # [B, 1]
-    if top_k is None:
-        scores = b.node("ArgMax", ["prompt/" + dec.logits], axis=2, keepdims=0)                    # [B, P]
-        first = b.node("GatherElements", [scores, last], axis=1)                                    # [B, 1]
-    else:   # the logits at each row's last prompt position, [B, V]
-        at = b.node("Expand", [b.unsqueeze(last, 2), b.node("Concat", [b.unsqueeze(batch, 0), b.const([1]),
-                                                                        b.span(b.node("Shape", ["prompt/" + dec.logits]), 2, 3)], axis=0)])
-        row = b.node("Squeeze", [b.node("GatherElements", ["prompt/" + dec.logits, at], axis=1), b.const([1])])
-        first = _sampled(b, row, b.const(0), top_k)
+    last = b.unsqueeze(b.unsqueeze(b.node("Sub", [lengths, b.const(1)]), 1), 2)                    # [B, 1, 1]
+    at = b.node("Expand", [last, b.node("Concat", [b.unsqueeze(batch, 0), b.const([1]),
+                                                   b.span(b.node("Shape", ["prompt/" + dec.logits]), 2, 3)], axis=0)])
+    row = b.node("Squeeze", [b.node("GatherElements", ["prompt/" + dec.logits, at], axis=1), b.const([1])])   # [B, V]
+    first = _chosen(b, row, b.const(0), top_k)                                                      # [B, 1]
     done = b.node("Equal", [b.node("Squeeze", [first, b.const([1])]), "eos_token_id"])              # [B]
     column = b.unsqueeze(b.node("Range", [b.const(0), b.const(n_new), b.const(1)]), 0)              # [1, N]
     nothing = b.node("Expand", [b.const(-1), b.node("Concat", [b.unsqueeze(batch, 0), b.const([n_new])], axis=0)])
@@ -281,11 +277,8 @@ def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: i
     feeds.update({k.past: f"past/{k.past}" for k in dec.kv})
     before = len(b.out)
     decoder = _renamed_nodes(g, "step/", keep, feeds)
-    if top_k is None:
-        token = b.node("ArgMax", ["step/" + dec.logits], axis=2, keepdims=0)                       # [B, 1]
-    else:
-        row = b.node("Squeeze", ["step/" + dec.logits, b.const([1])])                               # [B, V]
-        token = _sampled(b, row, b.node("Add", ["in/iteration", b.const(1)]), top_k)
+    row = b.node("Squeeze", ["step/" + dec.logits, b.const([1])])                                   # [B, V]
+    token = _chosen(b, row, b.node("Add", ["in/iteration", b.const(1)]), top_k)                    # [B, 1]
     flat = b.node("Squeeze", [token, b.const([1])])
     written = b.node("Where", ["in/done", b.const(-1), flat])
     here = b.node("Equal", [column, b.node("Add", ["in/iteration", b.const(1)])])                       # [1, N]
@@ -316,6 +309,7 @@ def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: i
 # so int64 arithmetic is exact on every backend.
 _PRIME = 2**31 - 1
 _MULTIPLIER = 48271
+_MIX = 69621   # another of Park and Miller's multipliers: spreads the token index and the row
 
 
 def _uniform(b: NodeBuilder, t: str, rows: str) -> str:
@@ -323,9 +317,17 @@ def _uniform(b: NodeBuilder, t: str, rows: str) -> str:
     x = b.node("Add", [b.node("Mod", ["seed", b.const(_PRIME - 1)]), b.const(1)])                   # 1..p-1
     for mix in (b.node("Add", [t, b.const(1)]), b.node("Add", [rows, b.const(1)]), b.const(0), b.const(0)):
         x = b.node("Mod", [b.node("Add", [b.node("Mul", [x, b.const(_MULTIPLIER)]),
-                                         b.node("Mul", [mix, b.const(69621)])]), b.const(_PRIME)])
+                                         b.node("Mul", [mix, b.const(_MIX)])]), b.const(_PRIME)])
     low = b.node("Mod", [x, b.const(1 << 24)])          # 24 bits: exact in float32, and below 1
     return b.unsqueeze(b.node("Mul", [b.node("Cast", [low], to=TensorProto.FLOAT), b.fconst(1.0 / (1 << 24))]), 1)
+
+
+def _chosen(b: NodeBuilder, logits: str, t: str, top_k: int | None) -> str:
+    """[B, 1] int64: each row's next token from its logits [B, V]: the first largest (greedy), or
+    drawn from the top_k (_sampled); t: the token's index, int64 []."""
+    if top_k is None:
+        return b.node("ArgMax", [logits], axis=1, keepdims=1)
+    return _sampled(b, logits, t, top_k)
 
 
 def _sampled(b: NodeBuilder, logits: str, t: str, top_k: int) -> str:

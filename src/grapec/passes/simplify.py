@@ -107,7 +107,8 @@ def merge_identical_nodes(g: Graph):
         if n.subgraphs or n.op in RANDOM_OPS or pinned.intersection(n.outputs):
             keep.append(n)
             continue
-        key = (n.op, n.domain, tuple(_input_key(g, i) for i in n.inputs), _frozen(n.attrs), len(n.outputs))
+        key = (n.op, n.domain, tuple(_input_key(g, i) for i in n.inputs), _frozen(n.attrs),
+               tuple(bool(o) for o in n.outputs))   # the same optional outputs present
         same = first.setdefault(key, n)
         if same is n:
             keep.append(n)
