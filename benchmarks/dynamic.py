@@ -226,7 +226,7 @@ def _switch_cost(bundle, ids, samples, max_graphs) -> dict:
     out = {"kept_run_ms": kept, "switch_run_ms": again, "switch_ms": again - kept,
            "first_run_ms": first, "first_switch_ms": first - kept,
            "parked": len(r._parked), "parked_host_mib": rss_bytes() / MIB - rss0,
-           "switches": dict(r.switches), "lengths_cycled": len(cycle)}
+           "switches": dict(r.switches), "lengths_cycled": len(cycle), "switch_host_us": r.switch_us}
     r.close()
     return out
 

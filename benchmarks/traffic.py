@@ -246,7 +246,7 @@ def table(res: dict) -> list:
     lines = [f"{res['model']} {res['precision']}, seq {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
              f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
-             f"switches {res.get('switches')}.",
+             f"switches {res.get('switches')}; mean host time of a shared-exec switch, us: {res.get('switch_us')}.",
              "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():
@@ -270,6 +270,8 @@ def main():
     ap.add_argument("--max-graphs", type=int, default=None)
     ap.add_argument("--peers", default="torch,compile,padded")
     ap.add_argument("--no-ideal", action="store_true", help="skip the ideal row (and compiling a bundle per length)")
+    ap.add_argument("--shared-execs", action="store_true",
+                    help="also run the range bundle with one exec per launch structure (GRAPEC_SHARED_EXECS=1)")
     ap.add_argument("--baseline-spare", action="store_true",
                     help="also time grapec with GRAPEC_SPARE_BY_SHAPE=0: the exec patched at a switch is the least "
                          "recently run one's, whatever its graph's shape")
@@ -292,9 +294,15 @@ def main():
     res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
            "backend": a.backend, "rows": {}}
     options = {} if a.max_graphs is None or a.backend == "cpu" else {"max_graphs": a.max_graphs}
-    variants = [("grapec range", "1")] + ([("grapec range, LRU spare", "0")] if a.baseline_spare else [])
-    for row, by_shape in variants:
-        os.environ["GRAPEC_SPARE_BY_SHAPE"] = by_shape
+    # each row's environment: by default each length has its own exec (an LRU of max_graphs, parked graphs
+    # patched in); --shared-execs adds one exec per launch structure (runtime/cuda/shared_exec.py)
+    variants = [("grapec range", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "1"})]
+    if a.shared_execs:
+        variants.append(("grapec range, shared execs", {"GRAPEC_SHARED_EXECS": "1", "GRAPEC_SPARE_BY_SHAPE": "1"}))
+    if a.baseline_spare:
+        variants.append(("grapec range, LRU spare", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "0"}))
+    for row, env in variants:
+        os.environ.update(env)
         free0 = _free_device_bytes(a.backend)
         t0 = time.perf_counter()
         sess = grapec.load(ranged, backend=a.backend, **options)
@@ -308,8 +316,10 @@ def main():
         if a.backend == "cuda":
             res["rows"][row + " bound"] = {t: time_grapec(sess, ls, vocab, a.backend, True) for t, ls in lengths.items()}
             res.setdefault("switches", {})[row] = dict(getattr(sess._runner, "switches", {}))
+            res.setdefault("switch_us", {})[row] = sess._runner.switch_us
         sess.close()
-    os.environ.pop("GRAPEC_SPARE_BY_SHAPE")
+    for key in ("GRAPEC_SHARED_EXECS", "GRAPEC_SPARE_BY_SHAPE"):
+        os.environ.pop(key)
     res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
     if not a.no_ideal:
         res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()}

@@ -1,6 +1,7 @@
 """GPU: a range of sizes (--dynamic) on the CUDA backend. Few graphs stay instantiated, a switch to a
 size not kept patches a kept exec in place, every size matches onnxruntime, and device memory stays
-flat however many sizes run."""
+flat however many sizes run. With GRAPEC_SHARED_EXECS=1 (the `shared_execs` tests) the sizes of one
+launch structure share one exec, and a switch sets only the nodes whose launch differs."""
 import os
 
 import numpy as np
@@ -20,6 +21,78 @@ LO, HI = 1, 40
 @pytest.fixture(scope="module")
 def ranged():
     return compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (LO, HI)})
+
+
+@pytest.fixture
+def shared_execs(monkeypatch):
+    monkeypatch.setenv("GRAPEC_SHARED_EXECS", "1")
+
+
+def _close(got, want):
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    return rel < 1e-4 and np.abs(got - want).max() < 1e-3
+
+
+def test_sizes_of_one_structure_share_one_exec_and_match_onnxruntime(ranged, shared_execs):
+    """Every size built at load; the sizes run in random order, twice each, through one exec per
+    launch structure: as many execs as structures, switches that patch nodes (not whole graphs),
+    and every output equal to onnxruntime's."""
+    sess = grapec.load(ranged, backend="cuda")
+    runner = sess._runner
+    sess.build_graphs()
+    assert runner.switches["instantiated"] == 0   # graphs built on the host only
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    sizes = [int(n) for n in rng.permutation(np.arange(LO, HI + 1))] * 2
+    rng.shuffle(sizes)
+    for n in sizes:
+        feeds = {"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        assert _close(got, want), n
+    structures = {runner.shared.key_of[b] for b in range(len(ranged.plans))}
+    assert len(runner.shared.structures) == len(structures) < len(ranged.plans) // 4, runner.switches
+    assert runner.switches["instantiated"] == len(structures), runner.switches
+    assert runner.switches["patched"] > len(sizes) // 2, runner.switches
+    # a switch sets only the nodes that differ: fewer than every node of every switch
+    steps = max(len(ranged.plans[b].steps) for b in range(len(ranged.plans)))
+    assert 0 < runner.switches["nodes_patched"] < steps * runner.switches["patched"], runner.switches
+    assert runner.switch_us > 0
+    sess._runner.close()
+
+
+def test_a_shared_exec_sets_back_what_a_binding_patched(ranged, shared_execs):
+    """A size run with bound device buffers patches the shared exec's nodes to the caller's pointers;
+    the next size of the same structure, run without them, must not write into the caller's buffer
+    or read the old input."""
+    torch = pytest.importorskip("torch")
+    sess = grapec.load(ranged, backend="cuda")
+    runner = sess._runner
+    by_key: dict = {}
+    for n in range(LO, HI + 1):
+        b = sess.select_bucket({"input_ids": (1, n)})
+        runner._build_shared(b)
+        by_key.setdefault(runner.shared.key(b, runner.segments(b)[0]), []).append(n)
+    a, c = next(g for g in by_key.values() if len(g) >= 2)[:2]
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(12)
+    ids_a = torch.from_numpy(rng.integers(0, 256, (1, a)).astype(np.int64)).cuda()
+    out_a = torch.empty((1, a, 256), dtype=torch.float32, device="cuda")
+    binding = sess.io_binding()
+    binding.bind_input("input_ids", ids_a)
+    binding.bind_output("logits", out_a)
+    for _ in range(3):   # bound run after run: the nodes are patched to the caller's buffers
+        sess.run_with_iobinding(binding)
+    want_a = ref.run(None, {"input_ids": ids_a.cpu().numpy()})[0]
+    assert _close(out_a.cpu().numpy(), want_a)
+    assert any(c.mode == "patched" for c in runner.zero_copy.choices.values()), runner.zero_copy.choices
+    kept = out_a.clone()
+    for n in (c, a):
+        feeds = {"input_ids": rng.integers(0, 256, (1, n)).astype(np.int64)}
+        assert _close(sess.run(feeds)["logits"], ref.run(None, feeds)[0]), n
+    assert torch.equal(out_a, kept)   # the plain runs left the caller's buffer alone
+    sess.run_with_iobinding(binding)
+    assert _close(out_a.cpu().numpy(), want_a)
+    sess._runner.close()
 
 
 def test_sizes_switch_by_patching_and_match_onnxruntime(ranged):

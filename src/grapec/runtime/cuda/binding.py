@@ -154,7 +154,7 @@ class ZeroCopy:
             raise _Unpatchable(f"step {i} runs inside a stitched kernel")
         seg = self.r.segment_of(bucket, i)
         self.r.own_exec(seg)
-        node = seg.nodes[i - seg.first]
+        node = seg.exec_nodes[i - seg.first]
         if isinstance(st, KernelStep):
             params = builder.kernel_params(*builder.kernel_step_launch(st))
             return seg, node, lambda s, n: call("cuGraphExecKernelNodeSetParams", s.exec, n, params)

@@ -194,8 +194,12 @@ class GraphBuilder:
         shapes = [list(self.bufs[a].shape) if a >= 0 else None for a in st.args]
         ptrs = [self.ptr(a) for a in st.args]
         out = self.bufs[st.out]
+        out_shape = list(out.shape)
+        wide = self.r.widest_gemm(self.bucket, st) if not self.moved else None
+        if wide is not None:   # its structure's widest rows: the node is then the same in all its buckets
+            shapes, out_shape = wide
         dtype = self.bufs[st.args[0]].dtype   # A and B; the output may be float32 (attrs out_dtype)
-        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, list(out.shape), self.ptr(st.out), dtype, out.dtype)
+        out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, out_shape, self.ptr(st.out), dtype, out.dtype)
         child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts,
                                                       self.r.workspaces.get(st.branch), tune=self.r.tuning)
         self.r.keep(self.bucket, child)

@@ -30,6 +30,7 @@ from .binding import ZeroCopy
 from .driver import call, copy_rows_async
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
+from . import shared_exec
 
 # Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
 # about 2.6 MiB of device memory; a switch to a bucket not kept patches its parked graph into a kept exec
@@ -45,6 +46,8 @@ class _Segment:
 
     def __init__(self, graph, exec_, own: bool, first: int = 0, nodes: list | None = None):
         self.graph, self.exec, self.own, self.first, self.nodes = graph, exec_, own, first, nodes or []
+        self.exec_nodes = self.nodes   # the nodes that name exec's nodes (another graph's, for a shared exec)
+        self.shared = False            # exec is its launch structure's (shared_exec.py), not this segment's own
 
 
 class _Built:
@@ -71,6 +74,9 @@ class CudaPlanRunner:
         self.code, self.functions, self.launches, self.scalars = model.code, model.functions, model.launches, model.scalars
         self.weights, self.tf32, self.dependent_launch = model.weights, model.tf32, model.dependent_launch
         self.max_graphs = max(1, max_graphs or MAX_GRAPHS)
+        # buckets of one launch structure share an exec (shared_exec.py); max_graphs, where given, caps them
+        self.shared = shared_exec.SharedExecs(self, max_graphs) if shared_exec.enabled() else None
+        self._shareable: dict = {}   # bucket -> whether its plan can share its structure's exec
         self.graph_memory = graph_memory   # bytes of instantiated graphs to stay under (None: no limit)
         self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
         self._spare = None      # an evicted bucket's exec, offered to the next segment built
@@ -149,6 +155,8 @@ class CudaPlanRunner:
         if getattr(self, "dev", None) is None:
             return
         self.dev.make_current()
+        if self.shared is not None:
+            self.shared.close()
         for bucket in list(self._built):
             self._evict(bucket, spare=False, park=False)
         for _, programs in self._parked.values():
@@ -203,6 +211,9 @@ class CudaPlanRunner:
         time runs it on arena bytes, which may be an input's. Graphs built later (the bodies of
         host-driven regions, mid-run) keep cuBLASLt's first choice. A bucket evicted before gets its
         parked graphs back, patched into the spare exec: no build, no tuning."""
+        if self._shares(bucket):
+            self.shared.take(bucket, self._build_shared(bucket))
+            return
         if bucket in self._built:
             self._built.move_to_end(bucket)
             return
@@ -223,12 +234,51 @@ class CudaPlanRunner:
         nodes = sum(1 for _ in walk_steps(built.plan.steps))
         built.exec_bytes = max(free - call("cuMemGetInfo")[0], nodes * EXEC_BYTES_PER_NODE)
 
+    def _shares(self, bucket: int) -> bool:
+        if self.shared is None:
+            return False
+        if bucket not in self._shareable:
+            plan = self.bundle.plans[bucket]
+            self._shareable[bucket] = bool(plan.steps) and self.shared.eligible(plan)
+        return self._shareable[bucket]
+
+    def _build_shared(self, bucket: int) -> _Segment:
+        """The bucket's graph, built once and kept (not instantiated: its structure's exec runs it)."""
+        built = self._built.get(bucket)
+        if built is None:
+            self.synchronize()   # GEMM tuning at build time runs on the arena
+            built = self._built[bucket] = _Built(self.bundle.plans[bucket])
+            steps = built.plan.steps
+            self.tuning = True
+            try:
+                self._graphs[(bucket, id(steps))] = [self._segment(bucket, steps, 0, len(steps), instantiate=False)]
+            finally:
+                self.tuning = False
+        return self._graphs[(bucket, id(built.plan.steps))][0]
+
+    def widest_gemm(self, bucket: int, st):
+        """A shared exec's GEMM step run at its structure's widest rows (shared_exec.py), or None."""
+        if not self._shares(bucket) or os.environ.get("GRAPEC_WIDEST_GEMMS", "1") == "0":
+            return None
+        return self.shared.widest_gemm(bucket, st)
+
+    def segments(self, bucket: int) -> list:
+        return [it for k, items in self._graphs.items() if k[0] == bucket for it in items if isinstance(it, _Segment)]
+
+    @property
+    def switch_us(self) -> float:
+        """Mean host time of a switch between buckets of one shared exec, in microseconds."""
+        return self.shared.mean_switch_us() if self.shared is not None else 0.0
+
     def build_all(self, progress=None) -> int:
-        """Every bucket's graphs built (Session.build_graphs); the least recently built beyond
-        max_graphs parked. -> buckets built."""
+        """Every bucket's graphs built (Session.build_graphs); buckets that share their structure's
+        exec keep their graphs on the host, the others beyond max_graphs are parked. -> buckets built."""
         n = len(self.bundle.plans)
         for bucket in range(n):
-            self.prepare(bucket)
+            if self._shares(bucket):
+                self._build_shared(bucket)
+            else:
+                self.prepare(bucket)
             if progress is not None:
                 progress(bucket + 1, n)
         return n
@@ -248,14 +298,16 @@ class CudaPlanRunner:
         spare, to be patched into the incoming bucket's graph: so it is, where one is built, the least
         recently run bucket whose graph has the incoming one's shape (CUDA refuses to patch across
         shapes, and a new exec costs an instantiation)."""
-        used = sum(b.exec_bytes for b in self._built.values())
-        estimate = max((b.exec_bytes for b in self._built.values()), default=0)
-        while self._built and (len(self._built) >= self.max_graphs or
-                               (self.graph_memory is not None and used + estimate > self.graph_memory)):
-            victim = next(iter(self._built))
+        own = [b for b in self._built if not self._shares(b)]
+        used = sum(self._built[b].exec_bytes for b in own)
+        estimate = max((self._built[b].exec_bytes for b in own), default=0)
+        while own and (len(own) >= self.max_graphs or
+                       (self.graph_memory is not None and used + estimate > self.graph_memory)):
+            victim = own[0]
             if self._spare is None and self.spare_by_shape:
                 shape = self.graph_shape(bucket)
-                victim = next((b for b in self._built if self.graph_shape(b) == shape), victim)
+                victim = next((b for b in own if self.graph_shape(b) == shape), victim)
+            own.remove(victim)
             used -= self._built[victim].exec_bytes
             self._evict(victim, spare=self._spare is None)
 
@@ -277,6 +329,11 @@ class CudaPlanRunner:
         for items in programs.values():
             for it in items:
                 if isinstance(it, _Segment):
+                    if it.shared or it.exec is None:   # its structure's exec (shared_exec.py) is not its own
+                        it.exec = None
+                        if not park:
+                            call("cuGraphDestroy", it.graph)
+                        continue
                     if spare and self._spare is None:
                         self._spare = it.exec
                     else:
@@ -317,8 +374,9 @@ class CudaPlanRunner:
             seg.exec, seg.own = call("cuGraphInstantiate", seg.graph, 0), True
             self.switches["instantiated"] += 1
 
-    def _segment(self, bucket: int, steps: list, first: int, end: int) -> _Segment:
-        """steps[first:end] as one graph; what they wait for before `first` ran in an earlier launch."""
+    def _segment(self, bucket: int, steps: list, first: int, end: int, instantiate: bool = True) -> _Segment:
+        """steps[first:end] as one graph; what they wait for before `first` ran in an earlier launch.
+        instantiate=False: the graph only (a shared exec runs it: shared_exec.py)."""
         graph = call("cuGraphCreate", 0)
         order = [[d - first for d in deps if d >= first] for deps in step_deps(steps)[first:end]]
         nodes: list = []
@@ -326,6 +384,8 @@ class CudaPlanRunner:
         stitches = [Stitch(s.first - first, s.end - first, s.block) for s in plan.stitches
                     if first <= s.first and s.end <= end] if steps is plan.steps else []
         GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order, record=nodes, stitches=stitches)
+        if not instantiate:
+            return _Segment(graph, None, False, first, nodes)
         return _Segment(graph, *self._instantiate(graph), first, nodes)
 
     def segment_of(self, bucket: int, step: int) -> _Segment:

@@ -1,0 +1,285 @@
+"""One instantiated graph per launch structure (issue 33): the buckets of a --dynamic range whose graphs
+have the same shape share one exec, and a switch between them patches only the nodes whose launch
+differs.
+
+Why: an exec of GPT-2 takes about 2.6 MiB of device memory, so keeping one per length (512 of them)
+does not fit the memory a range is allowed, and patching a kept exec to another length's graph with
+cuGraphExecUpdate compares every node (0.3-0.5 ms on an H200). The lengths of a range fall into a few
+launch structures (bundle/templates.py: plans of one template), and within one the nodes mostly agree:
+the weights and the arena offsets (compiler/shared_layout.py) are the same, and what differs is the
+grids and size arguments of some kernels, the GEMMs' M, and the per-size constants. So:
+
+- every bucket's graph is built once and kept on the host (its nodes hold the bucket's own launches);
+- a structure's exec is instantiated from the first of its buckets built, and its nodes are named
+  by that graph's nodes (`origin`), as the driver requires for per-node updates;
+- a switch to bucket b sets, on the exec, the launch of b's own node at each position where b's
+  launch differs from the holder's (cuGraphExecKernelNodeSetParams: grid, arguments and even the
+  function may change; cuGraphExecChildGraphNodeSetParams for a library call that stayed a child
+  graph). Which positions can differ is known per structure (`varying`), and a bucket's launches
+  are compared by a signature computed once per bucket from its plan.
+
+A structure is keyed by the graph's shape (the runner's graph_shape), its node types and the thread
+block clusters of its library kernels (a per-node update cannot change a node's cluster shape), so two
+buckets share an exec only where every difference between them is a per-node update. Zero-copy I/O
+(binding.py) patches the same exec through the origin nodes; the holder's patched nodes are set back
+when another bucket takes the exec.
+
+Off by default: GRAPEC_SHARED_EXECS=1 turns it on (benchmarks/traffic.py --shared-execs measures both
+in one process). Measured on an H200 (GPT-2 fp16, seq 1..64, 1000 requests of random length per
+traffic, benchmarks/results/2026-11-26-h200-shared-execs): a switch set 85 nodes in 282 us of host
+time; with each GEMM at its structure's widest rows (widest_gemm), 67-72 nodes in 213-238 us. The mean
+latency was no better than with an exec per length, whose switches update the whole graph
+(cuGraphExecUpdate): 1.42 against 1.33 ms (uniform lengths), 1.36 against 1.45 (log-normal), and a
+worse p99. Calling cuGraphExecKernelNodeSetParams_v2 straight through ctypes, without cuda.bindings'
+conversions, measured the same 3.6 us a node: the cost is the driver's. So a switch pays for every
+node whose launch differs, and in GPT-2 nearly all of them do: the grids and size arguments of the
+generated kernels, the per-size constants (the causal mask) and the small-GEMM kernels of short
+lengths. What would make a switch nearly free is issue 33's device record (sizes read by the
+kernels from memory written with the inputs, grids sized for the structure's largest size): not
+built yet.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+
+from ...plan import KernelStep, LibraryStep, REGIONS
+from .driver import call
+
+
+def enabled() -> bool:
+    return os.environ.get("GRAPEC_SHARED_EXECS", "0") == "1"
+
+
+class Structure:
+    """One shared exec: instantiated from `origin`'s graph, holding bucket `holder`'s launches now."""
+
+    def __init__(self, exec_, origin: int, nodes: list, signature: list):
+        self.exec, self.origin, self.nodes = exec_, origin, nodes
+        self.holder = origin
+        self.first_signature = signature
+        self.varying: set = set()     # positions whose launch differs between some of its buckets
+        self.members: set = {origin}
+
+
+class SharedExecs:
+    """The runner's shared execs, one per launch structure, least recently run first."""
+
+    def __init__(self, runner, limit: int | None):
+        self.r = runner
+        self.limit = limit               # at most this many execs (a user's max_graphs), else one per structure
+        self.structures: OrderedDict = OrderedDict()   # key -> Structure
+        self.key_of: dict = {}           # bucket -> key
+        self._signatures: dict = {}      # bucket -> per-position launch signature
+        self._params: dict = {}          # (bucket, position) -> what a switch sets (cached)
+        self.switch_seconds = 0.0        # host time spent in switches, in all
+        self.switch_count = 0
+        self._positions: dict = {}       # bucket -> {id(step): position}
+        self._widest_by_shape: dict = {}  # graph shape -> widest_gemm's facts per position
+        self._io: dict = {}              # bucket -> positions of its I/O steps
+
+    # --- which buckets ---------------------------------------------------------------------------
+    def eligible(self, plan) -> bool:
+        """A plan of kernel and library steps only, graphed in one launch (no If/Loop regions, whose
+        bodies' nodes are not top-level positions, and no stitched kernels)."""
+        return not plan.stitches and not any(isinstance(st, REGIONS) for st in plan.steps) and \
+            all(isinstance(st, (KernelStep, LibraryStep)) for st in plan.steps)
+
+    def signature(self, bucket: int) -> list:
+        """Per top-level step, what its node's launch is made of: equal signatures give equal node
+        parameters (a GEMM's algorithm is tuned once per problem: blas.py)."""
+        sig = self._signatures.get(bucket)
+        if sig is None:
+            r, plan = self.r, self.r.plan(bucket)
+            sig = []
+            for st in plan.steps:
+                ptrs = tuple(r.ptr(bucket, a) if a >= 0 else 0 for a in [st.out] + list(st.args))
+                if isinstance(st, KernelStep):
+                    sig.append((r.functions[st.kernel], tuple(r.launches[st.kernel]), repr(r.scalars[st.kernel]), ptrs))
+                else:
+                    wide = r.widest_gemm(bucket, st)
+                    shapes = (tuple(map(tuple, [wide[1]] + [s or () for s in wide[0]])) if wide is not None else
+                              tuple(tuple(plan.buffers[a].shape) if a >= 0 else () for a in [st.out] + list(st.args)))
+                    sig.append((repr(sorted(st.attrs.items())), shapes, ptrs, st.branch))
+            self._signatures[bucket] = sig
+        return sig
+
+    def key(self, bucket: int, seg) -> tuple:
+        from cuda.bindings import driver
+        if bucket not in self.key_of:
+            types, clusters = [], []
+            for st, node in zip(self.r.plan(bucket).steps, seg.nodes):
+                kind = call("cuGraphNodeGetType", node)
+                types.append(int(kind))
+                if isinstance(st, LibraryStep) and kind == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+                    v = call("cuGraphKernelNodeGetAttribute", node,
+                             driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+                    clusters.append((v.clusterDim.x, v.clusterDim.y, v.clusterDim.z))
+            self.key_of[bucket] = (self.r.graph_shape(bucket), tuple(types), tuple(clusters))
+        return self.key_of[bucket]
+
+    # --- GEMMs at the structure's widest M ---------------------------------------------------------
+    def widest_gemm(self, bucket: int, st) -> tuple | None:
+        """(operand shapes, output shape) of the same GEMM in the bucket of its structure with the most
+        rows, where running that one instead is exact: a GEMM's output row i reads only row i of A
+        (and of C), so M rows computed where the bucket needs m <= M give its m rows, and the others
+        land in bytes that the widest bucket's layout gives this very buffer (compiler/shared_layout.py:
+        buffer offsets of a structure are its largest size's). Then the GEMM's node is the same in
+        every bucket of the structure and a switch leaves it alone. Only where nothing but the rows
+        differ: the same attributes (no strided views), the same buffers at the same offsets, shapes
+        [1.., rows, cols] that differ in rows only. None otherwise."""
+        if st.attrs.get("op") != "matmul" or st.attrs.get("views"):
+            return None
+        plan = self.r.plan(bucket)
+        p = self._position(bucket, st)
+        if p in self._io_steps(bucket):   # a caller's buffer bound there has the bucket's rows only
+            return None
+        best = self._widest(bucket).get(p)
+        if best is None:
+            return None
+        attrs, places, shapes = self._gemm_facts(plan, st)
+        if (attrs, places) != best[0:2] or not all(_rows_only(a, b) for a, b in zip(shapes, best[2])):
+            return None
+        return [list(s) if s else None for s in best[2][1:]], list(best[2][0])
+
+    def _io_steps(self, bucket: int) -> set:
+        """Positions of the steps that read an input or write an output (zero-copy may repoint them)."""
+        if bucket not in self._io:
+            self._io[bucket] = {i for route, _, _ in self.r.zero_copy.routes(bucket).values() for i in route.steps}
+        return self._io[bucket]
+
+    def _position(self, bucket: int, st) -> int:
+        positions = self._positions.get(bucket)
+        if positions is None:
+            positions = self._positions[bucket] = {id(s): p for p, s in enumerate(self.r.plan(bucket).steps)}
+        return positions[id(st)]
+
+    @staticmethod
+    def _gemm_facts(plan, st) -> tuple:
+        args = [st.out] + list(st.args)
+        return (repr(sorted(st.attrs.items())),
+                tuple((plan.buffers[a].space, plan.buffers[a].offset) if a >= 0 else None for a in args),
+                tuple(tuple(plan.buffers[a].shape) if a >= 0 else () for a in args))
+
+    def _widest(self, bucket: int) -> dict:
+        """position -> (attrs, places, shapes) of the GEMM with the most rows among the buckets whose
+        plans have this bucket's graph shape."""
+        shape = self.r.graph_shape(bucket)
+        if shape not in self._widest_by_shape:
+            best: dict = {}
+            for b in range(len(self.r.bundle.plans)):
+                if self.r.graph_shape(b) != shape:
+                    continue
+                plan = self.r.bundle.plans[b]
+                for p, st in enumerate(plan.steps):
+                    if isinstance(st, LibraryStep) and st.attrs.get("op") == "matmul":
+                        facts = self._gemm_facts(plan, st)
+                        if p not in best or _rows(facts[2][0]) > _rows(best[p][2][0]):
+                            best[p] = facts
+            self._widest_by_shape[shape] = best
+        return self._widest_by_shape[shape]
+
+    # --- using them ------------------------------------------------------------------------------
+    def take(self, bucket: int, seg):
+        """Point seg (the bucket's one segment, its graph built) at its structure's exec, switching the
+        exec to this bucket's launches where another bucket holds it."""
+        key = self.key(bucket, seg)
+        st = self.structures.get(key)
+        if st is None:
+            self._make_room()
+            st = self.structures[key] = Structure(call("cuGraphInstantiate", seg.graph, 0), bucket, list(seg.nodes),
+                                                  self.signature(bucket))
+            self._unmove(bucket)   # a fresh exec has the bucket's own (arena) pointers
+            self.r.switches["instantiated"] += 1
+        elif bucket not in st.members:
+            sig = self.signature(bucket)
+            st.varying.update(p for p, (a, b) in enumerate(zip(st.first_signature, sig)) if a != b)
+            st.members.add(bucket)
+        self.structures.move_to_end(key)
+        if st.holder != bucket:
+            self._switch(st, bucket, seg)
+        seg.exec, seg.own, seg.exec_nodes, seg.shared = st.exec, True, st.nodes, True
+
+    def _switch(self, st: Structure, bucket: int, seg):
+        t0 = time.perf_counter()
+        old, new = self.signature(st.holder), self.signature(bucket)
+        positions = [p for p in st.varying if old[p] != new[p]]
+        held = self.r._built.get(st.holder)
+        if held is not None and held.moved:   # zero-copy moved some of the holder's nodes: set them back
+            touched = {i for route, _, _ in self.r.zero_copy.routes(st.holder).values() for i in route.steps}
+            positions = sorted(set(positions) | touched)
+            held.moved = {}
+        try:
+            for p in positions:
+                self._set(st, bucket, seg, p)
+            self.r.switches["patched"] += 1
+            self.r.switches["nodes_patched"] += len(positions)
+        except Exception:   # noqa: BLE001 - a child graph of another topology: a new exec from this graph
+            call("cuGraphExecDestroy", st.exec)
+            self._unmove(bucket)
+            st.exec, st.nodes, st.origin = call("cuGraphInstantiate", seg.graph, 0), list(seg.nodes), bucket
+            self.r.switches["instantiated"] += 1
+        st.holder = bucket
+        self.switch_seconds += time.perf_counter() - t0
+        self.switch_count += 1
+
+    def _set(self, st: Structure, bucket: int, seg, p: int):
+        from cuda.bindings import driver
+        params = self._params.get((bucket, p))
+        if params is None:
+            node = seg.nodes[p]
+            if call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+                params = ("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", node))
+            else:
+                params = ("cuGraphExecChildGraphNodeSetParams", call("cuGraphChildGraphNodeGetGraph", node))
+            self._params[(bucket, p)] = params
+        call(params[0], st.exec, st.nodes[p], params[1])
+
+    def _make_room(self):
+        while self.limit is not None and self.structures and len(self.structures) >= self.limit:
+            _, st = self.structures.popitem(last=False)
+            self._release(st)
+            self.r.switches["evicted"] += 1
+
+    def _unmove(self, bucket: int):
+        """Zero-copy (binding.py) no longer has any of the bucket's nodes on a caller's buffer."""
+        built = self.r._built.get(bucket)
+        if built is not None:
+            built.moved = {}
+
+    def _release(self, st: Structure):
+        for b in st.members:
+            self._unmove(b)
+            for seg in self.r.segments(b):
+                if getattr(seg, "shared", False) and seg.exec is st.exec:
+                    seg.exec = None
+        call("cuGraphExecDestroy", st.exec)
+
+    def forget(self, bucket: int):
+        """The bucket's graphs go (the runner closes): its cached launches with them."""
+        self._signatures.pop(bucket, None)
+        for k in [k for k in self._params if k[0] == bucket]:
+            del self._params[k]
+
+    def close(self):
+        for st in self.structures.values():
+            call("cuGraphExecDestroy", st.exec)
+        self.structures.clear()
+
+    def mean_switch_us(self) -> float:
+        return self.switch_seconds / self.switch_count * 1e6 if self.switch_count else 0.0
+
+
+def _rows(shape) -> int:
+    return shape[-2] if len(shape) >= 2 else 1
+
+
+def _rows_only(mine, widest) -> bool:
+    """Shapes [1.., rows, cols] that differ at most in rows, with no more rows than the widest."""
+    if len(mine) != len(widest):
+        return False
+    if len(mine) < 2:
+        return tuple(mine) == tuple(widest)
+    return (all(d == 1 for d in mine[:-2]) and all(d == 1 for d in widest[:-2]) and mine[-1] == widest[-1]
+            and mine[-2] <= widest[-2])
