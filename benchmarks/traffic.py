@@ -246,7 +246,7 @@ def table(res: dict) -> list:
     lines = [f"{res['model']} {res['precision']}, seq {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
              f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
-             f"switches {res.get('switches')}; mean host time of a shared-exec switch, us: {res.get('switch_us')}.",
+             f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}.",
              "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():

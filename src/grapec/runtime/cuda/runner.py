@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import Counter, OrderedDict
 
 import numpy as np
@@ -87,6 +88,7 @@ class CudaPlanRunner:
         # GRAPEC_SPARE_BY_SHAPE=0: the spare exec is the least recently run bucket's, whatever its shape (a baseline)
         self.spare_by_shape = os.environ.get("GRAPEC_SPARE_BY_SHAPE", "1") != "0"
         self.switches = Counter()   # "instantiated", "patched", "evicted", "restored": what switches cost
+        self.restore_seconds = 0.0  # host time of the restores (a parked bucket's graphs into an exec)
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
         self.stream = call("cuStreamCreate", 0)
@@ -223,7 +225,9 @@ class CudaPlanRunner:
         free = call("cuMemGetInfo")[0]
         try:
             if bucket in self._parked:
+                t0 = time.perf_counter()
                 self._restore(bucket, built)
+                self.restore_seconds += time.perf_counter() - t0
             else:
                 self.tuning = True
                 self.program(bucket, built.plan.steps)
@@ -267,8 +271,12 @@ class CudaPlanRunner:
 
     @property
     def switch_us(self) -> float:
-        """Mean host time of a switch between buckets of one shared exec, in microseconds."""
-        return self.shared.mean_switch_us() if self.shared is not None else 0.0
+        """Mean host time of a switch, in microseconds: between buckets of one shared exec, or (each
+        bucket its own exec) of a parked bucket's graphs patched into a kept exec."""
+        if self.shared is not None:
+            return self.shared.mean_switch_us()
+        n = self.switches["restored"]
+        return self.restore_seconds / n * 1e6 if n else 0.0
 
     def build_all(self, progress=None) -> int:
         """Every bucket's graphs built (Session.build_graphs); buckets that share their structure's

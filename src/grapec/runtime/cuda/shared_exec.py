@@ -27,16 +27,15 @@ when another bucket takes the exec.
 Off by default: GRAPEC_SHARED_EXECS=1 turns it on (benchmarks/traffic.py --shared-execs measures both
 in one process). Measured on an H200 (GPT-2 fp16, seq 1..64, 1000 requests of random length per
 traffic, benchmarks/results/2026-11-26-h200-shared-execs): a switch set 85 nodes in 282 us of host
-time; with each GEMM at its structure's widest rows (widest_gemm), 67-72 nodes in 213-238 us. The mean
-latency was no better than with an exec per length, whose switches update the whole graph
-(cuGraphExecUpdate): 1.42 against 1.33 ms (uniform lengths), 1.36 against 1.45 (log-normal), and a
-worse p99. Calling cuGraphExecKernelNodeSetParams_v2 straight through ctypes, without cuda.bindings'
-conversions, measured the same 3.6 us a node: the cost is the driver's. So a switch pays for every
-node whose launch differs, and in GPT-2 nearly all of them do: the grids and size arguments of the
-generated kernels, the per-size constants (the causal mask) and the small-GEMM kernels of short
-lengths. What would make a switch nearly free is issue 33's device record (sizes read by the
-kernels from memory written with the inputs, grids sized for the structure's largest size): not
-built yet.
+time; with each GEMM at its structure's widest rows (widest_gemm), 67-72 nodes in 213-238 us. An
+exec per length, whose switch updates a kept exec with a parked graph (cuGraphExecUpdate), took 86 us
+a switch in the same process, and its mean latency was lower (1.18 against 1.29 ms, uniform lengths,
+numpy in and out). A per-node update costs about 3.5 us in the driver (the same through ctypes as
+through cuda.bindings), a whole-graph update about 1 us a node, and GPT-2's switches differ in most
+nodes: the grids and size arguments of the generated kernels, the per-size constants (the causal
+mask) and the small-GEMM kernels of short lengths. What would make a switch nearly free is issue
+33's device record (sizes read by the kernels from memory written with the inputs, grids sized for
+the structure's largest size): not built yet.
 """
 from __future__ import annotations
 
