@@ -257,7 +257,7 @@ def test_build_graphs_has_nothing_to_build_on_the_cpu_and_refuses_a_closed_sessi
         sess.build_graphs()
 
 
-def test_inspect_lists_the_sizes_of_each_launch_structure(ranged):
+def test_inspect_lists_the_sizes_of_each_launch_structure(ranged, tmp_path):
     from grapec.tools.show import compress_ints, launch_structures
     b = Bundle.from_bytes(ranged.to_bytes())
     structures = launch_structures(b)
@@ -268,6 +268,17 @@ def test_inspect_lists_the_sizes_of_each_launch_structure(ranged):
     assert seqs == list(range(LO, HI + 1))
     for st in structures:   # a structure's sizes are its buckets' own
         assert st["sizes"]["seq"] == sorted(b.manifest["buckets"][i]["shapes"]["input_ids"][1] for i in st["buckets"])
-    assert compress_ints([1, 2, 3, 5, 8, 12, 16, 20, 21]) == "1..3, 5, 8..20 step 4, 21"
+    for st in structures:   # each step counted once, by what differs between the structure's sizes
+        diff = st["differences"]
+        assert sum(diff.values()) == len(b.plans[st["buckets"][0]].steps), diff
+        if len(st["buckets"]) == 1:
+            assert diff["same"] == sum(diff.values()), diff
+    several = [st["differences"] for st in structures if len(st["buckets"]) > 1]
+    assert several and all(d["same"] < sum(d.values()) for d in several), several   # their numbers differ
+    assert any(d["sizes"] for d in several), several
+    path = tmp_path / "r.grape"
+    b.write(str(path))
+    r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "inspect", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0 and "steps between its sizes:" in r.stdout, r.stdout + r.stderr
     assert compress_ints([7]) == "7" and compress_ints([]) == ""
     assert launch_structures(grapec.compile(GPT2, dims={"batch": 1, "seq": 4}, targets=[])) == []

@@ -58,7 +58,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
             grid *= len(v)
         sizes = " x ".join(f"{d} {compress_ints(v)}" for d, v in st["sizes"].items())
         n = len(st["buckets"])
-        click.echo(f"    template {st['template']}: {n} size(s), " + (sizes if n == grid else f"{n} of the {grid} in {sizes}"))
+        diff = ", ".join(f"{v} {k}" for k, v in st["differences"].items() if v)
+        click.echo(f"    template {st['template']}: {n} size(s), " + (sizes if n == grid else f"{n} of the {grid} in {sizes}")
+                   + (f"; steps between its sizes: {diff}" if n > 1 else ""))
     if len(structures) > MAX_STRUCTURES_SHOWN:
         click.echo(f"    ... {len(structures) - MAX_STRUCTURES_SHOWN} more templates (--json lists them all)")
     for i, p in zip(shown, plans):
@@ -106,7 +108,59 @@ def launch_structures(b) -> list:
             st["sizes"][d].add(int(m["buckets"][bucket]["shapes"][name][a]))
     for st in out.values():
         st["sizes"] = {d: sorted(v) for d, v in st["sizes"].items()}
+        st["differences"] = launch_differences(b, st["buckets"])
     return [out[k] for k in sorted(out)]
+
+
+def launch_differences(b, buckets: list) -> dict:
+    """What a switch between the sizes of one launch structure would have to change, counted over the
+    plan's top-level steps (issue 33: a step the same in every size costs a switch nothing):
+        same        the same launch in every size
+        sizes       the same kernel but for its numbers (sizes, strides, grid): one function takes them
+                    as arguments (codegen/module.py), so only the arguments and the grid differ
+        buffers     another buffer address (a per-size constant, or an arena offset the layout did
+                    not share)
+        kernel      another kernel (its code differs beyond numbers)
+        library     a library call (GEMM, convolution) of other shapes or attributes
+        control     an If/Loop region or scan store that differs"""
+    from ..bundle import templates
+    from ..plan import KernelStep, LibraryStep
+    plans = [b.plans[i] for i in buckets]
+    names = (b.manifest.get("cuda") or {}).get("kernels")
+    code = {}
+
+    def kernel_code(k):
+        """The GPU function that runs kernel k; without GPU code, its IR with the numbers taken out
+        (what would share a function, but for the kinds that never merge: codegen/module.py)."""
+        if names:
+            return names[k]
+        if k not in code:
+            code[k] = json.dumps(templates.split(b.kernels[k])[0], sort_keys=True)
+        return code[k]
+    counts = {"same": 0, "sizes": 0, "buffers": 0, "kernel": 0, "library": 0, "control": 0}
+    for steps in zip(*(p.steps for p in plans)):
+        first = steps[0]
+        if isinstance(first, (KernelStep, LibraryStep)):
+            places = {tuple((p.buffers[a].space, p.buffers[a].offset) if a >= 0 else None
+                            for a in [st.out] + list(st.args)) for p, st in zip(plans, steps)}
+        if isinstance(first, KernelStep):
+            if len({st.kernel for st in steps}) == 1 and len(places) == 1:
+                counts["same"] += 1
+            elif len(places) > 1:
+                counts["buffers"] += 1
+            elif len({kernel_code(st.kernel) for st in steps}) > 1:
+                counts["kernel"] += 1
+            else:
+                counts["sizes"] += 1
+        elif isinstance(first, LibraryStep):
+            calls = {(json.dumps(st.attrs, sort_keys=True), tuple(tuple(p.buffers[a].shape) if a >= 0 else ()
+                                                                  for a in [st.out] + list(st.args)))
+                     for p, st in zip(plans, steps)}
+            counts["same" if len(calls) == 1 and len(places) == 1 else "library"] += 1
+        else:
+            same = len({json.dumps(st.to_json() if hasattr(st, "to_json") else repr(st)) for st in steps}) == 1
+            counts["same" if same else "control"] += 1
+    return counts
 
 
 def compress_ints(values: list) -> str:
