@@ -24,12 +24,13 @@ class HostCodegenRunner(CpuPlanRunner):
     """The CPU plan runner, with every kernel step run by host-compiled generated CUDA C, and each
     result also checked against the numpy interpreter on the same inputs."""
 
-    def __init__(self, bundle, tmpdir):
+    def __init__(self, bundle, tmpdir, sized_extra_blocks=None):
         super().__init__(bundle)
         from grapec.codegen.host import HostModule
         # the bundle's own module: kernels of different buckets share functions with size arguments
         self.module = build_module(self.kernels, kernel_users(bundle.plans, len(self.kernels)))
-        self.host = HostModule(self.kernels, str(tmpdir), self.module)
+        self.host = HostModule(self.kernels, str(tmpdir), self.module, sized_extra_blocks)
+        self.guarded = sized_extra_blocks is not None
         self.worst = 0.0
 
     def exec_steps(self, steps, v):
@@ -41,7 +42,15 @@ class HostCodegenRunner(CpuPlanRunner):
             ins = [v[a] for a in st.args]
             ref = run_kernel(k, ins)
             out = v[st.out]
-            self.host.call(st.kernel, out, ins)
+            if self.guarded:   # the output followed by guard bytes that no block may touch
+                flat = np.full(out.size + 4096, 0x5A, np.uint8).view(np.uint8) if out.dtype.itemsize == 1 else \
+                    np.frombuffer(np.full((out.size + 4096) * out.dtype.itemsize, 0x5A, np.uint8), out.dtype).copy()
+                view = flat[:out.size].reshape(out.shape)
+                self.host.call(st.kernel, view, ins)
+                assert (flat[out.size:].view(np.uint8) == 0x5A).all(), ("a block wrote past its output", st.origin)
+                out[...] = view
+            else:
+                self.host.call(st.kernel, out, ins)
             if ref.dtype.kind in "fV" and ref.dtype != np.float64:   # 8- and 4-bit floats compare as float32
                 out, ref = out.astype(np.float32), ref.astype(np.float32)
             if ref.dtype.kind == "f":
@@ -96,12 +105,30 @@ def test_buckets_share_functions_with_sizes_as_arguments(name, buckets, tmp_path
     single = build_module(one.kernels, kernel_users(one.plans, len(one.kernels)))
     assert not any(single.scalars), "one bucket: sizes stay literals"
     runner = HostCodegenRunner(many, tmp_path)
-    assert len(runner.module.bodies) <= len(single.bodies)   # more buckets, no more functions
+    functions = [n for n in runner.module.body_of if not n.endswith("_sized")]   # sized twins aside
+    assert len(functions) <= len(single.bodies)   # more buckets, no more functions
     assert sum(1 for s in runner.module.scalars if s) >= len(buckets) * len(single.bodies) // 2
     for bucket in range(len(buckets)):
         outs = runner.run(bucket, bucket_feeds(many, bucket, 5 + bucket))
         ref = CpuPlanRunner(many).run(bucket, bucket_feeds(many, bucket, 5 + bucket))
         for k in ref:   # norm-wise: the C loops and numpy sum in different orders
+            assert np.linalg.norm(outs[k] - ref[k]) <= 1e-5 * np.linalg.norm(ref[k]), (bucket, k)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_sized_twins_read_their_sizes_from_memory_and_skip_blocks_past_their_grid(tmp_path):
+    """Each merged function's twin (codegen/module.py sized_twin) takes its sizes and grid from a
+    record instead of by value; run over 7 blocks more than each launch needs, as a node sized for a
+    larger size of its structure runs, every bucket still computes what the interpreter does."""
+    path = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+    many = grapec.compile(path, dims={"batch": 1}, bucket_dims=[{"seq": 9}, {"seq": 13}, {"seq": 20}], targets=[])
+    runner = HostCodegenRunner(many, tmp_path, sized_extra_blocks=7)
+    assert runner.module.sized and "_sized(" in runner.host.source
+    assert len([n for n in runner.module.names if n in runner.module.sized]) >= len(runner.module.names) // 3
+    for bucket in range(3):
+        outs = runner.run(bucket, bucket_feeds(many, bucket, 7 + bucket))
+        ref = CpuPlanRunner(many).run(bucket, bucket_feeds(many, bucket, 7 + bucket))
+        for k in ref:
             assert np.linalg.norm(outs[k] - ref[k]) <= 1e-5 * np.linalg.norm(ref[k]), (bucket, k)
 
 

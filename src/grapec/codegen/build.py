@@ -10,7 +10,9 @@ Bundle sections written here:
 Manifest entry "cuda": {"kernels": [function name per bundle kernel], "launch": [[mode, grid, block,
 split] per bundle kernel] (codegen/launch.py), "scalars": [[[type, value]..] per bundle kernel: the
 size arguments passed after its pointers], "targets": [...], "ptx": arch or null, "nvrtc": version,
-"dependent_launch": true (every kernel waits for its predecessor in G_AWAIT_PREDECESSOR, so the
+"sized": [merged function names that also have a twin NAME_sized reading its size arguments and grid
+from device memory (codegen/module.py sized_twin)], "dependent_launch": true (every kernel waits for
+its predecessor in G_AWAIT_PREDECESSOR, so the
 runtime may join kernel nodes by programmatic edges on sm_90 and newer; absent in older bundles),
 "stitches": [[bucket, first step, function, dynamic shared bytes] per Stitch of the plans]
 (codegen/grid_stitch.py)}.
@@ -52,7 +54,7 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
         sections[f"control.{arch}"] = build_control_cubin(arch)
     entry = {"control": graphed, "kernels": module.names, "launch": [la.to_json() for la in module.launches],
              "scalars": module.scalars, "targets": list(targets), "ptx": ptx_arch, "nvrtc": nvrtc_version(),
-             "dependent_launch": True}
+             "dependent_launch": True, "sized": module.sized}
     if stitches:
         entry["stitches"] = stitches
     return sections, entry

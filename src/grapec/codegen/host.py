@@ -12,8 +12,10 @@ import os
 import subprocess
 import tempfile
 
+import numpy as np
+
 from .prelude import COMMON, NARROW_CONVERSIONS, TYPES
-from .module import CudaModule, build_module, scalar_literal
+from .module import SIZED, CudaModule, build_module, scalar_literal
 
 HOST_SHIM = r"""
 #include <cmath>
@@ -29,6 +31,7 @@ static inline float grapec_h2f(unsigned short h) { _Float16 v; std::memcpy(&v, &
 static inline unsigned short grapec_f2h(float f) { _Float16 v = (_Float16)f; unsigned short h; std::memcpy(&h, &v, 2); return h; }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+static inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
 static inline float h2f(unsigned short h) { return grapec_h2f(h); }
 static inline unsigned short f2h(float f) { return grapec_f2h(f); }
 template <typename T, typename Op> static inline T g_block_reduce(T v, Op) { return v; }  // one thread per block
@@ -49,20 +52,30 @@ class HostModule:
     module: the CudaModule to run (codegen/module.py), e.g. one whose kernels share functions with
     size arguments; by default the kernels' own, one function each."""
 
-    def __init__(self, kernels: list, workdir: str | None = None, module: CudaModule | None = None):
+    def __init__(self, kernels: list, workdir: str | None = None, module: CudaModule | None = None,
+                 sized_extra_blocks: int | None = None):
+        """sized_extra_blocks: run each merged function's sized twin instead (its sizes and grid from a
+        record in memory, codegen/module.py sized_twin), over that many blocks more than it needs,
+        as a node sized for a larger member of its launch structure would."""
         module = module or build_module(kernels)
         wrappers = []
         for i, k in enumerate(kernels):
             n_in = len(k.inputs)
             params = ", ".join(["void* out"] + [f"void* in{j}" for j in range(n_in)])
-            args = ", ".join([f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)]
-                             + [scalar_literal(t, v) for t, v in module.scalars[i]])
+            ptrs = [f"({_ptr(k.dtype)})out"] + [f"({_ptr(dt, True)})in{j}" for j, (_, dt) in enumerate(k.inputs)]
             launch = module.launches[i]
             blocks = launch.rows if launch.mode in ("row", "warp") \
                 else -(-max(k.size, 1) // launch.per_thread)   # blockDim is 1
-            wrappers.append(f'extern "C" void launch{i}({params}) {{\n'
+            name, record, run = module.names[i], "", blocks
+            if sized_extra_blocks is not None and name in module.sized:
+                values = [v if t == "i64" else int(np.float64(v).view(np.int64)) for t, v in module.scalars[i]]
+                record = f"  static const long long g_record[] = {{{', '.join(f'{v}LL' for v in values + [blocks])}}};\n"
+                name, args, run = name + SIZED, ", ".join(ptrs + ["g_record"]), blocks + sized_extra_blocks
+            else:
+                args = ", ".join(ptrs + [scalar_literal(t, v) for t, v in module.scalars[i]])
+            wrappers.append(f'extern "C" void launch{i}({params}) {{\n{record}'
                             f"  blockDim.x = 1; threadIdx.x = 0;\n"
-                            f"  for (unsigned long long t = 0; t < {blocks}ULL; ++t) {{ blockIdx.x = t; {module.names[i]}({args}); }}\n}}")
+                            f"  for (unsigned long long t = 0; t < {run}ULL; ++t) {{ blockIdx.x = t; {name}({args}); }}\n}}")
         src = HOST_SHIM + TYPES + COMMON + NARROW_CONVERSIONS + "\n\n".join(module.bodies) + "\n" + "\n".join(wrappers)
         tag = hashlib.sha1(src.encode()).hexdigest()[:16]
         d = workdir or tempfile.mkdtemp(prefix="grapec-host-")

@@ -38,6 +38,7 @@ from .small_gemm import render_small_gemm, small_gemm_launch
 TENSOR_CORE_KINDS = (AttentionKernel, SmallGemmKernel)
 
 _NAME = "__grapec_kernel__"
+SIZED = "_sized"   # the suffix of a merged function's twin that reads its sizes from memory (sized_twin)
 # A numeric literal that is not part of a name (in0, r3, f16) nor of another number.
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)(ULL|LL)?(?![\w.])")
 
@@ -51,6 +52,7 @@ class CudaModule:
     first_user: list = field(default_factory=list)  # per body: the first bundle kernel that runs it
     tensor_cores: bool = False                     # some kernel uses the mma helpers
     body_of: dict = field(default_factory=dict)    # function name -> its definition (one of bodies)
+    sized: list = field(default_factory=list)      # merged functions that have a twin NAME_sized (below)
 
     @property
     def prelude(self) -> str:
@@ -108,6 +110,9 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
             body, params, values = merged
             name = _function_name(body)
             add(name, body, members[0])
+            if name + SIZED not in body_index:
+                add(name + SIZED, sized_twin(body, params), members[0])
+                m.sized.append(name)
             for i in members:
                 m.names[i] = name
                 m.scalars[i] = [[t, v] for t, v in zip(params, values[distinct.index(texts[i])])]
@@ -149,6 +154,21 @@ def _merge(texts: list) -> tuple | None:
     return body, params, values
 
 
+def sized_twin(body: str, params: list) -> str:
+    """A merged function's twin that reads its size arguments from device memory instead of taking
+    them by value: `const i64* g_size` holds s0, s1, .. (an f64 as its bits) and then the grid the
+    launch needs. A graph node of the twin can be launched with a larger grid (its blocks past
+    g_size[n] return at once), so one node serves every size of a launch structure whose numbers
+    are written into g_size before the launch (runtime/cuda/shared_exec.py): a switch between sizes
+    is a copy of those numbers, not an update of the node."""
+    decl = "".join(f", const {'double' if t == 'f64' else 'i64'} s{j}" for j, t in enumerate(params))
+    head, rest = body.split(decl + ") {\n", 1)
+    loads = "".join(f"  const double s{j} = __longlong_as_double(g_size[{j}]);\n" if t == "f64" else
+                    f"  const i64 s{j} = g_size[{j}];\n" for j, t in enumerate(params))
+    return (f"{head}, const i64* __restrict__ g_size) {{\n{loads}"
+            f"  if ((i64)blockIdx.x >= g_size[{len(params)}]) return;\n{rest}")
+
+
 def _is_float(tok: str) -> bool:
     return any(c in tok for c in ".eE")
 
@@ -174,4 +194,4 @@ def scalar_literal(kind: str, value) -> str:
     return f"{int(value)}LL" if kind == "i64" else repr(float(value))
 
 
-__all__ = ["CudaModule", "build_module", "kernel_users", "scalar_literal"]
+__all__ = ["CudaModule", "SIZED", "build_module", "kernel_users", "scalar_literal", "sized_twin"]
