@@ -135,8 +135,15 @@ class GraphBuilder:
 
     # --- node kinds ------------------------------------------------------------------------------
     def kernel_step_launch(self, st: KernelStep) -> tuple:
-        """(function, grid, block, pointers, scalars) of a kernel step."""
+        """(function, grid, block, pointers, scalars) of a kernel step; for a step of a shared exec
+        whose numbers live in device memory (size_record.py), its sized twin at the structure's largest
+        grid, its per-size constants read from their regions, and the record as its last pointer."""
         _, grid, block, _ = self.r.launches[st.kernel]
+        sized = self.r.sized_launch(self.bucket, st)
+        if sized is not None:
+            func, grid, record, regions = sized
+            ptrs = [regions.get(self.bufs[a].name) or self.ptr(a) for a in [st.out] + list(st.args)]
+            return func, grid, block, ptrs + [record], []
         return (self.r.functions[st.kernel], grid, block, [self.ptr(st.out)] + [self.ptr(a) for a in st.args],
                 self.r.scalars[st.kernel])
 

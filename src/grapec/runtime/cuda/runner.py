@@ -25,7 +25,7 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import BackendError
-from ...plan import REGIONS, Stitch, step_deps, walk_steps
+from ...plan import REGIONS, KernelStep, Stitch, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
 from .driver import call, copy_rows_async
@@ -85,6 +85,7 @@ class CudaPlanRunner:
         # (graph objects, no execs) so that a switch back costs a patch only
         self._parked: dict = {}
         self._shapes: dict = {}   # bucket -> graph_shape
+        self._structures: dict = {}   # bucket -> structure_of
         # GRAPEC_SPARE_BY_SHAPE=0: the spare exec is the least recently run bucket's, whatever its shape (a baseline)
         self.spare_by_shape = os.environ.get("GRAPEC_SPARE_BY_SHAPE", "1") != "0"
         self.switches = Counter()   # "instantiated", "patched", "evicted", "restored": what switches cost
@@ -260,6 +261,10 @@ class CudaPlanRunner:
                 self.tuning = False
         return self._graphs[(bucket, id(built.plan.steps))][0]
 
+    def sized_launch(self, bucket: int, st):
+        """A shared exec's kernel step with its numbers in device memory (size_record.py), or None."""
+        return self.shared.sized_launch(bucket, st) if self._shares(bucket) else None
+
     def widest_gemm(self, bucket: int, st):
         """A shared exec's GEMM step run at its structure's widest rows (shared_exec.py), or None."""
         if not self._shares(bucket) or os.environ.get("GRAPEC_WIDEST_GEMMS", "1") == "0":
@@ -289,6 +294,9 @@ class CudaPlanRunner:
                 self.prepare(bucket)
             if progress is not None:
                 progress(bucket + 1, n)
+        for bucket in range(n):   # every structure's exec instantiated now, not on a request
+            if self._shares(bucket):
+                self.prepare(bucket)
         return n
 
     def _restore(self, bucket: int, built: _Built):
@@ -328,6 +336,25 @@ class CudaPlanRunner:
                                     tuple(map(tuple, step_deps(plan.steps))),
                                     tuple((s.first, s.end) for s in plan.stitches))
         return self._shapes[bucket]
+
+    def structure_of(self, bucket: int) -> tuple:
+        """The bucket's launch structure: its plan's template (bundle/templates.py; the sizes of one share
+        their arena offsets, compiler/shared_layout.py), its graph shape, and the function and block of
+        each kernel step (sizes whose kernels differ, such as an attention kernel that splits its keys
+        over two warps from 33 keys on, are structures of their own)."""
+        if bucket not in self._structures:
+            docs = getattr(self.bundle.plans, "docs", None)
+            if docs is not None:
+                template = docs.where[bucket][0]
+            else:   # a bundle compiled in this process: its plans' templates worked out here
+                import json
+                from ...bundle.templates import split
+                template = json.dumps(split(self.bundle.plans[bucket].to_json())[0])
+            names = self.bundle.manifest["cuda"]["kernels"]
+            kernels = tuple((names[st.kernel], self.launches[st.kernel][2]) for st in self.plan(bucket).steps
+                            if isinstance(st, KernelStep))
+            self._structures[bucket] = (template, self.graph_shape(bucket), kernels)
+        return self._structures[bucket]
 
     def _evict(self, bucket: int, spare: bool, park: bool = True):
         """Give the bucket's execs back (one kept spare where asked); its graphs stay parked on the host

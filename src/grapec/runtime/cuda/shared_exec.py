@@ -18,7 +18,7 @@ grids and size arguments of some kernels, the GEMMs' M, and the per-size constan
   graph). Which positions can differ is known per structure (`varying`), and a bucket's launches
   are compared by a signature computed once per bucket from its plan.
 
-A structure is keyed by the graph's shape (the runner's graph_shape), its node types and the thread
+A structure is keyed by its plan template and graph shape (the runner's structure_of), its node types and the thread
 block clusters of its library kernels (a per-node update cannot change a node's cluster shape), so two
 buckets share an exec only where every difference between them is a per-node update. Zero-copy I/O
 (binding.py) patches the same exec through the origin nodes; the holder's patched nodes are set back
@@ -45,6 +45,7 @@ from collections import OrderedDict
 
 from ...plan import KernelStep, LibraryStep, REGIONS
 from .driver import call
+from .size_record import SizeRecords
 
 
 def enabled() -> bool:
@@ -75,8 +76,9 @@ class SharedExecs:
         self.switch_seconds = 0.0        # host time spent in switches, in all
         self.switch_count = 0
         self._positions: dict = {}       # bucket -> {id(step): position}
-        self._widest_by_shape: dict = {}  # graph shape -> widest_gemm's facts per position
+        self._widest_by_shape: dict = {}  # launch structure -> widest_gemm's facts per position
         self._io: dict = {}              # bucket -> positions of its I/O steps
+        self.records = SizeRecords(runner)   # sized steps: numbers in device memory (size_record.py)
 
     # --- which buckets ---------------------------------------------------------------------------
     def eligible(self, plan) -> bool:
@@ -91,10 +93,13 @@ class SharedExecs:
         sig = self._signatures.get(bucket)
         if sig is None:
             r, plan = self.r, self.r.plan(bucket)
+            sized = self.records.group(bucket).slots
             sig = []
-            for st in plan.steps:
+            for p, st in enumerate(plan.steps):
                 ptrs = tuple(r.ptr(bucket, a) if a >= 0 else 0 for a in [st.out] + list(st.args))
-                if isinstance(st, KernelStep):
+                if p in sized:   # the same node in every bucket: its numbers are in the size record
+                    sig.append(("sized", p))
+                elif isinstance(st, KernelStep):
                     sig.append((r.functions[st.kernel], tuple(r.launches[st.kernel]), repr(r.scalars[st.kernel]), ptrs))
                 else:
                     wide = r.widest_gemm(bucket, st)
@@ -115,7 +120,7 @@ class SharedExecs:
                     v = call("cuGraphKernelNodeGetAttribute", node,
                              driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
                     clusters.append((v.clusterDim.x, v.clusterDim.y, v.clusterDim.z))
-            self.key_of[bucket] = (self.r.graph_shape(bucket), tuple(types), tuple(clusters))
+            self.key_of[bucket] = (self.r.structure_of(bucket), tuple(types), tuple(clusters))
         return self.key_of[bucket]
 
     # --- GEMMs at the structure's widest M ---------------------------------------------------------
@@ -148,11 +153,14 @@ class SharedExecs:
             self._io[bucket] = {i for route, _, _ in self.r.zero_copy.routes(bucket).values() for i in route.steps}
         return self._io[bucket]
 
-    def _position(self, bucket: int, st) -> int:
+    def _positions_of(self, bucket: int) -> dict:
         positions = self._positions.get(bucket)
         if positions is None:
             positions = self._positions[bucket] = {id(s): p for p, s in enumerate(self.r.plan(bucket).steps)}
-        return positions[id(st)]
+        return positions
+
+    def _position(self, bucket: int, st) -> int:
+        return self._positions_of(bucket)[id(st)]
 
     @staticmethod
     def _gemm_facts(plan, st) -> tuple:
@@ -162,13 +170,13 @@ class SharedExecs:
                 tuple(tuple(plan.buffers[a].shape) if a >= 0 else () for a in args))
 
     def _widest(self, bucket: int) -> dict:
-        """position -> (attrs, places, shapes) of the GEMM with the most rows among the buckets whose
-        plans have this bucket's graph shape."""
-        shape = self.r.graph_shape(bucket)
+        """position -> (attrs, places, shapes) of the GEMM with the most rows among the buckets of this
+        bucket's launch structure."""
+        shape = self.r.structure_of(bucket)
         if shape not in self._widest_by_shape:
             best: dict = {}
             for b in range(len(self.r.bundle.plans)):
-                if self.r.graph_shape(b) != shape:
+                if self.r.structure_of(b) != shape:
                     continue
                 plan = self.r.bundle.plans[b]
                 for p, st in enumerate(plan.steps):
@@ -183,9 +191,12 @@ class SharedExecs:
     def take(self, bucket: int, seg):
         """Point seg (the bucket's one segment, its graph built) at its structure's exec, switching the
         exec to this bucket's launches where another bucket holds it."""
+        t0 = time.perf_counter()
+        loaded = self.records.load(bucket)
         key = self.key(bucket, seg)
         st = self.structures.get(key)
-        if st is None:
+        created = st is None
+        if created:
             self._make_room()
             st = self.structures[key] = Structure(call("cuGraphInstantiate", seg.graph, 0), bucket, list(seg.nodes),
                                                   self.signature(bucket))
@@ -196,12 +207,20 @@ class SharedExecs:
             st.varying.update(p for p, (a, b) in enumerate(zip(st.first_signature, sig)) if a != b)
             st.members.add(bucket)
         self.structures.move_to_end(key)
-        if st.holder != bucket:
+        switched = st.holder != bucket
+        if switched:
             self._switch(st, bucket, seg)
+        if (switched or loaded) and not created:   # a structure's first run instantiates: not a switch
+            self.switch_seconds += time.perf_counter() - t0
+            self.switch_count += 1
         seg.exec, seg.own, seg.exec_nodes, seg.shared = st.exec, True, st.nodes, True
 
+    def sized_launch(self, bucket: int, st):
+        """A top-level kernel step's sized launch (size_record.py), or None."""
+        p = self._positions_of(bucket).get(id(st))
+        return None if p is None else self.records.launch(bucket, p, st)
+
     def _switch(self, st: Structure, bucket: int, seg):
-        t0 = time.perf_counter()
         old, new = self.signature(st.holder), self.signature(bucket)
         positions = [p for p in st.varying if old[p] != new[p]]
         held = self.r._built.get(st.holder)
@@ -220,8 +239,6 @@ class SharedExecs:
             st.exec, st.nodes, st.origin = call("cuGraphInstantiate", seg.graph, 0), list(seg.nodes), bucket
             self.r.switches["instantiated"] += 1
         st.holder = bucket
-        self.switch_seconds += time.perf_counter() - t0
-        self.switch_count += 1
 
     def _set(self, st: Structure, bucket: int, seg, p: int):
         from cuda.bindings import driver
@@ -265,6 +282,7 @@ class SharedExecs:
         for st in self.structures.values():
             call("cuGraphExecDestroy", st.exec)
         self.structures.clear()
+        self.records.close()
 
     def mean_switch_us(self) -> float:
         return self.switch_seconds / self.switch_count * 1e6 if self.switch_count else 0.0
