@@ -270,11 +270,11 @@ def main():
     ap.add_argument("--max-graphs", type=int, default=None)
     ap.add_argument("--peers", default="torch,compile,padded")
     ap.add_argument("--no-ideal", action="store_true", help="skip the ideal row (and compiling a bundle per length)")
-    ap.add_argument("--shared-execs", action="store_true",
-                    help="also run the range bundle with one exec per launch structure (GRAPEC_SHARED_EXECS=1)")
+    ap.add_argument("--baseline-own-execs", action="store_true",
+                    help="also run the range bundle with an exec per length (GRAPEC_SHARED_EXECS=0), as before shared execs")
     ap.add_argument("--baseline-spare", action="store_true",
-                    help="also time grapec with GRAPEC_SPARE_BY_SHAPE=0: the exec patched at a switch is the least "
-                         "recently run one's, whatever its graph's shape")
+                    help="also time grapec with an exec per length and GRAPEC_SPARE_BY_SHAPE=0: the exec patched at a "
+                         "switch is the least recently run one's, whatever its graph's shape")
     ap.add_argument("--lazy-graphs", action="store_true",
                     help="build each length's graph at its first request instead of at load (Session.build_graphs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
@@ -294,13 +294,13 @@ def main():
     res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
            "backend": a.backend, "rows": {}}
     options = {} if a.max_graphs is None or a.backend == "cpu" else {"max_graphs": a.max_graphs}
-    # each row's environment: by default each length has its own exec (an LRU of max_graphs, parked graphs
-    # patched in); --shared-execs adds one exec per launch structure (runtime/cuda/shared_exec.py)
-    variants = [("grapec range", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "1"})]
-    if a.shared_execs:
-        variants.append(("grapec range, shared execs", {"GRAPEC_SHARED_EXECS": "1", "GRAPEC_SPARE_BY_SHAPE": "1"}))
+    # each row's environment: one exec per launch structure by default (runtime/cuda/shared_exec.py);
+    # the baselines give each length its own exec (an LRU of max_graphs, parked graphs patched in)
+    variants = [("grapec range", {"GRAPEC_SHARED_EXECS": "1", "GRAPEC_SPARE_BY_SHAPE": "1"})]
+    if a.baseline_own_execs:
+        variants.append(("grapec range, own execs", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "1"}))
     if a.baseline_spare:
-        variants.append(("grapec range, LRU spare", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "0"}))
+        variants.append(("grapec range, own execs, LRU spare", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "0"}))
     for row, env in variants:
         os.environ.update(env)
         free0 = _free_device_bytes(a.backend)

@@ -99,7 +99,12 @@ def test_fresh_or_misaligned_buffers_are_copied_and_say_why(bundle, ref):
     sess._runner.close()
 
 
-def test_bindings_follow_bucket_switches_and_evictions(bundle, ref):
+@pytest.mark.parametrize("shared", ["1", "0"], ids=["shared-execs", "own-execs"])
+def test_bindings_follow_bucket_switches_and_evictions(bundle, ref, shared, monkeypatch):
+    """Bound buffers over sizes of several launch structures, more than the 2 execs kept: with shared
+    execs (the default) a structure's exec is given back and made again, with an exec per size
+    (GRAPEC_SHARED_EXECS=0) a size's; the bindings follow either way."""
+    monkeypatch.setenv("GRAPEC_SHARED_EXECS", shared)
     sess = grapec.load(bundle, backend="cuda", max_graphs=2)
     rng = np.random.default_rng(2)
     tensors = {}
@@ -114,5 +119,11 @@ def test_bindings_follow_bucket_switches_and_evictions(bundle, ref):
         for _ in range(2):
             sess.run_with_iobinding(binding)
             _check(out, ref.run(None, {"input_ids": ids.cpu().numpy()})[0])
-    assert sess._runner.switches["evicted"] >= 3
-    sess._runner.close()
+    runner = sess._runner
+    if shared == "1":
+        keys = {runner.shared.key_of[sess.select_bucket({"input_ids": (1, n)})] for n in tensors}
+        assert len(keys) >= 3 and len(runner.shared.structures) <= 2
+        assert runner.switches["evicted"] >= 2, runner.switches
+    else:
+        assert runner.switches["evicted"] >= 3, runner.switches
+    runner.close()

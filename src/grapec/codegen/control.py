@@ -8,7 +8,8 @@ module is compiled with NVRTC as relocatable code (-rdc) and linked with nvJitLi
 libcudadevrt.a: all of it on the build machine, no GPU needed. The linked cubin goes into the
 bundle as the section `control.<sm_XX>`.
 
-`SCAN_STORE` (a Loop's scan output row) needs no device runtime: it joins the ordinary module.
+`SCAN_STORE` (a Loop's scan output row) and `LOAD_SIZES` (a shared exec's size record) need no
+device runtime: they join the ordinary module.
 """
 from __future__ import annotations
 
@@ -65,6 +66,27 @@ extern "C" __global__ void grapec_scan_store(char* dst, const char* src, const i
 }
 """
 SCAN_STORE_BLOCK = 256
+
+LOAD_SIZES = r"""
+/* The first node of a shared exec (runtime/cuda/size_record.py): n copies, each (dst, src, nbytes),
+   that put one size's record and per-size constants where the sized kernels read them. A switch
+   between sizes repoints this one node at another size's list. */
+extern "C" __global__ void grapec_load_sizes(const i64* __restrict__ copies, const i64 n) {
+  const i64 stride = (i64)gridDim.x * blockDim.x;
+  for (i64 c = 0; c < n; ++c) {
+    char* d = (char*)copies[3 * c];
+    const char* s = (const char*)copies[3 * c + 1];
+    const i64 nbytes = copies[3 * c + 2];
+    if (((unsigned long long)d | (unsigned long long)s | (unsigned long long)nbytes) % 8 == 0) {
+      for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (nbytes >> 3); i += stride)
+        ((unsigned long long*)d)[i] = ((const unsigned long long*)s)[i];
+    } else {
+      for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < nbytes; i += stride) d[i] = s[i];
+    }
+  }
+}
+"""
+LOAD_SIZES_BLOCK, LOAD_SIZES_GRID = 256, 32
 
 
 def scan_store_grid(nbytes: int) -> int:

@@ -4,7 +4,12 @@ A runner is one lane of execution over a loaded model (model.py: code and weight
 stream, activation arena (one for all buckets), cuBLASLt workspaces and graphs. A session runs N
 runs at once with N runners over one model (runtime/session.py).
 
-A bucket's graph is built on its first run and kept, for at most `max_graphs` buckets and
+In a bundle of several buckets (a --dynamic range, buckets), the buckets of one launch structure
+share one exec (shared_exec.py; their sizes in device memory, size_record.py), so a switch between
+them updates one node; every bucket's graph is kept on the host. `max_graphs`, where a user gives it,
+caps those execs. Buckets that cannot share (If/Loop regions, stitched kernels, a bundle of one
+bucket, or GRAPEC_SHARED_EXECS=0) have an exec each:
+a bucket's graph is built on its first run and kept, for at most `max_graphs` buckets and
 `graph_memory` bytes of instantiated graphs (a range of sizes may have hundreds): the least recently
 run bucket gives way, and where its graph has the shape of the new one its exec is patched in place
 (cuGraphExecUpdate: new kernel arguments, grids and functions) instead of a new one being
@@ -49,6 +54,7 @@ class _Segment:
         self.graph, self.exec, self.own, self.first, self.nodes = graph, exec_, own, first, nodes or []
         self.exec_nodes = self.nodes   # the nodes that name exec's nodes (another graph's, for a shared exec)
         self.shared = False            # exec is its launch structure's (shared_exec.py), not this segment's own
+        self.loader = None             # a shared exec's first node, which loads the size record (size_record.py)
 
 
 class _Built:
@@ -242,9 +248,9 @@ class CudaPlanRunner:
     def _shares(self, bucket: int) -> bool:
         if self.shared is None:
             return False
-        if bucket not in self._shareable:
+        if bucket not in self._shareable:   # a bundle of one bucket keeps an exec of its own
             plan = self.bundle.plans[bucket]
-            self._shareable[bucket] = bool(plan.steps) and self.shared.eligible(plan)
+            self._shareable[bucket] = len(self.bundle.plans) > 1 and bool(plan.steps) and self.shared.eligible(plan)
         return self._shareable[bucket]
 
     def _build_shared(self, bucket: int) -> _Segment:
@@ -418,9 +424,15 @@ class CudaPlanRunner:
         plan = self.plan(bucket)
         stitches = [Stitch(s.first - first, s.end - first, s.block) for s in plan.stitches
                     if first <= s.first and s.end <= end] if steps is plan.steps else []
-        GraphBuilder(self, bucket).add_steps(graph, steps[first:end], [], order=order, record=nodes, stitches=stitches)
+        builder = GraphBuilder(self, bucket)
+        load = self.shared.records.loader(bucket) if not instantiate and self._shares(bucket) else None
+        loader = builder.kernel(graph, [], *load) if load is not None else None   # size_record.py: first
+        builder.add_steps(graph, steps[first:end], [loader] if loader is not None else [], order=order, record=nodes,
+                          stitches=stitches)
         if not instantiate:
-            return _Segment(graph, None, False, first, nodes)
+            seg = _Segment(graph, None, False, first, nodes)
+            seg.loader = loader
+            return seg
         return _Segment(graph, *self._instantiate(graph), first, nodes)
 
     def segment_of(self, bucket: int, step: int) -> _Segment:

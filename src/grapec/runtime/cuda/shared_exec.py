@@ -1,41 +1,42 @@
-"""One instantiated graph per launch structure (issue 33): the buckets of a --dynamic range whose graphs
-have the same shape share one exec, and a switch between them patches only the nodes whose launch
-differs.
+"""One instantiated graph per launch structure (issue 33): the buckets of a bundle of several sizes
+(a --dynamic range, buckets) that share a launch structure share one exec, and a switch between them
+costs one node update, not a graph's.
 
-Why: an exec of GPT-2 takes about 2.6 MiB of device memory, so keeping one per length (512 of them)
-does not fit the memory a range is allowed, and patching a kept exec to another length's graph with
-cuGraphExecUpdate compares every node (0.3-0.5 ms on an H200). The lengths of a range fall into a few
-launch structures (bundle/templates.py: plans of one template), and within one the nodes mostly agree:
-the weights and the arena offsets (compiler/shared_layout.py) are the same, and what differs is the
-grids and size arguments of some kernels, the GEMMs' M, and the per-size constants. So:
+Why: an exec of GPT-2 takes about 2.6 MiB of device memory, so keeping one per length does not fit
+the memory a range is allowed, and patching a kept exec to another length's graph with
+cuGraphExecUpdate costs about 1 us a node (0.1-0.15 ms for GPT-2). The lengths of a range fall into a
+few launch structures (the runner's structure_of: a plan template, a graph shape and the same kernel
+functions), and within one, the nodes can be made the same:
+- a kernel step whose function is merged across sizes runs as its sized twin, its size arguments and
+  grid read from a size record that the exec's first node loads (size_record.py);
+- a GEMM whose operands differ only in rows runs at the structure's widest rows (widest_gemm);
+- a per-size constant (the causal mask) is read from a region that the same first node fills.
 
+So:
 - every bucket's graph is built once and kept on the host (its nodes hold the bucket's own launches);
-- a structure's exec is instantiated from the first of its buckets built, and its nodes are named
-  by that graph's nodes (`origin`), as the driver requires for per-node updates;
-- a switch to bucket b sets, on the exec, the launch of b's own node at each position where b's
-  launch differs from the holder's (cuGraphExecKernelNodeSetParams: grid, arguments and even the
-  function may change; cuGraphExecChildGraphNodeSetParams for a library call that stayed a child
-  graph). Which positions can differ is known per structure (`varying`), and a bucket's launches
-  are compared by a signature computed once per bucket from its plan.
+- a structure's exec is instantiated from the first of its buckets built (Session.build_graphs does
+  all of them at load), and its nodes are named by that graph's nodes (`origin`), as the driver
+  requires for per-node updates;
+- a switch to bucket b repoints the loader node at b's copy list, and sets b's own launch on any other
+  node whose launch still differs from the holder's (cuGraphExecKernelNodeSetParams;
+  cuGraphExecChildGraphNodeSetParams for a library call that stayed a child graph). Which positions
+  can differ is known per structure (`varying`), and a bucket's launches are compared by a
+  signature computed once per bucket from its plan.
 
-A structure is keyed by its plan template and graph shape (the runner's structure_of), its node types and the thread
-block clusters of its library kernels (a per-node update cannot change a node's cluster shape), so two
-buckets share an exec only where every difference between them is a per-node update. Zero-copy I/O
+A structure's exec is keyed by its launch structure, its node types and the thread block clusters of
+its library kernels (a per-node update cannot change a node's cluster shape). Zero-copy I/O
 (binding.py) patches the same exec through the origin nodes; the holder's patched nodes are set back
-when another bucket takes the exec.
+when another bucket takes the exec. A bundle of one bucket keeps an exec of its own (runner.py).
 
-Off by default: GRAPEC_SHARED_EXECS=1 turns it on (benchmarks/traffic.py --shared-execs measures both
-in one process). Measured on an H200 (GPT-2 fp16, seq 1..64, 1000 requests of random length per
-traffic, benchmarks/results/2026-11-26-h200-shared-execs): a switch set 85 nodes in 282 us of host
-time; with each GEMM at its structure's widest rows (widest_gemm), 67-72 nodes in 213-238 us. An
-exec per length, whose switch updates a kept exec with a parked graph (cuGraphExecUpdate), took 86 us
-a switch in the same process, and its mean latency was lower (1.18 against 1.29 ms, uniform lengths,
-numpy in and out). A per-node update costs about 3.5 us in the driver (the same through ctypes as
-through cuda.bindings), a whole-graph update about 1 us a node, and GPT-2's switches differ in most
-nodes: the grids and size arguments of the generated kernels, the per-size constants (the causal
-mask) and the small-GEMM kernels of short lengths. What would make a switch nearly free is issue
-33's device record (sizes read by the kernels from memory written with the inputs, grids sized for
-the structure's largest size): not built yet.
+Measured on an H200 (GPT-2 fp16, seq 1..64, 2000 requests of random length per traffic, one process,
+benchmarks/results/2026-11-26-h200-shared-execs): no node but the loader updated at a switch, 36-58 us
+of host time a switch against 97-150 us for an exec per length; mean latency 1.00-1.08 ms against
+1.21-1.76 (numpy in and out, uniform lengths) and 0.50-0.52 against 0.73-0.91 with device buffers
+bound; 294 MiB of device memory against 298. Per-node updates alone were no better than updating the
+whole graph: a switch that set the 67-85 nodes whose launches differed took 213-282 us (about 3.5 us
+a node in the driver, the same through ctypes as through cuda.bindings), which is why the numbers
+moved into device memory. GRAPEC_SHARED_EXECS=0 gives every bucket its own exec again (the runner's
+LRU of max_graphs buckets; benchmarks/traffic.py --baseline-own-execs measures both).
 """
 from __future__ import annotations
 
@@ -49,14 +50,14 @@ from .size_record import SizeRecords
 
 
 def enabled() -> bool:
-    return os.environ.get("GRAPEC_SHARED_EXECS", "0") == "1"
+    return os.environ.get("GRAPEC_SHARED_EXECS", "1") != "0"
 
 
 class Structure:
     """One shared exec: instantiated from `origin`'s graph, holding bucket `holder`'s launches now."""
 
-    def __init__(self, exec_, origin: int, nodes: list, signature: list):
-        self.exec, self.origin, self.nodes = exec_, origin, nodes
+    def __init__(self, exec_, origin: int, nodes: list, signature: list, loader=None):
+        self.exec, self.origin, self.nodes, self.loader = exec_, origin, nodes, loader
         self.holder = origin
         self.first_signature = signature
         self.varying: set = set()     # positions whose launch differs between some of its buckets
@@ -192,14 +193,13 @@ class SharedExecs:
         """Point seg (the bucket's one segment, its graph built) at its structure's exec, switching the
         exec to this bucket's launches where another bucket holds it."""
         t0 = time.perf_counter()
-        loaded = self.records.load(bucket)
         key = self.key(bucket, seg)
         st = self.structures.get(key)
         created = st is None
         if created:
             self._make_room()
             st = self.structures[key] = Structure(call("cuGraphInstantiate", seg.graph, 0), bucket, list(seg.nodes),
-                                                  self.signature(bucket))
+                                                  self.signature(bucket), seg.loader)
             self._unmove(bucket)   # a fresh exec has the bucket's own (arena) pointers
             self.r.switches["instantiated"] += 1
         elif bucket not in st.members:
@@ -210,7 +210,7 @@ class SharedExecs:
         switched = st.holder != bucket
         if switched:
             self._switch(st, bucket, seg)
-        if (switched or loaded) and not created:   # a structure's first run instantiates: not a switch
+        if switched and not created:   # a structure's first run instantiates: not a switch
             self.switch_seconds += time.perf_counter() - t0
             self.switch_count += 1
         seg.exec, seg.own, seg.exec_nodes, seg.shared = st.exec, True, st.nodes, True
@@ -229,6 +229,8 @@ class SharedExecs:
             positions = sorted(set(positions) | touched)
             held.moved = {}
         try:
+            if st.loader is not None:   # the sized nodes read the incoming bucket's numbers
+                self._set(st, bucket, seg, "loader")
             for p in positions:
                 self._set(st, bucket, seg, p)
             self.r.switches["patched"] += 1
@@ -237,6 +239,7 @@ class SharedExecs:
             call("cuGraphExecDestroy", st.exec)
             self._unmove(bucket)
             st.exec, st.nodes, st.origin = call("cuGraphInstantiate", seg.graph, 0), list(seg.nodes), bucket
+            st.loader = seg.loader
             self.r.switches["instantiated"] += 1
         st.holder = bucket
 
@@ -244,13 +247,13 @@ class SharedExecs:
         from cuda.bindings import driver
         params = self._params.get((bucket, p))
         if params is None:
-            node = seg.nodes[p]
+            node = seg.loader if p == "loader" else seg.nodes[p]
             if call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
                 params = ("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", node))
             else:
                 params = ("cuGraphExecChildGraphNodeSetParams", call("cuGraphChildGraphNodeGetGraph", node))
             self._params[(bucket, p)] = params
-        call(params[0], st.exec, st.nodes[p], params[1])
+        call(params[0], st.exec, st.loader if p == "loader" else st.nodes[p], params[1])
 
     def _make_room(self):
         while self.limit is not None and self.structures and len(self.structures) >= self.limit:

@@ -12,17 +12,17 @@ constant. Then its node is the same in every bucket:
     - a per-size constant (a causal mask, a position table, folded at compile time: weights at
       another offset in every size) is read from a region of this runner's, into which the
       bucket's bytes are copied.
-Before a bucket runs, where another bucket's numbers are in place, one device-to-device copy writes
-its record (from a table of every bucket's, uploaded once) and one per constant writes its constants
-(`load`), all on the runner's stream, ordered after the run in flight and before the launch; the host
-does not wait for anything.
+Every bucket's record is a row of a table on the device, uploaded once. The first node of a shared
+exec is a loader (codegen/control.py LOAD_SIZES) that copies the running bucket's row into the
+record and its constants into their regions, every launch; the sized nodes wait for it. A switch
+between sizes repoints that one node at another bucket's copy list (shared_exec.py): one per-node
+update, whatever the number of sized nodes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...plan import KernelStep
-from .driver import call
 
 
 class SizedGroup:
@@ -33,15 +33,16 @@ class SizedGroup:
         self.constants: dict = {}   # buffer name -> region size in bytes
         self.rows: dict = {}        # bucket -> its row of the table
         self.table = 0              # device pointer: every bucket's record, a row each
-        self.row_bytes = 0
+        self.copies = 0             # device pointer: every bucket's copy list for the loader, a row each
+        self.copy_bytes = 0
+        self.count: dict = {}       # bucket -> copies in its list
         self.places: dict = {}      # bucket -> [(buffer name, weight offset, nbytes)] of its constants
         self.record = 0             # device pointer of the record
         self.regions: dict = {}     # buffer name -> device pointer
-        self.holder = None          # the bucket whose numbers are in place
 
 
 class SizeRecords:
-    """The runner's sized groups, by graph shape. Only for bundles whose merged functions have sized
+    """The runner's sized groups, by launch structure. Only for bundles whose merged functions have sized
     twins (manifest cuda "sized"); GRAPEC_SIZE_RECORDS=0 leaves every node's numbers in the node."""
 
     def __init__(self, runner):
@@ -52,7 +53,6 @@ class SizeRecords:
         self.sized = set(cuda.get("sized") or []) if os.environ.get("GRAPEC_SIZE_RECORDS", "1") != "0" else set()
         self.groups: dict = {}      # launch structure -> SizedGroup
         self._functions: dict = {}
-        self.copies = 0             # copies made by load(), in all
 
     def group(self, bucket: int) -> SizedGroup:
         key = self.r.structure_of(bucket)
@@ -104,8 +104,18 @@ class SizeRecords:
         g.record = r.dev.alloc(8 * offset, "a launch structure's size record")
         g.table = r.dev.alloc(table.nbytes, "a launch structure's size table")
         r.dev.upload(g.table, table.ctypes.data, table.nbytes)
-        g.row_bytes = 8 * offset
         g.regions = {name: r.dev.alloc(nbytes, "a per-size constant's region") for name, nbytes in g.constants.items()}
+        # each bucket's copies for the loader node: its record row, then its constants
+        width = 1 + len(g.constants)
+        copies = np.zeros((len(members), width, 3), np.int64)
+        for b in members:
+            lst = [(g.record, g.table + g.rows[b] * 8 * offset, 8 * offset)]
+            lst += [(g.regions[name], r.weights + off, nbytes) for name, off, nbytes in g.places[b]]
+            copies[g.rows[b], :len(lst)] = lst
+            g.count[b] = len(lst)
+        g.copies = r.dev.alloc(copies.nbytes, "a launch structure's copy lists")
+        r.dev.upload(g.copies, copies.ctypes.data, copies.nbytes)
+        g.copy_bytes = 8 * 3 * width
         return g
 
     @staticmethod
@@ -135,23 +145,19 @@ class SizeRecords:
         offset, _, grid = slot
         return self._functions[name], grid, g.record + 8 * offset, g.regions
 
-    # --- running ---------------------------------------------------------------------------------
-    def load(self, bucket: int) -> bool:
-        """Put the bucket's numbers and constants in place (on the runner's stream). -> whether it copied."""
+    def loader(self, bucket: int):
+        """(function, grid, block, pointers, scalars) of the bucket's loader node (codegen/control.py
+        LOAD_SIZES: its copies of the record and constants, run first in every launch), or None."""
         g = self.group(bucket)
-        if not g.slots or g.holder == bucket:
-            return False
-        # from the table on the device: a copy from pageable host memory could wait for the stream
-        call("cuMemcpyDtoDAsync", g.record, g.table + g.rows[bucket] * g.row_bytes, g.row_bytes, self.r.stream)
-        for name, offset, nbytes in g.places[bucket]:
-            call("cuMemcpyDtoDAsync", g.regions[name], self.r.weights + offset, nbytes, self.r.stream)
-        g.holder = bucket
-        self.copies += 1 + len(g.places[bucket])
-        return True
+        if not g.slots:
+            return None
+        from ...codegen.control import LOAD_SIZES_BLOCK, LOAD_SIZES_GRID
+        return (self.r.function("grapec_load_sizes"), LOAD_SIZES_GRID, LOAD_SIZES_BLOCK,
+                [g.copies + g.rows[bucket] * g.copy_bytes], [["i64", g.count[bucket]]])
 
     def close(self):
         for g in self.groups.values():
-            for ptr in (g.record, g.table):
+            for ptr in (g.record, g.table, g.copies):
                 self.r.dev.free(ptr)
             for ptr in g.regions.values():
                 self.r.dev.free(ptr)
