@@ -23,9 +23,11 @@ def load(bundle, backend: str = "cpu", device: int = 0, max_graphs: int | None =
     """Load a bundle (path, bytes or Bundle) into a Session that runs it, on GPU `device` (its
     ordinal) for the CUDA backend. concurrency: runs in flight at once from several threads, each
     with its own arena (and on the GPU its own stream and graphs) over one copy of the weights; more
-    threads than that wait their turn (runtime/session.py). CUDA backend: at most `max_graphs` buckets
-    keep instantiated graphs per runner [default 8], within `graph_memory` bytes if given; a run of
-    another bucket patches the least recently run one's graph (runtime/cuda/runner.py)."""
+    threads than that wait their turn (runtime/session.py). CUDA backend: the buckets of one launch
+    structure share one instantiated graph (runtime/cuda/shared_exec.py), at most `max_graphs` of
+    them if given; buckets that cannot share keep instantiated graphs for at most `max_graphs`
+    buckets per runner [default 8], within `graph_memory` bytes if given, and a run of another bucket
+    patches the least recently run one's graph (runtime/cuda/runner.py)."""
     from .runtime.session import Session
     return Session.load(bundle, backend=backend, device=device, max_graphs=max_graphs, graph_memory=graph_memory,
                         concurrency=concurrency)

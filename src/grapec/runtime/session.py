@@ -235,9 +235,10 @@ class Session:
 
     def build_graphs(self, progress=None) -> int:
         """CUDA backend: build every bucket's graphs now, in every lane, instead of at each size's first
-        run. A range bundle's first request of a size then costs a patch of a kept exec (about 0.3 ms
-        for GPT-2 on an H200), not a graph build (about 5 ms). Beyond max_graphs the execs are given
-        back and the graphs stay parked on the host. It takes a while: GPT-2 fp16 at seq 1..512 took 53 s
+        run, and instantiate every launch structure's exec (runtime/cuda/shared_exec.py): a range
+        bundle's first request of a size then costs a switch (one node updated, tens of us for GPT-2
+        on an H200), not a graph build (about 5 ms). Buckets with an exec of their own beyond
+        max_graphs give it back and their graphs stay parked on the host. It takes a while: GPT-2 fp16 at seq 1..512 took 53 s
         on an H200, most of it timing cuBLASLt candidates for each size's GEMM shapes. progress(done,
         total) is called per bucket.
         -> the buckets built per lane (0 on the CPU backend, which has no graphs)."""
