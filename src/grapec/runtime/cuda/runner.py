@@ -30,7 +30,7 @@ import numpy as np
 
 from ... import dtypes
 from ...errors import BackendError
-from ...plan import REGIONS, KernelStep, Stitch, step_deps, walk_steps
+from ...plan import REGIONS, Stitch, step_deps, walk_steps
 from ..walker import run_region
 from .binding import ZeroCopy
 from .driver import call, copy_rows_async
@@ -334,32 +334,15 @@ class CudaPlanRunner:
             self._evict(victim, spare=self._spare is None)
 
     def graph_shape(self, bucket: int) -> tuple:
-        """What a graph exec can be patched across (cuGraphExecUpdate): the kinds of the plan's
-        top-level steps, their dependencies and the stitched runs."""
+        """What a graph exec can be patched across (cuGraphExecUpdate): shared_exec.graph_shape."""
         if bucket not in self._shapes:
-            plan = self.bundle.plans[bucket]
-            self._shapes[bucket] = (tuple(type(st).__name__ for st in plan.steps),
-                                    tuple(map(tuple, step_deps(plan.steps))),
-                                    tuple((s.first, s.end) for s in plan.stitches))
+            self._shapes[bucket] = shared_exec.graph_shape(self.bundle.plans[bucket])
         return self._shapes[bucket]
 
     def structure_of(self, bucket: int) -> tuple:
-        """The bucket's launch structure: its plan's template (bundle/templates.py; the sizes of one share
-        their arena offsets, compiler/shared_layout.py), its graph shape, and the function and block of
-        each kernel step (sizes whose kernels differ, such as an attention kernel that splits its keys
-        over two warps from 33 keys on, are structures of their own)."""
+        """The bucket's launch structure (shared_exec.launch_structure)."""
         if bucket not in self._structures:
-            docs = getattr(self.bundle.plans, "docs", None)
-            if docs is not None:
-                template = docs.where[bucket][0]
-            else:   # a bundle compiled in this process: its plans' templates worked out here
-                import json
-                from ...bundle.templates import split
-                template = json.dumps(split(self.bundle.plans[bucket].to_json())[0])
-            names = self.bundle.manifest["cuda"]["kernels"]
-            kernels = tuple((names[st.kernel], self.launches[st.kernel][2]) for st in self.plan(bucket).steps
-                            if isinstance(st, KernelStep))
-            self._structures[bucket] = (template, self.graph_shape(bucket), kernels)
+            self._structures[bucket] = shared_exec.launch_structure(self.bundle, bucket, self.graph_shape(bucket))
         return self._structures[bucket]
 
     def _evict(self, bucket: int, spare: bool, park: bool = True):

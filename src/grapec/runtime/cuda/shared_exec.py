@@ -44,9 +44,35 @@ import os
 import time
 from collections import OrderedDict
 
-from ...plan import KernelStep, LibraryStep, REGIONS
+from ...plan import KernelStep, LibraryStep, REGIONS, step_deps
 from .driver import call
 from .size_record import SizeRecords
+
+
+def graph_shape(plan) -> tuple:
+    """What a graph exec can be patched across (cuGraphExecUpdate): the kinds of the plan's top-level
+    steps, their dependencies and the stitched runs."""
+    return (tuple(type(st).__name__ for st in plan.steps), tuple(map(tuple, step_deps(plan.steps))),
+            tuple((s.first, s.end) for s in plan.stitches))
+
+
+def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
+    """A bucket's launch structure: its plan's template (bundle/templates.py; the sizes of one share their
+    arena offsets, compiler/shared_layout.py), its graph shape, and the GPU function and block of each
+    kernel step (sizes whose kernels differ, such as an attention kernel that splits its keys over two
+    warps from 33 keys on, are structures of their own)."""
+    plan = bundle.plans[bucket]
+    docs = getattr(bundle.plans, "docs", None)
+    if docs is not None:
+        template = docs.where[bucket][0]
+    else:   # a bundle compiled in this process: its plan's template worked out here
+        import json
+        from ...bundle.templates import split
+        template = json.dumps(split(plan.to_json())[0])
+    cuda = bundle.manifest["cuda"]
+    kernels = tuple((cuda["kernels"][st.kernel], cuda["launch"][st.kernel][2]) for st in plan.steps
+                    if isinstance(st, KernelStep))
+    return template, shape, kernels
 
 
 def enabled() -> bool:
