@@ -248,9 +248,13 @@ class CudaPlanRunner:
     def _shares(self, bucket: int) -> bool:
         if self.shared is None:
             return False
-        if bucket not in self._shareable:   # a bundle of one bucket keeps an exec of its own
+        if bucket not in self._shareable:
+            # a bundle of one bucket keeps an exec of its own, and so does one without sized twins (made
+            # by an older grapec, or with nothing merged across buckets): without size records a switch
+            # would update node after node, which costs more than updating the whole graph
             plan = self.bundle.plans[bucket]
-            self._shareable[bucket] = len(self.bundle.plans) > 1 and bool(plan.steps) and self.shared.eligible(plan)
+            self._shareable[bucket] = (len(self.bundle.plans) > 1 and bool(self.bundle.manifest["cuda"].get("sized"))
+                                       and bool(plan.steps) and self.shared.eligible(plan))
         return self._shareable[bucket]
 
     def _build_shared(self, bucket: int) -> _Segment:
