@@ -251,8 +251,7 @@ class SharedExecs:
         positions = [p for p in st.varying if old[p] != new[p]]
         held = self.r._built.get(st.holder)
         if held is not None and held.moved:   # zero-copy moved some of the holder's nodes: set them back
-            touched = {i for route, _, _ in self.r.zero_copy.routes(st.holder).values() for i in route.steps}
-            positions = sorted(set(positions) | touched)
+            positions = sorted(set(positions) | self._io_steps(st.holder))
             held.moved = {}
         try:
             if st.loader is not None:   # the sized nodes read the incoming bucket's numbers
