@@ -96,6 +96,9 @@ def test_sized_steps_take_every_number_from_their_size_record(bundle):
             first = copies[g.rows[b], 0]
             assert first[0] == g.record and first[1] == g.table + g.rows[b] * first[2]
             assert g.count[b] == 1 + len(g.places[b])
+    # `grapec inspect` tells the same: one exec per launch structure, and the sized steps
+    from grapec.tools.show import shared_execs
+    assert shared_execs(bundle) == {"execs": len(by_structure), "sized_steps": sized_steps}
     # most kernel steps of a shared structure are sized (the rest keep one launch, or differ in kernel)
     kernel_steps = sum(isinstance(st, KernelStep) for members in shared for st in bundle.plans[members[0]].steps)
     assert sized_steps >= kernel_steps // 3, (sized_steps, kernel_steps)

@@ -29,6 +29,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     structures = launch_structures(b)
     if structures:
         summary["launch_structures"] = structures
+    execs = shared_execs(b)
+    if execs is not None:
+        summary["gpu_execs"] = execs
     shown = range(len(m["buckets"])) if as_json or len(m["buckets"]) <= 16 else \
         [0, 1, 2, len(m["buckets"]) - 2, len(m["buckets"]) - 1]
     plans = [{"shapes": m["buckets"][i]["shapes"], "steps": m["buckets"][i]["steps"], "library_ops": library_ops(p),
@@ -63,6 +66,10 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
                    + (f"; steps between its sizes: {diff}" if n > 1 else ""))
     if len(structures) > MAX_STRUCTURES_SHOWN:
         click.echo(f"    ... {len(structures) - MAX_STRUCTURES_SHOWN} more templates (--json lists them all)")
+    if execs is not None:
+        click.echo(f"  GPU: {execs['execs']} instantiated graph(s) for {len(m['buckets'])} sizes, one per launch structure "
+                   f"(a template with the same kernel functions); {execs['sized_steps']} kernel steps of structures of "
+                   "several sizes read their sizes from device memory")
     for i, p in zip(shown, plans):
         if len(shown) < len(m["buckets"]) and i == shown[-2]:
             click.echo(f"  ... {len(m['buckets']) - len(shown)} more buckets (--json lists them all)")
@@ -110,6 +117,23 @@ def launch_structures(b) -> list:
         st["sizes"] = {d: sorted(v) for d, v in st["sizes"].items()}
         st["differences"] = launch_differences(b, st["buckets"])
     return [out[k] for k in sorted(out)]
+
+
+def shared_execs(b) -> dict | None:
+    """What the CUDA backend instantiates for a bundle of several sizes (runtime/cuda/shared_exec.py):
+    {"execs": launch structures, "sized_steps": kernel steps of structures of several sizes that run
+    as sized twins}; None where it keeps an exec per bucket (one bucket, no GPU code, no sized twins)."""
+    cuda = b.manifest.get("cuda")
+    if not cuda or len(b.plans) < 2 or not cuda.get("sized"):
+        return None
+    from ..runtime.cuda.shared_exec import graph_shape, launch_structure
+    from ..runtime.cuda.size_record import sized_steps
+    by_structure: dict = {}
+    for i in range(len(b.plans)):
+        by_structure.setdefault(launch_structure(b, i, graph_shape(b.plans[i])), []).append(i)
+    steps = sum(len(sized_steps(b, {i: b.plans[i] for i in members}, set(cuda["sized"]))[0])
+                for members in by_structure.values() if len(members) > 1)
+    return {"execs": len(by_structure), "sized_steps": steps}
 
 
 def launch_differences(b, buckets: list) -> dict:

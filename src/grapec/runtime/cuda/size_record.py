@@ -25,6 +25,48 @@ import numpy as np
 from ...plan import KernelStep
 
 
+def sized_steps(bundle, plans: dict, sized: set) -> tuple:
+    """plans: bucket -> plan, the buckets of one launch structure. -> ({position: (offset into the record,
+    values, largest grid)}, {per-size constant's buffer name: largest bytes}): the kernel steps that run
+    the same merged function (one with a sized twin) with the same block in every bucket, and read and
+    write the same bytes or the same per-size constant."""
+    cuda = bundle.manifest["cuda"]
+    names, launches, scalars = cuda["kernels"], cuda["launch"], cuda["scalars"]
+    members = list(plans)
+    slots, constants, offset = {}, {}, 0
+    for p, steps in enumerate(zip(*(plans[b].steps for b in members))):
+        if not all(isinstance(st, KernelStep) for st in steps):
+            continue
+        kernels = [st.kernel for st in steps]
+        if len({names[k] for k in kernels}) != 1 or names[kernels[0]] not in sized:
+            continue
+        if len({launches[k][2] for k in kernels}) != 1:   # the block size must agree
+            continue
+        moved = _constants(plans, members, steps)
+        if moved is None:
+            continue
+        for name, nbytes in moved.items():
+            constants[name] = max(constants.get(name, 0), nbytes)
+        n = len(scalars[kernels[0]]) + 1
+        slots[p] = (offset, n, max(launches[k][1] for k in kernels))
+        offset += n
+    return slots, constants
+
+
+def _constants(plans: dict, members: list, steps) -> dict | None:
+    """{buffer name: largest bytes} of the step's per-size constants (weights at another offset in some
+    bucket); None where another of its buffers moves (an arena offset: not sized)."""
+    out = {}
+    for j in range(1 + len(steps[0].args)):
+        bufs = [plans[b].buffers[([st.out] + list(st.args))[j]] for b, st in zip(members, steps)]
+        if len({(x.space, x.offset) for x in bufs}) == 1:
+            continue
+        if len({x.name for x in bufs}) != 1 or any(x.space != "weight" for x in bufs):
+            return None
+        out[bufs[0].name] = max(x.nbytes for x in bufs)
+    return out
+
+
 class SizedGroup:
     """The sized steps of one launch structure's buckets and the device memory their numbers live in."""
 
@@ -70,23 +112,8 @@ class SizeRecords:
         if len(members) < 2:   # one size: nothing to switch between
             return g
         plans = {b: r.bundle.plans[b] for b in members}
-        offset = 0
-        for p, steps in enumerate(zip(*(plans[b].steps for b in members))):
-            if not all(isinstance(st, KernelStep) for st in steps):
-                continue
-            kernels = [st.kernel for st in steps]
-            if len({self.names[k] for k in kernels}) != 1 or self.names[kernels[0]] not in self.sized:
-                continue
-            if len({r.launches[k][2] for k in kernels}) != 1:   # the block size must agree
-                continue
-            constants = self._constants(plans, members, steps)
-            if constants is None:
-                continue
-            for name, nbytes in constants.items():
-                g.constants[name] = max(g.constants.get(name, 0), nbytes)
-            n = len(r.scalars[kernels[0]]) + 1
-            g.slots[p] = (offset, n, max(r.launches[k][1] for k in kernels))
-            offset += n
+        g.slots, g.constants = sized_steps(r.bundle, plans, self.sized)
+        offset = sum(n for _, n, _ in g.slots.values())
         if not g.slots:
             return g
         rows = []
@@ -117,20 +144,6 @@ class SizeRecords:
         r.dev.upload(g.copies, copies.ctypes.data, copies.nbytes)
         g.copy_bytes = 8 * 3 * width
         return g
-
-    @staticmethod
-    def _constants(plans: dict, members: list, steps) -> dict | None:
-        """{buffer name: largest bytes} of the step's per-size constants (weights at another offset in
-        some bucket); None where another of its buffers moves (an arena offset: not sized)."""
-        out = {}
-        for j in range(1 + len(steps[0].args)):
-            bufs = [plans[b].buffers[([st.out] + list(st.args))[j]] for b, st in zip(members, steps)]
-            if len({(x.space, x.offset) for x in bufs}) == 1:
-                continue
-            if len({x.name for x in bufs}) != 1 or any(x.space != "weight" for x in bufs):
-                return None
-            out[bufs[0].name] = max(x.nbytes for x in bufs)
-        return out
 
     # --- graph building --------------------------------------------------------------------------
     def launch(self, bucket: int, position: int, st: KernelStep):
