@@ -349,7 +349,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         choice = "greedy" if top_k is None else f"top-{top_k} sampled"
         say(f"the decoder runs inside a generation loop: its prompt, then up to {generate} {choice} decode steps "
             f"into a KV cache of prompt + {generate} positions, as one launch")
-    proto, contrib_problems = contrib_as_onnx(proto)   # onnxruntime's com.microsoft ops
+    # onnxruntime's com.microsoft ops, rewritten in a proto of the compile's own (read from a file, or
+    # the generation wrapper): never in a model the caller passed
+    proto, contrib_problems = contrib_as_onnx(proto, in_place=proto is not model)
     graph = import_model(proto, where, contrib_problems)
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
     fixed = resolve_input_values(graph, values)

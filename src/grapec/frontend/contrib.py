@@ -41,14 +41,17 @@ def is_contrib(n: onnx.NodeProto) -> bool:
     return (n.domain == DOMAIN and n.op_type in REWRITES) or (n.domain in ("", "ai.onnx") and n.op_type in ORT_IN_ONNX_DOMAIN)
 
 
-def contrib_as_onnx(model: onnx.ModelProto) -> tuple:
+def contrib_as_onnx(model: onnx.ModelProto, in_place: bool = False) -> tuple:
     """-> (the model with every contrib op rewritten, or the model itself when it has none; a list
-    of problems: nodes of a contrib op or form that has no rewrite)."""
+    of problems: nodes of a contrib op or form that has no rewrite). in_place: rewrite the model
+    given (a compile's own copy, loaded from a file: a copy of a 2.5 GB decoder would hold its
+    weights twice); else the caller's model stays as given."""
     from .onnx_import import opset_of
     from .proto import all_nodes
     if not any(is_contrib(n) or n.domain == DOMAIN for n in all_nodes(model.graph)):
         return model, []
-    model = copy_model(model)   # the caller's model stays as given
+    if not in_place:
+        model = copy_model(model)
     problems: list = []
     _rewrite_graph(model.graph, max(opset_of(model), 13), _value_info(model), problems)
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):

@@ -28,12 +28,16 @@ class WeightStore:
 
     A constant is looked up by a cheap key (its size, a hash of its first and last bytes) and then
     compared byte for byte, so the model's weights, met again in every bucket, are not hashed whole
-    each time."""
+    each time.
+
+    An entry is the constant's own bytes (a uint8 view of its array, made read-only: a constant
+    stored is final), not a copy: a 1.2 B model's weights are held once while the graph still holds
+    them, and blob() copies each once, into the bundle's bytes."""
 
     def __init__(self):
         self.size = 0
-        self._by_key: dict = {}   # cheap key -> [(offset, bytes)]
-        self.entries: list = []   # (offset, bytes) in the order added
+        self._by_key: dict = {}   # cheap key -> [(offset, uint8 array)]
+        self.entries: list = []   # (offset, uint8 array) in the order added
 
     def add(self, arr: np.ndarray) -> int:
         arr = np.ascontiguousarray(arr)
@@ -41,10 +45,11 @@ class WeightStore:
         key = (raw.size, hashlib.sha1(raw[:4096].tobytes() + raw[-4096:].tobytes()).digest())
         same = self._by_key.setdefault(key, [])
         for off, data in same:
-            if np.array_equal(np.frombuffer(data, np.uint8), raw):
+            if same_bytes(data, raw):
                 return off
         off = self.size + (-self.size) % WEIGHT_ALIGN
-        data = raw.tobytes()
+        arr.flags.writeable = False
+        data = raw
         same.append((off, data))
         self.entries.append((off, data))
         self.size = off + len(data)
@@ -61,7 +66,7 @@ class WeightStore:
         home: dict = {}   # old offset -> the old offset of the entry that holds its bytes
         for off, data in longest_first:
             head = hashlib.sha1(data[:PREFIX_HEAD]).digest() if len(data) >= PREFIX_HEAD else None
-            holder = next((o for o, d in by_head.get(head, ()) if d[:len(data)] == data), None) if head else None
+            holder = next((o for o, d in by_head.get(head, ()) if same_bytes(d[:len(data)], data)), None) if head else None
             home[off] = off if holder is None else holder
             if holder is None and head:
                 by_head.setdefault(head, []).append((off, data))
@@ -73,10 +78,25 @@ class WeightStore:
         return {off: moved[home[off]] for off in home}
 
     def blob(self) -> bytes:
-        out = bytearray(self.size)   # the gaps between entries stay zero
+        """All entries at their offsets, the gaps zero: built by one join, so each weight is copied
+        once (no buffer of the whole blob besides the result)."""
+        parts, at = [], 0
         for off, data in self.entries:
-            out[off:off + len(data)] = data
-        return bytes(out)
+            if off > at:
+                parts.append(bytes(off - at))
+            parts.append(memoryview(data))
+            at = off + len(data)
+        parts.append(bytes(self.size - at))
+        return b"".join(parts)
+
+
+def same_bytes(a, b, chunk: int = 16 << 20) -> bool:
+    """Two uint8 arrays (or bytes) equal, compared a chunk at a time: a whole-array comparison of a
+    500 MB embedding would allocate a 500 MB temporary."""
+    a, b = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+    if a.size != b.size:
+        return False
+    return all(np.array_equal(a[i:i + chunk], b[i:i + chunk]) for i in range(0, a.size, chunk))
 
 
 class KernelStore:
