@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
+from ..ir.derived import derived
 from ..ir.graph import Graph, Node, view_source
 from ..ir.tensor import broadcast_index
 
@@ -76,7 +77,8 @@ def _as_gemv(g: Graph, node: Node, source, readers):
     if not attrs.get("trans_b"):
         if readers.get(source(names[1]), 0) > 1:
             return None   # another reader wants the stored layout: keep one copy of the weight
-        weight = np.ascontiguousarray(weight.T)
+        stored = weight
+        weight = derived(f"nk{stored.shape}", (w.const,), lambda: np.ascontiguousarray(stored.T))
     wt = g.add_value("gemv_weight", y.dtype, weight.shape, weight)
 
     acc = dtypes.accumulation(y.dtype)

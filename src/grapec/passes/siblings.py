@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.derived import derived
 from ..ir.graph import Graph, Node
 
 
@@ -67,12 +68,15 @@ def _merge(g: Graph, members: list, readers: dict):
     first = members[0]
     x = g.lookup(first.inputs[0])
     trans = int(first.attrs.get("grapec_trans_b", 0))
-    weights = [np.asarray(g.lookup(m.inputs[1]).const) for m in members]
+    consts = tuple(g.lookup(m.inputs[1]).const for m in members)
+    weights = [np.asarray(c) for c in consts]
     widths = [w.shape[0] if trans else w.shape[1] for w in weights]
     biases = [_bias_of(g, m, readers) for m in members]
     dtype = g.lookup(first.outputs[0]).dtype
     out_shape = (*g.lookup(first.outputs[0]).shape[:-1], sum(widths))
-    cat = np.concatenate(weights, axis=0 if trans else 1)
+    axis = 0 if trans else 1
+    cat = derived(f"concatenate{tuple(w.shape for w in weights)}axis{axis}", consts,
+                  lambda: np.concatenate(weights, axis=axis))
     w_cat = g.add_value("merged_weight", g.lookup(first.inputs[1]).dtype, cat.shape, cat)
     y = g.add_value("merged_matmul", dtype, out_shape)
     nodes = [Node("MatMul", [x.name, w_cat.name], [y.name], name=f"{first.name}_merged", attrs=dict(first.attrs),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.derived import derived
 from ..ir.graph import Graph, view_source
 
 
@@ -30,7 +31,8 @@ def weights_as_nk(g: Graph) -> Graph:
             continue   # another reader wants the stored layout: a copy would not replace it
         weight = np.asarray(w.const).reshape(b.shape)
         inputs = list(node.inputs)
-        inputs[1] = g.add_value(f"{w.name}_nk", b.dtype, weight.shape[::-1], np.ascontiguousarray(weight.T)).name
+        nk = derived(f"nk{weight.shape}", (w.const,), lambda: np.ascontiguousarray(weight.T))
+        inputs[1] = g.add_value(f"{w.name}_nk", b.dtype, weight.shape[::-1], nk).name
         node.inputs = inputs
         node.attrs = dict(attrs, trans_b=1)
     return g
