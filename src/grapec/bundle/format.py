@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from .. import __version__
+from ..passes.build_plan import WeightParts
 from .. import dtypes
 from ..plan import IfStep, KernelStep, LibraryStep, LoopStep, Plan, ScanStoreStep
 from ..errors import BundleError
@@ -63,10 +64,25 @@ def check_writable(path: str) -> str:
 @dataclass
 class Bundle:
     manifest: dict
-    weights: bytes = b""
+    _weights: object = b""   # bytes, or WeightParts joined on first use (Bundle.weights)
     kernels: list = field(default_factory=list)
     plans: list = field(default_factory=list)
     extra_sections: dict = field(default_factory=dict)   # name -> bytes (e.g. cubins)
+
+    @property
+    def weights(self) -> bytes:
+        if isinstance(self._weights, WeightParts):
+            self._weights = self._weights.join()
+        return self._weights
+
+    @weights.setter
+    def weights(self, value):
+        self._weights = value
+
+    @property
+    def weights_nbytes(self) -> int:
+        w = self._weights
+        return w.size if isinstance(w, WeightParts) else len(w)
 
     # --- writing ---------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -75,19 +91,23 @@ class Bundle:
     def _parts(self) -> list:
         """The file as a list of byte strings (header, then each section): write() sends them one by
         one, so the weights are never copied into one whole-file buffer."""
-        sections = [("weights", self.weights, "none"), ("kernels", _packed(self.kernels), "zlib"),
+        sections = [("weights", self._weights, "none"), ("kernels", _packed(self.kernels), "zlib"),
                     ("plans", _packed([p.to_json() for p in self.plans]), "zlib")]
         for name, data in self.extra_sections.items():
             sections.append((name, data, "none"))
         table, off = [], 0
         for name, data, comp in sections:
-            table.append({"name": name, "offset": off, "size": len(data), "compression": comp,
-                          "sha256": hashlib.sha256(data).hexdigest()})
-            off += len(data)
+            parts = isinstance(data, WeightParts)
+            size = data.size if parts else len(data)
+            table.append({"name": name, "offset": off, "size": size, "compression": comp,
+                          "sha256": data.sha256() if parts else hashlib.sha256(data).hexdigest()})
+            off += size
         manifest = dict(self.manifest, format_version=FORMAT_VERSION, sections=table)
         mbytes = json.dumps(manifest, indent=1).encode()
-        return [MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes] + \
-            [d for _, d, _ in sections]
+        out = [MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes]
+        for _, d, _ in sections:
+            out += list(d.pieces()) if isinstance(d, WeightParts) else [d]
+        return out
 
     def write(self, path: str):
         """Atomic: a reader sees the old file or the complete new one, never a partial write."""
@@ -213,7 +233,7 @@ class Bundle:
             largest = self.largest_arena()
             if plan.arena_bytes > largest:
                 raise BundleError(f"arena of {plan.arena_bytes} bytes, the manifest's largest is {largest}")
-            _validate_plan(plan, len(self.weights), self.kernels, len(self.kernels))
+            _validate_plan(plan, self.weights_nbytes, self.kernels, len(self.kernels))
         except BundleError as e:
             raise BundleError(f"{where}: bucket {bi}: {e}") from None
         except (KeyError, TypeError, ValueError, IndexError) as e:

@@ -471,10 +471,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         f"{time.perf_counter() - t0:.1f}s in all")
     for n in notes:
         say(f"note: {n}")
-    # the imported weights that the bundle does not store as they are (merged, transposed) go before the
-    # blob is joined: at this point they were a 1.2 B decoder's largest remaining copy
-    del ctx, graph, results
-    return Bundle(manifest, weights.blob(), kernels.kernels, plans, gpu_sections)
+    # the weights stay the store's entries (no joined copy): Bundle.write streams them into the file
+    return Bundle(manifest, weights.parts(), kernels.kernels, plans, gpu_sections)
 
 
 def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int | None):

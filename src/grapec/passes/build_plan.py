@@ -77,17 +77,14 @@ class WeightStore:
         moved = {off: self.add(np.frombuffer(data, np.uint8)) for off, data in kept}
         return {off: moved[home[off]] for off in home}
 
+    def parts(self) -> "WeightParts":
+        """All entries at their offsets, the gaps zero, as a bundle's weights: joined into one bytes
+        object only where a reader asks for them, and streamed into the file where the bundle is
+        written."""
+        return WeightParts(list(self.entries), self.size)
+
     def blob(self) -> bytes:
-        """All entries at their offsets, the gaps zero: built by one join, so each weight is copied
-        once (no buffer of the whole blob besides the result)."""
-        parts, at = [], 0
-        for off, data in self.entries:
-            if off > at:
-                parts.append(bytes(off - at))
-            parts.append(memoryview(data))
-            at = off + len(data)
-        parts.append(bytes(self.size - at))
-        return b"".join(parts)
+        return self.parts().join()
 
 
 def same_bytes(a, b, chunk: int = 16 << 20) -> bool:
@@ -97,6 +94,35 @@ def same_bytes(a, b, chunk: int = 16 << 20) -> bool:
     if a.size != b.size:
         return False
     return all(np.array_equal(a[i:i + chunk], b[i:i + chunk]) for i in range(0, a.size, chunk))
+
+
+class WeightParts:
+    """A bundle's weights as the compile left them: (offset, buffer) entries in a blob of `size` bytes,
+    the gaps zero. Writing the bundle streams them into the file; the whole blob is joined only where
+    something reads Bundle.weights (a session run from the bundle in memory), so a compile that is
+    written to a file never holds its weights twice (bundle/format.py Bundle.weights)."""
+
+    def __init__(self, entries: list, size: int):
+        self.entries, self.size = entries, size
+
+    def pieces(self):
+        at = 0
+        for off, data in self.entries:
+            if off > at:
+                yield bytes(off - at)
+            yield memoryview(data).cast("B")
+            at = off + len(data)
+        if self.size > at:
+            yield bytes(self.size - at)
+
+    def join(self) -> bytes:
+        return b"".join(self.pieces())
+
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        for piece in self.pieces():
+            h.update(piece)
+        return h.hexdigest()
 
 
 class KernelStore:

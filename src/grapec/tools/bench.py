@@ -83,7 +83,7 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
            "h2d": _stats(_event_times(stream, h2d, max(iters // 4, 10))),
            "d2h": _stats(_event_times(stream, d2h, max(iters // 4, 10))),
            "device_memory_mib": (free0 - free1) / 2**20,
-           "arena_mib": r.arena_bytes / 2**20, "weights_mib": len(bundle.weights) / 2**20,
+           "arena_mib": r.arena_bytes / 2**20, "weights_mib": bundle.weights_nbytes / 2**20,
            "load_and_first_run_s": load_s, "device": r.dev.name, "code": r.code, "launches": launches,
            "graph_edges": r.edge_counts()}
     if r.blas is not None:   # the process's shared cuBLASLt state: counts over every session so far
