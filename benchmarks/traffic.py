@@ -3,7 +3,7 @@ peers, one process, one GPU (issue 33's benchmark).
 
     python benchmarks/traffic.py [--model gpt2] [--range 1:128] [--requests 2000] [--precision fp16]
                                  [--backend cuda] [--max-graphs 8] [--peers torch,compile,padded]
-                                 [--out DIR] [--cache DIR]
+                                 [--baseline-own-execs] [--out DIR] [--cache DIR]
 
 Two traffics of --requests each: lengths drawn uniformly from the range, and from a log-normal
 (median 40 tokens, sigma 0.8, clipped to the range), in one seeded random order. Every request is
@@ -13,6 +13,8 @@ also with its buffers bound (IOBinding: input and output stay on the device). Ro
   grapec range        one bundle compiled with --dynamic seq=LO:HI (`run`, numpy in and out); its
                       graphs built at load (Session.build_graphs) unless --lazy-graphs
   grapec range bound  the same, with device buffers bound (cuda only)
+  grapec range, own execs   (--baseline-own-execs) the same bundle with an exec per length
+                      (GRAPEC_SHARED_EXECS=0), as before the sizes of a launch structure shared one
   ideal               each request's length run by a bundle compiled for that length alone: its
                       replay measured once per length that occurs, summed over the traffic
   torch graphs        PyTorch, one CUDA graph per length, every graph kept (its memory reported)
@@ -21,7 +23,8 @@ also with its buffers bound (IOBinding: input and output stay on the device). Ro
                       (what services do today)
 
 Prints mean, p50 and p99 latency (ms) per row and traffic, the device memory each took (MiB), the
-ratios to the ideal, and grapec's graph switches (runner.switches where the runner counts them).
+ratios to the ideal, grapec's graph switches (runner.switches where the runner counts them) and the
+mean host time of a switch (runner.switch_us).
 Writes DIR/traffic.json and DIR/traffic.md. `--backend cpu` runs the grapec rows only, on the CPU
 backend (a check that the script runs; its times say nothing about the GPU).
 """

@@ -163,7 +163,7 @@ class SharedExecs:
         if st.attrs.get("op") != "matmul" or st.attrs.get("views"):
             return None
         plan = self.r.plan(bucket)
-        p = self._position(bucket, st)
+        p = self._positions_of(bucket)[id(st)]
         if p in self._io_steps(bucket):   # a caller's buffer bound there has the bucket's rows only
             return None
         best = self._widest(bucket).get(p)
@@ -185,9 +185,6 @@ class SharedExecs:
         if positions is None:
             positions = self._positions[bucket] = {id(s): p for p, s in enumerate(self.r.plan(bucket).steps)}
         return positions
-
-    def _position(self, bucket: int, st) -> int:
-        return self._positions_of(bucket)[id(st)]
 
     @staticmethod
     def _gemm_facts(plan, st) -> tuple:
