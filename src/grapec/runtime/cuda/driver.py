@@ -11,12 +11,18 @@ import threading
 from ...errors import BackendError, gpu_package
 
 
+_DRIVER = None
+
+
 def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError:
-        raise BackendError(f"the CUDA backend needs the CUDA driver bindings: {gpu_package('cuda-bindings')}") from None
-    return driver
+    global _DRIVER
+    if _DRIVER is None:   # once: call() is on the request path (a switch's node update), an import is not free
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            raise BackendError(f"the CUDA backend needs the CUDA driver bindings: {gpu_package('cuda-bindings')}") from None
+        _DRIVER = driver
+    return _DRIVER
 
 
 class CudaError(BackendError):

@@ -307,6 +307,8 @@ class CudaPlanRunner:
         for bucket in range(n):   # every structure's exec instantiated now, not on a request
             if self._shares(bucket):
                 self.prepare(bucket)
+        if self.shared is not None:
+            self.shared.reset_switch_time()
         return n
 
     def _restore(self, bucket: int, built: _Built):

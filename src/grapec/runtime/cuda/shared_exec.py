@@ -214,12 +214,14 @@ class SharedExecs:
     # --- using them ------------------------------------------------------------------------------
     def take(self, bucket: int, seg):
         """Point seg (the bucket's one segment, its graph built) at its structure's exec, switching the
-        exec to this bucket's launches where another bucket holds it."""
-        t0 = time.perf_counter()
-        key = self.key(bucket, seg)
+        exec to this bucket's launches where another bucket holds it. Only the switch itself is timed
+        (switch_us): a structure's instantiation and a bucket's first joining of it (its launch
+        signature worked out) happen once per bucket, at load where Session.build_graphs ran."""
+        key = self.key_of.get(bucket)
+        if key is None:
+            key = self.key(bucket, seg)
         st = self.structures.get(key)
-        created = st is None
-        if created:
+        if st is None:
             self._make_room()
             st = self.structures[key] = Structure(call("cuGraphInstantiate", seg.graph, 0), bucket, list(seg.nodes),
                                                   self.signature(bucket), seg.loader)
@@ -230,13 +232,16 @@ class SharedExecs:
             st.varying.update(p for p, (a, b) in enumerate(zip(st.first_signature, sig)) if a != b)
             st.members.add(bucket)
         self.structures.move_to_end(key)
-        switched = st.holder != bucket
-        if switched:
+        if st.holder != bucket:   # a fresh exec holds its first bucket: only a kept one switches
+            t0 = time.perf_counter()
             self._switch(st, bucket, seg)
-        if switched and not created:   # a structure's first run instantiates: not a switch
             self.switch_seconds += time.perf_counter() - t0
             self.switch_count += 1
         seg.exec, seg.own, seg.exec_nodes, seg.shared = st.exec, True, st.nodes, True
+
+    def reset_switch_time(self):
+        """Forget the switches so far (Session.build_graphs' own, made at load, are not requests')."""
+        self.switch_seconds, self.switch_count = 0.0, 0
 
     def sized_launch(self, bucket: int, st):
         """A top-level kernel step's sized launch (size_record.py), or None."""
@@ -266,9 +271,9 @@ class SharedExecs:
         st.holder = bucket
 
     def _set(self, st: Structure, bucket: int, seg, p: int):
-        from cuda.bindings import driver
         params = self._params.get((bucket, p))
         if params is None:
+            from cuda.bindings import driver
             node = seg.loader if p == "loader" else seg.nodes[p]
             if call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
                 params = ("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", node))
