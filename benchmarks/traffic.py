@@ -238,6 +238,17 @@ def _free_device_bytes(backend: str):
     return Device(0).mem_info()[0]
 
 
+def every_length_once(sess, lo: int, hi: int, vocab: int):
+    rng = np.random.default_rng(4)
+    for n in range(lo, hi + 1):
+        sess.run(feeds_for(n, vocab, rng))
+
+
+def memory_limit_mib(bundle) -> float:
+    """Issue 33's bound on a range bundle's device memory: its weights + 1.2 x the largest arena + 64 MiB."""
+    return (bundle.weights_nbytes + 1.2 * max(bundle.plans[i].arena_bytes for i in range(len(bundle.plans)))) / MIB + 64
+
+
 def module_vocab(module) -> int:
     for m in module.modules():
         if hasattr(m, "config") and hasattr(m.config, "vocab_size"):
@@ -249,7 +260,8 @@ def table(res: dict) -> list:
     lines = [f"{res['model']} {res['precision']}, seq {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
              f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
-             f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}.",
+             f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}. "
+             f"grapec's memory limit (weights + 1.2 x the largest arena + 64 MiB): {res.get('memory_limit_mib', 0):.0f} MiB.",
              "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():
@@ -273,6 +285,12 @@ def main():
     ap.add_argument("--max-graphs", type=int, default=None)
     ap.add_argument("--peers", default="torch,compile,padded")
     ap.add_argument("--no-ideal", action="store_true", help="skip the ideal row (and compiling a bundle per length)")
+    ap.add_argument("--ideal-lengths", type=int, default=None, metavar="K",
+                    help="compile single-length bundles for K lengths spread over the range only (a bundle per length of "
+                         "a 1:512 range does not fit a disk), and add a third traffic drawn uniformly from those K "
+                         "lengths, the one the ideal row is measured on")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile the range and single-length bundles into --cache, then stop (a later run times them)")
     ap.add_argument("--baseline-own-execs", action="store_true",
                     help="also run the range bundle with an exec per length (GRAPEC_SHARED_EXECS=0), as before shared execs")
     ap.add_argument("--baseline-spare", action="store_true",
@@ -290,9 +308,17 @@ def main():
     lo, hi = (int(x) for x in a.range.split(":"))
     path = model_path(a.model, a.size)
     lengths = traffics(lo, hi, a.requests)
-    used = sorted({n for ls in lengths.values() for n in ls})
+    if a.ideal_lengths:
+        sampled = sorted({int(round(x)) for x in np.linspace(lo, hi, a.ideal_lengths)})
+        lengths[f"uniform over {len(sampled)} lengths"] = [int(x) for x in np.random.default_rng(3).choice(sampled, a.requests)]
+        used = sampled
+    else:
+        used = sorted({n for ls in lengths.values() for n in ls})
     singles = {} if a.no_ideal else compile_singles(path, used, a.precision, a.cache)   # forks: before CUDA starts
     ranged = compile_range(path, lo, hi, a.precision, a.cache, say)
+    if a.compile_only:
+        say(f"compiled: the range and {len(singles)} single-length bundles in {a.cache}")
+        return
     vocab = next(r["value_range"]["hi"] + 1 for r in ranged.manifest["inputs"] if r["name"] == "input_ids")
     res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
            "backend": a.backend, "rows": {}}
@@ -312,6 +338,7 @@ def main():
         if not a.lazy_graphs:
             sess.build_graphs()
         res.setdefault("load_s", time.perf_counter() - t0)
+        every_length_once(sess, lo, hi, vocab)   # the memory read below is after every size ran
         res["rows"][row] = {t: time_grapec(sess, ls, vocab, a.backend, False) for t, ls in lengths.items()}
         used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
         for st in res["rows"][row].values():
@@ -324,8 +351,10 @@ def main():
     for key in ("GRAPEC_SHARED_EXECS", "GRAPEC_SPARE_BY_SHAPE"):
         os.environ.pop(key)
     res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
+    res["memory_limit_mib"] = memory_limit_mib(ranged)
     if not a.no_ideal:
-        res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()}
+        res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()
+                                if set(ls) <= set(singles)}
     if a.backend == "cuda" and a.peers:
         res["rows"].update(torch_rows(a.model, lengths, a.precision, a.peers.split(","), say))
     lines = table(res)
