@@ -78,20 +78,27 @@ def compile_range(path, lo, hi, precision, cache, say):
     return Bundle.read(out)
 
 
-def _compile_single(args):
-    import grapec
-    path, n, precision, out = args
-    grapec.compile(path, dims={"batch": 1, "seq": n}, precision=precision, jobs=1).write(out)
-
-
 def compile_singles(path, lengths, precision, cache) -> dict:
-    """length -> its single-size bundle's file, compiled in forked processes (before CUDA starts)."""
-    import multiprocessing
+    """length -> its single-size bundle's file, each compiled in a process of its own, a few at a time
+    with their BLAS threads split between them (16 compiles of full GPT-2 forked at once, each with
+    every core's BLAS threads, did not finish in 9 minutes on a 16-core machine; one takes 18 s)."""
+    import subprocess
     outs = {n: os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-seq{n}.grape") for n in lengths}
-    todo = [(path, n, precision, out) for n, out in outs.items() if not os.path.exists(out)]
-    if todo:
-        with multiprocessing.get_context("fork").Pool(min(len(todo), os.cpu_count() or 1)) as pool:
-            pool.map(_compile_single, todo)
+    todo = [(n, out) for n, out in outs.items() if not os.path.exists(out)]
+    cores = os.cpu_count() or 1
+    jobs = max(1, min(len(todo), cores // 4))
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, cores // jobs)), OPENBLAS_NUM_THREADS=str(max(1, cores // jobs)),
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]))
+    running: list = []
+    while todo or running:
+        while todo and len(running) < jobs:
+            n, out = todo.pop(0)
+            code = (f"import grapec; grapec.compile({path!r}, dims={{'batch': 1, 'seq': {n}}}, precision={precision!r}, "
+                    f"jobs=1).write({out!r})")
+            running.append(subprocess.Popen([sys.executable, "-c", code], env=env))
+        p = running.pop(0)
+        if p.wait() != 0:
+            raise SystemExit(f"compiling a single-length bundle failed: {p.args[-1]}")
     return outs
 
 
@@ -352,17 +359,23 @@ def main():
         os.environ.pop(key)
     res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
     res["memory_limit_mib"] = memory_limit_mib(ranged)
+    save(res, a.out)
     if not a.no_ideal:
         res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()
                                 if set(ls) <= set(singles)}
+        save(res, a.out)
     if a.backend == "cuda" and a.peers:
-        res["rows"].update(torch_rows(a.model, lengths, a.precision, a.peers.split(","), say))
-    lines = table(res)
-    print("\n".join(lines))
-    with open(os.path.join(a.out, "traffic.json"), "w") as f:
+        for peer in a.peers.split(","):   # saved after each: a run cut short keeps what it measured
+            res["rows"].update(torch_rows(a.model, lengths, a.precision, [peer], say))
+            save(res, a.out)
+    print("\n".join(table(res)))
+
+
+def save(res: dict, out: str):
+    with open(os.path.join(out, "traffic.json"), "w") as f:
         json.dump(res, f, indent=1)
-    with open(os.path.join(a.out, "traffic.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "traffic.md"), "w") as f:
+        f.write("\n".join(table(res)) + "\n")
 
 
 if __name__ == "__main__":
