@@ -282,3 +282,31 @@ def test_inspect_lists_the_sizes_of_each_launch_structure(ranged, tmp_path):
     assert r.returncode == 0 and "steps between its sizes:" in r.stdout, r.stdout + r.stderr
     assert compress_ints([7]) == "7" and compress_ints([]) == ""
     assert launch_structures(grapec.compile(GPT2, dims={"batch": 1, "seq": 4}, targets=[])) == []
+
+
+def test_requests_rebuild_no_plan_after_a_sizes_first_run(ranged, monkeypatch):
+    """A read bundle rebuilds a plan from its template when asked for one not among the last few kept
+    (StoredPlans); every request doing so cost GPT-2 milliseconds on random lengths."""
+    from grapec.bundle.format import StoredPlans
+    sess = grapec.load(Bundle.from_bytes(ranged.to_bytes()), backend="cpu")
+    monkeypatch.setattr(StoredPlans, "PLANS_KEPT", 1)
+    built = []
+    real = StoredPlans.__getitem__
+    monkeypatch.setattr(StoredPlans, "__getitem__", lambda self, i: built.append(i) or real(self, i))
+    rng = np.random.default_rng(5)
+    sizes = [3, 17, 9, 24]
+    for n in sizes:   # first runs: each size's plan read once
+        sess.run(_ids(rng, n))
+        b = sess.io_binding()
+        b.bind_input("input_ids", _ids(rng, n)["input_ids"])
+        b.bind_output("logits", np.empty((1, n, VOCAB), np.float32))
+        sess.run_with_iobinding(b)
+    assert built, "the first runs read their plans"
+    built.clear()
+    for n in sizes[::-1] * 2:
+        sess.run(_ids(rng, n))
+        b = sess.io_binding()
+        b.bind_input("input_ids", _ids(rng, n)["input_ids"])
+        b.bind_output("logits", np.empty((1, n, VOCAB), np.float32))
+        sess.run_with_iobinding(b)
+    assert built == []

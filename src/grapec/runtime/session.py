@@ -83,6 +83,7 @@ class Session:
         self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
         self._ranges = manifest_ranges(m)
         self._bucket_of = None   # input shapes -> bucket, built on first use
+        self._out_shapes: dict = {}   # bucket -> {output name: shape}
         self._buckets = None
         # inputs fixed at compile time (--value): feeding them is optional, and only the same value is accepted
         self._fixed = {f["name"]: np.array(f["value"], dtypes.np_dtype(f["dtype"])).reshape(f["shape"])
@@ -312,12 +313,21 @@ class Session:
                 results[name] = got
         binding._results = results
 
+    def _output_shapes(self, bucket: int) -> dict:
+        """name -> the bucket's output shape, read from its plan once: a range bundle rebuilds a plan
+        from its template when asked for one not among the last few (bundle/format.py StoredPlans),
+        which costs milliseconds for GPT-2, too much for every request."""
+        shapes = self._out_shapes.get(bucket)
+        if shapes is None:
+            plan = self.bundle.plans[bucket]
+            shapes = self._out_shapes[bucket] = {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
+        return shapes
+
     def _check_bound_outputs(self, outputs: dict, bucket: int) -> dict:
         """Bound output arrays against the bucket's output shapes and the model's dtypes."""
         from .binding import DeviceBuffer
-        plan = self.bundle.plans[bucket]
         want = {o.name: o for o in self._outputs}
-        shapes = {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
+        shapes = self._output_shapes(bucket)
         for name, a in outputs.items():
             if a is None:
                 continue

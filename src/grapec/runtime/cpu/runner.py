@@ -35,11 +35,15 @@ class CpuPlanRunner:
             check_fits({what: arenas * arena_bytes}, host_memory_available(), "host memory")
         self.arena = np.zeros(arena_bytes, np.uint8)   # one arena shared by all buckets
         self._views = {}
+        self._plans: dict = {}
 
     def views(self, bucket: int) -> list:
         if bucket not in self._views:
             out = []
-            for b in self.bundle.plans[bucket].buffers:
+            # the plan is kept with its views: a range bundle rebuilds a plan from its template when
+            # asked for one not among the last few (bundle/format.py StoredPlans)
+            self._plans[bucket] = self.bundle.plans[bucket]
+            for b in self._plans[bucket].buffers:
                 mem = self.arena if b.space == "arena" else self.weights
                 flat = mem[b.offset:b.offset + b.nbytes].view(dtypes.np_dtype(b.dtype))
                 out.append(np.lib.stride_tricks.as_strided(flat, b.shape, [s * flat.itemsize for s in b.strides])
@@ -48,8 +52,8 @@ class CpuPlanRunner:
         return self._views[bucket]
 
     def run(self, bucket: int, feeds: dict) -> dict:
-        plan = self.bundle.plans[bucket]
         v = self.views(bucket)
+        plan = self._plans[bucket]
         for name, b in plan.inputs:
             v[b][...] = feeds[name]
         self.exec_steps(plan.steps, v)
