@@ -17,6 +17,7 @@ from .. import dtypes
 from ..errors import ModelError, UnsupportedError
 from ..ir.graph import Graph, Node, Value
 from ..ops import lowering
+from .external_data import bind_external_data, tensor_array, uses_external_data
 from .proto import all_nodes, copy_model
 from .recurrent import GATES, QUANTIZED_LSTM, recurrent_as_loops
 from .scan import scans_as_loops
@@ -33,7 +34,7 @@ def load_model(path_or_model) -> onnx.ModelProto:
     if os.path.isdir(path):
         raise ModelError(f"{path}: is a directory, expected an .onnx file")
     try:
-        model = onnx.load(path)
+        model = onnx.load(path, load_external_data=False)   # external data is mapped, not read (external_data.py)
     except onnx.onnx_cpp2py_export.checker.ValidationError as e:  # pragma: no cover - defensive
         raise ModelError(f"{path}: invalid ONNX model: {e}") from None
     except FileNotFoundError as e:
@@ -42,6 +43,7 @@ def load_model(path_or_model) -> onnx.ModelProto:
         raise ModelError(f"{path}: not an ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'cannot parse'})") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{path}: not an ONNX model (no graph found)")
+    bind_external_data(model, os.path.dirname(os.path.abspath(path)), path)
     return model
 
 
@@ -131,6 +133,8 @@ def _const_array(tensor, problems, where):
     except KeyError:
         problems.append(f"{where} '{tensor.name}': element type {dtypes.onnx_name(tensor.data_type)} is not supported")
         return None
+    if uses_external_data(tensor):   # a read-only view of the file's bytes: never copied here
+        return tensor_array(tensor)
     arr = numpy_helper.to_array(tensor)
     return np.array(arr, order="C")  # (ascontiguousarray would turn a 0-d scalar into shape (1,))
 

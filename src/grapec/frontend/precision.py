@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .external_data import tensor_array
 from .proto import all_nodes, copy_model, subgraphs
 
 FP16_MAX = 65504.0
@@ -61,7 +62,7 @@ def to_half(model: onnx.ModelProto, precision: str = "fp16", keep_fp32=(), value
     keep = {n.input[i] for n in all_nodes(g) for (op, i) in KEEP_FLOAT32_INPUTS
             if n.op_type == op and i < len(n.input)}
     kept = set(keep_fp32)
-    fp32_consts = {**{t.name: numpy_helper.to_array(t) for t in g.initializer if t.data_type == TensorProto.FLOAT},
+    fp32_consts = {**{t.name: tensor_array(t) for t in g.initializer if t.data_type == TensorProto.FLOAT},
                    **_float_constants(g)}
     _convert_graph(g, keep, half, skip=kept)
     kept_at = _keep_nodes_fp32(g, kept, value_types or {}, fp32_consts, half) if kept else set()
@@ -173,7 +174,7 @@ def _float_constants(g: onnx.GraphProto) -> dict:
             continue
         a = n.attribute[0]
         if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
-            out[n.output[0]] = numpy_helper.to_array(a.t)
+            out[n.output[0]] = tensor_array(a.t)
         elif a.name == "value_float":
             out[n.output[0]] = np.array(a.f, np.float32)
         elif a.name == "value_floats":
@@ -218,7 +219,7 @@ def _convert_body(g: onnx.GraphProto, keep: set, half: int):
 
 
 def _half(t: onnx.TensorProto, half: int) -> onnx.TensorProto:
-    a = numpy_helper.to_array(t).astype(np.float32)
+    a = tensor_array(t).astype(np.float32)
     if half == TensorProto.FLOAT16:
         a = np.where(np.isfinite(a), np.clip(a, -FP16_MAX, FP16_MAX), a)   # explicit inf/nan stay
         return numpy_helper.from_array(a.astype(np.float16), t.name)
