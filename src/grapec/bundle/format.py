@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import mmap
 import os
 import struct
 import tempfile
@@ -140,14 +141,20 @@ class Bundle:
         if not os.path.exists(path):
             raise BundleError(f"{path}: no such file")
         with open(path, "rb") as f:
-            data = f.read()
+            try:   # mapped, not read: the weights section stays the file's pages (from_bytes keeps it a view)
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (ValueError, OSError):   # an empty file, or one that cannot be mapped
+                data = f.read()
         return Bundle.from_bytes(data, path)
 
     @staticmethod
-    def from_bytes(data: bytes, where: str = "bundle") -> "Bundle":
+    def from_bytes(data, where: str = "bundle") -> "Bundle":
+        """data: the bundle's bytes (bytes, or a read-only mmap of its file). The weights section stays a
+        view of data (no copy: a 2.5 GB model loads without another 2.5 GB), every other section is
+        copied out."""
         if len(data) < HEADER or data[:8] != MAGIC:
             raise BundleError(f"{where}: not a grapec bundle (bad magic; an .onnx file goes to `grapec compile`)"
-                              if not data.startswith(b"GRAPEC") else f"{where}: corrupted bundle header")
+                              if data[:6] != b"GRAPEC" else f"{where}: corrupted bundle header")
         (mlen,) = struct.unpack("<Q", data[8:16])
         if HEADER + mlen > len(data):
             raise BundleError(f"{where}: truncated bundle (manifest needs {mlen} bytes, file has {len(data) - HEADER})")
@@ -181,7 +188,7 @@ class Bundle:
                 if lo + n > len(body):
                     raise BundleError(f"{where}: truncated bundle (section '{s['name']}' ends at byte "
                                       f"{HEADER + mlen + lo + n}, file has {len(data)})")
-                chunk = bytes(body[lo:lo + n])
+                chunk = body[lo:lo + n] if s["name"] == "weights" and s["compression"] == "none" else bytes(body[lo:lo + n])
                 if hashlib.sha256(chunk).hexdigest() != s["sha256"]:
                     raise BundleError(f"{where}: corrupted bundle (section '{s['name']}' fails its sha256 check)")
                 sections[s["name"]] = _inflate(chunk, s["name"]) if s["compression"] == "zlib" else chunk

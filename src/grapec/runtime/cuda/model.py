@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from ..devices import check_fits
 from ...errors import BackendError
 from .driver import Device, call
@@ -89,7 +91,8 @@ class CudaModel:
             sizes = {"weights": sizes["weights"], f"{arenas} activation arenas": arenas * sizes["activation arena"]}
         check_fits(sizes, self.dev.mem_info()[0], f"free GPU memory on {self.dev.name}")
         self.weights = self.dev.alloc(len(bundle.weights), "weights")
-        self.dev.upload(self.weights, bundle.weights, len(bundle.weights))
+        host = np.frombuffer(bundle.weights, np.uint8)   # a read bundle's weights are a view of its mapped file
+        self.dev.upload(self.weights, host.ctypes.data, host.nbytes)
 
     def _load(self, image, what):
         try:
