@@ -21,6 +21,10 @@ RANGE_FOLD_LIMIT_BYTES = 64 << 10
 # A graph input this small that feeds a shape parameter is a "shape input" (as TensorRT calls it):
 # its value can be fixed at compile time. A bigger one is data.
 SHAPE_INPUT_MAX_ELEMENTS = 64
+# Inputs an op reads for their element type only: a node folds whether or not they are constants.
+# (onnxruntime's contrib rewrites cast every scalar like a run-time tensor: CastLike(0.0, keys) in a
+# decode step was a kernel of its own, four a layer.)
+TYPE_ONLY_INPUTS = {"CastLike": {1}}
 
 
 def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, input_values: dict | None = None,
@@ -78,7 +82,8 @@ def _taken_branch(node, spec: Graph) -> list | None:
 def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
     scratch = Graph([], [], [], {}, "scratch", spec, spec.opset)
     emitted = lower_node(node, scratch, scratch.nodes)
-    reads = [i for i in node.inputs if i] + sorted(outer_reads(node))
+    type_only = TYPE_ONLY_INPUTS.get(node.op, ())
+    reads = [i for j, i in enumerate(node.inputs) if i and j not in type_only] + sorted(outer_reads(node))
     foldable = (node.op not in NONDETERMINISTIC and not node.subgraphs
                 and all(spec.lookup(i) is not None and spec.lookup(i).const is not None for i in reads)
                 and all(scratch.values[o].const is not None or scratch.values[o].nbytes <= fold_limit
