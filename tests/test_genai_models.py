@@ -121,3 +121,21 @@ def test_a_half_decoder_in_its_generation_loop_folds_its_scalars_and_fuses_atten
     scalar_casts = [s.origin for s in walk_steps(b.plans[0].steps) if isinstance(s, KernelStep) and s.origin
                     and all("castlike" in o.lower() for o in s.origin)]
     assert scalar_casts == []
+
+
+def test_a_batch_of_one_updates_its_kv_cache_in_place_inside_the_generation_loop():
+    """Each decode step writes the present keys and values over the past ones (one kernel reads each
+    element before writing it), so no carried cache is copied home at the end of the step. At batch 1
+    the kernel indexes the batch axis by the constant 0, which names the thread's own position as well
+    as its index would (a Llama-1B decode step lost 32 such copies)."""
+    from grapec.plan import LoopStep
+    b = grapec.compile(os.path.join(REAL, "llama_genai_cuda_fp16.onnx"), dims={"kv_cache_dim": HEAD}, generate=4,
+                       bucket_dims=[{"batch": 1, "prompt": 8}], targets=[])
+    plan = b.plans[0]
+    loop = [s for s in plan.steps if isinstance(s, LoopStep)][0]
+    slots = {st.out for st in loop.enter}
+    cache = {s for s in slots if "past_key_values" in plan.buffers[s].name}
+    assert len(cache) == 2 * LAYERS, [plan.buffers[s].name for s in slots]
+    copied_home = [plan.buffers[st.out].name for st in loop.body.steps if getattr(st, "out", None) in cache
+                   and st.origin == loop.origin]
+    assert copied_home == []

@@ -305,11 +305,16 @@ def _updates_in_place(g, find, prod, desc, vin: str, vout: str) -> bool:
     k = writer.attrs.get("kernel")
     if not isinstance(k, Kernel):   # a library call or an attention kernel: its reads are not element-wise
         return False
-    identity = tuple(range(len(k.shape)))
     for e in walk(k.body):
         if e.op == "load" and e.args[0] in slots:
             index = e.args[1]
-            if k.inputs[e.args[0]][0] != tuple(k.shape) or tuple(
-                    i.args[0] if i.op == "idx" else None for i in index) != identity:
+            if k.inputs[e.args[0]][0] != tuple(k.shape) or len(index) != len(k.shape) or not all(
+                    _own_position(i, axis, n) for axis, (i, n) in enumerate(zip(index, k.shape))):
                 return False
     return True
+
+
+def _own_position(i, axis: int, n: int) -> bool:
+    """Does index expression i, on an axis of n, name the thread's own position along it? Its index
+    there, or 0 where the axis has one position only (a batch of 1: the lowering writes the constant)."""
+    return (i.op == "idx" and i.args[0] == axis) or (n == 1 and i.op == "const" and i.args[0] == 0)
