@@ -113,14 +113,18 @@ def test_a_half_decoder_in_its_generation_loop_folds_its_scalars_and_fuses_atten
     element type, so its rewrite casts each scalar like a run-time tensor (CastLike(0.0, keys)). Those
     fold at compile time (they read only the tensor's type): no kernel of the bundle computes one (12
     here before; a Llama-1B decode step went from 322 to 226 steps, its attention products fused with
-    the softmax once the scale and the mask's fill were constants)."""
+    the softmax once the scale and the mask's fill were constants). Its packed query and key heads
+    rotate in one kernel."""
     from grapec.plan import KernelStep, LoopStep, walk_steps
     b = grapec.compile(os.path.join(REAL, "llama_genai_cuda_fp16.onnx"), dims={"kv_cache_dim": HEAD}, generate=4,
                        bucket_dims=[{"batch": 1, "prompt": 8}], targets=[])
-    assert any(isinstance(s, LoopStep) for s in b.plans[0].steps)
+    loop = [s for s in b.plans[0].steps if isinstance(s, LoopStep)][0]
     scalar_casts = [s.origin for s in walk_steps(b.plans[0].steps) if isinstance(s, KernelStep) and s.origin
                     and all("castlike" in o.lower() for o in s.origin)]
     assert scalar_casts == []
+    # the packed query's and key's heads rotate in one kernel a layer (they rotate alike), not two
+    rotations = [s for s in loop.body.steps if any("rotaryembedding" in o.lower() for o in s.origin or ())]
+    assert len(rotations) == LAYERS, [s.origin for s in rotations]
 
 
 def test_a_batch_of_one_updates_its_kv_cache_in_place_inside_the_generation_loop():

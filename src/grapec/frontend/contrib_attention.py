@@ -152,10 +152,14 @@ def group_query_attention(b, n):
     elem = n.elem(q, 0)   # the query's float type, where shape inference knows it
     if heads % kv_heads:
         raise Unsupported(f"num_heads {heads} is not a multiple of kv_num_heads {kv_heads}")
-    if not k:   # packed: [Q K V] along the last axis
+    rotary = int(n.attr("do_rotary", 0) or 0)
+    inter = int(n.attr("rotary_interleaved", 0) or 0)
+    packed = not k
+    if packed:   # [Q K V] along the last axis
         width = b.node("Div", [b.dim(q, 2), b.const(heads + 2 * kv_heads)])
         cut = [b.unsqueeze(b.node("Mul", [width, b.const(c)]), 0) for c in (0, heads, heads + kv_heads, heads + 2 * kv_heads)]
-        q, k, v = (b.node("Slice", [q, cut[i], cut[i + 1], b.const([2])]) for i in range(3))
+        qk = b.node("Slice", [q, cut[0], cut[2], b.const([2])])
+        v = b.node("Slice", [q, cut[2], cut[3], b.const([2])])
     seq = b.dim(q, 1)
     last = b.node("Cast", [seqlens], to=TensorProto.INT64)                                       # [B]
     # the first prompt (total_sequence_length == S) starts every row at 0, right-padded; a later
@@ -163,8 +167,11 @@ def group_query_attention(b, n):
     prompt = b.node("Equal", [b.node("Cast", [total], to=TensorProto.INT64), seq])
     first = b.node("Where", [prompt, b.const(0), b.node("Sub", [b.node("Add", [last, b.const(1)]), seq])])
     positions = b.node("Add", [b.unsqueeze(first, 1), b.unsqueeze(b.node("Range", [b.const(0), seq, b.const(1)]), 0)])
-    if int(n.attr("do_rotary", 0) or 0):
-        inter = int(n.attr("rotary_interleaved", 0) or 0)
+    if packed:   # the query's and the key's heads rotate alike: one rotation of both, then cut
+        if rotary:
+            qk = b.node("RotaryEmbedding", [qk, cos, sin, positions], num_heads=heads + kv_heads, interleaved=inter)
+        q, k = (b.node("Slice", [qk, cut[i], cut[i + 1], b.const([2])]) for i in range(2))
+    elif rotary:
         q = b.node("RotaryEmbedding", [q, cos, sin, positions], num_heads=heads, interleaved=inter)
         k = b.node("RotaryEmbedding", [k, cos, sin, positions], num_heads=kv_heads, interleaved=inter)
     qh, kh, vh = _split_heads(b, q, heads), _split_heads(b, k, kv_heads), _split_heads(b, v, kv_heads)
