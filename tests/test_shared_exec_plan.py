@@ -98,7 +98,8 @@ def test_sized_steps_take_every_number_from_their_size_record(bundle):
             assert g.count[b] == 1 + len(g.places[b])
     # `grapec inspect` tells the same: one exec per launch structure, and the sized steps
     from grapec.tools.show import shared_execs
-    assert shared_execs(bundle) == {"execs": len(by_structure), "sized_steps": sized_steps}
+    told = shared_execs(bundle)
+    assert (told["execs"], told["sized_steps"]) == (len(by_structure), sized_steps)
     # most kernel steps of a shared structure are sized (the rest keep one launch, or differ in kernel)
     kernel_steps = sum(isinstance(st, KernelStep) for members in shared for st in bundle.plans[members[0]].steps)
     assert sized_steps >= kernel_steps // 3, (sized_steps, kernel_steps)
@@ -108,3 +109,46 @@ def test_a_size_record_is_off_where_asked(bundle, monkeypatch):
     monkeypatch.setenv("GRAPEC_SIZE_RECORDS", "0")
     records = SizeRecords(_Runner(bundle))
     assert not any(records.group(b).slots for b in range(len(bundle.plans)))
+
+
+def test_inspect_tells_which_nodes_a_switch_sets(bundle, monkeypatch):
+    """switch_sets works out from the bundle alone what the runner sets at a switch: nothing but the
+    loader where every step is sized or a GEMM at the structure's widest rows. Without size records
+    the kernels' launches differ by size, and without widest rows the GEMMs' do, and it says so."""
+    from grapec.plan import LibraryStep
+    from grapec.tools.show import switch_report
+    records = SizeRecords(_Runner(bundle))
+    default = dict((tuple(m), set(p)) for m, p in shared_exec.switch_sets(bundle))
+    assert default
+    for members, positions in default.items():
+        assert not positions & set(records.group(members[0]).slots), members   # a sized step never is set
+    monkeypatch.setenv("GRAPEC_SIZE_RECORDS", "0")
+    unsized = dict((tuple(m), set(p)) for m, p in shared_exec.switch_sets(bundle))
+    monkeypatch.setenv("GRAPEC_SIZE_RECORDS", "1")
+    monkeypatch.setenv("GRAPEC_WIDEST_GEMMS", "0")
+    narrow = dict((tuple(m), set(p)) for m, p in shared_exec.switch_sets(bundle))
+    assert unsized.keys() == default.keys() == narrow.keys()
+    for members, positions in default.items():
+        assert positions <= unsized[members] and positions <= narrow[members]
+        plan = bundle.plans[members[0]]
+        gemms = {p for p in narrow[members] - positions if isinstance(plan.steps[p], LibraryStep)}
+        assert all(plan.steps[p].attrs.get("op") == "matmul" for p in gemms)
+    assert sum(map(len, unsized.values())) > sum(map(len, default.values()))
+    assert any(narrow[m] - default[m] for m in default)   # some GEMM differs in rows only
+    report = switch_report(bundle)   # what inspect prints: the structures that set more than the loader
+    assert [(tuple(r["buckets"]), r["steps"]) for r in report] == [(m, sorted(p)) for m, p in narrow.items() if p]
+
+
+def test_inspect_prints_the_nodes_a_switch_sets(bundle, tmp_path):
+    import subprocess
+    import sys
+    from grapec.tools.show import switch_report
+    path = tmp_path / "range.grape"
+    bundle.write(str(path))
+    out = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "inspect", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if "node(s) besides the loader" in ln]
+    report = switch_report(bundle)
+    assert len(lines) == len(report) >= 1
+    for line, r in zip(lines, report):
+        assert f"between its {len(r['buckets'])} sizes from bucket {r['buckets'][0]} sets {len(r['steps'])} node(s)" in line

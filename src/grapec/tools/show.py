@@ -3,6 +3,7 @@ the planner's fusion report, the stream scheduler's account (cli.py parses the c
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import click
 
@@ -70,6 +71,10 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
         click.echo(f"  GPU: {execs['execs']} instantiated graph(s) for {len(m['buckets'])} sizes, one per launch structure "
                    f"(a template with the same kernel functions); {execs['sized_steps']} kernel steps of structures of "
                    "several sizes read their sizes from device memory")
+        for sw in execs["switches"]:
+            ops = ", ".join(f"{n} {op}" for op, n in sw["ops"].items())
+            click.echo(f"    a switch between its {len(sw['buckets'])} sizes from bucket {sw['buckets'][0]} sets "
+                       f"{len(sw['steps'])} node(s) besides the loader ({ops}: their launch differs by size)")
     for i, p in zip(shown, plans):
         if len(shown) < len(m["buckets"]) and i == shown[-2]:
             click.echo(f"  ... {len(m['buckets']) - len(shown)} more buckets (--json lists them all)")
@@ -133,7 +138,23 @@ def shared_execs(b) -> dict | None:
         by_structure.setdefault(launch_structure(b, i, graph_shape(b.plans[i])), []).append(i)
     steps = sum(len(sized_steps(b, {i: b.plans[i] for i in members}, set(cuda["sized"]))[0])
                 for members in by_structure.values() if len(members) > 1)
-    return {"execs": len(by_structure), "sized_steps": steps}
+    return {"execs": len(by_structure), "sized_steps": steps, "switches": switch_report(b)}
+
+
+def switch_report(b) -> list:
+    """Per launch structure of several sizes whose switches set more than the loader: its sizes'
+    buckets and the steps (by op) whose launch differs between them, as the CUDA runner sets them at
+    each switch (a node update each: about 3 us of host time on an H200)."""
+    from ..plan import LibraryStep
+    from ..runtime.cuda.shared_exec import switch_sets
+    out = []
+    for members, positions in switch_sets(b):
+        if positions:
+            plan = b.plans[members[0]]
+            ops = Counter(st.attrs.get("op", "library") if isinstance(st, LibraryStep) else "kernel"
+                          for st in (plan.steps[p] for p in positions))
+            out.append({"buckets": members, "steps": positions, "ops": dict(ops)})
+    return out
 
 
 def launch_differences(b, buckets: list) -> dict:

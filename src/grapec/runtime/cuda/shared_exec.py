@@ -330,3 +330,71 @@ def _rows_only(mine, widest) -> bool:
         return tuple(mine) == tuple(widest)
     return (all(d == 1 for d in mine[:-2]) and all(d == 1 for d in widest[:-2]) and mine[-1] == widest[-1]
             and mine[-2] <= widest[-2])
+
+
+class _PlanOnly:
+    """What SharedExecs reads of a runner, from the bundle alone (no GPU, nothing allocated): a buffer's
+    address is its space and offset, a function its name. Launches equal on the device are equal here
+    and the other way round, so the positions a switch sets come out as the runner finds them."""
+
+    class _Memory:   # SizeRecords' device memory: distinct made-up addresses, nothing kept
+        def __init__(self):
+            self.next = 1
+
+        def alloc(self, nbytes, what):
+            self.next += 1
+            return self.next
+
+        def upload(self, dst, src, nbytes):
+            pass
+
+    def __init__(self, bundle):
+        from ..zero_copy import io_routes
+        cuda = bundle.manifest["cuda"]
+        self.bundle, self.dev, self.weights = bundle, self._Memory(), 0
+        self.launches, self.scalars, self.functions = cuda["launch"], cuda["scalars"], cuda["kernels"]
+        self._plans, self._structures, self._io_routes = {}, {}, io_routes
+        self.zero_copy = self
+        self.shared = SharedExecs(self, None)
+
+    def plan(self, bucket: int):
+        if bucket not in self._plans:
+            self._plans[bucket] = self.bundle.plans[bucket]
+        return self._plans[bucket]
+
+    def ptr(self, bucket: int, b: int):
+        buf = self.plan(bucket).buffers[b]
+        return buf.space, buf.offset
+
+    def routes(self, bucket: int) -> dict:   # zero-copy's, without its cost estimates
+        return {name: (route, 0.0, 0.0) for name, route in self._io_routes(self.plan(bucket)).items()}
+
+    def structure_of(self, bucket: int):
+        if bucket not in self._structures:
+            self._structures[bucket] = launch_structure(self.bundle, bucket, graph_shape(self.plan(bucket)))
+        return self._structures[bucket]
+
+    def widest_gemm(self, bucket: int, st):   # as the runner's, which the same switch turns off
+        return None if os.environ.get("GRAPEC_WIDEST_GEMMS", "1") == "0" else self.shared.widest_gemm(bucket, st)
+
+    def function(self, name: str):
+        return name
+
+
+def switch_sets(bundle) -> list:
+    """Per launch structure of several sizes, what a switch between its sizes sets beyond the loader,
+    worked out from the bundle alone as the CUDA runner does (grapec inspect): [(its buckets, the
+    positions whose launch differs between them)]."""
+    view = _PlanOnly(bundle)
+    by_structure: dict = {}
+    for b in range(len(bundle.plans)):
+        plan = view.plan(b)
+        if plan.steps and view.shared.eligible(plan):   # the others keep an exec each (runner.py _shares)
+            by_structure.setdefault(view.structure_of(b), []).append(b)
+    out = []
+    for members in by_structure.values():
+        if len(members) < 2:
+            continue
+        first, *rest = [view.shared.signature(b) for b in members]
+        out.append((members, [p for p in range(len(first)) if any(s[p] != first[p] for s in rest)]))
+    return out
