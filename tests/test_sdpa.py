@@ -125,3 +125,22 @@ def test_zoo_models_through_sdpa_on_gpu_match_onnxruntime(name, dims):
     results, _ = check_model(os.path.join(ZOO, f"{name}.onnx"), dims=dims, precision="fp16", backend="cuda",
                              seed=6, attention="cudnn")
     assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
+
+
+def test_a_bundle_of_several_sizes_prices_the_switch_into_cudnns_attention():
+    """cuDNN's node has a launch of its own per size, which the runner sets at every switch between
+    sizes of one launch structure (cost/model.py NODE_UPDATE_US of host time); the generated kernel's
+    reads its sizes from device memory. Where cuDNN wins by less than that (6 x 12 heads x 128 on the
+    profile: 15.0 us against 15.6), a bundle of one size takes cuDNN and one of several the kernel;
+    where it wins by more (32 x 12 heads: 23.7 against 60.7), both take cuDNN."""
+    def shapes(b):
+        return {"q": (b, 12, 128, 64), "k": (b, 12, 128, 64), "v": (b, 12, 128, 64), "m": (b, 1, 1, 128)}
+
+    def engines(bundle):
+        return ["sdpa" if any(st.op == "library" and st.attrs.get("op") == "sdpa" for st in bundle.plans[i].steps)
+                else "kernel" for i in range(len(bundle.plans))]
+
+    m = attention_model(None, 12, 128, 128, 64, 64, "additive")
+    assert engines(grapec.compile(m, shapes=shapes(6), targets=[])) == ["sdpa"]
+    assert engines(grapec.compile(m, buckets=[shapes(6), shapes(5)], targets=[])) == ["kernel", "kernel"]
+    assert engines(grapec.compile(m, buckets=[shapes(32), shapes(31)], targets=[])) == ["sdpa", "sdpa"]

@@ -65,6 +65,7 @@ from ..ops.conv import CONV_PATHS
 from ..passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
 from ..passes.mappings import choose_mappings
 from ..cost.device import DeviceProfile
+from ..cost.model import NODE_UPDATE_US
 from ..cost.report import plan_report
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
 from .shared_layout import share_layouts
@@ -87,7 +88,7 @@ FUSION_LEVELS = ("full", "rules", "none")
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
-                  conv: str = "auto", regions: bool = True, attention: str = "auto") -> Graph:
+                  conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -99,7 +100,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
     conv: how convolutions run (ops/conv.py conv_path); regions: False leaves the top level's If and
     Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
-    attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES)."""
+    attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES); switch_us: what a node whose
+    launch differs by size costs each switch between the buckets of the compile (0 for one bucket)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
@@ -118,7 +120,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         if level == "full":
             g = fuse_attention(g, notes)
             g = attention_operands(g)
-            g = attention_engines(g, profile, attention, notes)
+            g = attention_engines(g, profile, attention, notes, switch_us)
             g = small_gemms(g, profile)
         g = fold_output_casts(g)
         g = aligned_rows(g)
@@ -185,6 +187,7 @@ class BucketContext:
     attention: str = "auto"        # passes/sdpa.py ATTENTION_ENGINES
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
     dependent_launch: bool = True  # the GPU code targets sm_90+, where programmatic edges join kernel nodes
+    switch_us: float = 0.0         # several buckets: a node whose launch differs by size costs this a switch
 
 
 @dataclass
@@ -214,7 +217,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
                         fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights,
-                        conv=ctx.conv, attention=ctx.attention)
+                        conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -411,6 +414,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
                         shared_weights=len(bucket_shapes) > 1 or generate is not None, conv=conv, attention=attention, grid_stitch=grid_stitch,
+                        switch_us=NODE_UPDATE_US if len(bucket_shapes) > 1 else 0.0,
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]))
     try:
         with derived.sharing():   # the buckets (and a generation's prompt and decode step) derive a weight's copies once

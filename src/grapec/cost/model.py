@@ -107,15 +107,22 @@ def price_small_gemm(kernel, profile: DeviceProfile) -> list:
     return sorted(options, key=lambda o: o[1])
 
 
-def price_attention(kernel, sdpa_attrs: dict, bias_kernel, profile: DeviceProfile) -> list:
+# Host time of one node updated in an instantiated graph (cuGraphExecKernelNodeSetParams), H200:
+# 3.4-3.6 us whether called through cuda.bindings or ctypes (benchmarks/results/2026-11-26-h200-shared-execs).
+NODE_UPDATE_US = 3.5
+
+
+def price_attention(kernel, sdpa_attrs: dict, bias_kernel, profile: DeviceProfile, switch_us: float = 0.0) -> list:
     """[(engine, us)] for one fused attention (ir/attention.py), cheapest first: "kernel" (the
     generated flash kernel) and, where the profile prices it, "cuDNN" (cuDNN's SDPA, after a kernel
     that writes the score's additive mask when the mask is an expression: bias_kernel). Each node
-    also costs the profile's node gap."""
+    also costs the profile's node gap. switch_us: what cuDNN's node costs a switch between the sizes
+    of a bundle of several (its launch differs by size, so the runner sets it at each switch, where
+    the generated kernel's node reads its sizes from device memory: runtime/cuda/size_record.py)."""
     gap = profile.node_gap_us
     options = [("kernel", estimate(attention_work(kernel), profile).us + gap)]
     if profile.coefficients.get("sdpa"):
-        us = estimate(sdpa_work(sdpa_attrs, kernel.dtype), profile).us + gap
+        us = estimate(sdpa_work(sdpa_attrs, kernel.dtype), profile).us + gap + switch_us
         if bias_kernel is not None:
             us += price_mappings(bias_kernel, profile)[0][1].us + gap
         options.append(("cuDNN", us))

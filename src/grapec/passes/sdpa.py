@@ -35,7 +35,10 @@ MIN_QUERY_ROWS = 64  # auto: cuDNN's kernels tile 64-128 query rows; a decode st
 MAX_HEAD_DIM = 128
 
 
-def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = "auto", notes: list | None = None) -> Graph:
+def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = "auto", notes: list | None = None,
+                      switch_us: float = 0.0) -> Graph:
+    """switch_us: the host time a switch between sizes spends on a node whose launch differs by size
+    (a bundle of several sizes, cost/model.py NODE_UPDATE_US; 0 for one size), added to cuDNN's price."""
     if attention == "kernel":
         return g
     out = []
@@ -52,7 +55,7 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
             out.append(node)
             continue
         attrs, bias = made
-        priced = price_attention(kernel, attrs, bias, profile) \
+        priced = price_attention(kernel, attrs, bias, profile, switch_us) \
             if profile is not None else []
         if attention == "auto" and (kernel.seq_q < MIN_QUERY_ROWS or not priced or priced[0][0] != "cuDNN"):
             out.append(node)
