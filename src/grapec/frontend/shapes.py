@@ -127,7 +127,7 @@ def resolve_input_shapes(graph: Graph, shapes: dict, dims: dict) -> dict:
         raise ShapeError("dynamic dims without a value:\n  - " + "\n  - ".join(missing))
     unused = sorted(set(dims) - used - _all_dim_params(graph))
     if unused:
-        raise ShapeError(f"--dim names {', '.join(repr(u) for u in unused)}, which no input of the model uses "
+        raise ShapeError(f"--dim (or --dynamic) names {', '.join(repr(u) for u in unused)}, which no input of the model uses "
                          f"(its dynamic dims: {', '.join(sorted(_all_dim_params(graph))) or 'none'})")
     return resolved
 
