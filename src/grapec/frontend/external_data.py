@@ -48,17 +48,15 @@ def uses_external_data(t: TensorProto) -> bool:
     return t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL
 
 
-def bind_external_data(model: onnx.ModelProto, base_dir: str, where: str) -> int:
+def bind_external_data(model: onnx.ModelProto, base_dir: str, where: str):
     """Point every external tensor of a model loaded without its data at its file by absolute path,
     after checking that the file is inside base_dir (as onnx's loader requires), exists, and holds
-    the tensor's bytes. -> how many tensors are external."""
+    the tensor's bytes."""
     root = os.path.realpath(base_dir)
     sizes: dict = {}
-    n = 0
     for t in _all_tensors(model.graph):
         if not uses_external_data(t):
             continue
-        n += 1
         info = ExternalDataInfo(t)
         if not info.location or os.path.isabs(info.location):
             raise ModelError(f"{where}: tensor '{t.name}': external data location {info.location!r} must be a path "
@@ -79,7 +77,6 @@ def bind_external_data(model: onnx.ModelProto, base_dir: str, where: str) -> int
         for entry in t.external_data:
             if entry.key == "location":
                 entry.value = path
-    return n
 
 
 def tensor_array(t: TensorProto) -> np.ndarray:

@@ -45,6 +45,7 @@ import time
 from collections import OrderedDict
 
 from ...plan import KernelStep, LibraryStep, REGIONS, step_deps
+from ..zero_copy import io_routes
 from .driver import call
 from .size_record import SizeRecords
 
@@ -349,12 +350,11 @@ class _PlanOnly:
             pass
 
     def __init__(self, bundle):
-        from ..zero_copy import io_routes
         cuda = bundle.manifest["cuda"]
         self.bundle, self.dev, self.weights = bundle, self._Memory(), 0
         self.launches, self.scalars, self.functions = cuda["launch"], cuda["scalars"], cuda["kernels"]
-        self._plans, self._structures, self._io_routes = {}, {}, io_routes
-        self.zero_copy = self
+        self._plans, self._structures = {}, {}
+        self.zero_copy = self   # SharedExecs asks the runner's zero-copy for routes: answered below
         self.shared = SharedExecs(self, None)
 
     def plan(self, bucket: int):
@@ -367,7 +367,7 @@ class _PlanOnly:
         return buf.space, buf.offset
 
     def routes(self, bucket: int) -> dict:   # zero-copy's, without its cost estimates
-        return {name: (route, 0.0, 0.0) for name, route in self._io_routes(self.plan(bucket)).items()}
+        return {name: (route, 0.0, 0.0) for name, route in io_routes(self.plan(bucket)).items()}
 
     def structure_of(self, bucket: int):
         if bucket not in self._structures:
