@@ -41,6 +41,13 @@ template <typename T> static inline void g_block_argreduce(T&, long long&, bool,
 #define G_AWAIT_PREDECESSOR() ((void)0)
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(8) uint2 { unsigned int x, y; };
+#define __shared__ static
+#define __syncthreads() ((void)0)
+static inline unsigned atomicAnd(unsigned* p, unsigned v) { const unsigned o = *p; *p &= v; return o; }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
 template <typename T, typename Op> static inline T g_warp_reduce(T v, Op) { return v; }
 template <typename T> static inline void g_warp_argreduce(T&, long long&, bool, bool) {}
 """

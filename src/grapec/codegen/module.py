@@ -17,7 +17,8 @@ A tensor-core kernel's structural numbers (its shared arrays, register fragments
 must stay literals. Attention kernels therefore merge only within one structure (attention_structure:
 the launch shape and the head dims those numbers derive from), so the numbers that differ are the
 sequence lengths, tile counts and strides: a range of 512 lengths compiles one attention function
-per structure instead of 512. Small-GEMM kernels, used at a handful of sizes, never merge.
+per structure instead of 512. Small-GEMM kernels, used at a handful of sizes, never merge, nor do
+NonZero's and NonMaxSuppression's (codegen/selection.py).
 """
 from __future__ import annotations
 
@@ -27,15 +28,18 @@ from dataclasses import dataclass, field
 
 from ..ir.attention import AttentionKernel
 from ..ir.kinds import kernel_from_json
+from ..ir.selection import NmsKernel, NonZeroKernel
 from ..ir.small_gemm import SmallGemmKernel
 from ..plan import kernel_steps
 from .attention import ATTENTION_PRELUDE, attention_launch, attention_structure, render_attention
 from .cuda import CudaRenderer
 from .prelude import PRELUDE
 from .launch import plan_launch
+from .selection import render_selection, selection_launch
 from .small_gemm import render_small_gemm, small_gemm_launch
 
 TENSOR_CORE_KINDS = (AttentionKernel, SmallGemmKernel)
+SELECTION_KINDS = (NonZeroKernel, NmsKernel)   # codegen/selection.py: never merged across sizes
 
 _NAME = "__grapec_kernel__"
 SIZED = "_sized"   # the suffix of a merged function's twin that reads its sizes from memory (sized_twin)
@@ -76,6 +80,9 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
         elif isinstance(k, SmallGemmKernel):
             launch = small_gemm_launch(k)
             texts.append(render_small_gemm(k, _NAME))
+        elif isinstance(k, SELECTION_KINDS):
+            launch = selection_launch(k)
+            texts.append(render_selection(k, _NAME))
         else:
             launch = plan_launch(k)
             texts.append(CudaRenderer(k, launch).render(_NAME)[1])
@@ -83,7 +90,7 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
 
     groups: dict = {}   # template (numbers blanked) -> kernel indices
     for i, (k, text) in enumerate(zip(kernels, texts)):
-        if isinstance(k, SmallGemmKernel):
+        if isinstance(k, (SmallGemmKernel, *SELECTION_KINDS)):
             key = text
         elif isinstance(k, AttentionKernel):
             key = (_NUMBER.sub("#", text), attention_structure(k, launches[i]))

@@ -38,7 +38,11 @@ FEATURES = {
     "small_gemm": ("node", "phase", "serial", "dram_mb", "cache_mb", "gflop"),
     "gemm": ("node", "serial", "dram_mb", "gflop", "unaligned_gflop"),
     "sdpa": ("node", "dram_mb", "gflop"),
+    # NonZero and NonMaxSuppression (codegen/selection.py): priced with the generated kernels'
+    # coefficients, which they are made of (loops, block reductions); not calibrated on their own
+    "selection": ("node", "phase", "block_sync", "warp_sync", "serial", "dram_mb", "cache_mb", "gflop"),
 }
+PRICED_AS = {"selection": "kernel"}
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def features(work: Work, sms: int) -> dict:
 
 
 def estimate(work: Work, profile: DeviceProfile) -> Estimate:
-    coef = profile.coefficients.get(work.kind, {})
+    coef = profile.coefficients.get(PRICED_AS.get(work.kind, work.kind), {})
     x = features(work, profile.sms)
     terms = {f: coef.get(f, 0.0) * x[f] for f in FEATURES[work.kind]}
     return Estimate(sum(terms.values()), terms, work)

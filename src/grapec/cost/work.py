@@ -23,6 +23,7 @@ from ..codegen.launch import Launch, plan_launch, row_reductions
 from ..ir import kernel as K
 from ..ir.attention import KIND as ATTENTION
 from ..ir.kinds import kernel_from_json
+from ..ir.selection import NmsKernel, NonZeroKernel
 from ..ir.small_gemm import KIND as SMALL_GEMM
 from ..plan import KernelStep, LibraryStep
 
@@ -31,13 +32,15 @@ BLOCKS_PER_SM = 32
 ARITH = K.ELEMENTWISE | {"cast"}
 TRANSCENDENTAL = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "erf", "pow", "sigmoid", "div",
                   "reciprocal", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2"}
+SELECTION = "selection"
+SELECTION_KINDS = (NonZeroKernel.kind, NmsKernel.kind)
 GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K = 64, 128, 64   # a typical cuBLASLt tile at small M (fp16, sm_90)
 
 
 @dataclass(frozen=True)
 class Work:
     """One graph node's demands. `kind` picks the coefficients it is priced with."""
-    kind: str              # kernel | attention | small_gemm | gemm | sdpa
+    kind: str              # kernel | attention | small_gemm | gemm | sdpa | selection
     dram_mb: float         # unique bytes read + bytes written, MB
     cache_mb: float        # bytes read again (from L1/L2), MB
     gflop: float           # arithmetic, 1e9 operations (transcendentals count 4)
@@ -124,6 +127,25 @@ def attention_work(kernel) -> Work:
     mapping = f"{launch.block // 32} warp(s) per block" + (f", keys in {slices} slices" if slices > 1 else "")
     return Work("attention", ((q + kv + out) * isz + extras) / 1e6, cached / 1e6, kernel.flops / 1e9, tiles,
                 1, 0, 0, launch.grid, launch.block, mapping)
+
+
+def selection_work(kernel) -> Work:
+    """NonZero's one-block compaction or NonMaxSuppression's rounds (codegen/selection.py): serial work
+    that scales with the input (NonZero: a chunk of a block's width at a time, each a block scan) or
+    with the selections (NMS: at most the bound, each a pass over the boxes and a block arg-reduction)."""
+    from ..codegen.selection import selection_launch
+    launch = selection_launch(kernel)
+    in_bytes = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs)
+    out_bytes = kernel.size * 8
+    if isinstance(kernel, NonZeroKernel):
+        rounds = math.ceil(max(kernel.shape[1], 1) / launch.block)
+        return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, rounds, 1, 2 * rounds, rounds, 1,
+                    launch.block, "one block scans the flags in order")
+    rounds = kernel.shape[2]
+    passes = rounds * math.ceil(kernel.boxes / launch.block)
+    return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * rounds / 1e6, passes * launch.block * 30 / 1e9,
+                passes, 1, 2 * rounds, rounds, launch.grid, launch.block,
+                "a block per batch and class, a round per selected box (at most the bound)")
 
 
 def small_gemm_work(kernel) -> Work:
@@ -228,6 +250,8 @@ def step_work(kernels: list, plan, step) -> Work | None:
         kind = kernels[step.kernel].get("kind")
         if kind == ATTENTION:
             return attention_work(k)
+        if kind in SELECTION_KINDS:
+            return selection_work(k)
         return small_gemm_work(k) if kind == SMALL_GEMM else kernel_work(k, plan_launch(k))
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "matmul":
         # the operands' type sets the rate (a float32 out_dtype is still a half GEMM)

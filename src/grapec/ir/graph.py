@@ -31,6 +31,9 @@ class Value:
     dtype: str | None = None
     shape: tuple | None = None
     const: np.ndarray | None = None
+    # Axes whose size is data-dependent: {axis: name of the int64 scalar value holding how many of the
+    # axis's positions are valid at run time}; the shape holds the bound there (ops/counted.py).
+    counts: dict | None = None
 
     @property
     def nbytes(self) -> int:

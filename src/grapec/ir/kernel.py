@@ -509,3 +509,9 @@ def with_children(node: Expr, kids: list) -> Expr:
     if op in UNARY:
         return unary(op, kids[0])
     return binary(op, *kids)
+
+
+def is_kernel_node(node) -> bool:
+    """A graph node that runs a kernel-IR Kernel (the fusion passes' material; the other kinds of
+    ir/kinds.py are opaque to them)."""
+    return node.op == "Kernel" and isinstance(node.attrs.get("kernel"), Kernel)

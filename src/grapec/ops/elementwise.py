@@ -19,7 +19,16 @@ def _c(v, like: E) -> E:
     return K.const(v, like.dtype)
 
 
+# Ops whose output element at an index reads only the inputs' elements at that (broadcast) index:
+# a data-dependent size passes through them unchanged (ops/counted.py).
+ELEMENTWISE = {"Pow", "Mod", "BitShift", "IsInf", "Cast", "CastLike", "Where", "Mean", "Relu", "LeakyRelu",
+               "PRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Softplus",
+               "Softsign", "Mish", "Swish", "Gelu", "Shrink", "Clip", "Identity", "Dropout"}
+
+
 def _unary(name: str, fn):
+    ELEMENTWISE.add(name)
+
     @op(name)
     def lower(ctx):
         return [map_(fn, ctx.input(0))]
@@ -27,6 +36,8 @@ def _unary(name: str, fn):
 
 
 def _binary(name: str, fn):
+    ELEMENTWISE.add(name)
+
     @op(name)
     def lower(ctx):
         return [map_(fn, ctx.input(0), ctx.input(1))]
@@ -122,6 +133,8 @@ def where(ctx):
 
 
 def _variadic(name, kop):
+    ELEMENTWISE.add(name)
+
     @op(name)
     def lower(ctx):
         ins = [t for t in ctx.inputs() if t is not None]

@@ -14,7 +14,9 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir import kernel as K
-from ..ir.tensor import T, full, norm_axis
+from ..ir.graph import Node
+from ..ir.selection import NonZeroKernel
+from ..ir.tensor import T, cast, full, map_, norm_axis, reduce
 from . import op
 
 I64 = "int64"
@@ -22,15 +24,38 @@ I64 = "int64"
 
 @op("Shape")
 def shape_(ctx):
-    """The input's dims [start:end] (Python slice semantics, opset 15+), as int64."""
-    dims = list(ctx.shape(0))
-    start, end = ctx.attr("start", 0), ctx.attr("end")
-    return [np.array(dims[slice(start, end)], np.int64)]
+    """The input's dims [start:end] (Python slice semantics, opset 15+), as int64: a constant, or where
+    a dim is data-dependent (ops/counted.py), a run-time tensor holding its count."""
+    axes = list(range(len(ctx.shape(0))))[slice(ctx.attr("start", 0), ctx.attr("end"))]
+    dims = [ctx.shape(0)[a] for a in axes]
+    counts = ctx.value(0).counts or {}
+    if not any(a in counts for a in axes):
+        return [np.array(dims, np.int64)]
+    elems = [_count(ctx, counts[a]) if a in counts else K.const(d, I64) for a, d in zip(axes, dims)]
+
+    def fn(ix):
+        e = elems[-1]
+        for i in range(len(elems) - 2, -1, -1):
+            e = K.where(K.binary("eq", ix[0], K.const(i, I64)), elems[i], e)
+        return e
+    return [T((len(dims),), I64, fn)]
 
 
 @op("Size")
 def size(ctx):
-    return [np.array(math.prod(ctx.shape(0)), np.int64)]
+    """The element count: a constant, or the product of the counts and the static dims."""
+    counts = ctx.value(0).counts or {}
+    if not counts:
+        return [np.array(math.prod(ctx.shape(0)), np.int64)]
+    static = math.prod(d for a, d in enumerate(ctx.shape(0)) if a not in counts)
+    total = K.const(static, I64)
+    for c in counts.values():
+        total = total * _count(ctx, c)
+    return [T((), I64, lambda ix: total)]
+
+
+def _count(ctx, name: str) -> K.Expr:
+    return ctx.tensor(ctx.graph.lookup(name)).at(())
 
 
 @op("Constant")
@@ -112,12 +137,22 @@ def one_hot(ctx):
 
 @op("NonZero")
 def nonzero(ctx):
-    """Coordinates of the non-zero elements, (rank, count): count is data-dependent, so only for
-    a constant input."""
-    if ctx.value(0).const is None:
-        ctx.fail("the input depends on runtime data, so the output length is data-dependent")
-    x = ctx.const(0)
-    return [np.array(np.nonzero(x if x.ndim else x.reshape(1)), np.int64).reshape(max(x.ndim, 1), -1)]
+    """Coordinates of the non-zero elements, [rank, count], row-major order. A constant input folds;
+    on run-time data count is data-dependent: the output is [rank, numel] (the bound) with the
+    coordinates first and -1 after them (ir/selection.py), and a count (ops/counted.py)."""
+    v = ctx.value(0)
+    if v.const is not None:
+        x = ctx.const(0)
+        return [np.array(np.nonzero(x if x.ndim else x.reshape(1)), np.int64).reshape(max(x.ndim, 1), -1)]
+    flags = map_(lambda e: K.binary("ne", e, K.const(0, e.dtype)), ctx.input(0))
+    numel = math.prod(flags.shape)
+    kernel = NonZeroKernel((max(flags.ndim, 1), numel), ((tuple(flags.shape), "bool"),))
+    out = ctx.new_value("nonzero", kernel.shape, I64)
+    ctx.emit(Node("Kernel", [ctx.buffer(flags, "nonzero_flags")], [out.name], name=ctx.node.name,
+                  attrs={"kernel": kernel}))
+    nonzeros = reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
+    ctx.count_output(0, 1, nonzeros, f"the {numel} elements of its input")
+    return [ctx.tensor(out)]
 
 
 @op("Unique")

@@ -264,7 +264,7 @@ def _pad(g: Graph, group: RowGroup, width: int, cols: int, start: Node):
         writes = bool(node.outputs) and node.outputs[0] in new
         if not touched and not writes:
             continue
-        if node.op == "Kernel":
+        if K.is_kernel_node(node):
             k = node.attrs["kernel"]
             slots = {s: len(group.lead[node.inputs[s]]) for s in touched}
             out_lead = len(group.lead[node.outputs[0]]) if writes else None

@@ -38,7 +38,7 @@ def channels_last(g: Graph) -> Graph:
 
 
 def _flip_round(g: Graph) -> bool:
-    producers = {n.outputs[0]: n for n in g.nodes if n.op == "Kernel"}
+    producers = {n.outputs[0]: n for n in g.nodes if K.is_kernel_node(n)}
     readers = g.consumers()
     outputs = set(g.outputs)
     flipped = False
@@ -120,7 +120,7 @@ def _identity_copies_as_views(g: Graph) -> Graph:
     """A kernel that only copies its one input, element for element, becomes a View of it."""
     nodes = []
     for n in g.nodes:
-        k = n.attrs.get("kernel") if n.op == "Kernel" else None
+        k = n.attrs.get("kernel") if K.is_kernel_node(n) else None
         if k is not None and len(n.inputs) == 1 and k.inputs[0][1] == k.dtype and \
                 math.prod(k.inputs[0][0]) == k.size and _is_identity(k):
             n = Node("View", list(n.inputs), list(n.outputs), name=n.name, origin=list(n.origin))

@@ -48,7 +48,7 @@ def fold_epilogues(g: Graph) -> Graph:
     new_nodes: list = []
     for node in g.nodes:
         new_nodes.append(node)
-        if node.op != "Kernel":
+        if not K.is_kernel_node(node):
             continue
         k = node.attrs["kernel"]
         for slot, name in enumerate(node.inputs):
@@ -86,7 +86,7 @@ def fold_output_casts(g: Graph) -> Graph:
     that a GEMM they take (attention's second, a few-row GEMM: kernels that write half) stays theirs."""
     producers, readers, outputs = _graph_index(g)
     for pos, node in enumerate(g.nodes):
-        if node.op == "Kernel" and _fold_output_cast(g, node, node.attrs["kernel"], producers, readers, outputs):
+        if K.is_kernel_node(node) and _fold_output_cast(g, node, node.attrs["kernel"], producers, readers, outputs):
             g.nodes[pos] = Node("View", [node.inputs[0]], list(node.outputs), name=node.name, origin=list(node.origin))
     return g
 

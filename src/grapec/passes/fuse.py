@@ -48,7 +48,7 @@ MAX_STITCH_READERS = 2
 
 
 def fuse(g: Graph) -> Graph:
-    producers = {n.outputs[0]: n for n in g.nodes if n.op == "Kernel"}
+    producers = {n.outputs[0]: n for n in g.nodes if K.is_kernel_node(n)}
     view_source = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
     pinned = set(g.outputs)
     for n in g.nodes:
@@ -68,7 +68,7 @@ def fuse(g: Graph) -> Graph:
     readers = Counter(v for n in g.nodes if n.op != "View" for v in reads(n))
 
     for node in g.nodes:
-        if node.op != "Kernel":
+        if not K.is_kernel_node(node):
             continue
         progress = True
         while progress:

@@ -10,9 +10,11 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import GrapecError, ShapeError, UnsupportedError
+from ..ir import kernel as K
 from ..ir.graph import Graph, Node, Value
+from ..ir.selection import count_output_name
 from ..ir.tensor import T
-from ..ops import lowering
+from ..ops import counted, lowering
 from ..ops.context import LowerCtx
 
 # Ops whose value must never be computed at compile time (a fresh sample each run).
@@ -28,6 +30,7 @@ def lower_node(node: Node, graph: Graph, emitted: list, options: dict | None = N
     start = len(emitted)
     ctx = LowerCtx(node, graph, emitted, options)
     try:
+        counted.guard(ctx)
         results = fn(ctx)
     except ShapeError as e:   # name the node, where the lowering did not
         if f"'{node.name}'" in str(e) or type(e) is not ShapeError:
@@ -48,6 +51,9 @@ def lower_node(node: Node, graph: Graph, emitted: list, options: dict | None = N
         if r is None:
             raise UnsupportedError([f"node '{node.name}' ({node.op}): output {i} ('{name}') is not produced"])
         bind_output(ctx, name, r)
+    for j, counts in (ctx.out_counts or {}).items():
+        graph.values[node.outputs[j]].counts = counts
+    counted.propagate(ctx)
     return emitted[start:]
 
 
@@ -78,7 +84,7 @@ def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = 
     whose values include the originals (with their shapes) and the intermediates lowering made."""
     out = into or Graph([], list(graph.inputs), list(graph.outputs), {}, graph.name, graph.parent, graph.opset)
     for name, v in graph.values.items():
-        out.values[name] = Value(v.name, v.dtype, v.shape, v.const)
+        out.values[name] = Value(v.name, v.dtype, v.shape, v.const, v.counts)
     problems = []
     for node in graph.nodes:
         try:
@@ -87,4 +93,21 @@ def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = 
             problems.extend(e.problems)
     if problems:
         raise UnsupportedError(problems, header=f"{len(problems)} node(s) cannot be compiled")
+    _count_outputs(out)
     return out
+
+
+def _count_outputs(g: Graph):
+    """Each data-dependent axis of a graph output gets its count as an output of its own (named by
+    count_output_name), which the session reads to trim the output (runtime/session.py)."""
+    for o in list(g.outputs):
+        v = g.lookup(o)
+        for axis, count in sorted((v.counts or {}).items()):
+            if g.parent is not None:
+                raise UnsupportedError([f"output '{o}' of an If/Loop body has a data-dependent size (dim {axis}, "
+                                        f"at most {v.shape[axis]}); such a body is not supported yet"])
+            name = count_output_name(o, axis)
+            copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
+            g.nodes.append(Node("Kernel", [count], [name], name=f"{o}/count", attrs={"kernel": copy}, origin=[o]))
+            g.values[name] = Value(name, "int64", ())
+            g.outputs.append(name)

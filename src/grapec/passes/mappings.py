@@ -17,12 +17,12 @@ from dataclasses import replace
 from ..cost.device import DeviceProfile
 from ..cost.model import price_mappings
 from ..ir.graph import Graph
-from ..ir.kernel import Kernel
+from ..ir.kernel import Kernel, is_kernel_node
 
 
 def choose_mappings(g: Graph, profile: DeviceProfile) -> Graph:
     for node in g.nodes:
-        if node.op != "Kernel":
+        if not is_kernel_node(node):
             continue
         k = node.attrs["kernel"]
         if not isinstance(k, Kernel):   # a fused attention kernel has its own launch

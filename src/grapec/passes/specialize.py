@@ -99,7 +99,9 @@ def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
         const = v.const if v.const is not None else env.get(o)
         if const is not None:
             const = const.reshape(v.shape).astype(dtypes.np_dtype(v.dtype), copy=False)
-        spec.values[o] = Value(o, v.dtype, v.shape, const)
+        spec.values[o] = Value(o, v.dtype, v.shape, const, v.counts if const is None else None)
+        for count in (v.counts or {}).values() if const is None else ():   # what later nodes' guards load
+            spec.values.setdefault(count, scratch.lookup(count))
 
 
 def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:

@@ -47,7 +47,7 @@ def strided_operands(g: Graph) -> Graph:
             p = producers.get(node.inputs[slot])
             while p is not None and p.op == "View":    # a reshape of the copy: same element order
                 p = producers.get(p.inputs[0])
-            if p is None or p.op != "Kernel":
+            if p is None or not K.is_kernel_node(p):
                 continue
             v = _operand_view(p.attrs["kernel"], g.lookup(node.inputs[slot]).shape)
             if v is None:
@@ -64,7 +64,7 @@ def strided_operands(g: Graph) -> Graph:
             chain.append(users[0].outputs[0])
             users = readers.get(chain[-1], [])
         has_c = len(node.inputs) > 2 and node.inputs[2]
-        if (not has_c and not keep & set(chain) and len(users) == 1 and users[0].op == "Kernel"
+        if (not has_c and not keep & set(chain) and len(users) == 1 and K.is_kernel_node(users[0])
                 and id(users[0]) not in sourced
                 and tuple(users[0].attrs["kernel"].inputs[0][0]) == tuple(g.values[out].shape)):
             view = _output_view(users[0].attrs["kernel"])

@@ -25,6 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
+from ..ir.selection import counted_output
 from ..bundle.value_range import check_value_range, manifest_ranges
 from .binding import contiguous_strides
 
@@ -58,6 +59,17 @@ class IOInfo:
 ORT_TYPE_NAMES = {"float32": "float", "float64": "double"}   # the rest: onnxruntime writes numpy's name
 
 
+def _count_dims(meta: dict, counts) -> list | None:
+    """An output's dims, a data-dependent axis named by the output that holds its count."""
+    dims = meta["dims"]
+    if dims is None or not counts:
+        return dims
+    dims = list(dims)
+    for axis, count in counts:
+        dims[axis] = count
+    return dims
+
+
 def _run_args(args: tuple, output_names) -> tuple:
     """(feeds, output names or None, whether the answer is a list) from run's positional arguments."""
     if len(args) == 1 and isinstance(args[0], Mapping):
@@ -80,7 +92,15 @@ class Session:
         self.backend = backend
         m = bundle.manifest
         self._inputs = [IOInfo(i["name"], i["dtype"], i["dims"]) for i in m["inputs"]]
-        self._outputs = [IOInfo(o["name"], o["dtype"], o["dims"]) for o in m["outputs"]]
+        # a data-dependent axis (ops/counted.py) comes with an output holding its count: run() trims
+        # the output to it, and get_outputs() names the axis by that count output
+        self._counts: dict = {}   # output -> [(axis, its count output)]
+        for o in m["outputs"]:
+            if counted_output(o["name"]):
+                out, axis = counted_output(o["name"])
+                self._counts.setdefault(out, []).append((axis, o["name"]))
+        self._outputs = [IOInfo(o["name"], o["dtype"], _count_dims(o, self._counts.get(o["name"], ())))
+                         for o in m["outputs"] if not counted_output(o["name"])]
         self._ranges = manifest_ranges(m)
         self._bucket_of = None   # input shapes -> bucket, built on first use
         self._out_shapes: dict = {}   # bucket -> {output name: shape}
@@ -267,11 +287,25 @@ class Session:
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
         with self._lane() as runner:   # a runner's arena is the run's from inputs in to outputs out
             outs = runner.run(bucket, arrays, on_device=True) if on_device else runner.run(bucket, arrays)
+        if self._counts and not on_device:
+            outs = self._trimmed(outs)
         if output_names:
             bad = [n for n in output_names if n not in outs]
             if bad:
                 raise InputError(f"unknown output(s) {bad}; outputs are {list(outs)}")
             return {n: outs[n] for n in output_names}
+        return outs
+
+    def _trimmed(self, outs: dict) -> dict:
+        """Each counted output cut to its counts, the count outputs dropped: onnxruntime's shapes. (On the
+        device, and through an IOBinding, an output stays at its bound and its count is an output.)"""
+        outs = dict(outs)
+        for name, axes in self._counts.items():
+            arr = outs[name]
+            for axis, count in axes:
+                n = int(np.asarray(outs.pop(count)))
+                arr = arr[(slice(None),) * axis + (slice(0, n),)]
+            outs[name] = np.ascontiguousarray(arr)
         return outs
 
     def io_binding(self):

@@ -1,0 +1,159 @@
+"""Kernels whose output length depends on the data (issue 36): the rows they select are written first,
+then padding, into a buffer sized for the most they can select (the *bound*). The padding is -1, so
+a count of selected rows is a plain reduction (sum of `row >= 0`: ops/counted.py) and a selected
+index is always a valid one for Gather (-1 is the last element) even in the padding.
+
+    nonzero   NonZeroKernel   the coordinates of the non-zero elements of x, row-major order:
+                              out [rank, numel] int64, column j the j-th non-zero's coordinates
+    nms       NmsKernel       greedy non-max suppression per (batch, class), onnxruntime's rule:
+                              out [batches, classes, bound] int64, the box indices selected, in order
+
+NonMaxSuppression, as onnxruntime's CPU kernel computes it (and as both backends here do):
+    - candidates: every box, or with a score threshold input only those with score > threshold;
+    - repeatedly take the best remaining candidate (highest score; among equal scores the lowest box
+      index -- onnxruntime's heap leaves that order unspecified, this is the rule both backends keep);
+      it is selected unless it overlaps a box already selected for its class by IoU > iou_threshold;
+    - stop at max_output_boxes_per_class selections (0: none; negative: as 0);
+    - IoU in float32: corners [y1, x1, y2, x2] in either order (center_point_box 0) or
+      [x_center, y_center, width, height] (1); empty intersections and boxes of no area never suppress.
+Suppressing every remaining candidate that overlaps a box as soon as it is selected is the same
+rule (IoU is symmetric, and every later candidate is checked against it), and is how the GPU runs it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernel import inputs_from_json, inputs_to_json
+
+PAD = -1
+
+
+@dataclass(frozen=True)
+class NonZeroKernel:
+    shape: tuple       # (rank, numel): rank max(x.ndim, 1)
+    inputs: tuple      # ((x.shape, x.dtype),)
+    dtype: str = "int64"
+
+    kind = "nonzero"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs)}
+
+    @staticmethod
+    def from_json(d: dict) -> "NonZeroKernel":
+        return NonZeroKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]))
+
+    def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
+        shape, dt = self.inputs[0]
+        x = np.asarray(inputs[0]).reshape(shape)
+        coords = np.nonzero(x.reshape(1) if x.ndim == 0 else x)
+        out = np.full(self.shape, PAD, np.int64) if out is None else out
+        out.reshape(self.shape)[...] = PAD
+        n = len(coords[0])
+        for a, c in enumerate(coords):
+            out.reshape(self.shape)[a, :n] = c
+        return out
+
+
+@dataclass(frozen=True)
+class NmsKernel:
+    shape: tuple       # (batches, classes, bound): bound = min(N, max_output_boxes_per_class if constant)
+    inputs: tuple      # boxes [B, N, 4], scores [B, C, N] float32; max_out int64 [], iou float32 [], score float32 []
+    center_point_box: int
+    score_threshold: bool   # whether the score threshold input was given (without it every box is a candidate)
+    dtype: str = "int64"
+
+    kind = "nms"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def boxes(self) -> int:
+        return self.inputs[0][0][1]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs),
+                "center_point_box": self.center_point_box, "score_threshold": self.score_threshold}
+
+    @staticmethod
+    def from_json(d: dict) -> "NmsKernel":
+        return NmsKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]), int(d["center_point_box"]),
+                         bool(d["score_threshold"]))
+
+    def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
+        b_, c_, bound = self.shape
+        boxes = np.asarray(inputs[0], np.float32).reshape(self.inputs[0][0])
+        scores = np.asarray(inputs[1], np.float32).reshape(self.inputs[1][0])
+        max_out = min(max(int(np.asarray(inputs[2]).reshape(-1)[0]), 0), bound)
+        iou = np.float32(np.asarray(inputs[3]).reshape(-1)[0])
+        threshold = np.float32(np.asarray(inputs[4]).reshape(-1)[0])
+        res = np.full(self.shape, PAD, np.int64) if out is None else out.reshape(self.shape)
+        res[...] = PAD
+        for b in range(b_):
+            lo, hi = _corners(boxes[b], self.center_point_box)
+            area = (hi[:, 0] - lo[:, 0]) * (hi[:, 1] - lo[:, 1])
+            for c in range(c_):
+                s = scores[b, c]
+                alive = s > threshold if self.score_threshold else np.ones(len(s), bool)
+                for n in range(max_out):
+                    live = np.flatnonzero(alive)
+                    if not len(live):
+                        break
+                    best = live[np.argmax(s[live])]    # argmax keeps the first of equal maxima
+                    res[b, c, n] = best
+                    alive[best] = False
+                    alive[live] &= ~_overlaps(lo, hi, area, best, live, iou)
+        return res if out is None else out
+
+
+def _corners(boxes: np.ndarray, center: int) -> tuple:
+    """[N, 4] -> (lo, hi), each [N, 2] (x, y) in float32, as onnxruntime's SuppressByIOU derives them."""
+    if center:
+        half = boxes[:, 2:4] / np.float32(2)
+        return boxes[:, 0:2] - half, boxes[:, 0:2] + half
+    xy = boxes[:, [1, 0, 3, 2]]
+    return np.minimum(xy[:, 0:2], xy[:, 2:4]), np.maximum(xy[:, 0:2], xy[:, 2:4])
+
+
+def _overlaps(lo, hi, area, i: int, js: np.ndarray, iou: np.float32) -> np.ndarray:
+    """IoU(box i, boxes js) > iou, float32 step by step (the GPU rounds each step the same way)."""
+    ilo, ihi = np.maximum(lo[js], lo[i]), np.minimum(hi[js], hi[i])
+    w, h = ihi[:, 0] - ilo[:, 0], ihi[:, 1] - ilo[:, 1]
+    inter = w * h
+    union = (area[i] + area[js]) - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = inter / union
+    ok = (w > 0) & (h > 0) & (inter > 0) & (area[i] > 0) & (area[js] > 0) & (union > 0)
+    return ok & (ratio > iou)
+
+
+def nms_bound(batches: int, classes: int, boxes: int, max_out: int | None) -> int:
+    """Rows NonMaxSuppression can select: per (batch, class) at most the boxes, or max_out if known."""
+    per_class = boxes if max_out is None else min(max(max_out, 0), boxes)
+    return batches * classes * per_class
+
+
+COUNT_MARK = "::count"
+
+
+def count_output_name(output: str, axis: int) -> str:
+    """The graph output that holds how many positions of `output`'s axis are valid."""
+    return f"{output}{COUNT_MARK}{axis}"
+
+
+def counted_output(name: str) -> tuple | None:
+    """count_output_name's inverse: (output, axis), or None for any other name."""
+    head, mark, axis = name.rpartition(COUNT_MARK)
+    return (head, int(axis)) if mark and axis.isdigit() else None
+
+
+__all__ = ["COUNT_MARK", "NmsKernel", "NonZeroKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]
