@@ -42,6 +42,7 @@ template <typename T> static inline void g_block_argreduce(T&, long long&, bool,
 struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct alignas(8) uint2 { unsigned int x, y; };
 #define __shared__ static
+#define __launch_bounds__(n)
 #define __syncthreads() ((void)0)
 static inline unsigned atomicAnd(unsigned* p, unsigned v) { const unsigned o = *p; *p &= v; return o; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }

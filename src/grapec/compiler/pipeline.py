@@ -88,7 +88,8 @@ FUSION_LEVELS = ("full", "rules", "none")
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
-                  conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0) -> Graph:
+                  conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0,
+                  predicated: list | None = None) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -101,13 +102,15 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     conv: how convolutions run (ops/conv.py conv_path); regions: False leaves the top level's If and
     Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
     attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES); switch_us: what a node whose
-    launch differs by size costs each switch between the buckets of the compile (0 for one bucket)."""
+    launch differs by size costs each switch between the buckets of the compile (0 for one bucket);
+    predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
         g = merge_sibling_matmuls(g)
-    g = lower_graph(g, options={"conv": conv, "notes": notes if notes is not None else []})
+    g = lower_graph(g, options={"conv": conv, "notes": notes if notes is not None else [],
+                                "predicated": predicated if predicated is not None else []})
     if level != "none":
         if shared_weights:
             g = weights_as_nk(g)
@@ -214,10 +217,11 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     """One bucket: the passes, its plan (weights and kernels added to the stores) and its report."""
     t1 = time.perf_counter()
     notes: list = []
+    predicated: list = []
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
                         fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights,
-                        conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us)
+                        conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us, predicated=predicated)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -237,6 +241,8 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     meta = {"shapes": {k: list(v) for k, v in ishapes.items() if k not in ctx.fixed},
             "arena_bytes": plan.arena_bytes, "steps": dict(counts),
             "estimated_us": round(sum(r["us"] for r in report), 1)}
+    if predicated:
+        meta["predicated"] = predicated
     if ctx.brief:
         schedule = {k: v for k, v in schedule.items() if k not in ("timeline", "candidates")}
     else:

@@ -7,6 +7,8 @@
     resize.py        Resize, Upsample
     indexing.py      what the index-remapping ops share: index tests, clamps, masked reads, tables
     shape.py         Shape, Size, ConstantOfShape, Range, Constant, EyeLike, OneHot...
+    selection.py     NonZero, NonMaxSuppression, Compress on run-time data: sizes the data decides
+    counted.py       how those sizes travel through the other ops (predication, issue 36)
     nn.py            MatMul, Gemm (Library nodes), TopK, Einsum, Attention, RotaryEmbedding
     conv.py          Conv (channels-last `conv` or im2col + `matmul`), ConvTranspose (Library nodes)
     pool.py          MaxPool, AveragePool, LpPool, Global*Pool
@@ -53,7 +55,7 @@ def _load_all():
     _loaded = True
     import importlib
     for mod in ("elementwise", "reduce", "movement", "gather", "resize", "shape", "nn", "conv", "pool", "quant",
-                "sample", "spectral", "control"):
+                "sample", "spectral", "control", "selection"):
         try:
             importlib.import_module(f"{__name__}.{mod}")
         except ModuleNotFoundError as e:

@@ -88,15 +88,15 @@ class LowerCtx:
     def attr(self, name: str, default=None):
         return self.node.attrs.get(name, default)
 
-    def count_output(self, j: int, axis: int, count: T, source: str):
-        """Output j's `axis` is data-dependent: its shape holds the bound, `count` (an int64 scalar T)
-        how many positions are valid at run time, `source` where the bound came from (inspect shows it)."""
+    def count_output(self, j: int, axis: int, count: T, bound: int, source: str):
+        """Output j's `axis` is data-dependent: its shape holds `bound`, `count` (an int64 scalar T) how
+        many positions are valid at run time, `source` where the bound came from (inspect shows it)."""
         name = count.source if count.source is not None else self.realize(count, "count").source
         self.out_counts = self.out_counts or {}
         self.out_counts.setdefault(j, {})[axis] = name
         self.options.setdefault("predicated", []).append(
             {"node": self.node.name, "op": self.node.op, "output": self.node.outputs[j], "axis": axis,
-             "source": source})
+             "bound": bound, "source": source})
 
     def fail(self, why: str):
         raise UnsupportedError([f"node '{self.node.name}' ({self.node.op}): {why}"])

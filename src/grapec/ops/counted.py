@@ -141,7 +141,7 @@ def propagate(ctx) -> None:
     """After the op's lowering bound its outputs: set each output Value's counts from its inputs'."""
     node, graph = ctx.node, ctx.graph
     counted = counted_inputs(node, graph)
-    if not counted or ctx.out_counts is not None:
+    if not counted or (ctx.out_counts is not None and node.op in MASKS_ITS_INPUT):
         return
     rule = _RULES.get(node.op)
     if rule is None and node.op in ELEMENTWISE:
@@ -344,8 +344,11 @@ _RULES = {
     "TopK": _topk, "CumSum": _same, "CumProd": _same, "MatMul": _matmul, "Gemm": _matmul,
     **{op: _reduced for op in _REDUCE_FILL}, "ReduceMean": _reduced,
     **{op: _same for op in _SOFTMAX},
-    "NonZero": lambda ctx, counted, j, out: {},   # its own count, set by its lowering
+    # their values hold the counts themselves (ops/shape.py), and their shapes are static
+    "Shape": lambda ctx, counted, j, out: {}, "Size": lambda ctx, counted, j, out: {},
 }
+# Ops that make counts of their own and read a counted input through guard's mask.
+MASKS_ITS_INPUT = {"NonZero"}
 
 
 __all__ = ["counted_inputs", "guard", "propagate"]

@@ -13,20 +13,22 @@ from ..errors import IndexRangeError
 from ..ir import kernel as K
 from ..ir.tensor import T, norm_axis, reshape
 from . import op
+from .selection import compress_runtime
 from .indexing import all_of, highest, in_range, int_const, lowest, masked_read, take_const, wrap_negative
 
 
 @op("Compress")
 def compress(ctx):
-    """Keep the slices along `axis` (or of the flattened input) where the constant condition holds."""
+    """Keep the slices along `axis` (or of the flattened input) where the condition holds: a constant
+    condition picks them at compile time, a run-time one sizes the axis by its count (ops/selection.py)."""
     x = ctx.input(0)
-    if not ctx.has(1) or ctx.value(1).const is None:
-        ctx.fail("the condition depends on runtime data, so the output length is data-dependent")
-    cond = np.asarray(ctx.const(1, "condition")).reshape(-1).astype(bool)
     axis = ctx.attr("axis")
     if axis is None:
         x, axis = reshape(x, (x.size,)), 0
     axis = norm_axis(axis, x.ndim)
+    if ctx.value(1).const is None:
+        return [compress_runtime(ctx, x, axis)]
+    cond = np.asarray(ctx.const(1, "condition")).reshape(-1).astype(bool)
     sel = np.nonzero(cond[:x.shape[axis]])[0]
     return [take_const(ctx, x, axis, sel)]
 

@@ -1,5 +1,5 @@
 """Shape-producing ops: Shape, Size, Constant, ConstantOfShape, Range, EyeLike, OneHot, and the
-data-dependent NonZero/Unique when their input is a compile-time constant.
+data-dependent Unique when its input is a compile-time constant (NonZero: ops/selection.py).
 
 Outputs that depend only on shapes and constant inputs are computed here with numpy (constant
 folding: every value used comes from ctx.const or a shape); everything that reads runtime data is
@@ -14,9 +14,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir import kernel as K
-from ..ir.graph import Node
-from ..ir.selection import NonZeroKernel
-from ..ir.tensor import T, cast, full, map_, norm_axis, reduce
+from ..ir.tensor import T, full, norm_axis
 from . import op
 
 I64 = "int64"
@@ -133,26 +131,6 @@ def one_hot(ctx):
         i = K.where(K.binary("lt", i, K.const(0, i.dtype)), K.binary("add", i, K.const(depth, i.dtype)), i)
         return K.where(K.binary("eq", i, K.cast(ix[axis], i.dtype)), on, off)
     return [T(shape, values.dtype, fn)]
-
-
-@op("NonZero")
-def nonzero(ctx):
-    """Coordinates of the non-zero elements, [rank, count], row-major order. A constant input folds;
-    on run-time data count is data-dependent: the output is [rank, numel] (the bound) with the
-    coordinates first and -1 after them (ir/selection.py), and a count (ops/counted.py)."""
-    v = ctx.value(0)
-    if v.const is not None:
-        x = ctx.const(0)
-        return [np.array(np.nonzero(x if x.ndim else x.reshape(1)), np.int64).reshape(max(x.ndim, 1), -1)]
-    flags = map_(lambda e: K.binary("ne", e, K.const(0, e.dtype)), ctx.input(0))
-    numel = math.prod(flags.shape)
-    kernel = NonZeroKernel((max(flags.ndim, 1), numel), ((tuple(flags.shape), "bool"),))
-    out = ctx.new_value("nonzero", kernel.shape, I64)
-    ctx.emit(Node("Kernel", [ctx.buffer(flags, "nonzero_flags")], [out.name], name=ctx.node.name,
-                  attrs={"kernel": kernel}))
-    nonzeros = reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
-    ctx.count_output(0, 1, nonzeros, f"the {numel} elements of its input")
-    return [ctx.tensor(out)]
 
 
 @op("Unique")

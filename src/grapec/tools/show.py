@@ -85,6 +85,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
                    f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
         for r in p["regions"]:
             click.echo(f"    {'  ' * r['depth']}{r['text']}")
+        for d in m["buckets"][i].get("predicated", []):
+            click.echo(f"    data-dependent size: dim {d['axis']} of '{d['output']}' ({d['op']} '{d['node']}'), at most "
+                       f"{d['bound']}: {d['source']}; the rest is padding past a count kept on the device")
     mixed = m.get("mixed_precision")
     if mixed:
         click.echo(f"  {mixed['precision']}: calibrated on {mixed['calibration']['samples']}; output error "

@@ -1,0 +1,122 @@
+"""Ops whose output length the data decides: NonZero, NonMaxSuppression, and Compress on a run-time
+condition. Each output is allocated at a bound that the input sizes give, the selected rows first,
+and comes with a count (ops/counted.py says how that travels; ir/selection.py holds the kernels).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import kernel as K
+from ..ir.graph import Node
+from ..ir.selection import NmsKernel, NonZeroKernel, nms_bound
+from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape
+from . import op
+
+I64 = "int64"
+
+
+def compact(ctx, flags: T, hint: str) -> tuple:
+    """(coordinates, count) of the true elements of a bool T: a load of [rank, numel] int64, row-major
+    order and -1 after the last, and the count as an int64 scalar T."""
+    numel = math.prod(flags.shape)
+    kernel = NonZeroKernel((max(flags.ndim, 1), numel), ((tuple(flags.shape), "bool"),))
+    out = ctx.new_value(hint, kernel.shape, I64)
+    ctx.emit(Node("Kernel", [ctx.buffer(flags, f"{hint}_flags")], [out.name], name=ctx.node.name,
+                  attrs={"kernel": kernel}))
+    return ctx.tensor(out), reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
+
+
+def _not_zero(x: T) -> T:
+    return map_(lambda e: K.binary("ne", e, K.const(0, e.dtype)), x)
+
+
+@op("NonZero")
+def nonzero(ctx):
+    """Coordinates of the non-zero elements, [rank, count], row-major order. A constant input folds;
+    on run-time data the output is [rank, numel] (the bound), the coordinates first and -1 after."""
+    if ctx.value(0).const is not None:
+        x = ctx.const(0)
+        return [np.array(np.nonzero(x if x.ndim else x.reshape(1)), np.int64).reshape(max(x.ndim, 1), -1)]
+    coords, count = compact(ctx, _not_zero(ctx.input(0)), "nonzero")
+    ctx.count_output(0, 1, count, coords.shape[1], f"the {coords.shape[1]} elements of its input")
+    return [coords]
+
+
+def compress_runtime(ctx, x: T, axis: int) -> T:
+    """Compress by a run-time condition: the slices along `axis` where it holds, the first first; the
+    output is the whole axis long (the bound), the slices past the count repeat the last one."""
+    cond = ctx.input(1)
+    if cond.ndim != 1:
+        raise ShapeError(f"node '{ctx.node.name}' (Compress): the condition must be 1-D, got shape {list(cond.shape)}")
+    length = min(cond.shape[0], x.shape[axis])
+    holds = T((length,), "bool", lambda ix: K.binary("ne", cond.at(ix), K.const(0, cond.dtype)))
+    picks, count = compact(ctx, holds, "compress")
+    shape = x.shape[:axis] + (length,) + x.shape[axis + 1:]
+
+    def fn(ix):
+        at = picks.at((K.const(0, I64), ix[axis]))
+        at = K.where(K.binary("lt", at, K.const(0, I64)), K.const(0, I64), at)
+        return x.at(ix[:axis] + (at,) + ix[axis + 1:])
+    ctx.count_output(0, axis, count, length, f"the condition's {length} entries")
+    return T(shape, x.dtype, fn)
+
+
+@op("NonMaxSuppression")
+def non_max_suppression(ctx):
+    """[selected, 3] rows (batch, class, box), per batch and class in selection order, as onnxruntime's
+    kernel selects them (ir/selection.py states the rule). At most batches x classes x the boxes (or
+    max_output_boxes_per_class, when it is a constant) rows: the bound; a count says how many."""
+    boxes, scores = ctx.value(0), ctx.value(1)
+    if len(boxes.shape) != 3 or boxes.shape[2] != 4 or len(scores.shape) != 3 \
+            or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        raise ShapeError(f"node '{ctx.node.name}' (NonMaxSuppression): boxes must be [batches, boxes, 4] and "
+                         f"scores [batches, classes, boxes]; got {list(boxes.shape)} and {list(scores.shape)}")
+    batches, n, classes = boxes.shape[0], boxes.shape[1], scores.shape[1]
+    max_out = _scalar_const(ctx, 2, 0)
+    per_class = n if max_out is None else min(max(int(max_out), 0), n)
+    if per_class == 0 or batches * classes == 0:
+        return [np.zeros((0, 3), np.int64)]
+    args = [ctx.buffer(cast(ctx.input(0), "float32"), "nms_boxes"), ctx.buffer(cast(ctx.input(1), "float32"), "nms_scores"),
+            _scalar_arg(ctx, 2, I64, 0), _scalar_arg(ctx, 3, "float32", 0.0), _scalar_arg(ctx, 4, "float32", 0.0)]
+    kernel = NmsKernel((batches, classes, per_class), tuple((ctx.graph.lookup(a).shape, ctx.graph.lookup(a).dtype)
+                                                            for a in args),
+                       int(ctx.attr("center_point_box", 0)), ctx.has(4))
+    sel_v = ctx.new_value("nms_selected", kernel.shape, I64)
+    ctx.emit(Node("Kernel", args, [sel_v.name], name=ctx.node.name, attrs={"kernel": kernel}))
+    sel = ctx.tensor(sel_v)
+    flags = T(kernel.shape, "bool", lambda ix: K.binary("ge", sel.at(ix), K.const(0, I64)))
+    coords, count = compact(ctx, flags, "nms_rows")
+    bound = nms_bound(batches, classes, n, max_out)
+
+    def fn(ix):
+        at = [coords.at((K.const(a, I64), ix[0])) for a in range(3)]
+        at = [K.where(K.binary("lt", c, K.const(0, I64)), K.const(0, I64), c) for c in at]
+        return K.where(K.binary("eq", ix[1], K.const(2, I64)), sel.at(tuple(at)),
+                       K.where(K.binary("eq", ix[1], K.const(0, I64)), at[0], at[1]))
+    why = "max_output_boxes_per_class" if max_out is not None and per_class < n else "the boxes"
+    ctx.count_output(0, 0, count, bound, f"batches x classes x {why} ({batches} x {classes} x {per_class})")
+    return [T((bound, 3), I64, fn)]
+
+
+def _scalar_const(ctx, i: int, default):
+    """Input i's value if known at compile time (its default when absent), None if it is run-time data."""
+    if not ctx.has(i):
+        return default
+    v = ctx.value(i)
+    return None if v.const is None else np.asarray(v.const).reshape(-1)[0].item()
+
+
+def _scalar_arg(ctx, i: int, dtype: str, default) -> str:
+    """The name of a one-element buffer holding input i (or its default), of `dtype`."""
+    if ctx.has(i):
+        v = ctx.value(i)
+        if v.dtype == dtype and math.prod(v.shape) == 1:
+            return v.name
+        return ctx.buffer(cast(reshape(ctx.input(i), ()), dtype), f"nms_arg{i}")
+    return ctx.graph.add_value(f"nms_arg{i}", dtype, (), np.array(default, dtype)).name
+
+
+__all__ = ["compact", "compress_runtime"]
