@@ -24,8 +24,6 @@ from .launch import Launch
 
 NONZERO_BLOCK = 1024
 NMS_BLOCK = 256
-# Shared memory for the candidate bits of one (batch, class): the default 48 KiB holds 393216 boxes.
-NMS_MAX_BOXES = 48 * 1024 * 8
 
 # A block-wide exclusive scan of one int a thread, and the block's total; every thread must call it.
 _SCAN = r"""
@@ -168,4 +166,4 @@ def render_nms(k: NmsKernel, name: str) -> str:
         f"}}\n")
 
 
-__all__ = ["NMS_MAX_BOXES", "render_selection", "selection_launch"]
+__all__ = ["render_selection", "selection_launch"]

@@ -29,6 +29,8 @@ import numpy as np
 from .kernel import inputs_from_json, inputs_to_json
 
 PAD = -1
+# The GPU keeps one (batch, class)'s candidates as bits in 48 KiB of shared memory (codegen/selection.py).
+NMS_MAX_BOXES = 48 * 1024 * 8
 
 
 @dataclass(frozen=True)
@@ -156,4 +158,4 @@ def counted_output(name: str) -> tuple | None:
     return (head, int(axis)) if mark and axis.isdigit() else None
 
 
-__all__ = ["COUNT_MARK", "NmsKernel", "NonZeroKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]
+__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NmsKernel", "NonZeroKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]

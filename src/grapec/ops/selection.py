@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.graph import Node
-from ..ir.selection import NmsKernel, NonZeroKernel, nms_bound
+from ..ir.selection import NMS_MAX_BOXES, NmsKernel, NonZeroKernel, nms_bound
 from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape
 from . import op
 
@@ -75,6 +75,8 @@ def non_max_suppression(ctx):
         raise ShapeError(f"node '{ctx.node.name}' (NonMaxSuppression): boxes must be [batches, boxes, 4] and "
                          f"scores [batches, classes, boxes]; got {list(boxes.shape)} and {list(scores.shape)}")
     batches, n, classes = boxes.shape[0], boxes.shape[1], scores.shape[1]
+    if n > NMS_MAX_BOXES:
+        ctx.fail(f"{n} boxes a batch; at most {NMS_MAX_BOXES} fit the GPU kernel's candidate set")
     max_out = _scalar_const(ctx, 2, 0)
     per_class = n if max_out is None else min(max(int(max_out), 0), n)
     if per_class == 0 or batches * classes == 0:
