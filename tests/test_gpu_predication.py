@@ -42,3 +42,20 @@ def test_detection_head_on_the_gpu():
         _check_same(sess.run(feeds), ref)
         counts.append(len(ref["label"]))
     assert counts[0] == 0 and len(set(counts)) >= 3
+
+
+def test_topk_on_the_gpu_both_paths():
+    """A short row sorted in shared memory, a long one (8000, past the sort's room) picked round by
+    round; k at run time; keys with many ties."""
+    from helpers import model, tinfo
+    from onnx import TensorProto, helper
+    m = model([helper.make_node("TopK", ["a", "k"], ["av", "ai"], axis=1),
+               helper.make_node("TopK", ["b", "k"], ["bv", "bi"], axis=1, largest=0)],
+              [tinfo("a", shape=[4, 300]), tinfo("b", shape=[2, 8000]), tinfo("k", TensorProto.INT64, [1])],
+              [tinfo("av"), tinfo("ai", TensorProto.INT64), tinfo("bv"), tinfo("bi", TensorProto.INT64)])
+    sess = _cuda_session(m)
+    rng = np.random.default_rng(13)
+    for k in (5, 300, 0, 64):
+        feeds = {"a": rng.integers(0, 50, (4, 300)).astype(np.float32),
+                 "b": rng.integers(0, 500, (2, 8000)).astype(np.float32), "k": np.array([k], np.int64)}
+        _check_same(sess.run(feeds), ort_run(m, feeds))

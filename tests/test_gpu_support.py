@@ -1,5 +1,6 @@
 """What the GPU backend lacks is known at compile time: the bundle is refused (or, --no-gpu,
-marked CPU-only), never a failure at load. ConvTranspose is a GEMM plus a kernel, so it has GPU code."""
+marked CPU-only), never a failure at load. ConvTranspose is a GEMM plus a kernel, so it has GPU code;
+TopK is a kernel of its own (ir/selection.py), so it has too."""
 import numpy as np
 import onnx
 import pytest
@@ -24,10 +25,11 @@ def nvrtc_here():
 needs_nvrtc = pytest.mark.skipif(not nvrtc_here(), reason="NVRTC is not installed here (pip install nvidia-cuda-nvrtc)")
 
 
-def topk_model():
-    return model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1)],
-                 [tinfo("x", shape=[2, 16])], [tinfo("v"), tinfo("i", TensorProto.INT64)],
-                 [init("k", np.array([3], np.int64))])
+def int_matmul_model():
+    """A MatMul of int32 operands: cuBLASLt takes floating point only here, so it has no GPU code."""
+    return model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                 [tinfo("x", TensorProto.INT32, [2, 16])], [tinfo("y", TensorProto.INT32)],
+                 [init("w", np.arange(48, dtype=np.int32).reshape(16, 3))])
 
 
 def conv_transpose_model():
@@ -41,18 +43,18 @@ def conv_transpose_model():
 
 
 def test_gap_refused_with_gpu_targets_and_noted_without():
-    with pytest.raises(UnsupportedError, match=r"library op 'topk_values' has no GPU implementation.*TopK_0") as e:
-        grapec.compile(topk_model(), targets=["sm_90"])
+    with pytest.raises(UnsupportedError, match=r"library op 'matmul' on int32 has no GPU implementation.*MatMul_0") as e:
+        grapec.compile(int_matmul_model(), targets=["sm_90"])
     assert "--no-gpu" in str(e.value)
-    b = grapec.compile(topk_model(), targets=[])
-    assert any(n.startswith("CPU backend only: library op 'topk") for n in b.manifest["notes"])
+    b = grapec.compile(int_matmul_model(), targets=[])
+    assert any(n.startswith("CPU backend only: library op 'matmul' on int32") for n in b.manifest["notes"])
 
 
 def test_cli_gap_is_a_usage_error(tmp_path):
-    p = tmp_path / "topk.onnx"
-    onnx.save(topk_model(), str(p))
+    p = tmp_path / "int_matmul.onnx"
+    onnx.save(int_matmul_model(), str(p))
     if nvrtc_here():
-        assert_user_error(*grapec_cli("compile", p, "-o", tmp_path / "t.grape", "--target", "sm_90"), "TopK_0", "--no-gpu")
+        assert_user_error(*grapec_cli("compile", p, "-o", tmp_path / "t.grape", "--target", "sm_90"), "MatMul_0", "--no-gpu")
     rc, _, err = grapec_cli("compile", p, "-o", tmp_path / "t.grape", "--no-gpu")
     assert rc == 0 and "CPU backend only" in err, err
 

@@ -1,5 +1,5 @@
-"""Data-dependent sizes by predication (issue 36): NonZero, Compress and NonMaxSuppression on run-time
-data, their outputs at a bound with a count on the device, trimmed to onnxruntime's shapes by run().
+"""Data-dependent sizes by predication (issue 36): NonZero, Compress, NonMaxSuppression and TopK (a
+run-time k) on run-time data, their outputs at a bound with a count on the device, trimmed to onnxruntime's shapes by run().
 Every model is compiled once, written and read back, and run on inputs whose counts vary between
 runs (none, a few, many), against onnxruntime on the CPU; the CUDA code of both selection kernels is
 run by the host emulation next to their numpy semantics."""
@@ -14,7 +14,8 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.codegen.host import HostModule
 from grapec.errors import UnsupportedError
-from grapec.ir.selection import NmsKernel, NonZeroKernel
+from grapec.codegen.selection import topk_sorted_length
+from grapec.ir.selection import NmsKernel, NonZeroKernel, TopKKernel
 from grapec.runtime.session import Session
 
 from helpers import init, model, ort_run, tinfo
@@ -177,3 +178,38 @@ def test_selection_kernels_cuda_code_agrees_with_numpy_in_the_host_emulation():
         np.testing.assert_array_equal(out, ref)
         assert 0 < (ref >= 0).sum() < ref.size
     assert list(kernels[1].run(args)[0, 0, :2]) == [3, 5]
+
+
+def test_topk_with_a_runtime_k_matches_onnxruntime():
+    """k read at run time: the outputs are the axis long (the bound) with a count of min(k, dim)."""
+    m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0),
+               helper.make_node("Neg", ["v"], ["nv"])],
+              [tinfo("x", shape=[3, 9]), tinfo("k", I64, [1])], [tinfo("nv"), tinfo("i", I64)])
+    sess, b = _session(m)
+    rng = np.random.default_rng(5)
+    for k in (0, 1, 4, 9, 3):
+        feeds = {"x": rng.integers(0, 5, (3, 9)).astype(np.float32), "k": np.array([k], np.int64)}   # ties
+        _check_same(sess.run(feeds), ort_run(m, feeds))
+    assert b.manifest["buckets"][0]["predicated"][0]["bound"] == 9
+
+
+def test_topk_cuda_code_agrees_with_numpy_in_the_host_emulation():
+    """Both GPU paths: a row sorted in shared memory, and one too long for it (a round per pick)."""
+    rng = np.random.default_rng(6)
+    cases = [((3, 37, 2), 1, "float32", True, 10, 7), ((5, 100), 1, "int64", False, 100, 40),
+             ((2, 6000), 1, "float32", True, 50, 33), ((4, 9), 0, "float64", True, 4, 4)]
+    kernels, args = [], []
+    for shape, axis, dt, largest, bound, k in cases:
+        x = rng.integers(0, 20, shape).astype(dt)   # many equal keys
+        if dt != "int64":
+            x.reshape(-1)[::17] = np.nan
+        out_shape = list(shape)
+        out_shape[axis] = bound
+        kernels.append(TopKKernel(tuple(out_shape), ((shape, dt), ((1,), "int64")), axis, largest))
+        args.append([x, np.array([k], np.int64)])
+    assert topk_sorted_length(kernels[0]) and not topk_sorted_length(kernels[2])
+    host = HostModule(kernels, tempfile.mkdtemp())
+    for i, (kernel, a) in enumerate(zip(kernels, args)):
+        out = np.zeros(kernel.shape, np.int64)
+        host.call(i, out, a)
+        np.testing.assert_array_equal(out, kernel.run(a))

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 
-from ..ir.selection import NmsKernel, NonZeroKernel
+from ..ir.selection import NmsKernel, NonZeroKernel, TopKKernel
+from .cuda import ctype
 from .launch import Launch
 
 NONZERO_BLOCK = 1024
 NMS_BLOCK = 256
+TOPK_BLOCK = 512
+TOPK_SORT_BYTES = 40 * 1024   # a row this small (keys and indices) is sorted in shared memory
 
 # A block-wide exclusive scan of one int a thread, and the block's total; every thread must call it.
 _SCAN = r"""
@@ -56,12 +59,17 @@ __device__ __forceinline__ int {name}_scan(int x, int* total) {{
 def selection_launch(k) -> Launch:
     if isinstance(k, NonZeroKernel):
         return Launch("row", 1, NONZERO_BLOCK, rows=1)
+    if isinstance(k, TopKKernel):
+        rows = math.prod(k.shape) // max(k.shape[k.axis], 1)
+        return Launch("row", rows, TOPK_BLOCK, rows=rows)
     blocks = k.shape[0] * k.shape[1]
     return Launch("row", blocks, NMS_BLOCK, rows=blocks)
 
 
 def render_selection(k, name: str) -> str:
-    return render_nonzero(k, name) if isinstance(k, NonZeroKernel) else render_nms(k, name)
+    if isinstance(k, NonZeroKernel):
+        return render_nonzero(k, name)
+    return render_topk(k, name) if isinstance(k, TopKKernel) else render_nms(k, name)
 
 
 def render_nonzero(k: NonZeroKernel, name: str) -> str:
@@ -166,4 +174,79 @@ def render_nms(k: NmsKernel, name: str) -> str:
         f"}}\n")
 
 
-__all__ = ["render_selection", "selection_launch"]
+def topk_sorted_length(k: TopKKernel) -> int:
+    """The power of two a row is padded to for the shared-memory sort; 0 where it does not fit."""
+    dim = k.inputs[0][0][k.axis]
+    p = 1 << max(dim - 1, 0).bit_length()
+    return p if p * (8 + 4) <= TOPK_SORT_BYTES or p * (4 + 4) <= TOPK_SORT_BYTES and k.inputs[0][1] == "float32" else 0
+
+
+def render_topk(k: TopKKernel, name: str) -> str:
+    """A block per row. A row that fits shared memory is sorted there (bitonic, best first) and its first
+    k written; a longer one takes k rounds of a block arg-reduction over what is not taken yet."""
+    shape, key_t = k.inputs[0][0], ctype(k.inputs[0][1])
+    dim, bound = shape[k.axis], k.shape[k.axis]
+    inner = math.prod(shape[k.axis + 1:])
+    floats = k.inputs[0][1] in ("float32", "float64")
+    cmp = ">" if k.largest else "<"
+    head = (f"/* a ranks before b: NaN last, then the {'larger' if k.largest else 'smaller'} key, then the lower index; -1 is padding */\n"
+            f"__device__ __forceinline__ bool {name}_before({key_t} a, long long ia, {key_t} b, long long ib) {{\n"
+            f"  if (ia < 0) return false;\n  if (ib < 0) return true;\n"
+            f"  const bool na = {'a != a' if floats else 'false'}, nb = {'b != b' if floats else 'false'};\n"
+            f"  if (na != nb) return nb;\n  if (!na && a != b) return a {cmp} b;\n  return ia < ib;\n}}\n")
+    sig = (f'extern "C" __global__ void __launch_bounds__({TOPK_BLOCK}) {name}(i64* __restrict__ out, '
+           f"const {key_t}* __restrict__ in0, const i64* __restrict__ in1) {{\n"
+           f"  const i64 row = blockIdx.x, o = row / {inner}LL, i = row % {inner}LL;\n"
+           f"  const {key_t}* x = in0 + o * {dim * inner}LL + i;\n"
+           f"  i64* y = out + o * {bound * inner}LL + i;\n"
+           f"  G_AWAIT_PREDECESSOR();\n"
+           f"  const i64 want = in1[0] < 0 ? 0 : (in1[0] > {bound}LL ? {bound}LL : in1[0]);\n")
+    p = topk_sorted_length(k)
+    if p:
+        body = (f"  __shared__ {key_t} keys[{p}];\n  __shared__ int at[{p}];\n"
+                f"  for (int t = threadIdx.x; t < {p}; t += blockDim.x) {{\n"
+                f"    at[t] = t < {dim} ? t : -1;\n    keys[t] = t < {dim} ? x[(i64)t * {inner}LL] : ({key_t})0;\n  }}\n"
+                f"  for (int size = 2; size <= {p}; size <<= 1)\n"
+                f"    for (int stride = size >> 1; stride > 0; stride >>= 1) {{\n"
+                f"      __syncthreads();\n"
+                f"      for (int t = threadIdx.x; t < {p // 2}; t += blockDim.x) {{\n"
+                f"        const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;\n"
+                f"        const bool swap = (lo & size) == 0 ? {name}_before(keys[hi], at[hi], keys[lo], at[lo])\n"
+                f"                                          : {name}_before(keys[lo], at[lo], keys[hi], at[hi]);\n"
+                f"        if (swap) {{ const {key_t} kv = keys[lo]; keys[lo] = keys[hi]; keys[hi] = kv;\n"
+                f"                    const int iv = at[lo]; at[lo] = at[hi]; at[hi] = iv; }}\n"
+                f"      }}\n"
+                f"    }}\n"
+                f"  __syncthreads();\n"
+                f"  for (i64 j = threadIdx.x; j < {bound}LL; j += blockDim.x) y[j * {inner}LL] = j < want ? (i64)at[j] : -1;\n}}\n")
+        return head + sig + body
+    words = (dim + 31) // 32
+    body = (f"  __shared__ unsigned int taken[{words}];\n"
+            f"  __shared__ {key_t} best_key[32];\n  __shared__ i64 best_at[32];\n"
+            f"  for (int w = threadIdx.x; w < {words}; w += blockDim.x) taken[w] = 0u;\n"
+            f"  for (i64 j = threadIdx.x; j < {bound}LL; j += blockDim.x) y[j * {inner}LL] = -1;\n"
+            f"  __syncthreads();\n"
+            f"  for (i64 r = 0; r < want; ++r) {{\n"
+            f"    {key_t} bk = ({key_t})0;\n    i64 bi = -1;\n"
+            f"    for (i64 t = threadIdx.x; t < {dim}LL; t += blockDim.x)\n"
+            f"      if (!((taken[t >> 5] >> (t & 31)) & 1u)) {{ const {key_t} v = x[t * {inner}LL];\n"
+            f"        if ({name}_before(v, t, bk, bi)) {{ bk = v; bi = t; }} }}\n"
+            f"#ifdef __CUDA_ARCH__\n"
+            f"    for (int s = 16; s > 0; s >>= 1) {{\n"
+            f"      const {key_t} ok = __shfl_xor_sync(0xffffffffu, bk, s);\n"
+            f"      const i64 oi = __shfl_xor_sync(0xffffffffu, bi, s);\n"
+            f"      if ({name}_before(ok, oi, bk, bi)) {{ bk = ok; bi = oi; }}\n    }}\n"
+            f"    if ((threadIdx.x & 31) == 0) {{ best_key[threadIdx.x >> 5] = bk; best_at[threadIdx.x >> 5] = bi; }}\n"
+            f"    __syncthreads();\n"
+            f"    bk = best_key[0]; bi = best_at[0];\n"
+            f"    for (int w = 1; w < (int)(blockDim.x >> 5); ++w)\n"
+            f"      if ({name}_before(best_key[w], best_at[w], bk, bi)) {{ bk = best_key[w]; bi = best_at[w]; }}\n"
+            f"#endif\n"
+            f"    if (bi < 0) break;\n"
+            f"    if (threadIdx.x == 0) {{ y[r * {inner}LL] = bi; taken[bi >> 5] |= 1u << (bi & 31); }}\n"
+            f"    __syncthreads();\n"
+            f"  }}\n}}\n")
+    return head + sig + body
+
+
+__all__ = ["render_selection", "selection_launch", "topk_sorted_length"]

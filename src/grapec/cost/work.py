@@ -23,7 +23,7 @@ from ..codegen.launch import Launch, plan_launch, row_reductions
 from ..ir import kernel as K
 from ..ir.attention import KIND as ATTENTION
 from ..ir.kinds import kernel_from_json
-from ..ir.selection import NmsKernel, NonZeroKernel
+from ..ir.selection import NmsKernel, NonZeroKernel, TopKKernel
 from ..ir.small_gemm import KIND as SMALL_GEMM
 from ..plan import KernelStep, LibraryStep
 
@@ -33,7 +33,7 @@ ARITH = K.ELEMENTWISE | {"cast"}
 TRANSCENDENTAL = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "erf", "pow", "sigmoid", "div",
                   "reciprocal", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2"}
 SELECTION = "selection"
-SELECTION_KINDS = (NonZeroKernel.kind, NmsKernel.kind)
+SELECTION_KINDS = (NonZeroKernel.kind, NmsKernel.kind, TopKKernel.kind)
 GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K = 64, 128, 64   # a typical cuBLASLt tile at small M (fp16, sm_90)
 
 
@@ -141,6 +141,14 @@ def selection_work(kernel) -> Work:
         rounds = math.ceil(max(kernel.shape[1], 1) / launch.block)
         return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, rounds, 1, 2 * rounds, rounds, 1,
                     launch.block, "one block scans the flags in order")
+    if isinstance(kernel, TopKKernel):
+        from ..codegen.selection import topk_sorted_length
+        dim = kernel.inputs[0][0][kernel.axis]
+        p = topk_sorted_length(kernel)
+        rounds = (p.bit_length() ** 2 // 2) if p else kernel.shape[kernel.axis]
+        passes = rounds * math.ceil((p // 2 if p else dim) / launch.block)
+        return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, passes, 1, rounds, 0, launch.grid, launch.block,
+                    "a block per row: a bitonic sort in shared memory" if p else "a block per row, a round per pick")
     rounds = kernel.shape[2]
     passes = rounds * math.ceil(kernel.boxes / launch.block)
     return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * rounds / 1e6, passes * launch.block * 30 / 1e9,

@@ -7,6 +7,9 @@ index is always a valid one for Gather (-1 is the last element) even in the padd
                               out [rank, numel] int64, column j the j-th non-zero's coordinates
     nms       NmsKernel       greedy non-max suppression per (batch, class), onnxruntime's rule:
                               out [batches, classes, bound] int64, the box indices selected, in order
+    topk      TopKKernel      the indices of the k largest (or smallest) along an axis, best first,
+                              equal values by lower index, NaN last; k read at run time, at most the
+                              bound K: out [.., K, ..] int64, -1 past k
 
 NonMaxSuppression, as onnxruntime's CPU kernel computes it (and as both backends here do):
     - candidates: every box, or with a score threshold input only those with score > threshold;
@@ -117,6 +120,46 @@ class NmsKernel:
         return res if out is None else out
 
 
+@dataclass(frozen=True)
+class TopKKernel:
+    shape: tuple       # the input's shape with the axis's length replaced by the bound K
+    inputs: tuple      # ((x.shape, key dtype: float32 | float64 | int64 | uint64), (k's shape, int64))
+    axis: int
+    largest: bool
+    dtype: str = "int64"
+
+    kind = "topk"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs),
+                "axis": self.axis, "largest": self.largest}
+
+    @staticmethod
+    def from_json(d: dict) -> "TopKKernel":
+        return TopKKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]), int(d["axis"]), bool(d["largest"]))
+
+    def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
+        x = np.asarray(inputs[0]).reshape(self.inputs[0][0])
+        bound = self.shape[self.axis]
+        k = min(max(int(np.asarray(inputs[1]).reshape(-1)[0]), 0), bound)
+        nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(x.shape, bool)
+        key = np.where(nan, 0, x)
+        if self.largest:   # descending; ~ reverses integers without -x's overflow at the smallest int64
+            key = -key if key.dtype.kind == "f" else np.invert(key)
+        position = np.arange(x.shape[self.axis]).reshape([-1 if a == self.axis else 1 for a in range(x.ndim)])
+        order = np.lexsort((np.broadcast_to(position, x.shape), key, nan), axis=self.axis) if x.size \
+            else np.zeros(x.shape, np.int64)
+        res = np.full(self.shape, PAD, np.int64) if out is None else out.reshape(self.shape)
+        res[...] = PAD
+        picked = np.take(order, np.arange(k), axis=self.axis)
+        res[tuple(slice(0, k) if a == self.axis else slice(None) for a in range(x.ndim))] = picked
+        return res if out is None else out
+
+
 def _corners(boxes: np.ndarray, center: int) -> tuple:
     """[N, 4] -> (lo, hi), each [N, 2] (x, y) in float32, as onnxruntime's SuppressByIOU derives them."""
     if center:
@@ -158,4 +201,4 @@ def counted_output(name: str) -> tuple | None:
     return (head, int(axis)) if mark and axis.isdigit() else None
 
 
-__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NmsKernel", "NonZeroKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]
+__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NmsKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]

@@ -237,7 +237,13 @@ def _gather(ctx, counted, j, out) -> dict:
 
 
 def _gather_elements(ctx, counted, j, out) -> dict:
-    return {a: c for i, v in counted for a, c in v.counts.items() if i == 1}
+    """The output has the indices' shape: their counts, and the data's on the axes not gathered along."""
+    axis = norm_axis(ctx.attr("axis", 0), len(out.shape))
+    counts = {a: c for i, v in counted for a, c in v.counts.items() if i == 1}
+    for i, v in counted:
+        if i == 0:
+            counts.update({a: c for a, c in v.counts.items() if a != axis and a not in counts})
+    return counts
 
 
 def _gather_nd(ctx, counted, j, out) -> dict:
@@ -264,22 +270,36 @@ def _reduced(ctx, counted, j, out) -> dict:
 
 
 def _slice(ctx, counted, j, out) -> dict:
-    """A Slice that leaves the counted axis whole keeps it."""
+    """A Slice that leaves a counted axis whole keeps its count; one that keeps its first E positions
+    (start 0, step 1: `keep[:post_nms_top_n]`) counts min(count, E); any other cut of it is refused."""
     i, v = counted[0]
     if i != 0:
         _refuse(ctx, v, "a Slice bounded by it")
-    return {a: c for a, c in v.counts.items() if out.shape[a] == v.shape[a] and _untouched(ctx, a, len(v.shape))}
+    counts = {}
+    for a, c in v.counts.items():
+        start, step = _slice_of(ctx, a, len(v.shape))
+        if start != 0 or step != 1:
+            _refuse(ctx, v, f"a Slice of its data-dependent dim from {start} by {step}")
+        counts[a] = c if out.shape[a] == v.shape[a] else _at_most(ctx, c, out.shape[a])
+    return counts
 
 
-def _untouched(ctx, axis: int, rank: int) -> bool:
+def _slice_of(ctx, axis: int, rank: int) -> tuple:
+    """(start, step) of the Slice along axis; (0, 1) where it leaves the axis alone."""
     axes = ctx.const(3, "axes") if ctx.has(3) else None
     axes = list(range(rank)) if axes is None else [norm_axis(int(a), rank) for a in np.asarray(axes).reshape(-1)]
     if axis not in axes:
-        return True
+        return 0, 1
     k = axes.index(axis)
     start = int(np.asarray(ctx.const(1, "starts")).reshape(-1)[k])
     step = int(np.asarray(ctx.const(4, "steps")).reshape(-1)[k]) if ctx.has(4) else 1
-    return start == 0 and step == 1
+    return start, step
+
+
+def _at_most(ctx, count: str, limit: int) -> str:
+    n = ctx.tensor(ctx.graph.lookup(count))
+    return ctx.realize(T((), "int64", lambda ix: K.binary("min", n.at(()), K.const(limit, "int64"))),
+                       f"{count}_max{limit}").source
 
 
 def _concat(ctx, counted, j, out) -> dict:

@@ -12,6 +12,8 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
+from ..ir.graph import Node
+from ..ir.selection import TopKKernel
 from ..ir.tensor import T, broadcast_shapes, cast, expand, map_, norm_axis, reshape, transpose
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
@@ -85,18 +87,43 @@ def gemm(ctx):
 
 @op("TopK")
 def topk(ctx):
-    """The k largest (or smallest) along axis, ties broken by lower index; k from input 1
-    (opset >= 10) or the attribute (opset 1)."""
+    """The k largest (or smallest) along axis, best first, ties broken by lower index, NaN last (one
+    TopKKernel for the indices, ir/selection.py; the values are gathered by them). k from input 1
+    (opset >= 10) or the attribute (opset 1); a run-time k is bounded by the axis's length, and the
+    output's axis is then data-dependent (ops/counted.py)."""
     x = ctx.input(0)
-    k = int(ctx.const(1, "K").reshape(-1)[0]) if ctx.has(1) else int(ctx.attr("k"))
     axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
-    if not 0 <= k <= x.shape[axis]:
-        ctx.fail(f"k={k} out of range for axis of size {x.shape[axis]}")
-    attrs = {"axis": axis, "k": k, "largest": int(ctx.attr("largest", 1)), "sorted": int(ctx.attr("sorted", 1))}
+    dim = x.shape[axis]
+    if ctx.has(1) and ctx.value(1).const is None:
+        k, k_arg = None, ctx.buffer(cast(reshape(ctx.input(1), (1,)), "int64"), "topk_k")
+    else:
+        k = int(ctx.const(1, "K").reshape(-1)[0]) if ctx.has(1) else int(ctx.attr("k"))
+        if not 0 <= k <= dim:
+            ctx.fail(f"k={k} out of range for axis of size {dim}")
+        k_arg = ctx.graph.add_value("topk_k", "int64", (1,), np.array([k], np.int64)).name
+    key_dtype = x.dtype if x.dtype in ("float64", "uint64") else "float32" if dtypes.is_float(x.dtype) else "int64"
     shape = list(x.shape)
-    shape[axis] = k
-    return [ctx.library("topk_values", [x], attrs, shape, x.dtype),
-            ctx.library("topk_indices", [x], attrs, shape, "int64")]
+    shape[axis] = dim if k is None else k
+    kernel = TopKKernel(tuple(shape), ((tuple(x.shape), key_dtype), ((1,), "int64")), axis,
+                        bool(ctx.attr("largest", 1)))
+    picked = ctx.new_value("topk_indices", kernel.shape, "int64")
+    ctx.emit(Node("Kernel", [ctx.buffer(cast(x, key_dtype), "topk_keys"), k_arg], [picked.name],
+                  name=ctx.node.name, attrs={"kernel": kernel}))
+    indices = ctx.tensor(picked)
+
+    def value(ix):
+        at = indices.at(ix)
+        at = K.where(K.binary("lt", at, K.const(0, "int64")), K.const(0, "int64"), at)
+        return x.at(ix[:axis] + (at,) + ix[axis + 1:])
+    values = T(kernel.shape, x.dtype, value)
+    if k is None:
+        kt = ctx.tensor(ctx.graph.lookup(k_arg))
+        count = ctx.realize(T((), "int64", lambda ix: K.binary("max", K.binary("min", kt.at((K.const(0, "int64"),)),
+                                                                               K.const(dim, "int64")),
+                                                                  K.const(0, "int64"))), "topk_count")
+        for j in (0, 1):
+            ctx.count_output(j, axis, count, dim, f"the {dim} elements along its axis (k is read at run time)")
+    return [values, indices]
 
 
 # --- Einsum --------------------------------------------------------------------------------------
