@@ -213,3 +213,18 @@ def test_topk_cuda_code_agrees_with_numpy_in_the_host_emulation():
         out = np.zeros(kernel.shape, np.int64)
         host.call(i, out, a)
         np.testing.assert_array_equal(out, kernel.run(a))
+
+
+@pytest.mark.parametrize("sorted_", [1, 0])
+def test_unique_of_runtime_data_matches_onnxruntime(sorted_):
+    m = model([helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], sorted=sorted_)],
+              [tinfo("x", I64, [4, 5])], [tinfo("y", I64), tinfo("first", I64), tinfo("inverse", I64), tinfo("counts", I64)])
+    sess, _ = _session(m)
+    rng = np.random.default_rng(7)
+    sizes = set()
+    for top in (1, 3, 12, 1000):   # one value repeated, a few, many, (nearly) all distinct
+        feeds = {"x": rng.integers(-top, top + 1, (4, 5)).astype(np.int64)}
+        ref = ort_run(m, feeds)
+        _check_same(sess.run(feeds), ref)
+        sizes.add(len(ref["y"]))
+    assert len(sizes) == 4

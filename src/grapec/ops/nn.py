@@ -12,11 +12,10 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.graph import Node
-from ..ir.selection import TopKKernel
 from ..ir.tensor import T, broadcast_shapes, cast, expand, map_, norm_axis, reshape, transpose
 from ..ir.tensor import reduce as tensor_reduce
 from . import op
+from .selection import ranked
 from .window import _acc_dtype, _and, _masked_at
 
 
@@ -101,21 +100,15 @@ def topk(ctx):
         if not 0 <= k <= dim:
             ctx.fail(f"k={k} out of range for axis of size {dim}")
         k_arg = ctx.graph.add_value("topk_k", "int64", (1,), np.array([k], np.int64)).name
-    key_dtype = x.dtype if x.dtype in ("float64", "uint64") else "float32" if dtypes.is_float(x.dtype) else "int64"
     shape = list(x.shape)
     shape[axis] = dim if k is None else k
-    kernel = TopKKernel(tuple(shape), ((tuple(x.shape), key_dtype), ((1,), "int64")), axis,
-                        bool(ctx.attr("largest", 1)))
-    picked = ctx.new_value("topk_indices", kernel.shape, "int64")
-    ctx.emit(Node("Kernel", [ctx.buffer(cast(x, key_dtype), "topk_keys"), k_arg], [picked.name],
-                  name=ctx.node.name, attrs={"kernel": kernel}))
-    indices = ctx.tensor(picked)
+    indices = ranked(ctx, x, axis, k_arg, shape[axis], bool(ctx.attr("largest", 1)))
 
     def value(ix):
         at = indices.at(ix)
         at = K.where(K.binary("lt", at, K.const(0, "int64")), K.const(0, "int64"), at)
         return x.at(ix[:axis] + (at,) + ix[axis + 1:])
-    values = T(kernel.shape, x.dtype, value)
+    values = T(tuple(shape), x.dtype, value)
     if k is None:
         kt = ctx.tensor(ctx.graph.lookup(k_arg))
         count = ctx.realize(T((), "int64", lambda ix: K.binary("max", K.binary("min", kt.at((K.const(0, "int64"),)),

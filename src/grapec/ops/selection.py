@@ -11,7 +11,8 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.graph import Node
-from ..ir.selection import NMS_MAX_BOXES, NmsKernel, NonZeroKernel, nms_bound
+from .. import dtypes
+from ..ir.selection import NMS_MAX_BOXES, NmsKernel, NonZeroKernel, TopKKernel, nms_bound
 from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape
 from . import op
 
@@ -27,6 +28,19 @@ def compact(ctx, flags: T, hint: str) -> tuple:
     ctx.emit(Node("Kernel", [ctx.buffer(flags, f"{hint}_flags")], [out.name], name=ctx.node.name,
                   attrs={"kernel": kernel}))
     return ctx.tensor(out), reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
+
+
+def ranked(ctx, x: T, axis: int, k_arg: str, bound: int, largest: bool) -> T:
+    """A load of the indices of the best `bound` (at most k, a one-element int64 value read at run time)
+    along `axis`: best first, equal keys by lower index, NaN last, -1 past k (ir/selection.py TopKKernel)."""
+    key_dtype = x.dtype if x.dtype in ("float64", "uint64") else "float32" if dtypes.is_float(x.dtype) else "int64"
+    shape = list(x.shape)
+    shape[axis] = bound
+    kernel = TopKKernel(tuple(shape), ((tuple(x.shape), key_dtype), ((1,), I64)), axis, largest)
+    picked = ctx.new_value("topk_indices", kernel.shape, I64)
+    ctx.emit(Node("Kernel", [ctx.buffer(cast(x, key_dtype), "topk_keys"), k_arg], [picked.name],
+                  name=ctx.node.name, attrs={"kernel": kernel}))
+    return ctx.tensor(picked)
 
 
 def _not_zero(x: T) -> T:
@@ -121,4 +135,61 @@ def _scalar_arg(ctx, i: int, dtype: str, default) -> str:
     return ctx.graph.add_value(f"nms_arg{i}", dtype, (), np.array(default, dtype)).name
 
 
-__all__ = ["compact", "compress_runtime"]
+def unique_runtime(ctx) -> list:
+    """Unique of run-time data (flattened; `sorted` 1 or 0): the values, their first indices, each
+    element's inverse index and the counts. The elements are ranked (equal values by position, so a
+    run's first element is its first occurrence) and the runs' starts compacted; the three per-value
+    outputs are the input long (the bound), counted by the number of runs. An element's inverse index
+    counts the distinct values ranked before its own (smaller, or first seen earlier when unsorted):
+    a sum over the bound, masked past the count."""
+    if ctx.attr("axis") is not None:
+        ctx.fail("Unique along an axis of run-time data is not supported yet (only the flattened form)")
+    x = ctx.input(0)
+    n = math.prod(x.shape)
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return [np.zeros(0, dtypes.np_dtype(x.dtype)), empty, empty, empty]
+    flat = reshape(x, (n,))
+    whole = ctx.graph.add_value("unique_n", I64, (1,), np.array([n], np.int64)).name
+    order = ranked(ctx, flat, 0, whole, n, largest=False)
+    zero, one, end = K.const(0, I64), K.const(1, I64), K.const(n, I64)
+
+    def clamp(i):   # an index of [0, n): padding (-1) and one past the end read a real element
+        return K.binary("min", K.binary("max", i, zero), K.const(n - 1, I64))
+
+    def sorted_at(j):
+        return flat.at((order.at((clamp(j),)),))
+    starts = T((n,), "bool", lambda ix: K.binary("or", K.binary("eq", ix[0], zero),
+                                                 K.binary("ne", sorted_at(ix[0]), sorted_at(ix[0] - one))))
+    runs, count = compact(ctx, starts, "unique_runs")
+    count = ctx.realize(count, "unique_count")
+    valid = lambda u: K.binary("lt", u, count.at(()))  # noqa: E731
+
+    def run_start(u):   # where run u starts in the ranked order; n from the count on
+        return K.where(valid(u), runs.at((zero, clamp(u))), end)
+    first = ctx.realize(T((n,), I64, lambda ix: K.where(valid(ix[0]), order.at((clamp(run_start(ix[0])),)), end)),
+                        "unique_first")
+    sizes = T((n,), I64, lambda ix: K.where(valid(ix[0]), run_start(ix[0] + one) - run_start(ix[0]), zero))
+    sorted_ = bool(ctx.attr("sorted", 1))
+    if not sorted_:   # the values in order of their first occurrence: rank the runs by it (padding is n: last)
+        by_first = ranked(ctx, first, 0, whole, n, largest=False)
+        held = ctx.realize(sizes, "unique_sizes")
+        sizes = T((n,), I64, lambda ix: held.at((clamp(by_first.at(ix)),)))
+        first = ctx.realize(T((n,), I64, lambda ix: first.at((clamp(by_first.at(ix)),))), "unique_first_ordered")
+    values = ctx.realize(T((n,), x.dtype, lambda ix: flat.at((clamp(first.at(ix)),))), "unique_values")
+
+    def inverse(ix):
+        v = K.ridx(n)
+        if sorted_:
+            before = K.binary("lt", values.at((v,)), flat.at(ix))
+        else:
+            r = K.ridx(n)
+            seen = K.reduce("min", K.where(K.binary("eq", flat.at((r,)), flat.at(ix)), r, end), (r,))
+            before = K.binary("lt", first.at((v,)), seen)
+        return K.reduce("sum", K.cast(K.binary("and", valid(v), before), I64), (v,))
+    for j in (0, 1, 3):
+        ctx.count_output(j, 0, count, n, f"the {n} elements of its input")
+    return [values, first, T((n,), I64, inverse), sizes]
+
+
+__all__ = ["compact", "compress_runtime", "ranked", "unique_runtime"]

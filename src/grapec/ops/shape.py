@@ -16,6 +16,7 @@ from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.tensor import T, full, norm_axis
 from . import op
+from .selection import unique_runtime
 
 I64 = "int64"
 
@@ -136,9 +137,9 @@ def one_hot(ctx):
 @op("Unique")
 def unique(ctx):
     """Unique values (sorted, or in order of first occurrence), first indices, inverse indices and
-    counts; data-dependent lengths, so only for a constant input."""
+    counts: folded for a constant input; on run-time data, ops/selection.py unique_runtime."""
     if ctx.value(0).const is None:
-        ctx.fail("the input depends on runtime data, so the output length is data-dependent")
+        return unique_runtime(ctx)
     x = ctx.const(0)
     axis = ctx.attr("axis")
     if axis is None:
