@@ -146,13 +146,36 @@ def test_compress_by_runtime_condition_matches_onnxruntime():
         _check_same(sess.run(feeds), ort_run(m, feeds))
 
 
-def test_an_op_without_a_rule_on_a_counted_value_is_refused_by_name():
+def test_an_op_that_would_read_padding_is_refused_by_name():
     m = model([helper.make_node("NonZero", ["x"], ["nz"]),
-               helper.make_node("Concat", ["nz", "nz"], ["both"], axis=1)],
-              [tinfo("x", shape=[8])], [tinfo("both", I64)])
-    with pytest.raises(UnsupportedError, match=r"node 'Concat_1' \(Concat\): input 'nz' has a data-dependent size "
-                                               r"\(dim 1, at most 8\); Concat along its data-dependent dim"):
+               helper.make_node("Slice", ["nz", "one", "big", "one"], ["tail"])],
+              [tinfo("x", shape=[8])], [tinfo("tail", I64)],
+              [init("one", np.array([1], np.int64)), init("big", np.array([100], np.int64))])
+    with pytest.raises(UnsupportedError, match=r"node 'Slice_1' \(Slice\): input 'nz' has a data-dependent size "
+                                               r"\(dim 1, at most 8\); a Slice of its data-dependent dim from 1 by 1"):
         grapec.compile(m, targets=[])
+
+
+def test_concat_along_counted_axes_matches_onnxruntime():
+    """torchvision's per-class detections: pieces of data-dependent length back to back, with a fixed
+    piece between them; then a TopK whose k is min(a constant, the total) (a bounded run-time k)."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["hx"]), helper.make_node("NonZero", ["hx"], ["nx"]),
+             helper.make_node("Less", ["y", "t"], ["hy"]), helper.make_node("NonZero", ["hy"], ["ny"]),
+             helper.make_node("Concat", ["nx", "fixed", "ny"], ["all"], axis=1),
+             helper.make_node("Cast", ["all"], ["allf"], to=TensorProto.FLOAT),
+             helper.make_node("Shape", ["all"], ["shape"], start=1, end=2),
+             helper.make_node("Min", ["shape", "five"], ["k"]),
+             helper.make_node("TopK", ["allf", "k"], ["best", "where"], axis=1),
+             helper.make_node("ConstantOfShape", ["shape"], ["ones"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]))]
+    m = model(nodes, [tinfo("x", shape=[6]), tinfo("y", shape=[4]), tinfo("t", shape=[])],
+              [tinfo("all", I64), tinfo("best"), tinfo("where", I64), tinfo("ones")],
+              [init("fixed", np.array([[7, 8]], np.int64)), init("five", np.array([5], np.int64))])
+    sess, b = _session(m)
+    rng = np.random.default_rng(8)
+    for t in (2.0, 0.5, -1.0, 0.8):
+        feeds = {"x": rng.random(6).astype(np.float32), "y": rng.random(4).astype(np.float32), "t": np.array(t, np.float32)}
+        _check_same(sess.run(feeds), ort_run(m, feeds))
+    assert b.plans[0].buffers[b.plans[0].outputs[1][1]].shape == (1, 5)   # TopK's bound: k's, not the axis's 12
 
 
 def test_selection_kernels_cuda_code_agrees_with_numpy_in_the_host_emulation():
@@ -163,7 +186,7 @@ def test_selection_kernels_cuda_code_agrees_with_numpy_in_the_host_emulation():
     boxes[..., 2:] = boxes[..., :2] + rng.random((2, 40, 2)).astype(np.float32) * 0.5
     scores = rng.random((2, 3, 40)).astype(np.float32)
     scores[0, 0, 3] = scores[0, 0, 5] = scores[0, 0].max()   # equal best scores: the lower index first
-    args = [boxes, scores, np.array(7, np.int64), np.array(0.3, np.float32), np.array(0.2, np.float32)]
+    args = [boxes, scores, np.array(7, np.int64), np.array(0.3, np.float32), np.array(0.2, np.float32), np.array(37, np.int64)]
     specs = tuple((a.shape, str(a.dtype)) for a in args)
     kernels = [nz, NmsKernel((2, 3, 10), specs, 0, True), NmsKernel((2, 3, 40), specs, 1, False)]
     host = HostModule(kernels, tempfile.mkdtemp())

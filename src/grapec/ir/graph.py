@@ -34,6 +34,10 @@ class Value:
     # Axes whose size is data-dependent: {axis: name of the int64 scalar value holding how many of the
     # axis's positions are valid at run time}; the shape holds the bound there (ops/counted.py).
     counts: dict | None = None
+    # A small run-time integer tensor (a shape computed from a count) known to lie between two constant
+    # arrays of its shape, elementwise: (low, high). Ops that need a constant shape take `high` as the
+    # bound and read the elements where low != high at run time (LowerCtx.shape_param).
+    bounds: tuple | None = None
 
     @property
     def nbytes(self) -> int:

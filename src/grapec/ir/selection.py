@@ -70,7 +70,8 @@ class NonZeroKernel:
 @dataclass(frozen=True)
 class NmsKernel:
     shape: tuple       # (batches, classes, bound): bound = min(N, max_output_boxes_per_class if constant)
-    inputs: tuple      # boxes [B, N, 4], scores [B, C, N] float32; max_out int64 [], iou float32 [], score float32 []
+    inputs: tuple      # boxes [B, N, 4], scores [B, C, N] float32; max_out int64 [], iou float32 [], score float32 [],
+                       # valid int64 []: boxes from this index on are padding (a data-dependent N), never candidates
     center_point_box: int
     score_threshold: bool   # whether the score threshold input was given (without it every box is a candidate)
     dtype: str = "int64"
@@ -101,6 +102,7 @@ class NmsKernel:
         max_out = min(max(int(np.asarray(inputs[2]).reshape(-1)[0]), 0), bound)
         iou = np.float32(np.asarray(inputs[3]).reshape(-1)[0])
         threshold = np.float32(np.asarray(inputs[4]).reshape(-1)[0])
+        valid = int(np.asarray(inputs[5]).reshape(-1)[0])
         res = np.full(self.shape, PAD, np.int64) if out is None else out.reshape(self.shape)
         res[...] = PAD
         for b in range(b_):
@@ -109,6 +111,7 @@ class NmsKernel:
             for c in range(c_):
                 s = scores[b, c]
                 alive = s > threshold if self.score_threshold else np.ones(len(s), bool)
+                alive[valid:] = False
                 for n in range(max_out):
                     live = np.flatnonzero(alive)
                     if not len(live):

@@ -28,6 +28,7 @@ class LowerCtx:
         # {output position: {axis: count value name}} for a lowering that makes data-dependent sizes
         # itself (NonZero, NonMaxSuppression); None: ops/counted.py propagates its inputs' counts
         self.out_counts: dict | None = None
+        self.out_bounds: dict = {}   # {output position: (low, high)}: ir/graph.py Value.bounds
 
     # --- inputs ----------------------------------------------------------------------------------
     @property
@@ -79,11 +80,29 @@ class LowerCtx:
         if not self.has(i):
             return None
         v = self.value(i)
+        if v.const is None and v.bounds is not None and np.array_equal(*v.bounds):
+            return np.asarray(v.bounds[1])   # computed from a data-dependent size, but fixed (passes/lower.py)
         if v.const is None:
             raise NeedsValueError(f"node '{self.node.name}' ({self.node.op}): input {i} ('{what or v.name}') "
                                   f"must be known at compile time{f' ({why})' if why else ''}, but depends on "
                                   "runtime data", v.name)
         return v.const
+
+    def shape_param(self, i: int, what: str, why: str = "") -> tuple:
+        """A shape-like input (ConstantOfShape's shape, a Reshape target): (its value, {flat index: int64
+        scalar T}). A constant is its own value; a run-time tensor with bounds (a shape computed from a
+        data-dependent size) gives its upper bound, and the elements that vary are read at run time."""
+        v = self.value(i)
+        if v.const is not None or v.bounds is None:
+            return self.const(i, what, why), {}
+        low, high = (np.asarray(b).reshape(-1) for b in v.bounds)
+        t = self.tensor(v)
+        flat = len(v.shape) != 1
+        runtime = {}
+        for e in np.flatnonzero(low != high):
+            index = tuple(K.const(int(c), "int64") for c in np.unravel_index(e, v.shape)) if flat else (K.const(int(e), "int64"),)
+            runtime[int(e)] = T((), "int64", lambda ix, index=index: K.cast(t.at(index), "int64"))
+        return np.asarray(v.bounds[1]), runtime
 
     def attr(self, name: str, default=None):
         return self.node.attrs.get(name, default)

@@ -60,7 +60,7 @@ def guard(ctx) -> None:
         axes = _guarded_axes(ctx, i, v)
         if not axes:
             continue
-        fill = _fill(node.op, v.dtype)
+        fill = _fill(node.op, v.dtype, bool(ctx.attr("largest", 1)))
         masked = _masked(ctx, v, {a: v.counts[a] for a in axes}, fill)
         inputs[i] = masked
     if inputs != list(node.inputs):
@@ -75,7 +75,7 @@ def _guarded_axes(ctx, i: int, v) -> list:
     if op in _REDUCE_FILL:
         axes = _reduced_axes(ctx, rank)
         return [a for a in counted if a in axes]
-    if op in _SOFTMAX:
+    if op in _SOFTMAX or op == "TopK" and i == 0:
         axis = norm_axis(ctx.attr("axis", -1), rank)
         return [a for a in counted if a == axis]
     if op == "NonZero":
@@ -106,8 +106,9 @@ def _contracted_axis(ctx, i: int, rank: int) -> int:
     return rank - 1 if i == 0 else max(rank - 2, 0)
 
 
-def _fill(op: str, dt: str):
-    fill = _REDUCE_FILL.get(op, "lowest" if op in _SOFTMAX else 0)
+def _fill(op: str, dt: str, largest: bool = True):
+    fill = _REDUCE_FILL.get(op, "lowest" if op in _SOFTMAX or op == "TopK" and largest else
+                            "highest" if op == "TopK" else 0)
     if fill in ("lowest", "highest"):
         if dtypes.is_float(dt):
             return -math.inf if fill == "lowest" else math.inf
@@ -142,7 +143,7 @@ def propagate(ctx) -> None:
     node, graph = ctx.node, ctx.graph
     counted = counted_inputs(node, graph)
     if not counted or (ctx.out_counts is not None and node.op in MASKS_ITS_INPUT):
-        return
+        return   # (a TopK's rule below merges the count its lowering made with its input's)
     rule = _RULES.get(node.op)
     if rule is None and node.op in ELEMENTWISE:
         rule = _broadcast
@@ -303,14 +304,55 @@ def _at_most(ctx, count: str, limit: int) -> str:
 
 
 def _concat(ctx, counted, j, out) -> dict:
-    axis = norm_axis(ctx.attr("axis"), len(out.shape))
-    counts = {}
+    """Counts off the axis carry over; along it the lowering made the sum (concat_counted)."""
+    counts = dict(out.counts or {})
     for _, v in counted:
         for a, c in v.counts.items():
-            if a == axis:
-                _refuse(ctx, v, "Concat along its data-dependent dim")
             counts.setdefault(a, c)
     return counts
+
+
+def concat_counted(ctx, axis: int) -> T:
+    """Concat along a data-dependent axis: the pieces' valid rows back to back (torchvision's per-class
+    detections), then padding. The output is the sum of the bounds long and counts the sum of the
+    counts; an output row finds its piece by the running sum of the counts before it."""
+    pieces = []
+    for name in ctx.node.inputs:
+        v = ctx.graph.lookup(name) if name else None
+        if v is None or v.shape[axis] == 0:
+            continue
+        count = (v.counts or {}).get(axis)
+        n = ctx.tensor(ctx.graph.lookup(count)) if count else None
+        pieces.append((ctx.tensor(v), n, v.shape[axis]))
+    shape = list(pieces[0][0].shape)
+    shape[axis] = sum(bound for _, _, bound in pieces)
+    zero = K.const(0, "int64")
+
+    def length(n, bound):
+        return n.at(()) if n is not None else K.const(bound, "int64")
+
+    def fn(ix):
+        i, start, e = ix[axis], zero, K.const(0, pieces[0][0].dtype)
+        reads = []
+        for t, n, bound in pieces:
+            end = start + length(n, bound)
+            src = list(ix)
+            src[axis] = K.binary("min", K.binary("max", i - start, zero), K.const(bound - 1, "int64"))
+            reads.append((K.binary("and", K.binary("ge", i, start), K.binary("lt", i, end)), t.at(tuple(src))))
+            start = end
+        for inside, value in reversed(reads):
+            e = K.where(inside, value, e)
+        return e
+    total = T((), "int64", lambda ix: _sum([length(n, bound) for _, n, bound in pieces]))
+    ctx.out_counts = {0: {axis: ctx.realize(total, "concat_count").source}}
+    return T(tuple(shape), pieces[0][0].dtype, fn)
+
+
+def _sum(xs):
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
 
 
 def _split(ctx, counted, j, out) -> dict:
@@ -329,11 +371,27 @@ def _expand(ctx, counted, j, out) -> dict:
 
 
 def _topk(ctx, counted, j, out) -> dict:
-    _, v = counted[0]
-    axis = norm_axis(ctx.attr("axis", -1), len(v.shape))
-    if axis in v.counts:
-        _refuse(ctx, v, "TopK along its data-dependent dim")
-    return dict(v.counts)
+    """Along another axis the counts carry over. Along the counted one (guard ranked the padding last),
+    the output holds min(k, count) valid rows: k a constant, or the count its lowering made of a
+    run-time k (torchvision's k = min(candidates, the number that passed a threshold))."""
+    counts = dict(out.counts or {})
+    for i, v in counted:
+        if i != 0:
+            continue
+        axis = norm_axis(ctx.attr("axis", -1), len(v.shape))
+        for a, c in v.counts.items():
+            if a != axis:
+                counts.setdefault(a, c)
+            elif a in counts:
+                counts[a] = _smaller(ctx, counts[a], c)
+            else:
+                counts[a] = _at_most(ctx, c, out.shape[a])
+    return counts
+
+
+def _smaller(ctx, a: str, b: str) -> str:
+    x, y = ctx.tensor(ctx.graph.lookup(a)), ctx.tensor(ctx.graph.lookup(b))
+    return ctx.realize(T((), "int64", lambda ix: K.binary("min", x.at(()), y.at(()))), f"{a}_min").source
 
 
 def _matmul(ctx, counted, j, out) -> dict:
@@ -367,8 +425,9 @@ _RULES = {
     # their values hold the counts themselves (ops/shape.py), and their shapes are static
     "Shape": lambda ctx, counted, j, out: {}, "Size": lambda ctx, counted, j, out: {},
 }
-# Ops that make counts of their own and read a counted input through guard's mask.
-MASKS_ITS_INPUT = {"NonZero"}
+# Ops that make counts of their own and read a counted input themselves (NonZero through guard's mask,
+# NonMaxSuppression by never taking a box past the count).
+MASKS_ITS_INPUT = {"NonZero", "NonMaxSuppression"}
 
 
 __all__ = ["counted_inputs", "guard", "propagate"]

@@ -16,6 +16,7 @@ import numpy as np
 from ..ir import kernel as K
 from ..ir.tensor import T, affine, broadcast_shapes, expand, norm_axis, reshape, transpose
 from . import op
+from .counted import concat_counted, counted_inputs
 from .indexing import I64, all_of, axes_of, clamp, int_const, ints, ints_of, masked_read, scalar_of
 
 
@@ -107,6 +108,8 @@ def concat_(ctx):
     in; every piece's read is masked to its own range, so no load leaves its tensor."""
     ts = [t for t in ctx.inputs() if t is not None]
     axis = norm_axis(ctx.attr("axis"), ts[0].ndim)
+    if any(axis in (v.counts or {}) for _, v in counted_inputs(ctx.node, ctx.graph)):
+        return [concat_counted(ctx, axis)]
     ts = [t for t in ts if t.shape[axis] != 0] or ts[:1]
     if len(ts) == 1:
         return [ts[0]]

@@ -84,6 +84,10 @@ def gemm(ctx):
 
 # --- TopK ----------------------------------------------------------------------------------------
 
+def _fixed(v) -> bool:
+    return v.bounds is not None and np.array_equal(*v.bounds)
+
+
 @op("TopK")
 def topk(ctx):
     """The k largest (or smallest) along axis, best first, ties broken by lower index, NaN last (one
@@ -93,8 +97,10 @@ def topk(ctx):
     x = ctx.input(0)
     axis = norm_axis(int(ctx.attr("axis", -1)), x.ndim)
     dim = x.shape[axis]
-    if ctx.has(1) and ctx.value(1).const is None:
+    if ctx.has(1) and ctx.value(1).const is None and not _fixed(ctx.value(1)):
         k, k_arg = None, ctx.buffer(cast(reshape(ctx.input(1), (1,)), "int64"), "topk_k")
+        if ctx.value(1).bounds is not None:   # k = min(candidates, a count): its upper bound bounds the output
+            dim = min(dim, max(int(np.asarray(ctx.value(1).bounds[1]).max()), 0))
     else:
         k = int(ctx.const(1, "K").reshape(-1)[0]) if ctx.has(1) else int(ctx.attr("k"))
         if not 0 <= k <= dim:
@@ -115,7 +121,7 @@ def topk(ctx):
                                                                                K.const(dim, "int64")),
                                                                   K.const(0, "int64"))), "topk_count")
         for j in (0, 1):
-            ctx.count_output(j, axis, count, dim, f"the {dim} elements along its axis (k is read at run time)")
+            ctx.count_output(j, axis, count, dim, f"k read at run time, at most {dim} (the axis, or k's own bound)")
     return [values, indices]
 
 

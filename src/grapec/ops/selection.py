@@ -96,7 +96,8 @@ def non_max_suppression(ctx):
     if per_class == 0 or batches * classes == 0:
         return [np.zeros((0, 3), np.int64)]
     args = [ctx.buffer(cast(ctx.input(0), "float32"), "nms_boxes"), ctx.buffer(cast(ctx.input(1), "float32"), "nms_scores"),
-            _scalar_arg(ctx, 2, I64, 0), _scalar_arg(ctx, 3, "float32", 0.0), _scalar_arg(ctx, 4, "float32", 0.0)]
+            _scalar_arg(ctx, 2, I64, 0), _scalar_arg(ctx, 3, "float32", 0.0), _scalar_arg(ctx, 4, "float32", 0.0),
+            _valid_boxes(ctx, n)]
     kernel = NmsKernel((batches, classes, per_class), tuple((ctx.graph.lookup(a).shape, ctx.graph.lookup(a).dtype)
                                                             for a in args),
                        int(ctx.attr("center_point_box", 0)), ctx.has(4))
@@ -115,6 +116,23 @@ def non_max_suppression(ctx):
     why = "max_output_boxes_per_class" if max_out is not None and per_class < n else "the boxes"
     ctx.count_output(0, 0, count, bound, f"batches x classes x {why} ({batches} x {classes} x {per_class})")
     return [T((bound, 3), I64, fn)]
+
+
+def _valid_boxes(ctx, n: int) -> str:
+    """How many boxes are real: n, or where the boxes' axis is data-dependent (torchvision's candidates
+    after a threshold), its count; the padding past it is never a candidate."""
+    counts = [c for i, axis in ((0, 1), (1, 2)) if ctx.has(i) for a, c in (ctx.value(i).counts or {}).items() if a == axis]
+    others = [a for i, axis in ((0, 1), (1, 2)) for a in (ctx.value(i).counts or {}) if a != axis]
+    if others:
+        ctx.fail(f"the batch or class axis of its boxes or scores is data-dependent (dim {others[0]}); "
+                 "only the boxes' axis may be")
+    if not counts:
+        return ctx.graph.add_value("nms_valid", I64, (), np.array(n, np.int64)).name
+    valid = ctx.tensor(ctx.graph.lookup(counts[0]))
+    for c in counts[1:]:
+        other = ctx.tensor(ctx.graph.lookup(c))
+        valid = T((), I64, lambda ix, a=valid, b=other: K.binary("min", a.at(()), b.at(())))
+    return valid.source if valid.source is not None else ctx.realize(valid, "nms_valid").source
 
 
 def _scalar_const(ctx, i: int, default):

@@ -31,6 +31,8 @@ def shape_(ctx):
     if not any(a in counts for a in axes):
         return [np.array(dims, np.int64)]
     elems = [_count(ctx, counts[a]) if a in counts else K.const(d, I64) for a, d in zip(axes, dims)]
+    ctx.out_bounds[0] = (np.array([0 if a in counts else d for a, d in zip(axes, dims)], np.int64),
+                         np.array(dims, np.int64))
 
     def fn(ix):
         e = elems[-1]
@@ -50,6 +52,7 @@ def size(ctx):
     total = K.const(static, I64)
     for c in counts.values():
         total = total * _count(ctx, c)
+    ctx.out_bounds[0] = (np.array(0, np.int64), np.array(math.prod(ctx.shape(0)), np.int64))
     return [T((), I64, lambda ix: total)]
 
 
@@ -77,11 +80,14 @@ def constant(ctx):
 @op("ConstantOfShape")
 def constant_of_shape(ctx):
     """A tensor of the constant shape filled with `value` (a one-element tensor, default float 0)."""
-    shape = [int(d) for d in np.asarray(ctx.const(0, "shape")).reshape(-1)]
+    high, runtime = ctx.shape_param(0, "shape")
+    shape = [int(d) for d in np.asarray(high).reshape(-1)]
     value = ctx.attr("value")
     if value is None:
         value = np.zeros(1, np.float32)
     value = np.asarray(value)
+    for axis, count in runtime.items():   # a dim computed from a data-dependent size: at its bound, counted
+        ctx.count_output(0, axis, count, shape[axis], f"the shape '{ctx.node.inputs[0]}', computed from a data-dependent size")
     return [full(shape, value.reshape(-1)[0].item(), dtypes.from_numpy(value.dtype))]
 
 

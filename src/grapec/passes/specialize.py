@@ -7,6 +7,8 @@ with concrete input shapes, Shape -> Gather -> Concat -> Reshape chains become c
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import NeedsValueError, ShapeError
 from ..ir.graph import Graph, Node, Value, outer_reads, upstream
@@ -97,9 +99,12 @@ def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
             continue
         v = scratch.values[o]
         const = v.const if v.const is not None else env.get(o)
+        if const is None and v.bounds is not None and np.array_equal(*v.bounds):   # a count's shape, all fixed
+            const = np.asarray(v.bounds[1])
         if const is not None:
             const = const.reshape(v.shape).astype(dtypes.np_dtype(v.dtype), copy=False)
-        spec.values[o] = Value(o, v.dtype, v.shape, const, v.counts if const is None else None)
+        spec.values[o] = Value(o, v.dtype, v.shape, const, v.counts if const is None else None,
+                               v.bounds if const is None else None)
         for count in (v.counts or {}).values() if const is None else ():   # what later nodes' guards load
             spec.values.setdefault(count, scratch.lookup(count))
 
