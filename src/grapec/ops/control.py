@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from .. import dtypes
 from ..errors import NeedsValueError, UnsupportedError
 from ..ir.graph import Node, Value, upstream, view_source
+from ..ir.selection import count_output_name
 from . import op
 
 
@@ -48,7 +52,7 @@ def _define_outputs(ctx, shapes_dtypes):
 def if_(ctx):
     _require_single(ctx, ctx.value(0), "condition", "bool")
     try:
-        branches, outs = _both_branches(ctx)
+        branches, outs, counts = _both_branches(ctx)
     except NeedsValueError:
         raise
     except UnsupportedError as e:
@@ -58,15 +62,27 @@ def if_(ctx):
         raise NeedsValueError(f"node '{ctx.node.name}' (If): its condition '{ctx.node.inputs[0]}' is known only at "
                               "run time, so both branches must compile for these shapes and agree, but "
                               f"{e.problems[0]}", ctx.node.inputs[0]) from None
-    results = _define_outputs(ctx, outs)
-    ctx.emit(Node("If", [ctx.node.inputs[0]], list(ctx.node.outputs), ctx.node.name, {}, branches))
+    extra = [c for name in ctx.node.outputs if name in counts for c in counts[name].values()]
+    results = _define_outputs(ctx, outs[:len(ctx.node.outputs)])
+    for c in extra:   # each branch's lengths of its varying outputs: the If's counts of them
+        ctx.graph.values[c] = Value(c, "int64", ())
+    ctx.out_counts = {j: counts[name] for j, name in enumerate(ctx.node.outputs) if name in counts} or None
+    ctx.emit(Node("If", [ctx.node.inputs[0]], list(ctx.node.outputs) + extra, ctx.node.name, {}, branches))
     return results
 
 
 def _both_branches(ctx) -> tuple:
-    """-> ({branch name: lowered body}, [(shape, dtype) per output]) where both branches compile
-    and their outputs agree on shapes (one set of slots serves the conditional node)."""
-    branches = {k: compile_body(ctx, ctx.node.subgraphs[k], {}) for k in ("then_branch", "else_branch")}
+    """-> ({branch name: lowered body}, [(shape, dtype) per output], {output: {axis: count output}})
+    where both branches compile and their outputs agree on shapes (one set of slots serves the
+    conditional node). An output whose length differs between the branches, or is data-dependent in
+    one (torchvision's `if boxes.numel() == 0: return empty`), is made data-dependent: each branch
+    pads it to the larger bound and also returns its length (_counted_branches)."""
+    branches = {k: compile_body(ctx, ctx.node.subgraphs[k], {}) for k in BRANCHES}
+    varying = _varying_outputs(branches)
+    counts = {}
+    if varying:
+        subs, counts = _counted_branches(ctx, branches, varying)
+        branches = {k: compile_body(ctx, subs[k], {}) for k in BRANCHES}
     outs = []
     for i, (t, e) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
         tv, ev = branches["then_branch"].lookup(t), branches["else_branch"].lookup(e)
@@ -74,7 +90,65 @@ def _both_branches(ctx) -> tuple:
             raise UnsupportedError([f"output {i} has {tv.dtype}{list(tv.shape)} in then_branch but "
                                     f"{ev.dtype}{list(ev.shape)} in else_branch"])
         outs.append((tv.shape, tv.dtype))
-    return branches, outs
+    return branches, outs, counts
+
+
+BRANCHES = ("then_branch", "else_branch")
+
+
+def _varying_outputs(branches: dict) -> dict:
+    """{output position: (bound shape, axes)} of the outputs whose shapes differ between the branches
+    only in some axes' lengths, or are data-dependent in either: their bound is the larger length."""
+    varying = {}
+    for i, (t, e) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
+        tv, ev = branches["then_branch"].lookup(t), branches["else_branch"].lookup(e)
+        if tv.dtype != ev.dtype or len(tv.shape) != len(ev.shape):
+            continue
+        axes = sorted({a for a, (x, y) in enumerate(zip(tv.shape, ev.shape)) if x != y}
+                      | set(tv.counts or {}) | set(ev.counts or {}))
+        if axes:
+            varying[i] = (tuple(max(x, y) for x, y in zip(tv.shape, ev.shape)), axes)
+    return varying
+
+
+def _counted_branches(ctx, compiled: dict, varying: dict) -> tuple:
+    """Copies of both branch graphs in which each varying output is padded (at its end) to its bound and
+    each of its varying axes' lengths is returned too: Shape of the output there, a count where it is
+    data-dependent, a constant where not. -> ({branch: graph}, {If output: {axis: its count output}})."""
+    subs = {}
+    for k in BRANCHES:
+        g = ctx.node.subgraphs[k]
+        sub = type(g)(list(g.nodes), list(g.inputs), list(g.outputs), dict(g.values), g.name, g.parent, g.opset)
+        extra = []
+        for i, (bound, axes) in sorted(varying.items()):
+            out = sub.outputs[i]
+            shape = compiled[k].lookup(compiled[k].outputs[i]).shape
+            if tuple(shape) != bound:
+                padded = sub.add_value("if_padded", None, ()).name
+                sub.values.pop(padded)
+                if 0 in shape:   # nothing to keep: zeros of the bound's shape
+                    dims = sub.add_value("if_shape", "int64", (len(bound),), np.array(bound, np.int64))
+                    zero = np.zeros(1, dtypes.np_dtype(compiled[k].lookup(out).dtype))
+                    sub.nodes.append(Node("ConstantOfShape", [dims.name], [padded], f"{ctx.node.name}/{k}/pad{i}",
+                                          {"value": zero}))
+                else:
+                    pads = sub.add_value("if_pads", "int64", (2 * len(bound),),
+                                         np.array([0] * len(bound) + [b - d for b, d in zip(bound, shape)], np.int64))
+                    sub.nodes.append(Node("Pad", [out, pads.name], [padded], f"{ctx.node.name}/{k}/pad{i}"))
+                out = sub.outputs[i] = padded
+            for a in axes:
+                one = sub.add_value("if_len", None, ()).name
+                count = count_output_name(out, a)
+                sub.values.pop(one)
+                zero = sub.add_value("if_axes", "int64", (1,), np.array([0], np.int64))
+                sub.nodes += [Node("Shape", [out], [one], f"{ctx.node.name}/{k}/len{i}_{a}", {"start": a, "end": a + 1}),
+                              Node("Squeeze", [one, zero.name], [count], f"{ctx.node.name}/{k}/count{i}_{a}")]
+                extra.append(count)
+        sub.outputs = sub.outputs + extra
+        subs[k] = sub
+    counts = {ctx.node.outputs[i]: {a: count_output_name(ctx.node.outputs[i], a) for a in axes}
+              for i, (_, axes) in sorted(varying.items())}
+    return subs, counts
 
 
 @op("Loop")
@@ -98,6 +172,10 @@ def loop(ctx):
         shapes[name] = v.shape
     low = compile_body(ctx, body, shapes)
     _require_single(ctx, low.lookup(low.outputs[0]), "the body's condition output", "bool")
+    for o in low.outputs:
+        if low.lookup(o).counts:
+            ctx.fail(f"its body's output '{o}' has a data-dependent size (dim {min(low.lookup(o).counts)}); "
+                     "a Loop carrying one is not supported yet")
     outs = []
     for i in range(n_carried):
         init, got = ctx.value(2 + i), low.lookup(low.outputs[1 + i])

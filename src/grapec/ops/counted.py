@@ -142,7 +142,7 @@ def propagate(ctx) -> None:
     """After the op's lowering bound its outputs: set each output Value's counts from its inputs'."""
     node, graph = ctx.node, ctx.graph
     counted = counted_inputs(node, graph)
-    if not counted or (ctx.out_counts is not None and node.op in MASKS_ITS_INPUT):
+    if not counted or (ctx.out_counts is not None and node.op in MASKS_ITS_INPUT) or node.op in ("If", "Loop"):
         return   # (a TopK's rule below merges the count its lowering made with its input's)
     rule = _RULES.get(node.op)
     if rule is None and node.op in ELEMENTWISE:
@@ -370,6 +370,21 @@ def _expand(ctx, counted, j, out) -> dict:
     return _broadcast(ctx, [(0, v)], j, out)
 
 
+def _pad(ctx, counted, j, out) -> dict:
+    """Padding added at the end of a counted axis keeps its count (the valid rows stay first)."""
+    i, v = counted[0]
+    if i != 0:
+        _refuse(ctx, v, "a Pad sized by it")
+    pads = [int(p) for p in np.asarray(ctx.const(1, "pads")).reshape(-1)] if ctx.has(1) else list(ctx.attr("pads"))
+    axes = [norm_axis(int(a), len(v.shape)) for a in np.asarray(ctx.const(3, "axes")).reshape(-1)] if ctx.has(3) \
+        else list(range(len(v.shape)))
+    begins = dict(zip(axes, pads[:len(axes)]))
+    for a in v.counts:
+        if begins.get(a, 0) != 0 or ctx.attr("mode", "constant") not in ("constant", b"constant"):
+            _refuse(ctx, v, "a Pad before its data-dependent dim's rows (or not with a constant)")
+    return dict(v.counts)
+
+
 def _topk(ctx, counted, j, out) -> dict:
     """Along another axis the counts carry over. Along the counted one (guard ranked the padding last),
     the output holds min(k, count) valid rows: k a constant, or the count its lowering made of a
@@ -419,7 +434,7 @@ _RULES = {
     "Reshape": _regrouped, "Flatten": _regrouped, "Squeeze": _regrouped, "Unsqueeze": _regrouped,
     "Gather": _gather, "GatherElements": _gather_elements, "GatherND": _gather_nd,
     "Slice": _slice, "Concat": _concat, "Split": _split, "Expand": _expand,
-    "TopK": _topk, "CumSum": _same, "CumProd": _same, "MatMul": _matmul, "Gemm": _matmul,
+    "TopK": _topk, "Pad": _pad, "CumSum": _same, "CumProd": _same, "MatMul": _matmul, "Gemm": _matmul,
     **{op: _reduced for op in _REDUCE_FILL}, "ReduceMean": _reduced,
     **{op: _same for op in _SOFTMAX},
     # their values hold the counts themselves (ops/shape.py), and their shapes are static

@@ -147,14 +147,14 @@ def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = 
 
 def _count_outputs(g: Graph):
     """Each data-dependent axis of a graph output gets its count as an output of its own (named by
-    count_output_name), which the session reads to trim the output (runtime/session.py)."""
+    count_output_name), which the session reads to trim the output (runtime/session.py). A body's
+    outputs are left to the If or Loop around it (ops/control.py)."""
     for o in list(g.outputs):
         v = g.lookup(o)
         for axis, count in sorted((v.counts or {}).items()):
-            if g.parent is not None:
-                raise UnsupportedError([f"output '{o}' of an If/Loop body has a data-dependent size (dim {axis}, "
-                                        f"at most {v.shape[axis]}); such a body is not supported yet"])
             name = count_output_name(o, axis)
+            if g.parent is not None:   # a body: an If returns its counts itself (ops/control.py), a Loop refuses
+                continue
             copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
             g.nodes.append(Node("Kernel", [count], [name], name=f"{o}/count", attrs={"kernel": copy}, origin=[o]))
             g.values[name] = Value(name, "int64", ())

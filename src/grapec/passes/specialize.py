@@ -106,7 +106,8 @@ def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
         spec.values[o] = Value(o, v.dtype, v.shape, const, v.counts if const is None else None,
                                v.bounds if const is None else None)
         for count in (v.counts or {}).values() if const is None else ():   # what later nodes' guards load
-            spec.values.setdefault(count, scratch.lookup(count))
+            if count in scratch.values:   # made by this node (one of an enclosing graph stays there)
+                spec.values.setdefault(count, scratch.values[count])
 
 
 def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:
