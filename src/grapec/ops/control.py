@@ -121,7 +121,7 @@ def _counted_branches(ctx, compiled: dict, varying: dict) -> tuple:
         sub = type(g)(list(g.nodes), list(g.inputs), list(g.outputs), dict(g.values), g.name, g.parent, g.opset)
         extra = []
         for i, (bound, axes) in sorted(varying.items()):
-            out = sub.outputs[i]
+            out = original = sub.outputs[i]
             shape = compiled[k].lookup(compiled[k].outputs[i]).shape
             if tuple(shape) != bound:
                 padded = sub.add_value("if_padded", None, ()).name
@@ -141,7 +141,7 @@ def _counted_branches(ctx, compiled: dict, varying: dict) -> tuple:
                 count = count_output_name(out, a)
                 sub.values.pop(one)
                 zero = sub.add_value("if_axes", "int64", (1,), np.array([0], np.int64))
-                sub.nodes += [Node("Shape", [out], [one], f"{ctx.node.name}/{k}/len{i}_{a}", {"start": a, "end": a + 1}),
+                sub.nodes += [Node("Shape", [original], [one], f"{ctx.node.name}/{k}/len{i}_{a}", {"start": a, "end": a + 1}),
                               Node("Squeeze", [one, zero.name], [count], f"{ctx.node.name}/{k}/count{i}_{a}")]
                 extra.append(count)
         sub.outputs = sub.outputs + extra

@@ -155,6 +155,9 @@ def _count_outputs(g: Graph):
             name = count_output_name(o, axis)
             if g.parent is not None:   # a body: an If returns its counts itself (ops/control.py), a Loop refuses
                 continue
+            if count == name:   # an If's own count output (ops/control.py) already has the name
+                g.outputs.append(name)
+                continue
             copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
             g.nodes.append(Node("Kernel", [count], [name], name=f"{o}/count", attrs={"kernel": copy}, origin=[o]))
             g.values[name] = Value(name, "int64", ())
