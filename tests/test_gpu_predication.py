@@ -59,3 +59,19 @@ def test_topk_on_the_gpu_both_paths():
         feeds = {"a": rng.integers(0, 50, (4, 300)).astype(np.float32),
                  "b": rng.integers(0, 500, (2, 8000)).astype(np.float32), "k": np.array([k], np.int64)}
         _check_same(sess.run(feeds), ort_run(m, feeds))
+
+
+def test_ssdlite_on_the_gpu():
+    """torchvision's SSDLite with its post-processing (models/tiny/ssdlite_tiny.onnx), one launch a run."""
+    import onnxruntime as ort
+    from test_detection_models import SSDLITE, assert_same_detections, images
+    b = grapec.compile(SSDLITE, shapes={"image": (3, 96, 128)}, strict=True)
+    sess = Session(Bundle.from_bytes(b.to_bytes()), backend="cuda")
+    ref = ort.InferenceSession(SSDLITE, providers=["CPUExecutionProvider"])
+    counts = []
+    for x in images(96, 128):
+        x = x.astype(np.float32)
+        expected = dict(zip(["boxes", "scores", "labels"], ref.run(None, {"image": x})))
+        assert_same_detections(sess.run({"image": x}), expected)
+        counts.append(len(expected["scores"]))
+    assert min(counts) == 0 and max(counts) == 25

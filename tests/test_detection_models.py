@@ -1,0 +1,54 @@
+"""torchvision's SSDLite (models/detection.py: ssdlite320_mobilenet_v3_large at 1/8 width, exported by
+torch.onnx with its post-processing: per-class thresholds, NonZero, TopK, Concat of the classes'
+detections, batched NMS behind an If, the best 25 kept) compiled with --strict, nothing on the host,
+against onnxruntime on images that give none, a few and many detections, at two image sizes."""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.runtime.session import Session
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SSDLITE = os.path.join(ROOT, "models", "tiny", "ssdlite_tiny.onnx")
+
+
+def images(h: int, w: int) -> list:
+    rng = np.random.default_rng(0)
+    return [np.zeros((3, h, w)), np.ones((3, h, w)), rng.random((3, h, w)), rng.random((3, h, w)) * 50,
+            rng.standard_normal((3, h, w)) * 20, np.tile(np.linspace(0, 30, w), (3, h, 1))]
+
+
+def assert_same_detections(got: dict, ref: dict, score_tol=1e-4, box_tol=2e-2):
+    """The same detections: row by row, except that rows whose scores differ by less than score_tol
+    may come in either order (a near-tie the two runtimes' float sums order differently)."""
+    n = len(ref["scores"])
+    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in ref.items()}
+    assert got["labels"].dtype == ref["labels"].dtype and got["boxes"].dtype == ref["boxes"].dtype
+    free = list(range(n))
+    for i in range(n):
+        match = [j for j in free if got["labels"][j] == ref["labels"][i]
+                 and abs(float(got["scores"][j]) - float(ref["scores"][i])) < score_tol
+                 and np.allclose(got["boxes"][j], ref["boxes"][i], rtol=1e-4, atol=box_tol)]
+        assert match, f"detection {i} of onnxruntime's ({ref['labels'][i]}, {ref['scores'][i]}, {ref['boxes'][i]}) not found"
+        assert abs(match[0] - i) <= 2, (i, match[0])   # at most a near-tie's swap away
+        free.remove(match[0])
+
+
+@pytest.mark.parametrize("h,w", [(96, 128), (64, 64)])
+def test_ssdlite_matches_onnxruntime_as_the_count_varies(h, w):
+    b = grapec.compile(SSDLITE, shapes={"image": (3, h, w)}, targets=[], strict=True)
+    sess = Session(Bundle.from_bytes(b.to_bytes()), backend="cpu")
+    ref = ort.InferenceSession(SSDLITE, providers=["CPUExecutionProvider"])
+    counts = []
+    for x in images(h, w):
+        x = x.astype(np.float32)
+        expected = dict(zip(["boxes", "scores", "labels"], ref.run(None, {"image": x})))
+        assert_same_detections(sess.run({"image": x}), expected)
+        counts.append(len(expected["scores"]))
+    assert min(counts) == 0 and max(counts) == 25 and len(set(counts)) >= 3, counts
+    sizes = {d["op"] for d in b.manifest["buckets"][0]["predicated"]}
+    assert sizes == {"NonZero", "TopK", "ConstantOfShape", "NonMaxSuppression"}   # the last inside the If
