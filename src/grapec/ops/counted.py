@@ -36,6 +36,8 @@ _REDUCE_FILL = {"ReduceSum": 0, "ReduceSumSquare": 0, "ReduceL1": 0, "ReduceL2":
                 "ReduceProd": 1, "ReduceMax": "lowest", "ReduceMin": "highest", "ReduceLogSumExp": "lowest",
                 "ArgMax": "lowest", "ArgMin": "highest"}
 _SOFTMAX = {"Softmax", "LogSoftmax", "Hardmax"}
+_SCATTERS = {"ScatterElements", "Scatter", "ScatterND"}
+NOWHERE = 1 << 30   # an index past any axis here (int32 indices hold it too)
 
 
 def counted_inputs(node: Node, graph) -> list:
@@ -78,7 +80,9 @@ def _guarded_axes(ctx, i: int, v) -> list:
     if op in _SOFTMAX or op == "TopK" and i == 0:
         axis = norm_axis(ctx.attr("axis", -1), rank)
         return [a for a in counted if a == axis]
-    if op == "NonZero":
+    if op == "NonZero" or op == "RoiAlign" and i in (1, 2):   # RoiAlign: padding rois read the image at 0
+        return counted
+    if op in _SCATTERS and i == 1:   # padding indices point nowhere: their updates are written nowhere
         return counted
     if op in ("MatMul", "Gemm") and i in (0, 1):
         k_axis = _contracted_axis(ctx, i, rank)
@@ -107,6 +111,8 @@ def _contracted_axis(ctx, i: int, rank: int) -> int:
 
 
 def _fill(op: str, dt: str, largest: bool = True):
+    if op in _SCATTERS:
+        return NOWHERE
     fill = _REDUCE_FILL.get(op, "lowest" if op in _SOFTMAX or op == "TopK" and largest else
                             "highest" if op == "TopK" else 0)
     if fill in ("lowest", "highest"):
@@ -276,12 +282,13 @@ def _slice(ctx, counted, j, out) -> dict:
     i, v = counted[0]
     if i != 0:
         _refuse(ctx, v, "a Slice bounded by it")
-    counts = {}
+    counts = dict(out.counts or {})   # a run-time end's count, from the lowering
     for a, c in v.counts.items():
         start, step = _slice_of(ctx, a, len(v.shape))
         if start != 0 or step != 1:
             _refuse(ctx, v, f"a Slice of its data-dependent dim from {start} by {step}")
-        counts[a] = c if out.shape[a] == v.shape[a] else _at_most(ctx, c, out.shape[a])
+        mine = c if out.shape[a] == v.shape[a] else _at_most(ctx, c, out.shape[a])
+        counts[a] = _smaller(ctx, counts[a], mine) if a in counts else mine
     return counts
 
 
@@ -370,6 +377,21 @@ def _expand(ctx, counted, j, out) -> dict:
     return _broadcast(ctx, [(0, v)], j, out)
 
 
+def _data_counts(ctx, counted) -> dict:
+    """A scatter's output is its data: the data's counts (the indices' padding was sent nowhere by guard)."""
+    return {a: c for i, v in counted if i == 0 for a, c in v.counts.items()}
+
+
+def _rois(ctx, counted) -> dict:
+    """RoiAlign: an output row per roi; counted rois give counted rows (guard zeroed the padding rois)."""
+    counts = {}
+    for i, v in counted:
+        if i == 0 or set(v.counts) != {0}:
+            _refuse(ctx, v, "RoiAlign over it as its image")
+        counts.setdefault(0, v.counts[0])
+    return counts
+
+
 def _pad(ctx, counted, j, out) -> dict:
     """Padding added at the end of a counted axis keeps its count (the valid rows stay first)."""
     i, v = counted[0]
@@ -434,7 +456,8 @@ _RULES = {
     "Reshape": _regrouped, "Flatten": _regrouped, "Squeeze": _regrouped, "Unsqueeze": _regrouped,
     "Gather": _gather, "GatherElements": _gather_elements, "GatherND": _gather_nd,
     "Slice": _slice, "Concat": _concat, "Split": _split, "Expand": _expand,
-    "TopK": _topk, "Pad": _pad, "CumSum": _same, "CumProd": _same, "MatMul": _matmul, "Gemm": _matmul,
+    **{op: lambda ctx, counted, j, out: _data_counts(ctx, counted) for op in _SCATTERS},
+    "TopK": _topk, "Pad": _pad, "CumSum": _same, "RoiAlign": lambda ctx, counted, j, out: _rois(ctx, counted), "CumProd": _same, "MatMul": _matmul, "Gemm": _matmul,
     **{op: _reduced for op in _REDUCE_FILL}, "ReduceMean": _reduced,
     **{op: _same for op in _SOFTMAX},
     # their values hold the counts themselves (ops/shape.py), and their shapes are static

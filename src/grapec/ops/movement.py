@@ -24,9 +24,11 @@ from .indexing import I64, all_of, axes_of, clamp, int_const, ints, ints_of, mas
 
 @op("Reshape")
 def reshape_(ctx):
+    """A target computed from a data-dependent size is taken at its bound: the data is at its bound too,
+    and its counts follow the axes (ops/counted.py)."""
     x = ctx.input(0)
     if ctx.has(1):
-        shape = [int(d) for d in ctx.const(1, "shape")]
+        shape = [int(d) for d in ctx.shape_param(1, "shape")[0]]
     else:  # opset < 5
         shape = list(ctx.attr("shape"))
     allowzero = ctx.attr("allowzero", 0)
@@ -88,9 +90,18 @@ def slice_(ctx):
         axes = ints(ctx.attr("axes", range(len(starts))))
         steps = [1] * len(starts)
     else:
-        starts, ends = ints(ctx.const(1, "starts")), ints(ctx.const(2, "ends"))
+        starts = ints(ctx.const(1, "starts"))
+        ends, runtime_ends = ctx.shape_param(2, "ends")   # x[:n] with n a data-dependent count: its bound
+        ends = ints(ends)
         axes = ints(ctx.const(3, "axes")) if ctx.has(3) else list(range(len(starts)))
         steps = ints(ctx.const(4, "steps")) if ctx.has(4) else [1] * len(starts)
+        for k, end in runtime_ends.items():
+            a = norm_axis(axes[k], x.ndim)
+            if starts[k] != 0 or steps[k] != 1 or np.asarray(ctx.value(2).bounds[0]).reshape(-1)[k] < 0:
+                ctx.fail("a run-time end is taken only from 0 by 1 and when it cannot be negative")
+            dim = x.shape[a]
+            n = T((), "int64", lambda ix, end=end, dim=dim: K.binary("min", end.at(()), int_const(dim)))
+            ctx.count_output(0, a, n, min(ends[k], dim), f"the end '{ctx.node.inputs[2]}', computed from a data-dependent size")
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = norm_axis(a, x.ndim)
         if st == 0:
@@ -240,9 +251,16 @@ def center_crop_pad(ctx):
 
 @op("Expand")
 def expand_(ctx):
-    """Bidirectional broadcast of x with the constant shape."""
+    """Bidirectional broadcast of x with the constant shape (or, computed from a data-dependent size, its
+    bound: the axes it sizes are counted by its elements at run time)."""
     x = ctx.input(0)
-    shape = broadcast_shapes(x.shape, ints(ctx.const(1, "shape")), what="Expand")
+    target, runtime = ctx.shape_param(1, "shape")
+    target = ints(target)
+    shape = broadcast_shapes(x.shape, target, what="Expand")
+    for e, count in runtime.items():
+        axis = len(shape) - len(target) + e
+        if shape[axis] == target[e] and target[e] != 1:
+            ctx.count_output(0, axis, count, shape[axis], f"the shape '{ctx.node.inputs[1]}', computed from a data-dependent size")
     return [expand(x, shape)]
 
 

@@ -13,7 +13,7 @@ from ..ir import kernel as K
 from ..ir.graph import Node
 from .. import dtypes
 from ..ir.selection import NMS_MAX_BOXES, NmsKernel, NonZeroKernel, TopKKernel, nms_bound
-from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape
+from ..ir.tensor import T, cast, map_, reduce, reshape
 from . import op
 
 I64 = "int64"

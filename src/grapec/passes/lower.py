@@ -15,6 +15,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.selection import count_output_name
 from ..ir.tensor import T
 from ..ops import counted, lowering
+from .bounds import bound_outputs
 from ..ops.context import LowerCtx
 
 # Ops whose value must never be computed at compile time (a fresh sample each run).
@@ -56,53 +57,8 @@ def lower_node(node: Node, graph: Graph, emitted: list, options: dict | None = N
     for j, bounds in ctx.out_bounds.items():
         graph.values[node.outputs[j]].bounds = bounds
     counted.propagate(ctx)
-    bound_outputs(node, graph)
+    bound_outputs(node, graph, lower_node)
     return emitted[start:]
-
-
-# Ops whose integer outputs are monotone in each input, or only move its elements: evaluated at the
-# corners of their inputs' bounds, they bound the output (bound_outputs).
-BOUNDED_OPS = {"Add", "Sub", "Mul", "Div", "Neg", "Min", "Max", "Clip", "Cast", "Ceil", "Floor", "Identity",
-               "Gather", "Concat", "Slice", "Squeeze", "Unsqueeze", "Reshape", "Flatten", "ReduceMin", "ReduceMax",
-               "ReduceSum", "ReduceProd", "Expand", "Tile", "Transpose"}
-BOUNDED_INPUTS_MAX = 3        # corners evaluated: 2 ** this at most
-BOUNDED_ELEMENTS_MAX = 64     # shape-like tensors only
-
-
-def bound_outputs(node: Node, graph: Graph):
-    """Give a run-time output bounds (ir/graph.py Value.bounds) where its inputs are constants or bounded:
-    the op evaluated at every corner of its bounded inputs. An output whose bounds meet is a constant
-    (specialize folds it, LowerCtx.const reads it)."""
-    if node.op not in BOUNDED_OPS:
-        return
-    ins = [graph.lookup(i) if i else None for i in node.inputs]
-    bounded = [j for j, v in enumerate(ins) if v is not None and v.const is None]
-    if not bounded or len(bounded) > BOUNDED_INPUTS_MAX or any(ins[j].bounds is None for j in bounded):
-        return
-    outs = [o for o in node.outputs if o and graph.lookup(o).const is None]
-    if not outs or any(graph.lookup(o).dtype not in ("int64", "int32") or graph.lookup(o).nbytes > 8 * BOUNDED_ELEMENTS_MAX
-                       for o in outs):
-        return
-    corners = []
-    for corner in range(1 << len(bounded)):
-        consts = {node.inputs[j]: ins[j].bounds[(corner >> b) & 1] for b, j in enumerate(bounded)}
-        corners.append(_evaluated(node, graph, consts))
-    for o in outs:
-        values = np.stack([c[o] for c in corners])
-        graph.lookup(o).bounds = (values.min(axis=0), values.max(axis=0))   # equal: a constant (LowerCtx.const)
-
-
-def _evaluated(node: Node, graph: Graph, consts: dict) -> dict:
-    """{output: array} of the node run on constant inputs (lowered in a scratch graph, interpreted)."""
-    from ..ir.interpret import eval_nodes
-    scratch = Graph([], [], [], {}, "bounds", graph, graph.opset)
-    for name, arr in consts.items():
-        v = graph.lookup(name)
-        scratch.values[name] = Value(name, v.dtype, v.shape, np.asarray(arr, dtypes.np_dtype(v.dtype)).reshape(v.shape))
-    emitted = lower_node(node, scratch, scratch.nodes)
-    env = eval_nodes(emitted, scratch, {})
-    return {o: np.asarray(scratch.values[o].const if scratch.values[o].const is not None else env[o]).reshape(
-        scratch.values[o].shape) for o in node.outputs if o}
 
 
 def bind_output(ctx: LowerCtx, name: str, r):
