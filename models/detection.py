@@ -67,9 +67,13 @@ def export(name: str, out_dir: str) -> str:
     model, image = build(name)
     path = os.path.join(out_dir, f"{name}.onnx")
     torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
-                      output_names=["boxes", "scores", "labels"], dynamo=False,
-                      dynamic_axes={"image": {1: "height", 2: "width"}})
+                      output_names=output_names(name), dynamo=False, dynamic_axes={"image": {1: "height", 2: "width"}})
     return path
+
+
+def output_names(name: str) -> list:
+    """torchvision's detection dicts in their own key order (Faster R-CNN's roi heads put labels second)."""
+    return ["boxes", "labels", "scores"] if name == "fasterrcnn" else ["boxes", "scores", "labels"]
 
 
 def main():

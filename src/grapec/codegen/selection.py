@@ -9,11 +9,12 @@ one thread's value there.
     nonzero  one block of 1024 threads walks the flags 1024 at a time: a block-wide exclusive scan
              gives each non-zero its column, a running base carries the columns between chunks.
              One block keeps the order without a second pass; it reads the flags once.
-    nms      a block per (batch, class), 256 threads. The candidates are a bit set in shared memory;
-             each round takes the best candidate (a block arg-reduction: the highest score, the
-             lowest index among equals), writes it, and clears it and every candidate that overlaps
-             it by IoU > threshold. The round count is the number selected. IoU is computed step by
-             step in float32 with rounded intrinsics (no fused multiply-add), as onnxruntime does.
+    nms      a block per (batch, class), 256 threads, over the candidates in score order (ranked by the
+             TopK kernel first): a chunk of 256 at a time checked in parallel against the boxes kept
+             so far and against each other, then kept in order by one thread (render_nms). IoU is
+             computed step by step in float32 with rounded intrinsics (no fused multiply-add), as
+             onnxruntime does.
+    topk     a thread per element: its rank in its row, a sweep over the row (render_topk).
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from .launch import Launch
 
 NONZERO_BLOCK = 1024
 NMS_BLOCK = 256
-TOPK_BLOCK = 512
-TOPK_SORT_BYTES = 40 * 1024   # a row this small (keys and indices) is sorted in shared memory
+NMS_CACHED = 1024   # selected boxes whose corners stay in shared memory (16 KiB); later ones are read again
+TOPK_BLOCK = 256
 
 # A block-wide exclusive scan of one int a thread, and the block's total; every thread must call it.
 _SCAN = r"""
@@ -59,9 +60,9 @@ __device__ __forceinline__ int {name}_scan(int x, int* total) {{
 def selection_launch(k) -> Launch:
     if isinstance(k, NonZeroKernel):
         return Launch("row", 1, NONZERO_BLOCK, rows=1)
-    if isinstance(k, TopKKernel):
-        rows = math.prod(k.shape) // max(k.shape[k.axis], 1)
-        return Launch("row", rows, TOPK_BLOCK, rows=rows)
+    if isinstance(k, TopKKernel):   # a thread per input element (the host emulation: a block of one each)
+        total = math.prod(k.inputs[0][0])
+        return Launch("row", max(1, -(-total // TOPK_BLOCK)), TOPK_BLOCK, rows=max(total, 1))
     blocks = k.shape[0] * k.shape[1]
     return Launch("row", blocks, NMS_BLOCK, rows=blocks)
 
@@ -106,148 +107,133 @@ def render_nonzero(k: NonZeroKernel, name: str) -> str:
 
 
 def render_nms(k: NmsKernel, name: str) -> str:
+    """Greedy NMS over the candidates in score order (in6: each (batch, class)'s boxes ranked by the TopK
+    kernel), a chunk of a block's width at a time: each thread checks its candidate against the boxes
+    selected so far (the first NMS_CACHED of them kept in shared memory), then marks which earlier
+    candidates of the chunk overlap it; one thread walks the chunk in order and keeps a candidate that
+    no kept one overlaps. That is the greedy rule exactly, with the work spread over the block."""
     batches, classes, bound = k.shape
     n = k.boxes
-    words = max(1, (n + 31) // 32)
     if k.center_point_box:
-        corners = ("  const float w1 = __fdiv_rn(b[2], 2.0f), h1 = __fdiv_rn(b[3], 2.0f);\n"
-                   "  *xlo = __fsub_rn(b[0], w1); *xhi = __fadd_rn(b[0], w1);\n"
-                   "  *ylo = __fsub_rn(b[1], h1); *yhi = __fadd_rn(b[1], h1);\n")
+        corners = ("  const float w = __fdiv_rn(b[2], 2.0f), h = __fdiv_rn(b[3], 2.0f);\n"
+                   "  c[0] = __fsub_rn(b[0], w); c[1] = __fadd_rn(b[0], w); c[2] = __fsub_rn(b[1], h); c[3] = __fadd_rn(b[1], h);\n")
     else:
-        corners = ("  *xlo = fminf(b[1], b[3]); *xhi = fmaxf(b[1], b[3]);\n"
-                   "  *ylo = fminf(b[0], b[2]); *yhi = fmaxf(b[0], b[2]);\n")
-    keep = "sc[i] > thr" if k.score_threshold else "true"
+        corners = "  c[0] = fminf(b[1], b[3]); c[1] = fmaxf(b[1], b[3]); c[2] = fminf(b[0], b[2]); c[3] = fmaxf(b[0], b[2]);\n"
+    keep = "sc[cand] > thr" if k.score_threshold else "true"
+    words = NMS_BLOCK // 32
     return (
-        f"__device__ __forceinline__ void {name}_corners(const float* b, float* xlo, float* xhi, float* ylo, float* yhi) {{\n"
-        f"{corners}}}\n"
-        f"/* onnxruntime's SuppressByIOU: selected box s against candidate c */\n"
-        f"__device__ __forceinline__ bool {name}_overlaps(const float* boxes, i64 s, i64 c, float iou) {{\n"
-        f"  float ax0, ax1, ay0, ay1, bx0, bx1, by0, by1;\n"
-        f"  {name}_corners(boxes + 4 * s, &ax0, &ax1, &ay0, &ay1);\n"
-        f"  {name}_corners(boxes + 4 * c, &bx0, &bx1, &by0, &by1);\n"
-        f"  const float ix0 = fmaxf(ax0, bx0), ix1 = fminf(ax1, bx1);\n"
+        f"__device__ __forceinline__ void {name}_corners(const float* b, float* c) {{\n{corners}}}\n"
+        f"/* onnxruntime's SuppressByIOU: a selected box (x0, x1, y0, y1) against a candidate */\n"
+        f"__device__ __forceinline__ bool {name}_overlaps(const float* a, const float* b, float iou) {{\n"
+        f"  const float ix0 = fmaxf(a[0], b[0]), ix1 = fminf(a[1], b[1]);\n"
         f"  if (ix1 <= ix0) return false;\n"
-        f"  const float iy0 = fmaxf(ay0, by0), iy1 = fminf(ay1, by1);\n"
+        f"  const float iy0 = fmaxf(a[2], b[2]), iy1 = fminf(a[3], b[3]);\n"
         f"  if (iy1 <= iy0) return false;\n"
         f"  const float inter = __fmul_rn(__fsub_rn(ix1, ix0), __fsub_rn(iy1, iy0));\n"
         f"  if (inter <= 0.0f) return false;\n"
-        f"  const float a1 = __fmul_rn(__fsub_rn(ax1, ax0), __fsub_rn(ay1, ay0));\n"
-        f"  const float a2 = __fmul_rn(__fsub_rn(bx1, bx0), __fsub_rn(by1, by0));\n"
+        f"  const float a1 = __fmul_rn(__fsub_rn(a[1], a[0]), __fsub_rn(a[3], a[2]));\n"
+        f"  const float a2 = __fmul_rn(__fsub_rn(b[1], b[0]), __fsub_rn(b[3], b[2]));\n"
         f"  const float uni = __fsub_rn(__fadd_rn(a1, a2), inter);\n"
         f"  if (a1 <= 0.0f || a2 <= 0.0f || uni <= 0.0f) return false;\n"
         f"  return __fdiv_rn(inter, uni) > iou;\n"
         f"}}\n"
         f'extern "C" __global__ void __launch_bounds__({NMS_BLOCK}) {name}(i64* __restrict__ out, '
         f"const float* __restrict__ in0, const float* __restrict__ in1, const i64* __restrict__ in2, "
-        f"const float* __restrict__ in3, const float* __restrict__ in4, const i64* __restrict__ in5) {{\n"
-        f"  __shared__ unsigned int alive[{words}];\n"
+        f"const float* __restrict__ in3, const float* __restrict__ in4, const i64* __restrict__ in5, "
+        f"const i64* __restrict__ in6) {{\n"
+        f"  __shared__ i64 chunk[{NMS_BLOCK}];\n"
+        f"  __shared__ unsigned int overlap[{NMS_BLOCK}][{words}];\n"
+        f"  __shared__ float cached[{NMS_CACHED}][4];\n"
+        f"  __shared__ i64 selected;\n"
+        f"  __shared__ int done;\n"
         f"  const i64 bc = blockIdx.x, b = bc / {classes};\n"
         f"  const float* sc = in1 + bc * {n}LL;\n"
         f"  const float* boxes = in0 + b * {n * 4}LL;\n"
+        f"  const i64* order = in6 + bc * {n}LL;\n"
         f"  i64* o = out + bc * {bound}LL;\n"
         f"  G_AWAIT_PREDECESSOR();\n"
         f"  const i64 want = in2[0] < 0 ? 0 : (in2[0] > {bound}LL ? {bound}LL : in2[0]);\n"
         f"  const float iou = in3[0], thr = in4[0];\n"
         f"  const i64 valid = in5[0];\n"
-        f"  for (int w = threadIdx.x; w < {words}; w += blockDim.x) {{\n"
-        f"    unsigned int bits = 0u;\n"
-        f"    for (int t = 0; t < 32; ++t) {{ const i64 i = (i64)w * 32 + t; if (i < {n}LL && i < valid && ({keep})) bits |= 1u << t; }}\n"
-        f"    alive[w] = bits;\n"
-        f"  }}\n"
-        f"  for (i64 j = threadIdx.x; j < {bound}LL; j += blockDim.x) o[j] = -1;\n"
+        f"  const int t = threadIdx.x, width = blockDim.x;\n"
+        f"  for (i64 j = t; j < {bound}LL; j += width) o[j] = -1;\n"
+        f"  if (t == 0) {{ selected = 0; done = want == 0; }}\n"
         f"  __syncthreads();\n"
-        f"  for (i64 r = 0; r < want; ++r) {{\n"
-        f"    float best = 0.0f;\n"
-        f"    i64 at = -1;\n"
-        f"    for (i64 i = threadIdx.x; i < {n}LL; i += blockDim.x)\n"
-        f"      if ((alive[i >> 5] >> (i & 31)) & 1u) {{\n"
-        f"        const float s = sc[i];\n"
-        f"        if (at < 0 || s > best) {{ best = s; at = i; }}\n"
+        f"  for (i64 base = 0; base < {n}LL && !done; base += width) {{\n"
+        f"    const i64 cand = base + t < {n}LL ? order[base + t] : -1;\n"
+        f"    bool ok = cand >= 0 && cand < valid && ({keep});\n"
+        f"    float mine[4];\n"
+        f"    if (ok) {{\n"
+        f"      {name}_corners(boxes + 4 * cand, mine);\n"
+        f"      const i64 upto = selected;\n"
+        f"      for (i64 s = 0; s < upto && ok; ++s) {{\n"
+        f"        float theirs[4];\n"
+        f"        if (s < {NMS_CACHED}) {{ theirs[0] = cached[s][0]; theirs[1] = cached[s][1]; theirs[2] = cached[s][2]; theirs[3] = cached[s][3]; }}\n"
+        f"        else {name}_corners(boxes + 4 * o[s], theirs);\n"
+        f"        if ({name}_overlaps(theirs, mine, iou)) ok = false;\n"
         f"      }}\n"
-        f"    g_block_argreduce<float>(best, at, true, false);\n"
-        f"    if (at < 0) break;\n"
-        f"    if (threadIdx.x == 0) o[r] = at;\n"
-        f"    for (i64 i = threadIdx.x; i < {n}LL; i += blockDim.x)\n"
-        f"      if (((alive[i >> 5] >> (i & 31)) & 1u) && (i == at || {name}_overlaps(boxes, at, i, iou)))\n"
-        f"        atomicAnd(&alive[i >> 5], ~(1u << (i & 31)));\n"
+        f"    }}\n"
+        f"    chunk[t] = ok ? cand : -1;\n"
+        f"    __syncthreads();\n"
+        f"    for (int w = 0; w < (width + 31) / 32; ++w) {{\n"
+        f"      unsigned int bits = 0u;\n"
+        f"      for (int u = w * 32; u < w * 32 + 32 && u < t; ++u)\n"
+        f"        if (ok && chunk[u] >= 0) {{ float theirs[4]; {name}_corners(boxes + 4 * chunk[u], theirs);\n"
+        f"          if ({name}_overlaps(theirs, mine, iou)) bits |= 1u << (u - w * 32); }}\n"
+        f"      overlap[t][w] = bits;\n"
+        f"    }}\n"
+        f"    __syncthreads();\n"
+        f"    if (t == 0) {{   /* the chunk in score order: kept unless a kept one overlaps it */\n"
+        f"      unsigned int kept[{words}];\n"
+        f"      for (int w = 0; w < {words}; ++w) kept[w] = 0u;\n"
+        f"      i64 count = selected;\n"
+        f"      for (int u = 0; u < width && count < want; ++u) {{\n"
+        f"        if (chunk[u] < 0) continue;\n"
+        f"        bool hit = false;\n"
+        f"        for (int w = 0; w < (width + 31) / 32; ++w) hit = hit || (overlap[u][w] & kept[w]) != 0u;\n"
+        f"        if (hit) continue;\n"
+        f"        kept[u >> 5] |= 1u << (u & 31);\n"
+        f"        if (count < {NMS_CACHED}) {name}_corners(boxes + 4 * chunk[u], cached[count]);\n"
+        f"        o[count++] = chunk[u];\n"
+        f"      }}\n"
+        f"      selected = count;\n"
+        f"      done = count >= want;\n"
+        f"    }}\n"
         f"    __syncthreads();\n"
         f"  }}\n"
         f"}}\n")
 
 
-def topk_sorted_length(k: TopKKernel) -> int:
-    """The power of two a row is padded to for the shared-memory sort; 0 where it does not fit."""
-    dim = k.inputs[0][0][k.axis]
-    p = 1 << max(dim - 1, 0).bit_length()
-    return p if p * (8 + 4) <= TOPK_SORT_BYTES or p * (4 + 4) <= TOPK_SORT_BYTES and k.inputs[0][1] == "float32" else 0
-
-
 def render_topk(k: TopKKernel, name: str) -> str:
-    """A block per row. A row that fits shared memory is sorted there (bitonic, best first) and its first
-    k written; a longer one takes k rounds of a block arg-reduction over what is not taken yet."""
+    """A thread per element: its rank is the number of elements of its row that rank before it (a sweep
+    over the row, which every thread of a block reads alike from L1), and ranks below the bound write
+    the element's index there (or -1 from k on). Equal keys rank by index, so the ranks are a
+    permutation and every position below the bound is written once. The work is a row's length
+    squared, spread over the whole GPU: no sort state to keep, however long the row."""
     shape, key_t = k.inputs[0][0], ctype(k.inputs[0][1])
     dim, bound = shape[k.axis], k.shape[k.axis]
     inner = math.prod(shape[k.axis + 1:])
+    total = math.prod(shape)
     floats = k.inputs[0][1] in ("float32", "float64")
     cmp = ">" if k.largest else "<"
-    head = (f"/* a ranks before b: NaN last, then the {'larger' if k.largest else 'smaller'} key, then the lower index; -1 is padding */\n"
+    return (f"/* a ranks before b: NaN last, then the {'larger' if k.largest else 'smaller'} key, then the lower index */\n"
             f"__device__ __forceinline__ bool {name}_before({key_t} a, long long ia, {key_t} b, long long ib) {{\n"
-            f"  if (ia < 0) return false;\n  if (ib < 0) return true;\n"
             f"  const bool na = {'a != a' if floats else 'false'}, nb = {'b != b' if floats else 'false'};\n"
-            f"  if (na != nb) return nb;\n  if (!na && a != b) return a {cmp} b;\n  return ia < ib;\n}}\n")
-    sig = (f'extern "C" __global__ void __launch_bounds__({TOPK_BLOCK}) {name}(i64* __restrict__ out, '
-           f"const {key_t}* __restrict__ in0, const i64* __restrict__ in1) {{\n"
-           f"  const i64 row = blockIdx.x, o = row / {inner}LL, i = row % {inner}LL;\n"
-           f"  const {key_t}* x = in0 + o * {dim * inner}LL + i;\n"
-           f"  i64* y = out + o * {bound * inner}LL + i;\n"
-           f"  G_AWAIT_PREDECESSOR();\n"
-           f"  const i64 want = in1[0] < 0 ? 0 : (in1[0] > {bound}LL ? {bound}LL : in1[0]);\n")
-    p = topk_sorted_length(k)
-    if p:
-        body = (f"  __shared__ {key_t} keys[{p}];\n  __shared__ int at[{p}];\n"
-                f"  for (int t = threadIdx.x; t < {p}; t += blockDim.x) {{\n"
-                f"    at[t] = t < {dim} ? t : -1;\n    keys[t] = t < {dim} ? x[(i64)t * {inner}LL] : ({key_t})0;\n  }}\n"
-                f"  for (int size = 2; size <= {p}; size <<= 1)\n"
-                f"    for (int stride = size >> 1; stride > 0; stride >>= 1) {{\n"
-                f"      __syncthreads();\n"
-                f"      for (int t = threadIdx.x; t < {p // 2}; t += blockDim.x) {{\n"
-                f"        const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;\n"
-                f"        const bool swap = (lo & size) == 0 ? {name}_before(keys[hi], at[hi], keys[lo], at[lo])\n"
-                f"                                          : {name}_before(keys[lo], at[lo], keys[hi], at[hi]);\n"
-                f"        if (swap) {{ const {key_t} kv = keys[lo]; keys[lo] = keys[hi]; keys[hi] = kv;\n"
-                f"                    const int iv = at[lo]; at[lo] = at[hi]; at[hi] = iv; }}\n"
-                f"      }}\n"
-                f"    }}\n"
-                f"  __syncthreads();\n"
-                f"  for (i64 j = threadIdx.x; j < {bound}LL; j += blockDim.x) y[j * {inner}LL] = j < want ? (i64)at[j] : -1;\n}}\n")
-        return head + sig + body
-    words = (dim + 31) // 32
-    body = (f"  __shared__ unsigned int taken[{words}];\n"
-            f"  __shared__ {key_t} best_key[32];\n  __shared__ i64 best_at[32];\n"
-            f"  for (int w = threadIdx.x; w < {words}; w += blockDim.x) taken[w] = 0u;\n"
-            f"  for (i64 j = threadIdx.x; j < {bound}LL; j += blockDim.x) y[j * {inner}LL] = -1;\n"
-            f"  __syncthreads();\n"
-            f"  for (i64 r = 0; r < want; ++r) {{\n"
-            f"    {key_t} bk = ({key_t})0;\n    i64 bi = -1;\n"
-            f"    for (i64 t = threadIdx.x; t < {dim}LL; t += blockDim.x)\n"
-            f"      if (!((taken[t >> 5] >> (t & 31)) & 1u)) {{ const {key_t} v = x[t * {inner}LL];\n"
-            f"        if ({name}_before(v, t, bk, bi)) {{ bk = v; bi = t; }} }}\n"
-            f"#ifdef __CUDA_ARCH__\n"
-            f"    for (int s = 16; s > 0; s >>= 1) {{\n"
-            f"      const {key_t} ok = __shfl_xor_sync(0xffffffffu, bk, s);\n"
-            f"      const i64 oi = __shfl_xor_sync(0xffffffffu, bi, s);\n"
-            f"      if ({name}_before(ok, oi, bk, bi)) {{ bk = ok; bi = oi; }}\n    }}\n"
-            f"    if ((threadIdx.x & 31) == 0) {{ best_key[threadIdx.x >> 5] = bk; best_at[threadIdx.x >> 5] = bi; }}\n"
-            f"    __syncthreads();\n"
-            f"    bk = best_key[0]; bi = best_at[0];\n"
-            f"    for (int w = 1; w < (int)(blockDim.x >> 5); ++w)\n"
-            f"      if ({name}_before(best_key[w], best_at[w], bk, bi)) {{ bk = best_key[w]; bi = best_at[w]; }}\n"
-            f"#endif\n"
-            f"    if (bi < 0) break;\n"
-            f"    if (threadIdx.x == 0) {{ y[r * {inner}LL] = bi; taken[bi >> 5] |= 1u << (bi & 31); }}\n"
-            f"    __syncthreads();\n"
-            f"  }}\n}}\n")
-    return head + sig + body
+            f"  if (na != nb) return nb;\n  if (!na && a != b) return a {cmp} b;\n  return ia < ib;\n}}\n"
+            f'extern "C" __global__ void __launch_bounds__({TOPK_BLOCK}) {name}(i64* __restrict__ out, '
+            f"const {key_t}* __restrict__ in0, const i64* __restrict__ in1) {{\n"
+            f"  const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"  G_AWAIT_PREDECESSOR();\n"
+            f"  if (e >= {total}LL) return;\n"
+            f"  const i64 i = (e / {inner}LL) % {dim}LL, o = e / {dim * inner}LL, in = e % {inner}LL;\n"
+            f"  const {key_t}* x = in0 + o * {dim * inner}LL + in;\n"
+            f"  const {key_t} mine = x[i * {inner}LL];\n"
+            f"  i64 rank = 0;\n"
+            f"  for (i64 j = 0; j < {dim}LL; ++j) rank += {name}_before(x[j * {inner}LL], j, mine, i) ? 1 : 0;\n"
+            f"  if (rank >= {bound}LL) return;\n"
+            f"  const i64 want = in1[0] < 0 ? 0 : in1[0];\n"
+            f"  out[o * {bound * inner}LL + rank * {inner}LL + in] = rank < want ? i : -1;\n"
+            f"}}\n")
 
 
-__all__ = ["render_selection", "selection_launch", "topk_sorted_length"]
+__all__ = ["render_selection", "selection_launch"]

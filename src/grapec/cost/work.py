@@ -142,13 +142,9 @@ def selection_work(kernel) -> Work:
         return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, rounds, 1, 2 * rounds, rounds, 1,
                     launch.block, "one block scans the flags in order")
     if isinstance(kernel, TopKKernel):
-        from ..codegen.selection import topk_sorted_length
         dim = kernel.inputs[0][0][kernel.axis]
-        p = topk_sorted_length(kernel)
-        rounds = (p.bit_length() ** 2 // 2) if p else kernel.shape[kernel.axis]
-        passes = rounds * math.ceil((p // 2 if p else dim) / launch.block)
-        return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, passes, 1, rounds, 0, launch.grid, launch.block,
-                    "a block per row: a bitonic sort in shared memory" if p else "a block per row, a round per pick")
+        return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * dim / 1e6, math.prod(kernel.inputs[0][0]) * dim / 1e9,
+                    dim, 1, 0, 0, launch.grid, launch.block, "a thread per element, its rank a sweep over its row")
     rounds = kernel.shape[2]
     passes = rounds * math.ceil(kernel.boxes / launch.block)
     return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * rounds / 1e6, passes * launch.block * 30 / 1e9,

@@ -32,8 +32,8 @@ import numpy as np
 from .kernel import inputs_from_json, inputs_to_json
 
 PAD = -1
-# The GPU keeps one (batch, class)'s candidates as bits in 48 KiB of shared memory (codegen/selection.py).
-NMS_MAX_BOXES = 48 * 1024 * 8
+# Boxes a batch: more would make the ranking before NMS (a row's length squared) too slow to be useful.
+NMS_MAX_BOXES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,9 @@ class NonZeroKernel:
 class NmsKernel:
     shape: tuple       # (batches, classes, bound): bound = min(N, max_output_boxes_per_class if constant)
     inputs: tuple      # boxes [B, N, 4], scores [B, C, N] float32; max_out int64 [], iou float32 [], score float32 [],
-                       # valid int64 []: boxes from this index on are padding (a data-dependent N), never candidates
+                       # valid int64 []: boxes from this index on are padding (a data-dependent N), never candidates;
+                       # order int64 [B, C, N]: each class's boxes by score, best first (the GPU's walk; numpy
+                       # needs no order)
     center_point_box: int
     score_threshold: bool   # whether the score threshold input was given (without it every box is a candidate)
     dtype: str = "int64"

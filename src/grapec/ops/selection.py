@@ -90,7 +90,7 @@ def non_max_suppression(ctx):
                          f"scores [batches, classes, boxes]; got {list(boxes.shape)} and {list(scores.shape)}")
     batches, n, classes = boxes.shape[0], boxes.shape[1], scores.shape[1]
     if n > NMS_MAX_BOXES:
-        ctx.fail(f"{n} boxes a batch; at most {NMS_MAX_BOXES} fit the GPU kernel's candidate set")
+        ctx.fail(f"{n} boxes a batch; at most {NMS_MAX_BOXES} are taken (ranking them is a row's length squared)")
     max_out = _scalar_const(ctx, 2, 0)
     per_class = n if max_out is None else min(max(int(max_out), 0), n)
     if per_class == 0 or batches * classes == 0:
@@ -98,6 +98,8 @@ def non_max_suppression(ctx):
     args = [ctx.buffer(cast(ctx.input(0), "float32"), "nms_boxes"), ctx.buffer(cast(ctx.input(1), "float32"), "nms_scores"),
             _scalar_arg(ctx, 2, I64, 0), _scalar_arg(ctx, 3, "float32", 0.0), _scalar_arg(ctx, 4, "float32", 0.0),
             _valid_boxes(ctx, n)]
+    whole = ctx.graph.add_value("nms_n", I64, (1,), np.array([n], np.int64)).name
+    args.append(ranked(ctx, ctx.tensor(ctx.graph.lookup(args[1])), 2, whole, n, largest=True).source)
     kernel = NmsKernel((batches, classes, per_class), tuple((ctx.graph.lookup(a).shape, ctx.graph.lookup(a).dtype)
                                                             for a in args),
                        int(ctx.attr("center_point_box", 0)), ctx.has(4))
