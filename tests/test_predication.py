@@ -14,7 +14,7 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.codegen.host import HostModule
 from grapec.errors import UnsupportedError
-from grapec.ir.selection import NmsKernel, NonZeroKernel, TopKKernel
+from grapec.ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from grapec.runtime.session import Session
 
 from helpers import init, model, ort_run, tinfo
@@ -188,7 +188,11 @@ def test_selection_kernels_cuda_code_agrees_with_numpy_in_the_host_emulation():
     args = [boxes, scores, np.array(7, np.int64), np.array(0.3, np.float32), np.array(0.2, np.float32), np.array(37, np.int64),
             np.argsort(-scores, axis=2, kind="stable")]   # each class's boxes best first, as the TopK kernel ranks them
     specs = tuple((a.shape, str(a.dtype)) for a in args)
-    kernels = [nz, NmsKernel((2, 3, 10), specs, 0, True), NmsKernel((2, 3, 40), specs, 1, False)]
+    masks = [NmsMaskKernel((6, 40, 1), tuple((a.shape, str(a.dtype)) for a in (boxes, args[6], args[3])), c) for c in (0, 1)]
+    mask_args = [[boxes, args[6], args[3]]] * 2
+    masked = [NmsKernel((2, 3, 10), specs + (((6, 40, 1), "uint64"),), 0, True, True),
+              NmsKernel((2, 3, 40), specs + (((6, 40, 1), "uint64"),), 1, False, True)]
+    kernels = [nz, NmsKernel((2, 3, 10), specs, 0, True), NmsKernel((2, 3, 40), specs, 1, False), *masks, *masked]
     host = HostModule(kernels, tempfile.mkdtemp())
     out = np.zeros(nz.shape, np.int64)
     host.call(0, out, [flags])
@@ -201,6 +205,13 @@ def test_selection_kernels_cuda_code_agrees_with_numpy_in_the_host_emulation():
         np.testing.assert_array_equal(out, ref)
         assert 0 < (ref >= 0).sum() < ref.size
     assert list(kernels[1].run(args)[0, 0, :2]) == [3, 5]
+    for i in (3, 4):   # the overlap masks, then the walks over them give what the checks gave
+        out = np.zeros(kernels[i].shape, np.uint64)
+        host.call(i, out, mask_args[i - 3])
+        np.testing.assert_array_equal(out, kernels[i].run(mask_args[i - 3]))
+        walk = np.zeros(kernels[i + 2].shape, np.int64)
+        host.call(i + 2, walk, args + [out])
+        np.testing.assert_array_equal(walk, kernels[i - 2].run(args))
 
 
 def test_topk_with_a_runtime_k_matches_onnxruntime():

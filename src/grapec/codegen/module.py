@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..ir.attention import AttentionKernel
 from ..ir.kinds import kernel_from_json
-from ..ir.selection import NmsKernel, NonZeroKernel, TopKKernel
+from ..ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from ..ir.small_gemm import SmallGemmKernel
 from ..plan import kernel_steps
 from .attention import ATTENTION_PRELUDE, attention_launch, attention_structure, render_attention
@@ -39,7 +39,7 @@ from .selection import render_selection, selection_launch
 from .small_gemm import render_small_gemm, small_gemm_launch
 
 TENSOR_CORE_KINDS = (AttentionKernel, SmallGemmKernel)
-SELECTION_KINDS = (NonZeroKernel, NmsKernel, TopKKernel)   # codegen/selection.py: never merged across sizes
+SELECTION_KINDS = (NonZeroKernel, NmsKernel, NmsMaskKernel, TopKKernel)   # codegen/selection.py: never merged across sizes
 
 _NAME = "__grapec_kernel__"
 SIZED = "_sized"   # the suffix of a merged function's twin that reads its sizes from memory (sized_twin)

@@ -14,18 +14,19 @@ one thread's value there.
              so far and against each other, then kept in order by one thread (render_nms). IoU is
              computed step by step in float32 with rounded intrinsics (no fused multiply-add), as
              onnxruntime does.
-    topk     a thread per element: its rank in its row, a sweep over the row (render_topk).
+    topk     a warp per element: its rank in its row, a sweep over the row (render_topk).
 """
 from __future__ import annotations
 
 import math
 
-from ..ir.selection import NmsKernel, NonZeroKernel, TopKKernel
+from ..ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from .cuda import ctype
 from .launch import Launch
 
 NONZERO_BLOCK = 1024
 NMS_BLOCK = 256
+NMS_MASK_BLOCK = 128
 NMS_CACHED = 1024   # selected boxes whose corners stay in shared memory (16 KiB); later ones are read again
 TOPK_BLOCK = 256
 
@@ -60,9 +61,12 @@ __device__ __forceinline__ int {name}_scan(int x, int* total) {{
 def selection_launch(k) -> Launch:
     if isinstance(k, NonZeroKernel):
         return Launch("row", 1, NONZERO_BLOCK, rows=1)
-    if isinstance(k, TopKKernel):   # a thread per input element (the host emulation: a block of one each)
+    if isinstance(k, NmsMaskKernel):   # a thread per mask word (its upper triangle: the rest return at once)
+        total = math.prod(k.shape)
+        return Launch("row", max(1, -(-total // NMS_MASK_BLOCK)), NMS_MASK_BLOCK, rows=max(total, 1))
+    if isinstance(k, TopKKernel):   # a warp per input element (the host emulation: a block of one each)
         total = math.prod(k.inputs[0][0])
-        return Launch("row", max(1, -(-total // TOPK_BLOCK)), TOPK_BLOCK, rows=max(total, 1))
+        return Launch("row", max(1, -(-total * 32 // TOPK_BLOCK)), TOPK_BLOCK, rows=max(total, 1))
     blocks = k.shape[0] * k.shape[1]
     return Launch("row", blocks, NMS_BLOCK, rows=blocks)
 
@@ -70,6 +74,10 @@ def selection_launch(k) -> Launch:
 def render_selection(k, name: str) -> str:
     if isinstance(k, NonZeroKernel):
         return render_nonzero(k, name)
+    if isinstance(k, NmsMaskKernel):
+        return render_nms_mask(k, name)
+    if isinstance(k, NmsKernel) and k.masked:
+        return render_nms_walk(k, name)
     return render_topk(k, name) if isinstance(k, TopKKernel) else render_nms(k, name)
 
 
@@ -106,6 +114,120 @@ def render_nonzero(k: NonZeroKernel, name: str) -> str:
             f"}}\n")
 
 
+def _box_functions(center: int, name: str) -> str:
+    """{name}_corners (a box as x0, x1, y0, y1) and {name}_overlaps (onnxruntime's SuppressByIOU)."""
+    if center:
+        corners = ("  const float w = __fdiv_rn(b[2], 2.0f), h = __fdiv_rn(b[3], 2.0f);\n"
+                   "  c[0] = __fsub_rn(b[0], w); c[1] = __fadd_rn(b[0], w); c[2] = __fsub_rn(b[1], h); c[3] = __fadd_rn(b[1], h);\n")
+    else:
+        corners = "  c[0] = fminf(b[1], b[3]); c[1] = fmaxf(b[1], b[3]); c[2] = fminf(b[0], b[2]); c[3] = fmaxf(b[0], b[2]);\n"
+    return (f"__device__ __forceinline__ void {name}_corners(const float* b, float* c) {{\n{corners}}}\n"
+            f"/* onnxruntime's SuppressByIOU: a selected box (x0, x1, y0, y1) against a candidate */\n"
+            f"__device__ __forceinline__ bool {name}_overlaps(const float* a, const float* b, float iou) {{\n"
+            f"  const float ix0 = fmaxf(a[0], b[0]), ix1 = fminf(a[1], b[1]);\n"
+            f"  if (ix1 <= ix0) return false;\n"
+            f"  const float iy0 = fmaxf(a[2], b[2]), iy1 = fminf(a[3], b[3]);\n"
+            f"  if (iy1 <= iy0) return false;\n"
+            f"  const float inter = __fmul_rn(__fsub_rn(ix1, ix0), __fsub_rn(iy1, iy0));\n"
+            f"  if (inter <= 0.0f) return false;\n"
+            f"  const float a1 = __fmul_rn(__fsub_rn(a[1], a[0]), __fsub_rn(a[3], a[2]));\n"
+            f"  const float a2 = __fmul_rn(__fsub_rn(b[1], b[0]), __fsub_rn(b[3], b[2]));\n"
+            f"  const float uni = __fsub_rn(__fadd_rn(a1, a2), inter);\n"
+            f"  if (a1 <= 0.0f || a2 <= 0.0f || uni <= 0.0f) return false;\n"
+            f"  return __fdiv_rn(inter, uni) > iou;\n"
+            f"}}\n")
+
+
+def render_nms_mask(k: NmsMaskKernel, name: str) -> str:
+    """A thread per word of the mask: candidate r's overlaps with the 64 candidates of word w (later ones)."""
+    bcs, n, words = k.shape
+    classes = k.inputs[1][0][1]
+    return (_box_functions(k.center_point_box, name) +
+            f'extern "C" __global__ void __launch_bounds__({NMS_MASK_BLOCK}) {name}(unsigned long long* __restrict__ out, '
+            f"const float* __restrict__ in0, const i64* __restrict__ in1, const float* __restrict__ in2) {{\n"
+            f"  const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"  G_AWAIT_PREDECESSOR();\n"
+            f"  if (e >= {bcs * n * words}LL) return;\n"
+            f"  const i64 w = e % {words}LL, r = (e / {words}LL) % {n}LL, bc = e / {n * words}LL;\n"
+            f"  if (w < r / 64) return;   /* never read: earlier candidates */\n"
+            f"  const i64* order = in1 + bc * {n}LL;\n"
+            f"  const float* boxes = in0 + (bc / {classes}) * {n * 4}LL;\n"
+            f"  const float iou = in2[0];\n"
+            f"  float mine[4], theirs[4];\n"
+            f"  {name}_corners(boxes + 4 * order[r], mine);\n"
+            f"  unsigned long long bits = 0ull;\n"
+            f"  for (int b = 0; b < 64; ++b) {{\n"
+            f"    const i64 c = w * 64 + b;\n"
+            f"    if (c <= r || c >= {n}LL) continue;\n"
+            f"    {name}_corners(boxes + 4 * order[c], theirs);\n"
+            f"    if ({name}_overlaps(mine, theirs, iou)) bits |= 1ull << b;\n"
+            f"  }}\n"
+            f"  out[e] = bits;\n"
+            f"}}\n")
+
+
+def render_nms_walk(k: NmsKernel, name: str) -> str:
+    """Greedy NMS from the overlap mask (in7), a block per (batch, class): the candidates in score order 64
+    at a time; one thread decides a word's 64 in order (kept unless removed: by an earlier kept one, or
+    as no candidate at all), the block then removes what the word's kept ones overlap further on."""
+    batches, classes, bound = k.shape
+    n = k.boxes
+    words = (n + 63) // 64
+    keep = "sc[order[r]] > thr" if k.score_threshold else "true"
+    return (
+        f'extern "C" __global__ void __launch_bounds__({NMS_BLOCK}) {name}(i64* __restrict__ out, '
+        f"const float* __restrict__ in0, const float* __restrict__ in1, const i64* __restrict__ in2, "
+        f"const float* __restrict__ in3, const float* __restrict__ in4, const i64* __restrict__ in5, "
+        f"const i64* __restrict__ in6, const unsigned long long* __restrict__ in7) {{\n"
+        f"  __shared__ unsigned long long removed[{words}];\n"
+        f"  __shared__ int kept_rows[64];\n"
+        f"  __shared__ int kept_n;\n"
+        f"  __shared__ i64 selected;\n"
+        f"  const i64 bc = blockIdx.x;\n"
+        f"  const float* sc = in1 + bc * {n}LL;\n"
+        f"  const i64* order = in6 + bc * {n}LL;\n"
+        f"  const unsigned long long* mask = in7 + bc * {n * words}LL;\n"
+        f"  i64* o = out + bc * {bound}LL;\n"
+        f"  G_AWAIT_PREDECESSOR();\n"
+        f"  const i64 want = in2[0] < 0 ? 0 : (in2[0] > {bound}LL ? {bound}LL : in2[0]);\n"
+        f"  const float thr = in4[0];\n"
+        f"  const i64 valid = in5[0];\n"
+        f"  const int t = threadIdx.x, width = blockDim.x;\n"
+        f"  for (i64 j = t; j < {bound}LL; j += width) o[j] = -1;\n"
+        f"  for (int w = t; w < {words}; w += width) {{   /* no candidate: padding, or a score not above the threshold */\n"
+        f"    unsigned long long bits = 0ull;\n"
+        f"    for (int b = 0; b < 64; ++b) {{ const i64 r = (i64)w * 64 + b;\n"
+        f"      if (r >= {n}LL || order[r] < 0 || order[r] >= valid || !({keep})) bits |= 1ull << b; }}\n"
+        f"    removed[w] = bits;\n"
+        f"  }}\n"
+        f"  if (t == 0) selected = 0;\n"
+        f"  __syncthreads();\n"
+        f"  for (int g = 0; g < {words} && selected < want; ++g) {{\n"
+        f"    if (t == 0) {{\n"
+        f"      unsigned long long word = removed[g];\n"
+        f"      int kn = 0;\n"
+        f"      i64 count = selected;\n"
+        f"      for (int b = 0; b < 64 && count < want; ++b) {{\n"
+        f"        if ((word >> b) & 1ull) continue;\n"
+        f"        const i64 r = (i64)g * 64 + b;\n"
+        f"        o[count++] = order[r];\n"
+        f"        kept_rows[kn++] = (int)r;\n"
+        f"        word |= mask[r * {words}LL + g];\n"
+        f"      }}\n"
+        f"      kept_n = kn;\n"
+        f"      selected = count;\n"
+        f"    }}\n"
+        f"    __syncthreads();\n"
+        f"    for (int w = g + 1 + t; w < {words}; w += width) {{\n"
+        f"      unsigned long long acc = 0ull;\n"
+        f"      for (int q = 0; q < kept_n; ++q) acc |= mask[(i64)kept_rows[q] * {words}LL + w];\n"
+        f"      removed[w] |= acc;\n"
+        f"    }}\n"
+        f"    __syncthreads();\n"
+        f"  }}\n"
+        f"}}\n")
+
+
 def render_nms(k: NmsKernel, name: str) -> str:
     """Greedy NMS over the candidates in score order (in6: each (batch, class)'s boxes ranked by the TopK
     kernel), a chunk of a block's width at a time: each thread checks its candidate against the boxes
@@ -114,29 +236,10 @@ def render_nms(k: NmsKernel, name: str) -> str:
     no kept one overlaps. That is the greedy rule exactly, with the work spread over the block."""
     batches, classes, bound = k.shape
     n = k.boxes
-    if k.center_point_box:
-        corners = ("  const float w = __fdiv_rn(b[2], 2.0f), h = __fdiv_rn(b[3], 2.0f);\n"
-                   "  c[0] = __fsub_rn(b[0], w); c[1] = __fadd_rn(b[0], w); c[2] = __fsub_rn(b[1], h); c[3] = __fadd_rn(b[1], h);\n")
-    else:
-        corners = "  c[0] = fminf(b[1], b[3]); c[1] = fmaxf(b[1], b[3]); c[2] = fminf(b[0], b[2]); c[3] = fmaxf(b[0], b[2]);\n"
     keep = "sc[cand] > thr" if k.score_threshold else "true"
     words = NMS_BLOCK // 32
     return (
-        f"__device__ __forceinline__ void {name}_corners(const float* b, float* c) {{\n{corners}}}\n"
-        f"/* onnxruntime's SuppressByIOU: a selected box (x0, x1, y0, y1) against a candidate */\n"
-        f"__device__ __forceinline__ bool {name}_overlaps(const float* a, const float* b, float iou) {{\n"
-        f"  const float ix0 = fmaxf(a[0], b[0]), ix1 = fminf(a[1], b[1]);\n"
-        f"  if (ix1 <= ix0) return false;\n"
-        f"  const float iy0 = fmaxf(a[2], b[2]), iy1 = fminf(a[3], b[3]);\n"
-        f"  if (iy1 <= iy0) return false;\n"
-        f"  const float inter = __fmul_rn(__fsub_rn(ix1, ix0), __fsub_rn(iy1, iy0));\n"
-        f"  if (inter <= 0.0f) return false;\n"
-        f"  const float a1 = __fmul_rn(__fsub_rn(a[1], a[0]), __fsub_rn(a[3], a[2]));\n"
-        f"  const float a2 = __fmul_rn(__fsub_rn(b[1], b[0]), __fsub_rn(b[3], b[2]));\n"
-        f"  const float uni = __fsub_rn(__fadd_rn(a1, a2), inter);\n"
-        f"  if (a1 <= 0.0f || a2 <= 0.0f || uni <= 0.0f) return false;\n"
-        f"  return __fdiv_rn(inter, uni) > iou;\n"
-        f"}}\n"
+        _box_functions(k.center_point_box, name) +
         f'extern "C" __global__ void __launch_bounds__({NMS_BLOCK}) {name}(i64* __restrict__ out, '
         f"const float* __restrict__ in0, const float* __restrict__ in1, const i64* __restrict__ in2, "
         f"const float* __restrict__ in3, const float* __restrict__ in4, const i64* __restrict__ in5, "
@@ -205,8 +308,8 @@ def render_nms(k: NmsKernel, name: str) -> str:
 
 
 def render_topk(k: TopKKernel, name: str) -> str:
-    """A thread per element: its rank is the number of elements of its row that rank before it (a sweep
-    over the row, which every thread of a block reads alike from L1), and ranks below the bound write
+    """A warp per element: its rank is the number of elements of its row that rank before it (the lanes
+    sweep the row between them and sum), and ranks below the bound write
     the element's index there (or -1 from k on). Equal keys rank by index, so the ranks are a
     permutation and every position below the bound is written once. The work is a row's length
     squared, spread over the whole GPU: no sort state to keep, however long the row."""
@@ -222,15 +325,19 @@ def render_topk(k: TopKKernel, name: str) -> str:
             f"  if (na != nb) return nb;\n  if (!na && a != b) return a {cmp} b;\n  return ia < ib;\n}}\n"
             f'extern "C" __global__ void __launch_bounds__({TOPK_BLOCK}) {name}(i64* __restrict__ out, '
             f"const {key_t}* __restrict__ in0, const i64* __restrict__ in1) {{\n"
-            f"  const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"  const int lanes = blockDim.x >= 32 ? 32 : 1, lane = threadIdx.x % lanes;   /* a warp per element */\n"
+            f"  const i64 e = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / lanes;\n"
             f"  G_AWAIT_PREDECESSOR();\n"
             f"  if (e >= {total}LL) return;\n"
             f"  const i64 i = (e / {inner}LL) % {dim}LL, o = e / {dim * inner}LL, in = e % {inner}LL;\n"
             f"  const {key_t}* x = in0 + o * {dim * inner}LL + in;\n"
             f"  const {key_t} mine = x[i * {inner}LL];\n"
-            f"  i64 rank = 0;\n"
-            f"  for (i64 j = 0; j < {dim}LL; ++j) rank += {name}_before(x[j * {inner}LL], j, mine, i) ? 1 : 0;\n"
-            f"  if (rank >= {bound}LL) return;\n"
+            f"  long long rank = 0;\n"
+            f"  for (i64 j = lane; j < {dim}LL; j += lanes) rank += {name}_before(x[j * {inner}LL], j, mine, i) ? 1 : 0;\n"
+            f"#ifdef __CUDA_ARCH__\n"
+            f"  for (int s = 16; s > 0; s >>= 1) rank += __shfl_xor_sync(0xffffffffu, rank, s);\n"
+            f"#endif\n"
+            f"  if (lane != 0 || rank >= {bound}LL) return;\n"
             f"  const i64 want = in1[0] < 0 ? 0 : in1[0];\n"
             f"  out[o * {bound * inner}LL + rank * {inner}LL + in] = rank < want ? i : -1;\n"
             f"}}\n")

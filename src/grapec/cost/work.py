@@ -23,7 +23,7 @@ from ..codegen.launch import Launch, plan_launch, row_reductions
 from ..ir import kernel as K
 from ..ir.attention import KIND as ATTENTION
 from ..ir.kinds import kernel_from_json
-from ..ir.selection import NmsKernel, NonZeroKernel, TopKKernel
+from ..ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from ..ir.small_gemm import KIND as SMALL_GEMM
 from ..plan import KernelStep, LibraryStep
 
@@ -33,7 +33,7 @@ ARITH = K.ELEMENTWISE | {"cast"}
 TRANSCENDENTAL = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "erf", "pow", "sigmoid", "div",
                   "reciprocal", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "atan2"}
 SELECTION = "selection"
-SELECTION_KINDS = (NonZeroKernel.kind, NmsKernel.kind, TopKKernel.kind)
+SELECTION_KINDS = (NonZeroKernel.kind, NmsKernel.kind, NmsMaskKernel.kind, TopKKernel.kind)
 GEMM_TILE_M, GEMM_TILE_N, GEMM_TILE_K = 64, 128, 64   # a typical cuBLASLt tile at small M (fp16, sm_90)
 
 
@@ -145,6 +145,10 @@ def selection_work(kernel) -> Work:
         dim = kernel.inputs[0][0][kernel.axis]
         return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * dim / 1e6, math.prod(kernel.inputs[0][0]) * dim / 1e9,
                     dim, 1, 0, 0, launch.grid, launch.block, "a thread per element, its rank a sweep over its row")
+    if isinstance(kernel, NmsMaskKernel):
+        pairs = kernel.shape[0] * kernel.shape[1] * kernel.shape[1] / 2
+        return Work(SELECTION, (in_bytes + out_bytes / 2) / 1e6, pairs * 16 / 1e6, pairs * 20 / 1e9, 64, 1, 0, 0,
+                    launch.grid, launch.block, "a thread per mask word: 64 IoUs")
     rounds = kernel.shape[2]
     passes = rounds * math.ceil(kernel.boxes / launch.block)
     return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * rounds / 1e6, passes * launch.block * 30 / 1e9,

@@ -34,6 +34,11 @@ from .kernel import inputs_from_json, inputs_to_json
 PAD = -1
 # Boxes a batch: more would make the ranking before NMS (a row's length squared) too slow to be useful.
 NMS_MAX_BOXES = 1 << 20
+# The overlap mask (NmsMaskKernel) is made where it takes at most this much memory (the arena holds it):
+# the whole GPU then computes every IoU at once, and the walk is cheap; else the walk checks each
+# candidate against what it kept (one block per class).
+NMS_MASK_BYTES = 256 << 20
+NMS_MASK_MAX_WORDS = 4096   # the walk keeps a removed bit per candidate in shared memory
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,10 @@ class NmsKernel:
     inputs: tuple      # boxes [B, N, 4], scores [B, C, N] float32; max_out int64 [], iou float32 [], score float32 [],
                        # valid int64 []: boxes from this index on are padding (a data-dependent N), never candidates;
                        # order int64 [B, C, N]: each class's boxes by score, best first (the GPU's walk; numpy
-                       # needs no order)
+                       # needs no order); and, when a mask was made (NmsMaskKernel), that mask
     center_point_box: int
     score_threshold: bool   # whether the score threshold input was given (without it every box is a candidate)
+    masked: bool = False    # the GPU walks the overlap mask (an 8th input) instead of checking the kept boxes
     dtype: str = "int64"
 
     kind = "nms"
@@ -90,12 +96,13 @@ class NmsKernel:
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs),
-                "center_point_box": self.center_point_box, "score_threshold": self.score_threshold}
+                "center_point_box": self.center_point_box, "score_threshold": self.score_threshold,
+                "masked": self.masked}
 
     @staticmethod
     def from_json(d: dict) -> "NmsKernel":
         return NmsKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]), int(d["center_point_box"]),
-                         bool(d["score_threshold"]))
+                         bool(d["score_threshold"]), bool(d.get("masked", False)))
 
     def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
         b_, c_, bound = self.shape
@@ -186,6 +193,67 @@ def _overlaps(lo, hi, area, i: int, js: np.ndarray, iou: np.float32) -> np.ndarr
     return ok & (ratio > iou)
 
 
+@dataclass(frozen=True)
+class NmsMaskKernel:
+    """Which later candidates each candidate would suppress, for the GPU's NMS walk (codegen/selection.py):
+    out[bc, r, w] bit b is set where c = 64 w + b > r and IoU(box order[r], box order[c]) > iou, the
+    candidates in each (batch, class)'s score order. Only the words w >= r // 64 are read (and written)."""
+    shape: tuple       # (batches x classes, N, ceil(N / 64)) uint64
+    inputs: tuple      # boxes [B, N, 4] float32, order [B, C, N] int64, iou float32 []
+    center_point_box: int
+    dtype: str = "uint64"
+
+    kind = "nms_mask"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs),
+                "center_point_box": self.center_point_box}
+
+    @staticmethod
+    def from_json(d: dict) -> "NmsMaskKernel":
+        return NmsMaskKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]), int(d["center_point_box"]))
+
+    def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
+        boxes = np.asarray(inputs[0], np.float32).reshape(self.inputs[0][0])
+        order = np.asarray(inputs[1]).reshape(self.inputs[1][0])
+        iou = np.float32(np.asarray(inputs[2]).reshape(-1)[0])
+        bcs, n, words = self.shape
+        classes = order.shape[1]
+        res = np.zeros(self.shape, np.uint64) if out is None else out.reshape(self.shape)
+        res[...] = 0
+        weights = np.uint64(1) << np.arange(64, dtype=np.uint64)
+        for bc in range(bcs):
+            b = bc // classes
+            lo, hi = _corners(boxes[b], self.center_point_box)
+            area = (hi[:, 0] - lo[:, 0]) * (hi[:, 1] - lo[:, 1])
+            rank = order[b, bc % classes]
+            lo, hi, area = lo[rank], hi[rank], area[rank]   # in score order
+            for r0 in range(0, n, 256):   # a block of rows at a time: every pair's IoU, vectorized
+                rows = np.arange(r0, min(n, r0 + 256))
+                hit = _pairwise_overlaps(lo, hi, area, rows, iou) & (np.arange(n)[None, :] > rows[:, None])
+                padded = np.zeros((len(rows), words * 64), bool)
+                padded[:, :n] = hit
+                res[bc, rows] = (padded.reshape(len(rows), words, 64) * weights).sum(axis=2, dtype=np.uint64)
+        return res if out is None else out
+
+
+def _pairwise_overlaps(lo, hi, area, rows, iou) -> np.ndarray:
+    """[len(rows), N]: IoU(box row, box c) > iou, as _overlaps computes it (row the selected box)."""
+    ilo = np.maximum(lo[rows][:, None, :], lo[None, :, :])
+    ihi = np.minimum(hi[rows][:, None, :], hi[None, :, :])
+    w, h = ihi[..., 0] - ilo[..., 0], ihi[..., 1] - ilo[..., 1]
+    inter = w * h
+    a1, a2 = area[rows][:, None], area[None, :]
+    union = (a1 + a2) - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = inter / union
+    return (w > 0) & (h > 0) & (inter > 0) & (a1 > 0) & (a2 > 0) & (union > 0) & (ratio > iou)
+
+
 def nms_bound(batches: int, classes: int, boxes: int, max_out: int | None) -> int:
     """Rows NonMaxSuppression can select: per (batch, class) at most the boxes, or max_out if known."""
     per_class = boxes if max_out is None else min(max(max_out, 0), boxes)
@@ -206,4 +274,4 @@ def counted_output(name: str) -> tuple | None:
     return (head, int(axis)) if mark and axis.isdigit() else None
 
 
-__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NmsKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]
+__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]

@@ -12,7 +12,8 @@ from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.graph import Node
 from .. import dtypes
-from ..ir.selection import NMS_MAX_BOXES, NmsKernel, NonZeroKernel, TopKKernel, nms_bound
+from ..ir.selection import (NMS_MASK_BYTES, NMS_MASK_MAX_WORDS, NMS_MAX_BOXES, NmsKernel, NmsMaskKernel, NonZeroKernel,
+                            TopKKernel, nms_bound)
 from ..ir.tensor import T, cast, map_, reduce, reshape
 from . import op
 
@@ -100,9 +101,18 @@ def non_max_suppression(ctx):
             _valid_boxes(ctx, n)]
     whole = ctx.graph.add_value("nms_n", I64, (1,), np.array([n], np.int64)).name
     args.append(ranked(ctx, ctx.tensor(ctx.graph.lookup(args[1])), 2, whole, n, largest=True).source)
+    center = int(ctx.attr("center_point_box", 0))
+    words = -(-n // 64)
+    masked = batches * classes * n * words * 8 <= NMS_MASK_BYTES and words <= NMS_MASK_MAX_WORDS
+    if masked:   # every IoU at once over the whole GPU; the walk then reads it (codegen/selection.py)
+        mask = NmsMaskKernel((batches * classes, n, words), tuple((ctx.graph.lookup(a).shape, ctx.graph.lookup(a).dtype)
+                                                                 for a in (args[0], args[6], args[3])), center)
+        mask_v = ctx.new_value("nms_mask", mask.shape, "uint64")
+        ctx.emit(Node("Kernel", [args[0], args[6], args[3]], [mask_v.name], name=ctx.node.name, attrs={"kernel": mask}))
+        args.append(mask_v.name)
     kernel = NmsKernel((batches, classes, per_class), tuple((ctx.graph.lookup(a).shape, ctx.graph.lookup(a).dtype)
                                                             for a in args),
-                       int(ctx.attr("center_point_box", 0)), ctx.has(4))
+                       center, ctx.has(4), masked)
     sel_v = ctx.new_value("nms_selected", kernel.shape, I64)
     ctx.emit(Node("Kernel", args, [sel_v.name], name=ctx.node.name, attrs={"kernel": kernel}))
     sel = ctx.tensor(sel_v)

@@ -31,7 +31,7 @@ from ..cost.model import estimate
 from ..cost.work import step_work
 from ..ir.attention import AttentionKernel
 from ..ir.kinds import kernel_from_json
-from ..ir.selection import NmsKernel, NonZeroKernel, TopKKernel
+from ..ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from ..ir.small_gemm import SmallGemmKernel
 from ..plan import KernelStep, Plan, Stitch
 
@@ -98,7 +98,7 @@ def _stage(plan, kernels, profile, st, root, io) -> tuple | None:
     if us > STAGE_MAX_US:
         return None
     k = kernel_from_json(kernels[st.kernel])
-    if isinstance(k, (NonZeroKernel, NmsKernel, TopKKernel)):
+    if isinstance(k, (NonZeroKernel, NmsKernel, NmsMaskKernel, TopKKernel)):
         return None   # one block, or a block per class, looping with block barriers of its own
     if isinstance(k, AttentionKernel):
         block = attention_launch(k).block
