@@ -1,7 +1,7 @@
 """Detection models with their post-processing in the graph (issue 36): torchvision's detectors exported
 by torch.onnx, with random weights (nothing downloaded).
 
-    python models/detection.py ssdlite_tiny --out models/tiny      # the CI model (2 MB)
+    python models/detection.py ssdlite_tiny --out models/detection   # the CI model (2 MB)
     python models/detection.py ssdlite fasterrcnn retinanet --out /tmp/det
 
 Needs torch and torchvision that import together (this project's CPU torch does not load PyPI's

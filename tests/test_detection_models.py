@@ -13,7 +13,7 @@ from grapec.bundle.format import Bundle
 from grapec.runtime.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SSDLITE = os.path.join(ROOT, "models", "tiny", "ssdlite_tiny.onnx")
+SSDLITE = os.path.join(ROOT, "models", "detection", "ssdlite_tiny.onnx")
 
 
 def images(h: int, w: int) -> list:

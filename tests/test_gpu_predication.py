@@ -62,7 +62,7 @@ def test_topk_on_the_gpu_both_paths():
 
 
 def test_ssdlite_on_the_gpu():
-    """torchvision's SSDLite with its post-processing (models/tiny/ssdlite_tiny.onnx), one launch a run."""
+    """torchvision's SSDLite with its post-processing (models/detection/ssdlite_tiny.onnx), one launch a run."""
     import onnxruntime as ort
     from test_detection_models import SSDLITE, assert_same_detections, images
     b = grapec.compile(SSDLITE, shapes={"image": (3, 96, 128)}, strict=True)

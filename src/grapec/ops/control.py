@@ -97,15 +97,20 @@ BRANCHES = ("then_branch", "else_branch")
 
 
 def _varying_outputs(branches: dict) -> dict:
-    """{output position: (bound shape, axes)} of the outputs whose shapes differ between the branches
-    only in some axes' lengths, or are data-dependent in either: their bound is the larger length."""
+    """{output position: (bound shape, axes)} of the outputs that are data-dependent in a branch, where
+    the other branch's length differs or is data-dependent too, or is empty (torchvision's `if
+    boxes.numel() == 0: return empty`): their bound is the larger length. Two static lengths that just
+    differ are left to the usual refusal, which names the input the condition comes from."""
     varying = {}
     for i, (t, e) in enumerate(zip(branches["then_branch"].outputs, branches["else_branch"].outputs)):
         tv, ev = branches["then_branch"].lookup(t), branches["else_branch"].lookup(e)
-        if tv.dtype != ev.dtype or len(tv.shape) != len(ev.shape):
+        if tv.dtype != ev.dtype or len(tv.shape) != len(ev.shape) or not (tv.counts or ev.counts):
             continue
-        axes = sorted({a for a, (x, y) in enumerate(zip(tv.shape, ev.shape)) if x != y}
-                      | set(tv.counts or {}) | set(ev.counts or {}))
+        counted = set(tv.counts or {}) | set(ev.counts or {})
+        differ = {a for a, (x, y) in enumerate(zip(tv.shape, ev.shape)) if x != y}
+        if any(a not in counted and 0 not in (tv.shape[a], ev.shape[a]) for a in differ):
+            continue
+        axes = sorted(differ | counted)
         if axes:
             varying[i] = (tuple(max(x, y) for x, y in zip(tv.shape, ev.shape)), axes)
     return varying
