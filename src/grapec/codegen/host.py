@@ -45,6 +45,7 @@ struct alignas(8) uint2 { unsigned int x, y; };
 #define __launch_bounds__(n)
 #define __syncthreads() ((void)0)
 static inline unsigned atomicAnd(unsigned* p, unsigned v) { const unsigned o = *p; *p &= v; return o; }
+static inline unsigned long long atomicOr(unsigned long long* p, unsigned long long v) { const unsigned long long o = *p; *p |= v; return o; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }

@@ -27,6 +27,7 @@ from .launch import Launch
 NONZERO_BLOCK = 1024
 NMS_BLOCK = 256
 NMS_MASK_BLOCK = 128
+NMS_WALK_BLOCK = 1024
 NMS_CACHED = 1024   # selected boxes whose corners stay in shared memory (16 KiB); later ones are read again
 TOPK_BLOCK = 256
 
@@ -68,7 +69,7 @@ def selection_launch(k) -> Launch:
         total = math.prod(k.inputs[0][0])
         return Launch("row", max(1, -(-total * 32 // TOPK_BLOCK)), TOPK_BLOCK, rows=max(total, 1))
     blocks = k.shape[0] * k.shape[1]
-    return Launch("row", blocks, NMS_BLOCK, rows=blocks)
+    return Launch("row", blocks, NMS_WALK_BLOCK if k.masked else NMS_BLOCK, rows=blocks)
 
 
 def render_selection(k, name: str) -> str:
@@ -169,13 +170,14 @@ def render_nms_mask(k: NmsMaskKernel, name: str) -> str:
 def render_nms_walk(k: NmsKernel, name: str) -> str:
     """Greedy NMS from the overlap mask (in7), a block per (batch, class): the candidates in score order 64
     at a time; one thread decides a word's 64 in order (kept unless removed: by an earlier kept one, or
-    as no candidate at all), the block then removes what the word's kept ones overlap further on."""
+    as no candidate at all), the block then removes what the word's kept ones overlap further on, a
+    thread per (kept row, later word) so that the loads overlap."""
     batches, classes, bound = k.shape
     n = k.boxes
     words = (n + 63) // 64
     keep = "sc[order[r]] > thr" if k.score_threshold else "true"
     return (
-        f'extern "C" __global__ void __launch_bounds__({NMS_BLOCK}) {name}(i64* __restrict__ out, '
+        f'extern "C" __global__ void __launch_bounds__({NMS_WALK_BLOCK}) {name}(i64* __restrict__ out, '
         f"const float* __restrict__ in0, const float* __restrict__ in1, const i64* __restrict__ in2, "
         f"const float* __restrict__ in3, const float* __restrict__ in4, const i64* __restrict__ in5, "
         f"const i64* __restrict__ in6, const unsigned long long* __restrict__ in7) {{\n"
@@ -225,10 +227,11 @@ def render_nms_walk(k: NmsKernel, name: str) -> str:
         f"      selected = count;\n"
         f"    }}\n"
         f"    __syncthreads();\n"
-        f"    for (int w = g + 1 + t; w < {words}; w += width) {{\n"
-        f"      unsigned long long acc = 0ull;\n"
-        f"      for (int q = 0; q < kept_n; ++q) acc |= mask[(i64)kept_rows[q] * {words}LL + w];\n"
-        f"      removed[w] |= acc;\n"
+        f"    const int rest = {words} - g - 1, pairs = kept_n * rest;   /* (kept row, later word): loads in flight together */\n"
+        f"    for (int p = t; p < pairs; p += width) {{\n"
+        f"      const int q = p / rest, w = g + 1 + p % rest;\n"
+        f"      const unsigned long long bits = mask[(i64)kept_rows[q] * {words}LL + w];\n"
+        f"      if (bits) atomicOr(&removed[w], bits);\n"
         f"    }}\n"
         f"    __syncthreads();\n"
         f"  }}\n"
