@@ -18,6 +18,7 @@ from grapec.ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKer
 from grapec.runtime.session import Session
 
 from helpers import init, model, ort_run, tinfo
+from test_cli import assert_user_error, grapec as grapec_cli
 
 I64 = TensorProto.INT64
 
@@ -145,7 +146,7 @@ def test_compress_by_runtime_condition_matches_onnxruntime():
         _check_same(sess.run(feeds), ort_run(m, feeds))
 
 
-def test_an_op_that_would_read_padding_is_refused_by_name():
+def test_an_op_that_would_read_padding_is_refused_by_name(tmp_path):
     m = model([helper.make_node("NonZero", ["x"], ["nz"]),
                helper.make_node("Slice", ["nz", "one", "big", "one"], ["tail"])],
               [tinfo("x", shape=[8])], [tinfo("tail", I64)],
@@ -153,6 +154,10 @@ def test_an_op_that_would_read_padding_is_refused_by_name():
     with pytest.raises(UnsupportedError, match=r"node 'Slice_1' \(Slice\): input 'nz' has a data-dependent size "
                                                r"\(dim 1, at most 8\); a Slice of its data-dependent dim from 1 by 1"):
         grapec.compile(m, targets=[])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    assert_user_error(*grapec_cli("compile", tmp_path / "m.onnx", "-o", tmp_path / "m.grape", "--no-gpu"),
+                      "Slice_1", "data-dependent size", "at most 8")
+    assert not (tmp_path / "m.grape").exists()
 
 
 def test_concat_along_counted_axes_matches_onnxruntime():
