@@ -266,3 +266,21 @@ def test_unique_of_runtime_data_matches_onnxruntime(sorted_):
         _check_same(sess.run(feeds), ref)
         sizes.add(len(ref["y"]))
     assert len(sizes) == 4
+
+
+@pytest.mark.parametrize("sorted_", [1, 0])
+def test_unique_slices_along_an_axis_match_onnxruntime(sorted_):
+    """Unique columns (axis 1) of a small int table: repeated columns, and a 3-D case along axis 0."""
+    for shape, axis in (((3, 7), 1), ((5, 2, 2), 0)):
+        m = model([helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], sorted=sorted_, axis=axis)],
+                  [tinfo("x", I64, list(shape))],
+                  [tinfo("y", I64), tinfo("first", I64), tinfo("inverse", I64), tinfo("counts", I64)])
+        sess, _ = _session(m)
+        rng = np.random.default_rng(9)
+        seen = set()
+        for top in (0, 1, 2, 50):   # all slices alike, a few kinds, (nearly) all distinct
+            feeds = {"x": rng.integers(0, top + 1, shape).astype(np.int64)}
+            ref = ort_run(m, feeds)
+            _check_same(sess.run(feeds), ref)
+            seen.add(len(ref["first"]))
+        assert 1 in seen and len(seen) >= 3

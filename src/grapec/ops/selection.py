@@ -14,7 +14,7 @@ from ..ir.graph import Node
 from .. import dtypes
 from ..ir.selection import (NMS_MASK_BYTES, NMS_MASK_MAX_WORDS, NMS_MAX_BOXES, NmsKernel, NmsMaskKernel, NonZeroKernel,
                             TopKKernel, nms_bound)
-from ..ir.tensor import T, cast, map_, reduce, reshape
+from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape, transpose
 from . import op
 
 I64 = "int64"
@@ -173,7 +173,7 @@ def unique_runtime(ctx) -> list:
     counts the distinct values ranked before its own (smaller, or first seen earlier when unsorted):
     a sum over the bound, masked past the count."""
     if ctx.attr("axis") is not None:
-        ctx.fail("Unique along an axis of run-time data is not supported yet (only the flattened form)")
+        return _unique_slices(ctx)
     x = ctx.input(0)
     n = math.prod(x.shape)
     if n == 0:
@@ -220,6 +220,68 @@ def unique_runtime(ctx) -> list:
     for j in (0, 1, 3):
         ctx.count_output(j, 0, count, n, f"the {n} elements of its input")
     return [values, first, T((n,), I64, inverse), sizes]
+
+
+def _unique_slices(ctx) -> list:
+    """Unique along an axis: the distinct slices, compared in order of their elements (numpy's
+    lexicographic order). Pairwise tables of the n slices (equal, and ranked before: the first element
+    where they differ is smaller), then each slice's standing from them: whether it is its slice's first
+    occurrence, and how many distinct slices rank before it (sorted) or appear before it (unsorted).
+    Work n^2 x the slice's size: meant for the small tables Unique is applied to along an axis."""
+    x = ctx.input(0)
+    axis = norm_axis(int(ctx.attr("axis")), x.ndim)
+    n = x.shape[axis]
+    moved = transpose(x, [axis] + [a for a in range(x.ndim) if a != axis])
+    m = math.prod(moved.shape[1:])
+    if n == 0 or m == 0:
+        ctx.fail("Unique along an empty axis of run-time data")
+    rows = reshape(moved, (n, m))
+    zero, none = K.const(0, I64), K.const(n, I64)
+
+    def first_difference(i, j):   # the first column where rows i and j differ; m where none does
+        p = K.ridx(m)
+        return K.reduce("min", K.where(K.binary("ne", rows.at((i, p)), rows.at((j, p))), p, K.const(m, I64)), (p,))
+    same = ctx.realize(T((n, n), "bool", lambda ix: K.binary("eq", first_difference(ix[0], ix[1]), K.const(m, I64))),
+                       "unique_same")
+
+    def before(ix):   # row ix[0] ranks before row ix[1]
+        d = K.binary("min", first_difference(ix[0], ix[1]), K.const(m - 1, I64))
+        return K.binary("and", K.unary("not", same.at(ix)), K.binary("lt", rows.at((ix[0], d)), rows.at((ix[1], d))))
+    less = ctx.realize(T((n, n), "bool", before), "unique_less")
+
+    def count(cond):   # an int64 sum over a fresh row variable j of cond(j)
+        j = K.ridx(n)
+        return K.reduce("sum", K.cast(cond(j), I64), (j,))
+    first = ctx.realize(T((n,), "bool", lambda ix: K.binary("eq", count(
+        lambda j: K.binary("and", K.binary("lt", j, ix[0]), same.at((j, ix[0])))), zero)), "unique_is_first")
+    sorted_ = bool(ctx.attr("sorted", 1))
+    # each slice's standing: the distinct slices ranked before it (sorted), or first seen before it
+    standing_of = ctx.realize(T((n,), I64, lambda ix: count(
+        lambda j: K.binary("and", first.at((j,)), less.at((j, ix[0])) if sorted_ else K.binary("lt", j, _first_of(same, ix[0], n))))),
+        "unique_standing")
+    total = ctx.realize(T((), I64, lambda ix: count(lambda j: first.at((j,)))), "unique_count")
+
+    def chosen(u):   # the first occurrence standing u-th; n past the count
+        i = K.ridx(n)
+        return K.reduce("min", K.where(K.binary("and", first.at((i,)), K.binary("eq", standing_of.at((i,)), u)), i, none), (i,))
+    picks = ctx.realize(T((n,), I64, lambda ix: chosen(ix[0])), "unique_first")
+    at = lambda u: K.binary("min", picks.at((u,)), K.const(n - 1, I64))  # noqa: E731
+    values = T(moved.shape, x.dtype, lambda ix: moved.at((at(ix[0]),) + tuple(ix[1:])))
+    back = [a for a in range(1, x.ndim)]
+    perm = back[:axis] + [0] + back[axis:]
+    y = transpose(values, perm)
+    inverse = T((n,), I64, lambda ix: standing_of.at((_first_of(same, ix[0], n),)))
+    sizes = T((n,), I64, lambda ix: K.where(K.binary("lt", ix[0], total.at(())),
+                                             count(lambda j: same.at((j, at(ix[0])))), zero))
+    for j, ax in ((0, axis), (1, 0), (3, 0)):
+        ctx.count_output(j, ax, total, n, f"the {n} slices along axis {axis}")
+    return [y, picks, inverse, sizes]
+
+
+def _first_of(same: T, i, n: int):
+    """The first row equal to row i."""
+    j = K.ridx(n)
+    return K.reduce("min", K.where(same.at((j, i)), j, K.const(n, I64)), (j,))
 
 
 __all__ = ["compact", "compress_runtime", "ranked", "unique_runtime"]
