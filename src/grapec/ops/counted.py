@@ -452,14 +452,15 @@ def _matmul(ctx, counted, j, out) -> dict:
 
 
 _RULES = {
-    "Transpose": _transpose,
+    "Transpose": _transpose, "Pad": _pad, "Expand": _expand,
     "Reshape": _regrouped, "Flatten": _regrouped, "Squeeze": _regrouped, "Unsqueeze": _regrouped,
+    "Slice": _slice, "Concat": _concat, "Split": _split,
     "Gather": _gather, "GatherElements": _gather_elements, "GatherND": _gather_nd,
-    "Slice": _slice, "Concat": _concat, "Split": _split, "Expand": _expand,
     **{op: lambda ctx, counted, j, out: _data_counts(ctx, counted) for op in _SCATTERS},
-    "TopK": _topk, "Pad": _pad, "CumSum": _same, "RoiAlign": lambda ctx, counted, j, out: _rois(ctx, counted), "CumProd": _same, "MatMul": _matmul, "Gemm": _matmul,
+    "RoiAlign": lambda ctx, counted, j, out: _rois(ctx, counted),
+    "MatMul": _matmul, "Gemm": _matmul, "TopK": _topk,
     **{op: _reduced for op in _REDUCE_FILL}, "ReduceMean": _reduced,
-    **{op: _same for op in _SOFTMAX},
+    **{op: _same for op in (*_SOFTMAX, "CumSum", "CumProd")},
     # their values hold the counts themselves (ops/shape.py), and their shapes are static
     "Shape": lambda ctx, counted, j, out: {}, "Size": lambda ctx, counted, j, out: {},
 }
