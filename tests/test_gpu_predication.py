@@ -75,3 +75,9 @@ def test_ssdlite_on_the_gpu():
         assert_same_detections(sess.run({"image": x}), expected)
         counts.append(len(expected["scores"]))
     assert min(counts) == 0 and max(counts) == 25
+
+
+def test_loop_that_may_stop_early_on_the_gpu():
+    """Scan rows counted by the iterations the WHILE node ran (its counter copied out after it)."""
+    from test_predication import check_early_stop_loop, early_stop_loop_model
+    check_early_stop_loop(_cuda_session(early_stop_loop_model()))

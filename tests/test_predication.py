@@ -284,3 +284,41 @@ def test_unique_slices_along_an_axis_match_onnxruntime(sorted_):
             _check_same(sess.run(feeds), ref)
             seen.add(len(ref["first"]))
         assert 1 in seen and len(seen) >= 3
+
+
+def early_stop_loop_model():
+    """A Loop with M = 10 whose body stops once a running sum passes a threshold; a scan output of a
+    row per iteration, and a sum over those rows after the loop."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc_in", "step"], ["acc_out"]),
+         helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+         helper.make_node("Less", ["s", "limit"], ["go"]),
+         helper.make_node("Mul", ["acc_out", "two"], ["row"])],
+        "body", [tinfo("i", I64, []), tinfo("cond", TensorProto.BOOL, []), tinfo("acc_in", shape=[3])],
+        [tinfo("go", TensorProto.BOOL, []), tinfo("acc_out", shape=[3]), tinfo("row", shape=[3])],
+        [init("two", np.array(2.0, np.float32))])
+    m = model([helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+               helper.make_node("Loop", ["M", "", "x"], ["final", "rows"], body=body),
+               helper.make_node("ReduceSum", ["rows"], ["rows_sum"], keepdims=0)],
+              [tinfo("x", shape=[3]), tinfo("step", shape=[3]), tinfo("limit", shape=[])],
+              [tinfo("final"), tinfo("rows"), tinfo("rows_sum")], [init("M", np.array(10, np.int64))])
+    return m
+
+
+def check_early_stop_loop(sess):
+    m, rng, seen = early_stop_loop_model(), np.random.default_rng(10), set()
+    for limit in (-1.0, 2.0, 6.0, 100.0):   # stops after 1, a few, ... all 10 iterations
+        feeds = {"x": rng.random(3).astype(np.float32), "step": rng.random(3).astype(np.float32) + 0.2,
+                 "limit": np.array(limit, np.float32)}
+        ref = ort_run(m, feeds)
+        _check_same(sess.run(feeds), ref)
+        seen.add(len(ref["rows"]))
+    assert 1 in seen and 10 in seen and len(seen) >= 3
+
+
+def test_loop_that_may_stop_early_has_counted_scan_outputs():
+    """The scan output has one row per iteration run (a bounded trip count), trimmed as onnxruntime
+    shapes it; the sum after the loop reads only those rows."""
+    sess, b = _session(early_stop_loop_model())
+    check_early_stop_loop(sess)
+    assert [d["op"] for d in b.manifest["buckets"][0]["predicated"]] == ["Loop"]

@@ -1,10 +1,11 @@
 """If and Loop: region nodes whose bodies are compiled like any graph (specialize ... schedule).
 
 Bodies read enclosing values directly (ONNX scoping). Shapes must be static: both If branches
-must produce the same shapes, and Loop-carried values must keep their shape across iterations.
-Scan outputs need an exact trip count (a constant M and a loop that cannot stop early), since
-their size is fixed in the plan. passes/predicate.py then puts the regions in the form the backends
-run: on the GPU, conditional IF / WHILE nodes of the CUDA graph.
+must produce the same shapes (or one is data-dependent: then both are padded to the larger and the
+If returns their lengths), and Loop-carried values must keep their shape across iterations. Scan
+outputs need a constant trip count M, their rows' bound; a loop that may stop early counts the rows
+it wrote by its iterations (ops/counted.py). passes/predicate.py then puts the regions in the form
+the backends run: on the GPU, conditional IF / WHILE nodes of the CUDA graph.
 """
 from __future__ import annotations
 
@@ -189,14 +190,22 @@ def loop(ctx):
                      f"to {got.dtype}{list(got.shape)} across iterations; grapec needs fixed shapes")
         outs.append((init.shape, init.dtype))
     scans = low.outputs[1 + n_carried:]
-    if scans:
-        trips = _exact_trip_count(ctx, low, body)
-        for s in scans:
-            v = low.lookup(s)
-            outs.append(((trips,) + tuple(v.shape), v.dtype))
+    trips, counted = (_scan_rows(ctx, low, body) if scans else (0, False))
+    for s in scans:
+        v = low.lookup(s)
+        outs.append(((trips,) + tuple(v.shape), v.dtype))
     results = _define_outputs(ctx, outs)
-    ctx.emit(Node("Loop", list(ctx.node.inputs), list(ctx.node.outputs), ctx.node.name,
-                  {"n_carried": n_carried}, {"body": low}))
+    attrs, outputs = {"n_carried": n_carried}, list(ctx.node.outputs)
+    if counted:   # the rows written: the iterations the loop ran, its counter after the last (ops/counted.py)
+        rows = count_output_name(ctx.node.name, 0)
+        ctx.graph.values[rows] = Value(rows, "int64", ())
+        attrs["iterations_output"] = rows
+        outputs.append(rows)
+        for j in range(n_carried, len(ctx.node.outputs)):
+            if ctx.node.outputs[j]:
+                ctx.count_output(j, 0, ctx._load(ctx.graph.values[rows]), trips,
+                                 f"the trip count M ({trips}): the loop may stop early")
+    ctx.emit(Node("Loop", list(ctx.node.inputs), outputs, ctx.node.name, attrs, {"body": low}))
     return results
 
 
@@ -206,18 +215,21 @@ def _require_single(ctx, v, what: str, dtype: str):
         ctx.fail(f"{what} '{v.name}' must be a single {dtype}, got {v.dtype}{list(v.shape)}")
 
 
-def _exact_trip_count(ctx, low, body) -> int:
-    """Scan outputs have a fixed size only if the loop runs exactly M times."""
-    m = ctx.const(0, "M (trip count), needed for scan outputs") if ctx.has(0) else None
+def _scan_rows(ctx, low, body) -> tuple:
+    """(rows, counted) of the scan outputs: M rows where the loop runs exactly M times; M rows at most,
+    the rows the run wrote counted by its iterations, where it may stop early (a condition computed in
+    the body, or a run-time initial condition)."""
+    m = ctx.const(0, "M (trip count), needed for scan outputs as their bound") if ctx.has(0) else None
     if m is None:
-        ctx.fail("scan outputs need a trip count M")
+        ctx.fail("scan outputs need a trip count M (the bound of their rows)")
+    rows = int(m.reshape(-1)[0])
+    stops = False
     if ctx.has(1):
-        c = ctx.const(1, "cond, needed for scan outputs")
-        if not bool(c.reshape(-1)[0]):
-            return 0
+        if ctx.value(1).const is None:
+            stops = True
+        elif not bool(ctx.value(1).const.reshape(-1)[0]):
+            return 0, False
     name = view_source(low)(low.outputs[0])   # an Identity of the condition input is still the condition input
     cond_out = low.lookup(name)
     always = cond_out.const is not None and bool(cond_out.const.reshape(-1)[0])
-    if not (always or name == body.inputs[1]):
-        ctx.fail("scan outputs with a loop that may stop early (data-dependent length) are not supported")
-    return int(m.reshape(-1)[0])
+    return rows, stops or not (always or name == body.inputs[1])

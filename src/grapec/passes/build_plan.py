@@ -252,6 +252,8 @@ class PlanBuilder:
         steps += [ScanStoreStep(v, ref(o), self.buffer(body, body.inputs[0]), origin)
                   for v, o in zip(scans, node.outputs[n:]) if o]
         exit_ = [self.copy(s, ref(o), origin) for s, o in zip(slot, node.outputs[:n]) if o]
+        if node.attrs.get("iterations_output"):   # the scan rows written: the counter after the loop
+            exit_.append(self.copy(self.buffer(body, body.inputs[0]), ref(node.attrs["iterations_output"]), origin))
         return LoopStep(ref(node.inputs[0]), ref(node.inputs[1]),
                         self.buffer(body, body.inputs[0]), self.buffer(body, body.inputs[1]),
                         self.buffer(body, body.outputs[0]), [s for s in enter if s], Body([s for s in steps if s]),
