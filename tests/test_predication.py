@@ -133,6 +133,9 @@ def test_detection_head_matches_onnxruntime(tmp_path):
     assert counts[0] == 0 and max(counts) > 4 and len(set(counts)) >= 3
     d = b.manifest["buckets"][0]["predicated"]
     assert [(x["op"], x["bound"]) for x in d] == [("NonMaxSuppression", 2 * 3 * 8)]
+    rc, out, err = grapec_cli("inspect", tmp_path / "head.grape")
+    assert rc == 0 and "data-dependent size: dim 0 of 'sel' (NonMaxSuppression 'NonMaxSuppression_3'), at most 48: " \
+        "batches x classes x max_output_boxes_per_class (2 x 3 x 8)" in out, out
 
 
 def test_compress_by_runtime_condition_matches_onnxruntime():
