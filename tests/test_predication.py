@@ -325,3 +325,22 @@ def test_loop_that_may_stop_early_has_counted_scan_outputs():
     sess, b = _session(early_stop_loop_model())
     check_early_stop_loop(sess)
     assert [d["op"] for d in b.manifest["buckets"][0]["predicated"]] == ["Loop"]
+
+
+def test_range_to_a_count_matches_onnxruntime():
+    """arange(n) over n selected values (torchvision numbers its detections so), and one by 2 from 1."""
+    m = model([helper.make_node("Greater", ["x", "t"], ["hit"]), helper.make_node("NonZero", ["hit"], ["nz"]),
+               helper.make_node("Shape", ["nz"], ["shape"], start=1, end=2),
+               helper.make_node("Squeeze", ["shape", "zero"], ["n"]),
+               helper.make_node("Range", ["zero_s", "n", "one_s"], ["ids"]),
+               helper.make_node("Range", ["one_s", "n", "two_s"], ["odd"]),
+               helper.make_node("Cast", ["ids"], ["idsf"], to=TensorProto.FLOAT),
+               helper.make_node("ReduceSum", ["idsf"], ["total"], keepdims=0)],
+              [tinfo("x", shape=[9]), tinfo("t", shape=[])], [tinfo("ids", I64), tinfo("odd", I64), tinfo("total")],
+              [init("zero", np.array([0], np.int64)), init("zero_s", np.array(0, np.int64)),
+               init("one_s", np.array(1, np.int64)), init("two_s", np.array(2, np.int64))])
+    sess, _ = _session(m)
+    rng = np.random.default_rng(11)
+    for t in (2.0, 0.9, 0.4, -1.0):
+        feeds = {"x": rng.random(9).astype(np.float32), "t": np.array(t, np.float32)}
+        _check_same(sess.run(feeds), ort_run(m, feeds))

@@ -94,7 +94,12 @@ def constant_of_shape(ctx):
 @op("Range")
 def range_(ctx):
     """start, start+delta, ... up to (excluding) limit. The length depends on the values, so all
-    three must be constants."""
+    three must be constants, or the limit a value computed from a data-dependent size (its bounds,
+    passes/bounds.py): then the output is as long as the upper bound allows, counted by the length
+    the run's limit gives (torchvision's arange(n) over its detections)."""
+    if ctx.value(1).const is None and ctx.value(1).bounds is not None and ctx.value(0).const is not None \
+            and ctx.value(2).const is not None:
+        return [_range_to_a_count(ctx)]
     start, limit, delta = (ctx.const(i, what, "the output length is data-dependent otherwise").reshape(-1)[0]
                           for i, what in enumerate(("start", "limit", "delta")))
     if delta == 0:
@@ -104,6 +109,21 @@ def range_(ctx):
         dt = dtypes.from_numpy(start.dtype)
         return [T((n,), dt, lambda ix: K.const(start.item(), dt) + K.cast(ix[0], dt) * K.const(delta.item(), dt))]
     return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]
+
+
+def _range_to_a_count(ctx) -> T:
+    start, delta = (np.asarray(ctx.const(i)).reshape(-1)[0].item() for i in (0, 2))
+    if delta <= 0:
+        ctx.fail("a limit computed from a data-dependent size needs a positive delta")
+    high = np.asarray(ctx.value(1).bounds[1]).reshape(-1)[0].item()
+    n = max(0, math.ceil((high - start) / delta))
+    dt = ctx.dtype(0)
+    limit = ctx.input(1)
+    span = lambda: K.cast(limit.at(tuple(K.const(0, I64) for _ in limit.shape)), "float64") - K.const(float(start), "float64")  # noqa: E731
+    length = T((), I64, lambda ix: K.binary("max", K.const(0, I64), K.cast(K.unary("ceil", K.binary(
+        "div", span(), K.const(float(delta), "float64"))), I64)))
+    ctx.count_output(0, 0, length, n, f"the limit '{ctx.node.inputs[1]}', computed from a data-dependent size")
+    return T((n,), dt, lambda ix: K.const(start, dt) + K.cast(ix[0], dt) * K.const(delta, dt))
 
 
 RANGE_CONST_MAX_ELEMENTS = 1 << 20   # 8 MiB of int64: position ids of every practical length stay constants (their range is checked)
