@@ -344,3 +344,19 @@ def test_range_to_a_count_matches_onnxruntime():
     for t in (2.0, 0.9, 0.4, -1.0):
         feeds = {"x": rng.random(9).astype(np.float32), "t": np.array(t, np.float32)}
         _check_same(sess.run(feeds), ort_run(m, feeds))
+
+
+def test_iobinding_gives_a_counted_output_at_its_bound_with_its_count():
+    m = detection_head_model()
+    sess, b = _session(m)
+    feeds = detection_inputs(np.random.default_rng(12), level=0.6)
+    ref = ort_run(m, feeds)
+    binding = sess.io_binding()
+    binding.bind_input("pred", feeds["pred"])
+    labels = np.full((2 * 3 * 8,), -7, np.int64)
+    binding.bind_output("label", labels)
+    sess.run_with_iobinding(binding)
+    got = binding.get_outputs()
+    n = int(got["label::count0"])
+    assert n == len(ref["label"]) > 0 and got["label"] is labels
+    np.testing.assert_array_equal(labels[:n], ref["label"])

@@ -308,6 +308,14 @@ class Session:
             outs[name] = np.ascontiguousarray(arr)
         return outs
 
+    def _with_counts(self, results: dict, outs: dict) -> dict:
+        """A bound output of data-dependent length comes back at its bound, with its count beside it
+        (NAME::countAXIS, an int64 scalar on the binding's side: numpy, or a device array)."""
+        for name in list(results):
+            for _, count in self._counts.get(name, ()):
+                results.setdefault(count, outs[count])
+        return results
+
     def io_binding(self):
         """An IOBinding (runtime/binding.py): inputs and outputs bound to your own arrays, run with
         run_with_iobinding. On the CUDA backend bound device buffers are patched into the graph
@@ -329,7 +337,7 @@ class Session:
                 if out is not None:
                     np.copyto(out, outs[name])
                     outs[name] = out
-            binding._results = {n: outs[n] for n in (outputs or outs)}
+            binding._results = self._with_counts({n: outs[n] for n in (outputs or outs)}, outs)
             return
         bound = {n: a.ptr for n, a in list(arrays.items()) + list(outputs.items()) if isinstance(a, DeviceBuffer)}
         host_out = {n: a for n, a in outputs.items() if isinstance(a, np.ndarray)}
@@ -345,7 +353,7 @@ class Session:
                 elif name in bound:
                     got = outputs[name].obj   # the caller's own tensor
                 results[name] = got
-        binding._results = results
+        binding._results = self._with_counts(results, outs)
 
     def _output_shapes(self, bucket: int) -> dict:
         """name -> the bucket's output shape, read from its plan once: a range bundle rebuilds a plan
