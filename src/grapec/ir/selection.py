@@ -274,4 +274,15 @@ def counted_output(name: str) -> tuple | None:
     return (head, int(axis)) if mark and axis.isdigit() else None
 
 
-__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound"]
+def output_counts(names) -> dict:
+    """{output: [(axis, its count output)]} of a bundle's output names (the model's and their counts)."""
+    counts: dict = {}
+    for name in names:
+        c = counted_output(name)
+        if c:
+            counts.setdefault(c[0], []).append((c[1], name))
+    return counts
+
+
+__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
+           "output_counts"]

@@ -223,11 +223,21 @@ def _axis_at(shape, before: int):
     return None
 
 
+def _derived(ctx, hint: str, counts: tuple, combine) -> str:
+    """An int64 scalar computed from count values (combine: their scalar Exprs -> an Expr), made once per
+    node: a rule asked again for another output (TopK's values and indices) reads the same one."""
+    memo = ctx.__dict__.setdefault("_derived_counts", {})
+    key = (hint, counts)
+    if key not in memo:
+        loads = [ctx.tensor(ctx.graph.lookup(c)) for c in counts]
+        memo[key] = ctx.realize(T((), "int64", lambda ix: combine(*[n.at(()) for n in loads])), hint).source
+    return memo[key]
+
+
 def _scaled(ctx, count: str, factor: int) -> str:
     if factor == 1:
         return count
-    n = ctx.tensor(ctx.graph.lookup(count))
-    return ctx.realize(T((), "int64", lambda ix: n.at(()) * K.const(factor, "int64")), f"{count}_x{factor}").source
+    return _derived(ctx, f"{count}_x{factor}", (count,), lambda n: n * K.const(factor, "int64"))
 
 
 def _gather(ctx, counted, j, out) -> dict:
@@ -305,9 +315,7 @@ def _slice_of(ctx, axis: int, rank: int) -> tuple:
 
 
 def _at_most(ctx, count: str, limit: int) -> str:
-    n = ctx.tensor(ctx.graph.lookup(count))
-    return ctx.realize(T((), "int64", lambda ix: K.binary("min", n.at(()), K.const(limit, "int64"))),
-                       f"{count}_max{limit}").source
+    return _derived(ctx, f"{count}_max{limit}", (count,), lambda n: K.binary("min", n, K.const(limit, "int64")))
 
 
 def _concat(ctx, counted, j, out) -> dict:
@@ -427,8 +435,7 @@ def _topk(ctx, counted, j, out) -> dict:
 
 
 def _smaller(ctx, a: str, b: str) -> str:
-    x, y = ctx.tensor(ctx.graph.lookup(a)), ctx.tensor(ctx.graph.lookup(b))
-    return ctx.realize(T((), "int64", lambda ix: K.binary("min", x.at(()), y.at(()))), f"{a}_min").source
+    return _derived(ctx, f"{a}_min", (a, b), lambda x, y: K.binary("min", x, y))
 
 
 def _matmul(ctx, counted, j, out) -> dict:

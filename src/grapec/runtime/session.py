@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
-from ..ir.selection import counted_output
+from ..ir.selection import counted_output, output_counts
 from ..bundle.value_range import check_value_range, manifest_ranges
 from .binding import contiguous_strides
 
@@ -94,11 +94,7 @@ class Session:
         self._inputs = [IOInfo(i["name"], i["dtype"], i["dims"]) for i in m["inputs"]]
         # a data-dependent axis (ops/counted.py) comes with an output holding its count: run() trims
         # the output to it, and get_outputs() names the axis by that count output
-        self._counts: dict = {}   # output -> [(axis, its count output)]
-        for o in m["outputs"]:
-            if counted_output(o["name"]):
-                out, axis = counted_output(o["name"])
-                self._counts.setdefault(out, []).append((axis, o["name"]))
+        self._counts = output_counts(o["name"] for o in m["outputs"])   # output -> [(axis, its count output)]
         self._outputs = [IOInfo(o["name"], o["dtype"], _count_dims(o, self._counts.get(o["name"], ())))
                          for o in m["outputs"] if not counted_output(o["name"])]
         self._ranges = manifest_ranges(m)

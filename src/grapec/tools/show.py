@@ -9,7 +9,7 @@ import click
 
 
 from ..errors import GrapecError
-from ..ir.selection import counted_output
+from ..ir.selection import counted_output, output_counts
 
 
 def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
@@ -49,15 +49,12 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     click.echo(f"  weights: {m['weights_bytes'] / 2**20:.2f} MiB; kernels: {m['kernels']} distinct")
     for i in m["inputs"]:
         click.echo(f"  input  {i['name']}: {i['dtype']}{i['dims']}")
-    counts = {}
-    for o in m["outputs"]:   # a data-dependent axis's count is an output of its own (ir/selection.py)
-        c = counted_output(o["name"])
-        if c:
-            counts.setdefault(c[0], []).append(c[1])
+    counts = output_counts(o["name"] for o in m["outputs"])   # a data-dependent axis's count is an output of its own
     for o in m["outputs"]:
         if counted_output(o["name"]):
             continue
-        dims = ", ".join(f"<={d}" if a in counts.get(o["name"], ()) else str(d) for a, d in enumerate(o["dims"]))
+        axes = {a for a, _ in counts.get(o["name"], ())}
+        dims = ", ".join(f"<={d}" if a in axes else str(d) for a, d in enumerate(o["dims"]))
         click.echo(f"  output {o['name']}: {o['dtype']}[{dims}]")
     st = summary["storage"]
     if m.get("dynamic"):
