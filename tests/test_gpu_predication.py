@@ -81,3 +81,16 @@ def test_loop_that_may_stop_early_on_the_gpu():
     """Scan rows counted by the iterations the WHILE node ran (its counter copied out after it)."""
     from test_predication import check_early_stop_loop, early_stop_loop_model
     check_early_stop_loop(_cuda_session(early_stop_loop_model()))
+
+
+@pytest.mark.parametrize("case", ["range", "mask_length", "loop"])
+def test_bounded_sizes_on_the_gpu(case):
+    """--bound: sizes set by a value read at run time (a Range limit, a shape, a Loop's trip count), at
+    the bound in one graph, counted by the run's value; a value computed past its bound is refused."""
+    from grapec.errors import InputError
+    from test_bounds import CASES, bounded_session, check_bounded_runs
+    sess = bounded_session(case, backend="cuda")
+    check_bounded_runs(case, sess)
+    if case == "mask_length":
+        with pytest.raises(InputError, match="'length' is 20 in this run, outside its bound 0..16"):
+            sess.run(CASES[case][2](np.random.default_rng(0), 20))

@@ -31,10 +31,12 @@ class NeedsValueError(UnsupportedError):
     comes from runtime data. `graph_inputs` names the graph inputs it depends on, where it depends
     on nothing else: fixing their values at compile time (--value) makes the parameter known."""
 
-    def __init__(self, problem: str, value_name: str, graph_inputs: tuple = (), depends_on: tuple = ()):
+    def __init__(self, problem: str, value_name: str, graph_inputs: tuple = (), depends_on: tuple = (),
+                 boundable: bool = False):
         self.value_name = value_name
         self.graph_inputs = tuple(graph_inputs)
         self.depends_on = tuple(depends_on)   # enclosing-scope values it comes from (raised in a body)
+        self.boundable = boundable   # an upper bound (--bound) would do instead of a value
         super().__init__([problem])
 
 

@@ -15,12 +15,13 @@ RANGE_KEY = "grapec.input_range."   # model metadata: grapec.input_range.<input>
 _ALIASING_OPS = ("Cast", "Identity", "Reshape", "Unsqueeze", "Squeeze", "Flatten")
 
 
-def value_ranges(model: onnx.ModelProto) -> dict:
+def value_ranges(model: onnx.ModelProto, bounds: list = ()) -> dict:
     """Integer graph inputs whose values the model constrains: name -> ValueRange.
 
     - the model's own word: metadata ``grapec.input_range.<name> = "lo:hi"`` (either side may be empty);
     - a Gather index into a weight (a token id must be smaller than the vocabulary);
-    - a Loop's trip count (it must not be negative).
+    - a Loop's trip count (it must not be negative);
+    - the user's --bound of an input (`bounds`: the manifest's records, passes/bounds.py), 0 to it.
     Where several apply, their intersection."""
     g = model.graph
     int_inputs = {v.name for v in g.input if v.type.tensor_type.elem_type in _INT_TYPES}
@@ -40,6 +41,9 @@ def value_ranges(model: onnx.ModelProto) -> dict:
         if n.op_type == "Loop" and n.input and n.input[0]:
             _narrow(found, alias.get(n.input[0], n.input[0]),
                     ValueRange(0, None, f"trip count of Loop '{n.name or n.output[0]}'"))
+    for b in bounds:
+        _narrow(found, b["value"], ValueRange(0, b["bound"], f"--bound {b['value']}={b['bound']}, which sizes "
+                                              f"{', '.join(b['read_by'][:4])}; compile with a larger bound to raise it"))
     return {k: v for k, v in found.items() if k in int_inputs}
 
 

@@ -80,6 +80,7 @@ from ..passes.aligned_rows import aligned_rows
 from ..passes.strided_operands import strided_operands
 from ..passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
 from ..passes.weight_layout import weights_as_nk
+from ..passes.bounds import apply_user_bounds
 
 
 FUSION_LEVELS = ("full", "rules", "none")
@@ -274,7 +275,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   fusion: str = "full", device_profile: str | DeviceProfile | None = None,
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
                   conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False,
-                  attention: str = "auto", generate: int | None = None, top_k: int | None = None) -> Bundle:
+                  attention: str = "auto", generate: int | None = None, top_k: int | None = None,
+                  bounds: dict | None = None) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -329,6 +331,10 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              (onnxruntime-genai's builder, optimum); `dims` gives any named dim of its KV cache.
     top_k:   with generate: sample each token from the top_k logits (temperature, top_p and seed then
              inputs) instead of the greedy choice.
+    bounds:  value name -> N: an integer tensor that sets sizes nothing else bounds (a Range limit or a
+             shape read from the data, a Loop's trip count) is at most N (TensorRT's upper bounds of
+             data-dependent shapes): the sizes it sets are allocated at N and counted at run time, and a
+             run where it exceeds N is refused (passes/bounds.py apply_user_bounds).
     grid_stitch: "auto" (default: runs of short kernels of a one-chain plan become one cooperative kernel,
              a grid-wide barrier between its stages, where the cost model says it saves node gaps; on
              sm_90 it never does, passes/grid_stitch.py says why), "on" (every run that can be) or "off".
@@ -414,6 +420,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         graph = import_model(proto, where)
         say(mixed.summary())
 
+    user_bounds = apply_user_bounds(graph, bounds) if bounds else []
     proto = without_weight_data(proto)   # from here on its names, dims and metadata are read; the graph holds the weights
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
@@ -452,7 +459,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
     targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say)
 
-    ranges = value_ranges(proto)
+    ranges = value_ranges(proto, user_bounds)
     op_counts = Counter(n.op_type for n in proto.graph.node)
     manifest = {
         "grapec_version": __version__,
@@ -477,6 +484,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         "weights_bytes": weights.size,
         "kernels": len(kernels.kernels),
     }
+    if user_bounds:
+        manifest["bounds"] = user_bounds
     say(f"{len(kernels.kernels)} distinct kernels, {weights.size / 2**20:.2f} MiB of weights, "
         f"{time.perf_counter() - t0:.1f}s in all")
     for n in notes:

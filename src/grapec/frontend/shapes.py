@@ -158,6 +158,18 @@ def parse_values(items) -> dict:
     return out
 
 
+def parse_bounds(items) -> dict:
+    """['n_boxes=512', 'steps=64'] -> {'n_boxes': 512, 'steps': 64} (--bound; a name may hold '=')."""
+    out: dict = {}
+    for item in items or ():
+        name, sep, text = str(item).rpartition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not name or not text.isdigit():
+            raise GrapecError(f"--bound: expected NAME=N with N a whole number >= 0, got '{item}'")
+        out[name] = int(text)
+    return out
+
+
 def resolve_input_values(graph: Graph, values: dict) -> dict:
     """Graph inputs fixed at compile time -> numpy arrays of the input's dtype and declared rank."""
     import numpy as np

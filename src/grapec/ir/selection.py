@@ -284,5 +284,24 @@ def output_counts(names) -> dict:
     return counts
 
 
-__all__ = ["COUNT_MARK", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
+BOUND_MARK = "::bound"
+
+
+def bound_output_name(value: str) -> str:
+    """The graph output that holds the run's value of `value`, bounded by --bound (passes/bounds.py)."""
+    return f"{value}{BOUND_MARK}"
+
+
+def bound_output(name: str) -> str | None:
+    """bound_output_name's inverse: the bounded value, or None for any other name."""
+    head, mark, tail = name.rpartition(BOUND_MARK)
+    return head if mark and not tail else None
+
+
+def hidden_output(name: str) -> bool:
+    """A bundle output the session reads for itself (a count, a bounded value), not the model's own."""
+    return counted_output(name) is not None or bound_output(name) is not None
+
+
+__all__ = ["BOUND_MARK", "COUNT_MARK", "bound_output", "bound_output_name", "hidden_output", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
            "output_counts"]

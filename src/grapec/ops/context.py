@@ -74,9 +74,10 @@ class LowerCtx:
         dt = v.dtype
         return T(v.shape, dt, lambda ix: K.load(slot, ix, dt), source=v.name)
 
-    def const(self, i: int, what: str | None = None, why: str = "") -> np.ndarray | None:
+    def const(self, i: int, what: str | None = None, why: str = "", boundable: bool = False) -> np.ndarray | None:
         """The compile-time value of input i (None if absent). Raises if it is not a constant;
-        `why` says what depends on it (e.g. "the output length")."""
+        `why` says what depends on it (e.g. "the output length"); `boundable`: an upper bound would do
+        instead (the error then says how to give one: --bound, passes/bounds.py)."""
         if not self.has(i):
             return None
         v = self.value(i)
@@ -85,7 +86,7 @@ class LowerCtx:
         if v.const is None:
             raise NeedsValueError(f"node '{self.node.name}' ({self.node.op}): input {i} ('{what or v.name}') "
                                   f"must be known at compile time{f' ({why})' if why else ''}, but depends on "
-                                  "runtime data", v.name)
+                                  "runtime data", v.name, boundable=boundable)
         return v.const
 
     def shape_param(self, i: int, what: str, why: str = "") -> tuple:
@@ -94,7 +95,7 @@ class LowerCtx:
         data-dependent size) gives its upper bound, and the elements that vary are read at run time."""
         v = self.value(i)
         if v.const is not None or v.bounds is None:
-            return self.const(i, what, why), {}
+            return self.const(i, what, why, boundable=True), {}
         low, high = (np.asarray(b).reshape(-1) for b in v.bounds)
         t = self.tensor(v)
         flat = len(v.shape) != 1
@@ -103,6 +104,10 @@ class LowerCtx:
             index = tuple(K.const(int(c), "int64") for c in np.unravel_index(e, v.shape)) if flat else (K.const(int(e), "int64"),)
             runtime[int(e)] = T((), "int64", lambda ix, index=index: K.cast(t.at(index), "int64"))
         return np.asarray(v.bounds[1]), runtime
+
+    def size_source(self, i: int, what: str) -> str:
+        """Where the bound of a size read from input i at run time came from (inspect shows it)."""
+        return f"the {what} '{self.node.inputs[i]}', computed from a data-dependent size or given a --bound"
 
     def attr(self, name: str, default=None):
         return self.node.attrs.get(name, default)

@@ -218,12 +218,13 @@ def _require_single(ctx, v, what: str, dtype: str):
 def _scan_rows(ctx, low, body) -> tuple:
     """(rows, counted) of the scan outputs: M rows where the loop runs exactly M times; M rows at most,
     the rows the run wrote counted by its iterations, where it may stop early (a condition computed in
-    the body, or a run-time initial condition)."""
-    m = ctx.const(0, "M (trip count), needed for scan outputs as their bound") if ctx.has(0) else None
-    if m is None:
+    the body, a run-time initial condition, or a run-time M with an upper bound: its bound's rows)."""
+    if not ctx.has(0):
         ctx.fail("scan outputs need a trip count M (the bound of their rows)")
-    rows = int(m.reshape(-1)[0])
-    stops = False
+    m = ctx.value(0)
+    stops = m.const is None and m.bounds is not None   # a run-time M with an upper bound (--bound)
+    high = m.bounds[1] if stops else ctx.const(0, "M (trip count), needed for scan outputs as their bound", boundable=True)
+    rows = int(np.asarray(high).reshape(-1)[0])
     if ctx.has(1):
         if ctx.value(1).const is None:
             stops = True

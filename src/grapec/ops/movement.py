@@ -101,7 +101,7 @@ def slice_(ctx):
                 ctx.fail("a run-time end is taken only from 0 by 1 and when it cannot be negative")
             dim = x.shape[a]
             n = T((), "int64", lambda ix, end=end, dim=dim: K.binary("min", end.at(()), int_const(dim)))
-            ctx.count_output(0, a, n, min(ends[k], dim), f"the end '{ctx.node.inputs[2]}', computed from a data-dependent size")
+            ctx.count_output(0, a, n, min(ends[k], dim), ctx.size_source(2, "end"))
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = norm_axis(a, x.ndim)
         if st == 0:
@@ -260,7 +260,7 @@ def expand_(ctx):
     for e, count in runtime.items():
         axis = len(shape) - len(target) + e
         if shape[axis] == target[e] and target[e] != 1:
-            ctx.count_output(0, axis, count, shape[axis], f"the shape '{ctx.node.inputs[1]}', computed from a data-dependent size")
+            ctx.count_output(0, axis, count, shape[axis], ctx.size_source(1, "shape"))
     return [expand(x, shape)]
 
 

@@ -87,7 +87,7 @@ def constant_of_shape(ctx):
         value = np.zeros(1, np.float32)
     value = np.asarray(value)
     for axis, count in runtime.items():   # a dim computed from a data-dependent size: at its bound, counted
-        ctx.count_output(0, axis, count, shape[axis], f"the shape '{ctx.node.inputs[0]}', computed from a data-dependent size")
+        ctx.count_output(0, axis, count, shape[axis], ctx.size_source(0, "shape"))
     return [full(shape, value.reshape(-1)[0].item(), dtypes.from_numpy(value.dtype))]
 
 
@@ -100,7 +100,7 @@ def range_(ctx):
     if ctx.value(1).const is None and ctx.value(1).bounds is not None and ctx.value(0).const is not None \
             and ctx.value(2).const is not None:
         return [_range_to_a_count(ctx)]
-    start, limit, delta = (ctx.const(i, what, "the output length is data-dependent otherwise").reshape(-1)[0]
+    start, limit, delta = (ctx.const(i, what, "the output length is data-dependent otherwise", boundable=i == 1).reshape(-1)[0]
                           for i, what in enumerate(("start", "limit", "delta")))
     if delta == 0:
         raise ShapeError(f"Range node '{ctx.node.name}': delta is 0")
@@ -122,11 +122,26 @@ def _range_to_a_count(ctx) -> T:
     span = lambda: K.cast(limit.at(tuple(K.const(0, I64) for _ in limit.shape)), "float64") - K.const(float(start), "float64")  # noqa: E731
     length = T((), I64, lambda ix: K.binary("max", K.const(0, I64), K.cast(K.unary("ceil", K.binary(
         "div", span(), K.const(float(delta), "float64"))), I64)))
-    ctx.count_output(0, 0, length, n, f"the limit '{ctx.node.inputs[1]}', computed from a data-dependent size")
+    ctx.count_output(0, 0, length, n, ctx.size_source(1, "limit"))
     return T((n,), dt, lambda ix: K.const(start, dt) + K.cast(ix[0], dt) * K.const(delta, dt))
 
 
 RANGE_CONST_MAX_ELEMENTS = 1 << 20   # 8 MiB of int64: position ids of every practical length stay constants (their range is checked)
+
+
+@op("grapec:Bound")
+def bound(ctx):
+    """--bound NAME=N (passes/bounds.py apply_user_bounds): NAME's elements clipped to [0, N]. Its bounds,
+    0 to N, let the sizes it sets be allocated at N and counted at run time (LowerCtx.shape_param); the
+    clip keeps a run whose NAME went past N inside those buffers, and the session refuses its outputs."""
+    dt, n = ctx.dtype(0), ctx.attr("bound")
+    if dt not in ("int64", "int32"):
+        ctx.fail(f"--bound {ctx.node.inputs[0]}={n}: a bound is for an integer tensor that sets sizes; "
+                 f"'{ctx.node.inputs[0]}' is {dt}")
+    shape = ctx.shape(0)
+    ctx.out_bounds[0] = (np.zeros(shape, dtypes.np_dtype(dt)), np.full(shape, n, dtypes.np_dtype(dt)))
+    x = ctx.input(0)
+    return [T(x.shape, dt, lambda ix: K.binary("min", K.binary("max", x.at(ix), K.const(0, dt)), K.const(n, dt)))]
 
 
 @op("EyeLike")

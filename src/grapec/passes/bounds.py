@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
+from ..errors import GrapecError
 from ..ir.graph import Graph, Node, Value
 from ..ir.interpret import eval_nodes
+from ..ir.selection import bound_output_name
 
 # Ops whose integer outputs are monotone in each input, or only move its elements: evaluated at the
 # corners of their inputs' bounds, they bound the output (bound_outputs).
@@ -100,3 +102,41 @@ def _interval_bounds(node: Node, graph: Graph):
     shape = out.shape
     out.bounds = (np.broadcast_to(low, shape).astype(dtypes.np_dtype(out.dtype)),
                   np.broadcast_to(high, shape).astype(dtypes.np_dtype(out.dtype)))
+
+
+def apply_user_bounds(graph: Graph, bounds: dict) -> list:
+    """--bound NAME=N, for an integer tensor that sets sizes nothing else bounds (a Range limit read from
+    the data, a shape, a Loop's trip count): every reader of NAME reads it clipped to [0, N] through a
+    Bound node (ops/shape.py), whose bounds let the sizes it sets be allocated at N and counted at run
+    time. NAME itself becomes a hidden graph output, which the session compares with N after each run:
+    a run whose NAME went past N is refused by name, never returned cut short. The graph is changed in
+    place. -> the manifest's record of each bound: value, bound, its output and the nodes that read it."""
+    made = set(graph.inputs) | {o for n in graph.nodes for o in n.outputs if o}
+    records = []
+    for name, bound in bounds.items():
+        if name not in made:
+            raise GrapecError(f"--bound {name}={bound}: the model's main graph has no value '{name}' (give the "
+                              "name of a graph input or of a node's output; `grapec inspect MODEL.onnx` lists them)")
+        if not isinstance(bound, int) or bound < 0:
+            raise GrapecError(f"--bound {name}={bound}: expected a whole number >= 0")
+        clipped = f"{name}/bounded"
+        while clipped in made or clipped in graph.values:
+            clipped += "_"
+        readers = [n for n in graph.nodes if _rename_reads(n, name, clipped)]
+        at = next((i + 1 for i, n in enumerate(graph.nodes) if name in n.outputs), 0)
+        graph.nodes.insert(at, Node("Bound", [name], [clipped], f"{name}/bound", {"bound": bound}, domain="grapec"))
+        graph.nodes.append(Node("Identity", [name], [bound_output_name(name)], f"{name}/bound_check"))
+        graph.outputs.append(bound_output_name(name))
+        records.append({"value": name, "bound": bound, "output": bound_output_name(name),
+                        "read_by": [f"node '{n.name}' ({n.op})" for n in readers]})
+    return records
+
+
+def _rename_reads(node: Node, old: str, new: str) -> bool:
+    """Make node (and the bodies inside it) read `new` where it read `old`; whether it read it."""
+    hit = old in node.inputs
+    node.inputs = [new if i == old else i for i in node.inputs]
+    for body in node.subgraphs.values():
+        for inner in body.nodes:
+            hit = _rename_reads(inner, old, new) or hit
+    return hit

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import NeedsValueError, ShapeError
+from .bounds import BOUNDED_OPS
 from ..ir.graph import Graph, Node, Value, outer_reads, upstream
 from ..ir.interpret import eval_nodes
 from .lower import NONDETERMINISTIC, lower_node
@@ -111,17 +112,36 @@ def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
 
 
 def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:
-    """Name the graph inputs a runtime shape parameter comes from, and how to fix their values."""
+    """Name the graph inputs a runtime shape parameter comes from, and how to fix their values; where an
+    upper bound would do, also how to give one."""
     def is_const(name):
         v = spec.lookup(name)
         return v is not None and v.const is not None
     found = {n for n in upstream(spec, [e.value_name, *e.depends_on], stop=is_const) if n in spec.inputs}
     names = sorted(found)
+    bound = _bound_hint(e, spec)
     if not names:
-        return e
+        return NeedsValueError(e.problems[0] + bound, e.value_name) if bound else e
     if any(spec.values[n].nbytes > SHAPE_INPUT_MAX_ELEMENTS * 8 for n in names):
         return NeedsValueError(f"{e.problems[0]} (it is computed from the data of graph input(s) "
-                               f"{', '.join(repr(n) for n in names)}, so no compile-time value exists)", e.value_name)
+                               f"{', '.join(repr(n) for n in names)}, so no compile-time value exists){bound}", e.value_name)
     hint = " ".join(f"--value {n}=..." for n in names)
     return NeedsValueError(f"{e.problems[0]}; it follows from graph input(s) {', '.join(repr(n) for n in names)}: "
-                           f"fix their values at compile time with {hint}", e.value_name, names)
+                           f"fix their values at compile time with {hint}{bound}", e.value_name, names)
+
+
+def _bound_hint(e: NeedsValueError, spec: Graph) -> str:
+    """'; or ... --bound NAME=N' where an upper bound would do. NAME: the parameter, or the smallest
+    tensor it is computed from by the ops that carry bounds (passes/bounds.py BOUNDED_OPS): a dim's
+    count rather than the whole shape it is concatenated into, so only that dim is bounded."""
+    if not e.boundable or e.value_name not in spec.values:
+        return ""
+    made_by = {o: n for n in spec.nodes for o in n.outputs if o}
+    name = e.value_name
+    while name in made_by and made_by[name].op in BOUNDED_OPS:
+        varying = [i for i in made_by[name].inputs if i and not (spec.lookup(i) and spec.lookup(i).const is not None)]
+        if len(varying) != 1 or spec.lookup(varying[0]) is None or spec.lookup(varying[0]).nbytes > spec.lookup(name).nbytes:
+            break
+        name = varying[0]
+    return (f"; or, if it only sets sizes, give '{name}' an upper bound with --bound {name}=N (what it sizes is then "
+            "allocated at N and counted at run time)")

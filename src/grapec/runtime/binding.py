@@ -115,6 +115,10 @@ class IOBinding:
         buf = device_buffer(array, f"input '{name}'")
         self.inputs[name] = buf if buf is not None else np.asarray(array)
 
+    def bind_cpu_input(self, name: str, array: np.ndarray):
+        """onnxruntime's name for binding a host array (bind_input takes host and device arrays alike)."""
+        self.bind_input(name, np.asarray(array))
+
     def bind_output(self, name: str, array=None):
         known = [o.name for o in self._session.get_outputs()]
         if name not in known:

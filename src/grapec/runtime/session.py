@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
-from ..ir.selection import counted_output, output_counts
+from ..ir.selection import hidden_output, output_counts
 from ..bundle.value_range import check_value_range, manifest_ranges
 from .binding import contiguous_strides
 
@@ -96,7 +96,9 @@ class Session:
         # the output to it, and get_outputs() names the axis by that count output
         self._counts = output_counts(o["name"] for o in m["outputs"])   # output -> [(axis, its count output)]
         self._outputs = [IOInfo(o["name"], o["dtype"], _count_dims(o, self._counts.get(o["name"], ())))
-                         for o in m["outputs"] if not counted_output(o["name"])]
+                         for o in m["outputs"] if not hidden_output(o["name"])]
+        # --bound NAME=N (passes/bounds.py): NAME's run-time value is an output, checked after each run
+        self._bounds = {b["output"]: b for b in m.get("bounds", [])}
         self._ranges = manifest_ranges(m)
         self._bucket_of = None   # input shapes -> bucket, built on first use
         self._out_shapes: dict = {}   # bucket -> {output name: shape}
@@ -283,6 +285,7 @@ class Session:
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
         with self._lane() as runner:   # a runner's arena is the run's from inputs in to outputs out
             outs = runner.run(bucket, arrays, on_device=True) if on_device else runner.run(bucket, arrays)
+            self._check_bounds(outs)
         if self._counts and not on_device:
             outs = self._trimmed(outs)
         if output_names:
@@ -291,6 +294,17 @@ class Session:
                 raise InputError(f"unknown output(s) {bad}; outputs are {list(outs)}")
             return {n: outs[n] for n in output_names}
         return outs
+
+    def _check_bounds(self, outs: dict):
+        """Take the --bound values out of a run's outputs; refuse the run if one went past its bound (its
+        sizes were cut to the bound, so the outputs are not the model's)."""
+        for name, b in self._bounds.items():
+            got = np.asarray(self.to_host(outs.pop(name)))
+            if got.size and (got.max() > b["bound"] or got.min() < 0):
+                worst = int(got.max()) if got.max() > b["bound"] else int(got.min())
+                raise InputError(f"'{b['value']}' is {worst} in this run, outside its bound 0..{b['bound']} "
+                                 f"(--bound {b['value']}={b['bound']}), read by {', '.join(b['read_by'][:4])}: "
+                                 f"compile again with a larger bound, e.g. --bound {b['value']}={max(worst, 1) * 2}")
 
     def _trimmed(self, outs: dict) -> dict:
         """Each counted output cut to its counts, the count outputs dropped: onnxruntime's shapes. (On the
@@ -329,6 +343,7 @@ class Session:
         if self.backend == "cpu":
             with self._lane() as runner:
                 outs = runner.run(bucket, arrays)
+            self._check_bounds(outs)
             for name, out in outputs.items():
                 if out is not None:
                     np.copyto(out, outs[name])
@@ -340,6 +355,7 @@ class Session:
         with self._lane() as runner:
             self._last_binding_runner = runner
             outs = runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound)
+            self._check_bounds(outs)
             results = {}
             for name in (outputs or outs):
                 got = outs[name]

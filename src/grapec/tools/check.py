@@ -103,10 +103,11 @@ def _onnx_reference(model_path, feeds: dict) -> dict:
 def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, seed=0, progress=None,
                 precision="fp32", atol=None, inputs=None, values=None, calibration_inputs=None,
                 precision_tolerance=None, reference="onnxruntime", calibration_dims=None, conv="auto",
-                attention="auto"):
+                attention="auto", bounds=None):
     """-> (list of OutputCheck, seconds grapec's run took). The reference runs the model in fp32:
     onnxruntime's CPU provider, its CUDA provider (reference="onnxruntime-cuda"), or onnx.reference
-    (reference="onnx"). inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time."""
+    (reference="onnx"). inputs: name -> array for inputs not drawn at random; values: inputs fixed at compile time;
+    bounds: upper bounds of data-dependent sizes (--bound)."""
     import grapec
     from ..bundle.format import Bundle
     from ..bundle.inputs import bundle_inputs
@@ -117,7 +118,7 @@ def check_model(model_path, shapes=None, dims=None, backend="cpu", rtol=None, se
     bundle = grapec.compile(model_path, shapes=shapes, dims=dims, progress=progress, precision=precision,
                             targets=[] if backend == "cpu" else "auto", values=values,
                             calibration_inputs=calibration_inputs, precision_tolerance=precision_tolerance,
-                            calibration_dims=calibration_dims, conv=conv, attention=attention)
+                            calibration_dims=calibration_dims, conv=conv, attention=attention, bounds=bounds or None)
     sess = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend=backend)
     feeds = {**bundle_inputs(bundle.manifest, 0, seed), **given}
     t0 = time.perf_counter()

@@ -79,9 +79,9 @@ def main():
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
-             grid_stitch="auto", half_outputs=False, attention="auto", generate=None, top_k=None):
+             grid_stitch="auto", half_outputs=False, attention="auto", generate=None, top_k=None, bounds=()):
     from ..compiler import compile_model
-    from ..frontend.shapes import parse_dims, parse_ranges
+    from ..frontend.shapes import parse_bounds, parse_dims, parse_ranges
     from ..bundle.inputs import load_calibration_inputs
     from ..passes.streams import MAX_BRANCHES
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
@@ -94,7 +94,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
                          conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs, attention=attention,
-                         generate=generate, top_k=top_k)
+                         generate=generate, top_k=top_k, bounds=parse_bounds(bounds) or None)
 
 
 @main.command()
@@ -139,7 +139,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
 @branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, values, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
+def compile(model, output, shapes, dims, values, bounds, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
             precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, attention, grid_stitch,
             half_outputs, generate, top_k, device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
@@ -164,13 +164,13 @@ def compile(model, output, shapes, dims, values, buckets, strict, host_control, 
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
                       branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs,
-                      attention, generate, top_k)
+                      attention, generate, top_k, bounds)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)
 
 
-def _load_session(path, backend, shapes, dims, values=(), quiet=True, device=0):
+def _load_session(path, backend, shapes, dims, values=(), quiet=True, device=0, bounds=()):
     import grapec
     from ..bundle.format import MAGIC
     if os.path.exists(path) and not os.path.isdir(path):
@@ -178,10 +178,11 @@ def _load_session(path, backend, shapes, dims, values=(), quiet=True, device=0):
             is_bundle = f.read(8) == MAGIC
         if not is_bundle and path.endswith(".onnx"):
             sess = grapec.load(_compile(path, shapes, dims, quiet=quiet, targets=[] if backend == "cpu" else "auto",
-                                        values=values), backend=backend, device=device)
+                                        values=values, bounds=bounds), backend=backend, device=device)
             return sess, 0
-    if values:
-        raise GrapecError("--value applies when running an .onnx file; a bundle has its values fixed at compile time")
+    if values or bounds:
+        raise GrapecError(f"{'--value' if values else '--bound'} applies when running an .onnx file; a bundle has "
+                          "its values and bounds fixed at compile time")
     sess = grapec.load(path, backend=backend, device=device)
     return sess, _bucket_for(sess, shapes, dims)
 
@@ -226,7 +227,7 @@ def _feeds(sess, inputs, seed, bucket=0):
 @click.option("--device", default=0, show_default=True, type=click.IntRange(min=0),
               help="GPU ordinal for the CUDA backend (as nvidia-smi numbers them, within CUDA_VISIBLE_DEVICES).")
 @shape_options
-def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
+def run(bundle, backend, inputs, seed, save, device, shapes, dims, values, bounds):
     """Run a BUNDLE (or an .onnx file, compiled on the fly) once and summarize its outputs.
 
     Inputs not given with --input are random: floats ~ N(0,1), token ids within the vocabulary.
@@ -234,7 +235,7 @@ def run(bundle, backend, inputs, seed, save, device, shapes, dims, values):
     from ..runtime.devices import resolve_backend
     backend, why = resolve_backend(backend, device)
     click.echo(f"running on the {why}")
-    sess, bucket = _load_session(bundle, backend, shapes, dims, values, device=device)
+    sess, bucket = _load_session(bundle, backend, shapes, dims, values, device=device, bounds=bounds)
     feeds = _feeds(sess, inputs, seed, bucket)
     t0 = time.perf_counter()
     outs = sess.run(feeds)
@@ -297,7 +298,7 @@ def _int8_ops(model_path) -> list:
                    "(onnxruntime-gpu, TF32 off), or onnx.reference (numpy; exact integer arithmetic, for int8 models "
                    "where onnxruntime's x86 u8s8 kernels saturate).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def check(model, shapes, dims, values, backend, precision, calibration_inputs, calibration_dims, precision_tolerance,
+def check(model, shapes, dims, values, bounds, backend, precision, calibration_inputs, calibration_dims, precision_tolerance,
           atol, rtol, inputs,
           seed, reference, quiet):
     """Compile MODEL, run it, and compare with onnxruntime (CPU, fp32) on the same inputs.
@@ -310,7 +311,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
     --atol/--rtol are given. Exit 0 when all pass, 1 on a mismatch.
     """
     from .check import REFERENCES, check_limits, check_model
-    from ..frontend.shapes import parse_dims
+    from ..frontend.shapes import parse_bounds, parse_dims
     from ..bundle.inputs import load_calibration_inputs, load_npy_inputs
     say = None if quiet else (lambda m: click.echo(f"[grapec] {m}", err=True))
     given_atol, given_rtol = atol, rtol
@@ -321,7 +322,8 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
                                  inputs=load_npy_inputs(list(inputs)), values=value_args,
                                  calibration_inputs=load_calibration_inputs(calibration_inputs),
                                  calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
-                                 precision_tolerance=precision_tolerance, reference=reference)
+                                 precision_tolerance=precision_tolerance, reference=reference,
+                                 bounds=parse_bounds(bounds))
     click.echo(f"{'output':32s} {'shape':>18s} {'max-abs':>10s} {'max-rel':>10s} {'rel-L2':>10s}")
     for r in results:
         click.echo(f"{r.name:32s} {str(list(r.shape)):>18s} {r.max_abs:10.3g} {r.max_rel:10.3g} {r.rel:10.3g} "
@@ -377,7 +379,7 @@ def check(model, shapes, dims, values, backend, precision, calibration_inputs, c
               "around every step) and draw it, one row per parallel branch: compare with the simulated timeline "
               "of grapec inspect --schedule.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, precision, calibration_inputs, calibration_dims,
+def bench(model, shapes, dims, values, bounds, iterations, warmup, peers, zoo_name, precision, calibration_inputs, calibration_dims,
           precision_tolerance, seed, inputs, fusion, conv, attention, grid_stitch, half_outputs, device_profile, per_step,
           serial,
           max_branches, timeline, as_json):
@@ -399,13 +401,13 @@ def bench(model, shapes, dims, values, iterations, warmup, peers, zoo_name, prec
     import grapec
     from ..bundle.format import Bundle
     shape_args, dim_args, value_args = _parse(shapes, dims, values)
-    from ..frontend.shapes import parse_dims
+    from ..frontend.shapes import parse_bounds, parse_dims
     from ..bundle.inputs import load_calibration_inputs
     calib = load_calibration_inputs(calibration_inputs)
     options = dict(shapes=shape_args, dims=dim_args, precision=precision, values=value_args, calibration_inputs=calib,
                    calibration_dims=parse_dims(calibration_dims, "--calibration-dim") or None,
                    precision_tolerance=precision_tolerance, fusion=fusion, conv=conv, attention=attention, grid_stitch=grid_stitch,
-                   half_outputs=half_outputs, device_profile=device_profile)
+                   half_outputs=half_outputs, device_profile=device_profile, bounds=parse_bounds(bounds) or None)
     bundle = grapec.compile(model, max_branches=branch_count(serial, max_branches), **options) \
         if model.endswith(".onnx") else Bundle.read(model)
     precision = bundle.manifest.get("precision", "fp32")

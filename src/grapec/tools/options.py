@@ -32,7 +32,15 @@ VALUE_HELP = ("Fix an input's value at compile time: NAME=V1,V2,.. or NAME=FILE.
               "and a run fed another value is refused. The compiler names such inputs when it needs them. Repeatable.")
 
 
+BOUND_HELP = ("An upper bound for an integer tensor that sets sizes nothing else bounds: a Range limit, a "
+              "shape or a Loop's trip count read from the data (TensorRT's upper bounds of data-dependent shapes). "
+              "NAME is a graph input or a node's output. What it sizes is allocated at N and counted at run time, "
+              "so one CUDA graph serves every value up to N; a run where NAME is more than N is refused with an "
+              "error naming it. The compiler names the tensors that need one. Repeatable.")
+
+
 def shape_options(f):
+    f = click.option("--bound", "bounds", multiple=True, metavar="NAME=N", help=BOUND_HELP)(f)
     f = click.option("--value", "values", multiple=True, metavar="NAME=V,..", help=VALUE_HELP)(f)
     f = click.option("--dim", "dims", multiple=True, metavar="NAME=N", help=DIM_HELP)(f)
     f = click.option("--shapes", multiple=True, metavar="NAME=DxD", help=SHAPES_HELP)(f)

@@ -9,7 +9,7 @@ import click
 
 
 from ..errors import GrapecError
-from ..ir.selection import counted_output, output_counts
+from ..ir.selection import hidden_output, output_counts
 
 
 def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
@@ -51,7 +51,7 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
         click.echo(f"  input  {i['name']}: {i['dtype']}{i['dims']}")
     counts = output_counts(o["name"] for o in m["outputs"])   # a data-dependent axis's count is an output of its own
     for o in m["outputs"]:
-        if counted_output(o["name"]):
+        if hidden_output(o["name"]):
             continue
         axes = {a for a, _ in counts.get(o["name"], ())}
         dims = ", ".join(f"<={d}" if a in axes else str(d) for a, d in enumerate(o["dims"]))
@@ -92,6 +92,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
                    f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
         for r in p["regions"]:
             click.echo(f"    {'  ' * r['depth']}{r['text']}")
+        for b in m.get("bounds", []) if i == shown[0] else ():
+            click.echo(f"    --bound {b['value']}={b['bound']}: read by {', '.join(b['read_by'])}; a run where it is "
+                       f"outside 0..{b['bound']} is refused")
         for d in m["buckets"][i].get("predicated", []):
             click.echo(f"    data-dependent size: dim {d['axis']} of '{d['output']}' ({d['op']} '{d['node']}'), at most "
                        f"{d['bound']}: {d['source']}; the rest is padding past a count kept on the device")
