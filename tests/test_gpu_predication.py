@@ -83,7 +83,8 @@ def test_loop_that_may_stop_early_on_the_gpu():
     check_early_stop_loop(_cuda_session(early_stop_loop_model()))
 
 
-@pytest.mark.parametrize("case", ["range", "mask_length", "loop"])
+@pytest.mark.parametrize("case", ["range", "loop", pytest.param("mask_length", marks=pytest.mark.no_round_trip(
+    "random masks have more ones than the bound: a run the session refuses by design (checked here)"))])
 def test_bounded_sizes_on_the_gpu(case):
     """--bound: sizes set by a value read at run time (a Range limit, a shape, a Loop's trip count), at
     the bound in one graph, counted by the run's value; a value computed past its bound is refused."""
