@@ -44,20 +44,25 @@ def test_detection_head_on_the_gpu():
     assert counts[0] == 0 and len(set(counts)) >= 3
 
 
-def test_topk_on_the_gpu_both_paths():
-    """A short row sorted in shared memory, a long one (8000, past the sort's room) picked round by
-    round; k at run time; keys with many ties."""
-    from helpers import model, tinfo
+def test_topk_on_the_gpu_every_path():
+    """Rows of 300 and 8000 ranked a warp per element (k at run time, its bound the row), and a row of
+    200000 with k = 1000 by the block's radix select (codegen/selection.py topk_selects); keys with
+    many ties, so the cut falls among equal keys."""
+    from helpers import init, model, tinfo
     from onnx import TensorProto, helper
     m = model([helper.make_node("TopK", ["a", "k"], ["av", "ai"], axis=1),
-               helper.make_node("TopK", ["b", "k"], ["bv", "bi"], axis=1, largest=0)],
-              [tinfo("a", shape=[4, 300]), tinfo("b", shape=[2, 8000]), tinfo("k", TensorProto.INT64, [1])],
-              [tinfo("av"), tinfo("ai", TensorProto.INT64), tinfo("bv"), tinfo("bi", TensorProto.INT64)])
+               helper.make_node("TopK", ["b", "k"], ["bv", "bi"], axis=1, largest=0),
+               helper.make_node("TopK", ["c", "kc"], ["cv", "ci"], axis=1)],
+              [tinfo("a", shape=[4, 300]), tinfo("b", shape=[2, 8000]), tinfo("c", shape=[2, 200000]),
+               tinfo("k", TensorProto.INT64, [1])],
+              [tinfo("av"), tinfo("ai", TensorProto.INT64), tinfo("bv"), tinfo("bi", TensorProto.INT64),
+               tinfo("cv"), tinfo("ci", TensorProto.INT64)], [init("kc", np.array([1000], np.int64))])
     sess = _cuda_session(m)
     rng = np.random.default_rng(13)
     for k in (5, 300, 0, 64):
         feeds = {"a": rng.integers(0, 50, (4, 300)).astype(np.float32),
-                 "b": rng.integers(0, 500, (2, 8000)).astype(np.float32), "k": np.array([k], np.int64)}
+                 "b": rng.integers(0, 500, (2, 8000)).astype(np.float32),
+                 "c": (rng.integers(-5000, 5000, (2, 200000)) / 7).astype(np.float32), "k": np.array([k], np.int64)}
         _check_same(sess.run(feeds), ort_run(m, feeds))
 
 

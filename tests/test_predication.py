@@ -236,19 +236,26 @@ def test_topk_with_a_runtime_k_matches_onnxruntime():
 
 
 def test_topk_cuda_code_agrees_with_numpy_in_the_host_emulation():
-    """Rows short and long, along the last axis and a middle one, k below and at the bound."""
+    """Rows short and long, along the last axis and a middle one, k below and at the bound; rows of
+    TOPK_SELECT_MIN_DIM and more take the radix select (with more equal keys at the cut than are
+    kept, and k = 0)."""
+    from grapec.codegen.selection import TOPK_SELECT_MIN_DIM, topk_selects
     rng = np.random.default_rng(6)
     cases = [((3, 37, 2), 1, "float32", True, 10, 7), ((5, 100), 1, "int64", False, 100, 40),
-             ((2, 6000), 1, "float32", True, 50, 33), ((4, 9), 0, "float64", True, 4, 4)]
+             ((2, 6000), 1, "float32", True, 50, 33), ((4, 9), 0, "float64", True, 4, 4),
+             ((TOPK_SELECT_MIN_DIM + 3, 3), 0, "float64", False, 64, 64), ((1, 5000), 1, "int64", True, 300, 299),
+             ((2, TOPK_SELECT_MIN_DIM), 1, "float32", False, 10, 0)]
     kernels, args = [], []
     for shape, axis, dt, largest, bound, k in cases:
-        x = rng.integers(0, 20, shape).astype(dt)   # many equal keys
+        x = rng.integers(-10, 20, shape).astype(dt)   # many equal keys, both signs
         if dt != "int64":
             x.reshape(-1)[::17] = np.nan
+            x[x == 0] = np.where(rng.random(int((x == 0).sum())) < 0.5, -0.0, 0.0)   # -0 ranks with +0
         out_shape = list(shape)
         out_shape[axis] = bound
         kernels.append(TopKKernel(tuple(out_shape), ((shape, dt), ((1,), "int64")), axis, largest))
         args.append([x, np.array([k], np.int64)])
+    assert [topk_selects(k) for k in kernels] == [False, False, True, False, True, True, True]
     host = HostModule(kernels, tempfile.mkdtemp())
     for i, (kernel, a) in enumerate(zip(kernels, args)):
         out = np.zeros(kernel.shape, np.int64)

@@ -45,6 +45,8 @@ struct alignas(8) uint2 { unsigned int x, y; };
 #define __launch_bounds__(n)
 #define __syncthreads() ((void)0)
 static inline unsigned atomicAnd(unsigned* p, unsigned v) { const unsigned o = *p; *p &= v; return o; }
+static inline int atomicAdd(int* p, int v) { const int o = *p; *p += v; return o; }
+static inline long long __double_as_longlong(double d) { long long i; std::memcpy(&i, &d, 8); return i; }
 static inline unsigned long long atomicOr(unsigned long long* p, unsigned long long v) { const unsigned long long o = *p; *p |= v; return o; }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }

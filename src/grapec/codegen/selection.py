@@ -14,7 +14,9 @@ one thread's value there.
              so far and against each other, then kept in order by one thread (render_nms). IoU is
              computed step by step in float32 with rounded intrinsics (no fused multiply-add), as
              onnxruntime does.
-    topk     a warp per element: its rank in its row, a sweep over the row (render_topk).
+    topk     a warp per element: its rank in its row, a sweep over the row (render_topk); a row of
+             TOPK_SELECT_MIN_DIM or more, with at most TOPK_SELECT_MAX_K kept, by a block per row that
+             finds the k-th key by radix select and ranks only the k keys before it (render_topk_select).
 """
 from __future__ import annotations
 
@@ -30,6 +32,10 @@ NMS_MASK_BLOCK = 128
 NMS_WALK_BLOCK = 1024
 NMS_CACHED = 1024   # selected boxes whose corners stay in shared memory (16 KiB); later ones are read again
 TOPK_BLOCK = 256
+# Rows this long are ranked by selection: a row squared (RetinaNet's 1.3M scores of a level) is too much.
+TOPK_SELECT_MIN_DIM = 4096
+TOPK_SELECT_MAX_K = 2048    # the kept keys and indices sit in shared memory (24 KiB at 64-bit keys)
+TOPK_SELECT_BLOCK = 1024
 
 # A block-wide exclusive scan of one int a thread, and the block's total; every thread must call it.
 _SCAN = r"""
@@ -65,6 +71,9 @@ def selection_launch(k) -> Launch:
     if isinstance(k, NmsMaskKernel):   # a thread per mask word (its upper triangle: the rest return at once)
         total = math.prod(k.shape)
         return Launch("row", max(1, -(-total // NMS_MASK_BLOCK)), NMS_MASK_BLOCK, rows=max(total, 1))
+    if isinstance(k, TopKKernel) and topk_selects(k):   # a block per row
+        rows = math.prod(k.inputs[0][0]) // max(k.inputs[0][0][k.axis], 1)
+        return Launch("row", max(rows, 1), TOPK_SELECT_BLOCK, rows=max(rows, 1))
     if isinstance(k, TopKKernel):   # a warp per input element (the host emulation: a block of one each)
         total = math.prod(k.inputs[0][0])
         return Launch("row", max(1, -(-total * 32 // TOPK_BLOCK)), TOPK_BLOCK, rows=max(total, 1))
@@ -79,7 +88,15 @@ def render_selection(k, name: str) -> str:
         return render_nms_mask(k, name)
     if isinstance(k, NmsKernel) and k.masked:
         return render_nms_walk(k, name)
-    return render_topk(k, name) if isinstance(k, TopKKernel) else render_nms(k, name)
+    if isinstance(k, TopKKernel):
+        return render_topk_select(k, name) if topk_selects(k) else render_topk(k, name)
+    return render_nms(k, name)
+
+
+def topk_selects(k: TopKKernel) -> bool:
+    """Whether a TopK's rows are long enough, and its bound small enough, for render_topk_select."""
+    dim = k.inputs[0][0][k.axis]
+    return TOPK_SELECT_MIN_DIM <= dim < 2 ** 31 and k.shape[k.axis] <= TOPK_SELECT_MAX_K
 
 
 def render_nonzero(k: NonZeroKernel, name: str) -> str:
@@ -353,4 +370,115 @@ def render_topk(k: TopKKernel, name: str) -> str:
             f"}}\n")
 
 
-__all__ = ["render_selection", "selection_launch"]
+def _order_key(k: TopKKernel, name: str) -> tuple:
+    """(unsigned type, its bits, a device function mapping a key to it): the smaller the mapped key, the
+    sooner the element ranks, as {name}_before orders them (NaN last, -0 with +0, then by value)."""
+    dt = k.inputs[0][1]
+    u, bits = ("unsigned int", 32) if dt == "float32" else ("unsigned long long", 64)
+    flip = "~b" if k.largest else "b"
+    if dt in ("float32", "float64"):
+        cast = "__float_as_uint(v)" if dt == "float32" else "(unsigned long long)__double_as_longlong(v)"
+        top = f"(({u})1 << {bits - 1})"
+        body = (f"  if (v != v) return ~({u})0;\n  if (v == 0) v = 0;\n  {u} b = {cast};\n"
+                f"  b = (b & {top}) ? ~b : (b | {top});\n  return {flip};\n")
+    elif dt == "int64":
+        body = f"  const {u} b = ({u})v ^ (1ULL << 63);\n  return {flip};\n"
+    else:
+        body = f"  const {u} b = ({u})v;\n  return {flip};\n"
+    fn = f"__device__ __forceinline__ {u} {name}_ord({ctype(dt)} v) {{\n{body}}}\n"
+    return u, bits, fn
+
+
+def _radix_pass(name: str, u: str, value: str, keep: str) -> str:
+    """One 8-bit digit of a radix select, every thread of the block calling it: the histogram of the
+    digit at `shift` of `value` over the elements where `keep`, then the digit whose bin holds the
+    need-th, the prefix and need narrowed to it (shared: prefix_s, need_s, eq_s)."""
+    return (f"      __syncthreads();\n"
+            f"      for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;\n"
+            f"      __syncthreads();\n"
+            f"      for (i64 j = threadIdx.x; j < dim; j += blockDim.x) {{\n"
+            f"        const {u} u = {name}_ord(x[j * inner]);\n"
+            f"        const unsigned d = (unsigned)(({value} >> shift) & 255);\n"
+            f"        if ({keep}) {name}_count(hist, d);\n"
+            f"      }}\n"
+            f"      __syncthreads();\n"
+            f"      if (threadIdx.x == 0) {{\n"
+            f"        long long c = 0; int b = 0;\n"
+            f"        for (; b < 255 && c + hist[b] < need_s; b++) c += hist[b];\n"
+            f"        prefix_s |= (unsigned long long)b << shift; need_s -= c; eq_s = hist[b];\n"
+            f"      }}\n"
+            f"      __syncthreads();\n")
+
+
+def render_topk_select(k: TopKKernel, name: str) -> str:
+    """A block per row: a radix select finds T, the order key of the k-th element (8 bits a pass over
+    the row, a 256-bin histogram in shared memory, counts aggregated per warp), and, where more
+    elements equal T than are needed, a second select over their indices keeps the lowest. The k
+    elements before that cut are gathered into shared memory and each ranked among them only: the
+    row is read a few times instead of compared with itself. Equal keys rank by index, as in
+    render_topk, and positions from k to the bound are -1."""
+    shape = k.inputs[0][0]
+    dim, bound = shape[k.axis], k.shape[k.axis]
+    inner = math.prod(shape[k.axis + 1:])
+    u, bits, ord_fn = _order_key(k, name)
+    ibits = max(8, (dim - 1).bit_length())
+    count = (f"__device__ __forceinline__ void {name}_count(unsigned* hist, unsigned d) {{\n"
+             f"#ifdef __CUDA_ARCH__\n"
+             f"  const unsigned same = __match_any_sync(__activemask(), d);   /* one atomic per digit a warp */\n"
+             f"  if ((threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&hist[d], (unsigned)__popc(same));\n"
+             f"#else\n  hist[d] += 1;\n#endif\n}}\n")
+    return (ord_fn + count +
+            f'extern "C" __global__ void __launch_bounds__({TOPK_SELECT_BLOCK}) {name}(i64* __restrict__ out, '
+            f"const {ctype(k.inputs[0][1])}* __restrict__ in0, const i64* __restrict__ in1) {{\n"
+            f"  __shared__ unsigned hist[256];\n"
+            f"  __shared__ unsigned long long prefix_s;\n"
+            f"  __shared__ long long need_s, eq_s;\n"
+            f"  __shared__ int taken_s;\n"
+            f"  __shared__ {u} kept_key[{bound}];\n"
+            f"  __shared__ int kept_index[{bound}];\n"
+            f"  const i64 dim = {dim}LL, inner = {inner}LL;\n"
+            f"  const i64 o = blockIdx.x / inner, in = blockIdx.x % inner;\n"
+            f"  const {ctype(k.inputs[0][1])}* x = in0 + o * dim * inner + in;\n"
+            f"  i64* y = out + o * {bound}LL * inner + in;\n"
+            f"  G_AWAIT_PREDECESSOR();\n"
+            f"  const i64 want = in1[0] < 0 ? 0 : (in1[0] < {bound}LL ? in1[0] : {bound}LL);\n"
+            f"  const int kk = (int)want;\n"
+            f"  if (kk > 0) {{\n"
+            f"    if (threadIdx.x == 0) {{ prefix_s = 0; need_s = kk; }}\n"
+            f"    {u} mask = 0;\n"
+            f"    for (int shift = {bits - 8}; shift >= 0; shift -= 8) {{   /* T, the k-th order key */\n"
+            + _radix_pass(name, u, "u", f"(u & mask) == ({u})prefix_s") +
+            f"      mask |= ({u})255 << shift;\n"
+            f"    }}\n"
+            f"    const {u} t = ({u})prefix_s;\n"
+            f"    i64 cut = dim;   /* elements equal to T are kept where their index is below cut */\n"
+            f"    if (eq_s > need_s) {{   /* more equal T than needed: the lowest indices, by a select over them */\n"
+            f"      __syncthreads();\n"
+            f"      if (threadIdx.x == 0) prefix_s = 0;\n"
+            f"      unsigned long long imask = 0;\n"
+            f"      for (int shift = {(ibits - 1) // 8 * 8}; shift >= 0; shift -= 8) {{\n"
+            + _radix_pass(name, u, "(unsigned long long)j", "u == t && ((unsigned long long)j & imask) == prefix_s") +
+            f"        imask |= 255ULL << shift;\n"
+            f"      }}\n"
+            f"      cut = (i64)prefix_s + 1;\n"
+            f"    }}\n"
+            f"    __syncthreads();\n"
+            f"    if (threadIdx.x == 0) taken_s = 0;\n"
+            f"    __syncthreads();\n"
+            f"    for (i64 j = threadIdx.x; j < dim; j += blockDim.x) {{   /* exactly k are kept */\n"
+            f"      const {u} u = {name}_ord(x[j * inner]);\n"
+            f"      if (u < t || (u == t && j < cut)) {{ const int s = atomicAdd(&taken_s, 1); kept_key[s] = u; kept_index[s] = (int)j; }}\n"
+            f"    }}\n"
+            f"    __syncthreads();\n"
+            f"    for (int c = threadIdx.x; c < kk; c += blockDim.x) {{   /* rank among the kept: key, then index */\n"
+            f"      const {u} mine = kept_key[c]; const int at = kept_index[c];\n"
+            f"      int r = 0;\n"
+            f"      for (int d = 0; d < kk; d++) r += (kept_key[d] < mine || (kept_key[d] == mine && kept_index[d] < at)) ? 1 : 0;\n"
+            f"      y[r * inner] = at;\n"
+            f"    }}\n"
+            f"  }}\n"
+            f"  for (i64 r = kk + threadIdx.x; r < {bound}LL; r += blockDim.x) y[r * inner] = -1;\n"
+            f"}}\n")
+
+
+__all__ = ["render_selection", "selection_launch", "topk_selects"]
