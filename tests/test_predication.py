@@ -367,3 +367,29 @@ def test_iobinding_gives_a_counted_output_at_its_bound_with_its_count():
     n = int(got["label::count0"])
     assert n == len(ref["label"]) > 0 and got["label"] is labels
     np.testing.assert_array_equal(labels[:n], ref["label"])
+
+
+def test_a_long_row_is_ranked_in_two_stages_as_in_one():
+    """A row of TOPK_SPLIT_MIN_DIM and more with a small k goes through two TopK kernels (segments,
+    then their candidates): the same indices as one kernel over the row (NaN last, ties by index),
+    and onnxruntime's where there is no NaN (onnxruntime places NaN anywhere)."""
+    from grapec.ops.selection import TOPK_SPLIT_MIN_DIM
+    n = TOPK_SPLIT_MIN_DIM * 3 + 7   # the last segment padded
+    m = model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+               helper.make_node("TopK", ["y", "k"], ["w", "j"], axis=0, largest=0)],
+              [tinfo("x", shape=[2, n]), tinfo("y", I64, [n, 3])],
+              [tinfo("v"), tinfo("i", I64), tinfo("w", I64), tinfo("j", I64)], [init("k", np.array([300], np.int64))])
+    sess, b = _session(m)
+    assert b.manifest["buckets"][0]["steps"]["kernel"] >= 6   # two TopK kernels an input
+    rng = np.random.default_rng(8)
+    for nan in (False, True):
+        feeds = {"x": (rng.integers(-3000, 3000, (2, n)) / 7).astype(np.float32), "y": rng.integers(-99, 99, (n, 3))}
+        if nan:
+            feeds["x"].reshape(-1)[::5] = np.nan
+            feeds["x"][1, :2000] = np.nan   # more NaN than is kept in a segment
+        got = sess.run(feeds)
+        one = TopKKernel((2, 300), (((2, n), "float32"), ((1,), "int64")), 1, True).run([feeds["x"], np.array([300])])
+        np.testing.assert_array_equal(got["i"], one)
+        np.testing.assert_array_equal(got["w"], np.take_along_axis(feeds["y"], got["j"], 0))
+        if not nan:
+            _check_same(got, ort_run(m, feeds))

@@ -6,8 +6,9 @@ Both are written for any block width, down to the one thread a block the host em
 (codegen/host.py): their loops stride by blockDim.x, and the block scan and arg-reduction fall back to
 one thread's value there.
 
-    nonzero  one block of 1024 threads walks the flags 1024 at a time: a block-wide exclusive scan
-             gives each non-zero its column, a running base carries the columns between chunks.
+    nonzero  one block of 1024 threads walks the flags 16K at a time, 16 a thread: a block-wide
+             exclusive scan of the threads' counts gives each run its first column, a running base
+             carries the columns between chunks.
              One block keeps the order without a second pass; it reads the flags once.
     nms      a block per (batch, class), 256 threads, over the candidates in score order (ranked by the
              TopK kernel first): a chunk of 256 at a time checked in parallel against the boxes kept
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import math
 
-from ..ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
+from ..ir.selection import TOPK_SELECT_MAX_K, NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from .cuda import ctype
 from .launch import Launch
 
 NONZERO_BLOCK = 1024
+NONZERO_ITEMS = 16   # flags a thread counts between two block scans
 NMS_BLOCK = 256
 NMS_MASK_BLOCK = 128
 NMS_WALK_BLOCK = 1024
@@ -34,7 +36,6 @@ NMS_CACHED = 1024   # selected boxes whose corners stay in shared memory (16 KiB
 TOPK_BLOCK = 256
 # Rows this long are ranked by selection: a row squared (RetinaNet's 1.3M scores of a level) is too much.
 TOPK_SELECT_MIN_DIM = 4096
-TOPK_SELECT_MAX_K = 2048    # the kept keys and indices sit in shared memory (24 KiB at 64-bit keys)
 TOPK_SELECT_BLOCK = 1024
 
 # A block-wide exclusive scan of one int a thread, and the block's total; every thread must call it.
@@ -100,12 +101,16 @@ def topk_selects(k: TopKKernel) -> bool:
 
 
 def render_nonzero(k: NonZeroKernel, name: str) -> str:
+    """One block walks the flags NONZERO_ITEMS a thread at a time (a block scan per 16K flags, not per
+    1024: the scan's barriers, not the reads, bound a long input); each thread writes the coordinates
+    of its own run of flags in order."""
     shape = k.inputs[0][0] or (1,)
     rank, numel = k.shape
     strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
-    coords = "".join(f"      out[{a}LL * {numel}LL + col] = (i / {s}LL) % {d}LL;\n"
+    coords = "".join(f"          out[{a}LL * {numel}LL + col] = (i / {s}LL) % {d}LL;\n"
                      for a, (s, d) in enumerate(zip(strides, shape)))
     pads = "".join(f"    out[{a}LL * {numel}LL + col] = -1;\n" for a in range(rank))
+    items = NONZERO_ITEMS
     return (_SCAN.format(name=name) +
             f'extern "C" __global__ void __launch_bounds__({NONZERO_BLOCK}) {name}(i64* __restrict__ out, '
             f"const bool* __restrict__ in0) {{\n"
@@ -113,14 +118,21 @@ def render_nonzero(k: NonZeroKernel, name: str) -> str:
             f"  G_AWAIT_PREDECESSOR();\n"
             f"  if (threadIdx.x == 0) base = 0;\n"
             f"  __syncthreads();\n"
-            f"  for (i64 start = 0; start < {numel}LL; start += blockDim.x) {{\n"
-            f"    const i64 i = start + threadIdx.x;\n"
-            f"    const int flag = (i < {numel}LL && in0[i]) ? 1 : 0;\n"
+            f"  for (i64 start = 0; start < {numel}LL; start += (i64)blockDim.x * {items}) {{\n"
+            f"    const i64 first = start + (i64)threadIdx.x * {items};\n"
+            f"    int flags = 0;\n"
+            f"    for (int t = 0; t < {items}; t++) flags += (first + t < {numel}LL && in0[first + t]) ? 1 : 0;\n"
             f"    int total;\n"
-            f"    const int before = {name}_scan(flag, &total);\n"
-            f"    if (flag) {{\n"
-            f"      const i64 col = base + before;\n"
+            f"    const int before = {name}_scan(flags, &total);\n"
+            f"    if (flags) {{\n"
+            f"      i64 col = base + before;\n"
+            f"      for (int t = 0; t < {items}; t++) {{\n"
+            f"        const i64 i = first + t;\n"
+            f"        if (i < {numel}LL && in0[i]) {{\n"
             f"{coords}"
+            f"          col++;\n"
+            f"        }}\n"
+            f"      }}\n"
             f"    }}\n"
             f"    __syncthreads();\n"
             f"    if (threadIdx.x == 0) base += total;\n"

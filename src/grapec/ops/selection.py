@@ -12,8 +12,8 @@ from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.graph import Node
 from .. import dtypes
-from ..ir.selection import (NMS_MASK_BYTES, NMS_MASK_MAX_WORDS, NMS_MAX_BOXES, NmsKernel, NmsMaskKernel, NonZeroKernel,
-                            TopKKernel, nms_bound)
+from ..ir.selection import (NMS_MASK_BYTES, NMS_MASK_MAX_WORDS, NMS_MAX_BOXES, TOPK_SELECT_MAX_K, NmsKernel, NmsMaskKernel,
+                            NonZeroKernel, TopKKernel, nms_bound)
 from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape, transpose
 from . import op
 
@@ -31,17 +31,66 @@ def compact(ctx, flags: T, hint: str) -> tuple:
     return ctx.tensor(out), reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
 
 
+# A row this long, with few kept, is ranked in two stages (_two_stage_ranked): a TopK kernel ranks a row
+# in one block, and RetinaNet's first level is 8.19M scores.
+TOPK_SPLIT_MIN_DIM = 1 << 15
+
+
 def ranked(ctx, x: T, axis: int, k_arg: str, bound: int, largest: bool) -> T:
     """A load of the indices of the best `bound` (at most k, a one-element int64 value read at run time)
     along `axis`: best first, equal keys by lower index, NaN last, -1 past k (ir/selection.py TopKKernel)."""
     key_dtype = x.dtype if x.dtype in ("float64", "uint64") else "float32" if dtypes.is_float(x.dtype) else "int64"
-    shape = list(x.shape)
+    keys = cast(x, key_dtype)
+    dim = x.shape[axis]
+    if dim >= TOPK_SPLIT_MIN_DIM and dim >= 8 * bound and bound <= TOPK_SELECT_MAX_K:
+        return _two_stage_ranked(ctx, keys, axis, k_arg, bound, largest)
+    return _topk_kernel(ctx, keys, axis, k_arg, bound, largest)
+
+
+def _topk_kernel(ctx, keys: T, axis: int, k_arg: str, bound: int, largest: bool) -> T:
+    shape = list(keys.shape)
     shape[axis] = bound
-    kernel = TopKKernel(tuple(shape), ((tuple(x.shape), key_dtype), ((1,), I64)), axis, largest)
+    kernel = TopKKernel(tuple(shape), ((tuple(keys.shape), keys.dtype), ((1,), I64)), axis, largest)
     picked = ctx.new_value("topk_indices", kernel.shape, I64)
-    ctx.emit(Node("Kernel", [ctx.buffer(cast(x, key_dtype), "topk_keys"), k_arg], [picked.name],
+    ctx.emit(Node("Kernel", [ctx.buffer(keys, "topk_keys"), k_arg], [picked.name],
                   name=ctx.node.name, attrs={"kernel": kernel}))
     return ctx.tensor(picked)
+
+
+def _two_stage_ranked(ctx, keys: T, axis: int, k_arg: str, bound: int, largest: bool) -> T:
+    """ranked() of a long row in two TopK kernels that each run a block per row: the row cut into
+    segments of about sqrt(row x bound) (the last padded with keys that rank after every real one),
+    the best `bound` of each segment, then the best of those candidates. Candidates lie in segment
+    order and, within one, by rank, so equal keys still rank by their index in the row."""
+    dim, rest, dt = keys.shape[axis], keys.shape[axis + 1:], keys.dtype
+    seg = max(bound, math.isqrt(dim * bound))
+    segs = -(-dim // seg)
+    worst = (float("nan") if dt in ("float32", "float64") else
+             (0 if dt == "uint64" else np.iinfo(np.int64).min) if largest else
+             (np.iinfo(np.uint64).max if dt == "uint64" else np.iinfo(np.int64).max))
+    i64 = lambda v: K.const(int(v), I64)  # noqa: E731
+
+    def padded(ix):
+        j = ix[axis] * i64(seg) + ix[axis + 1]
+        inside = K.binary("lt", j, i64(dim))
+        at = K.where(inside, j, i64(0))
+        return K.where(inside, keys.at(ix[:axis] + (at,) + ix[axis + 2:]), K.const(worst, dt))
+    segmented = T(keys.shape[:axis] + (segs, seg) + rest, dt, padded)
+    every = ctx.graph.add_value("topk_k", I64, (1,), np.array([bound], np.int64)).name
+    local = _topk_kernel(ctx, segmented, axis + 1, every, bound, largest)   # each segment keeps all of its bound
+
+    def place(ix, c):   # candidate c -> (segment, its element in the segment), indexed like `segmented`
+        s, r = K.binary("div", c, i64(bound)), K.binary("mod", c, i64(bound))
+        return ix[:axis] + (s, local.at(ix[:axis] + (s, r) + ix[axis + 1:])) + ix[axis + 1:]
+    candidates = T(keys.shape[:axis] + (segs * bound,) + rest, dt, lambda ix: segmented.at(place(ix, ix[axis])))
+    best = _topk_kernel(ctx, candidates, axis, k_arg, bound, largest)
+
+    def index(ix):
+        c = best.at(ix)
+        valid = K.binary("ge", c, i64(0))
+        where = place(ix, K.where(valid, c, i64(0)))
+        return K.where(valid, where[axis] * i64(seg) + where[axis + 1], i64(-1))
+    return ctx.tensor(ctx.graph.lookup(ctx.buffer(T(best.shape, I64, index), "topk_indices")))
 
 
 def _not_zero(x: T) -> T:
