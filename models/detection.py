@@ -15,6 +15,11 @@ boxes depending on the image: the counts the tests need to vary.
 
     ssdlite_tiny   ssdlite320_mobilenet_v3_large at 1/8 width, 4 classes, score threshold 0.55,
                    40 candidates a class, 25 detections; the image 3 x H x W (dynamic H, W)
+    fasterrcnn_tiny  torchvision's FasterRCNN over a 1/8-width MobileNetV3 with a 16-channel FPN (two
+                   levels), RPN and box head of the same parts as fasterrcnn_mobilenet_v3_large_320_fpn,
+                   4 classes, images resized to 128..160
+    retinanet_tiny torchvision's RetinaNet (its head, anchors, per-level top-k and batched NMS) over the
+                   same backbone, 4 classes, images resized to 128..160
     ssdlite        ssdlite320_mobilenet_v3_large, 91 classes, torchvision's defaults
     fasterrcnn     fasterrcnn_mobilenet_v3_large_320_fpn, 91 classes
     retinanet      retinanet_resnet50_fpn, 91 classes
@@ -54,12 +59,58 @@ def build(name: str):
                 seq[-1].bias.zero_()
                 seq[-1].bias[0::4] -= 4.0   # the background class low: the others pass the threshold
         return m.eval(), torch.rand(3, 96, 128)
+    if name in ("fasterrcnn_tiny", "retinanet_tiny"):
+        return _tiny_two_stage(name), torch.rand(3, 96, 128)
     ctor = {"ssdlite": D.ssdlite320_mobilenet_v3_large, "fasterrcnn": D.fasterrcnn_mobilenet_v3_large_320_fpn,
             "retinanet": D.retinanet_resnet50_fpn}[name]
     m = ctor(weights=None, weights_backbone=None, num_classes=91)
     if name == "ssdlite":
         calibrate_batch_norm(m, [torch.rand(4, 3, 320, 320) * 2 - 1 for _ in range(4)])
     return m.eval(), torch.rand(3, 320, 320)
+
+
+def _tiny_two_stage(name: str):
+    """Faster R-CNN or RetinaNet of torchvision's own parts over a small backbone: the post-processing
+    (RPN proposals, RoiAlign, per-class NMS; RetinaNet's per-level top-k) is the full models', the
+    convolutions are few and narrow (a few MB)."""
+    import torch
+    from torchvision.models import mobilenet_v3_large
+    from torchvision.models.detection import FasterRCNN, RetinaNet
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.models.detection.backbone_utils import BackboneWithFPN
+    from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    from torchvision.models.detection.retinanet import RetinaNetHead
+    from torchvision.ops import MultiScaleRoIAlign
+    features = mobilenet_v3_large(weights=None, width_mult=0.125).features
+    stages = [i for i, b in enumerate(features) if getattr(b, "_is_cn", False)] + [len(features) - 1]
+    returned = [stages[-2], stages[-1]]
+    channels = [features[i].out_channels for i in returned]
+    backbone = BackboneWithFPN(features, {str(i): str(j) for j, i in enumerate(returned)}, channels, 16)
+    calibrate = [torch.rand(2, 3, 128, 160) * 2 - 1 for _ in range(3)]
+    sizes = ((32,), (64,), (128,))   # the FPN's two levels and its max-pooled third
+    anchors = AnchorGenerator(sizes, ((0.5, 1.0, 2.0),) * len(sizes))
+    common = dict(min_size=128, max_size=160)
+    if name == "fasterrcnn_tiny":
+        m = FasterRCNN(backbone, num_classes=None, rpn_anchor_generator=anchors,
+                       box_roi_pool=MultiScaleRoIAlign(["0", "1"], 7, 2), box_head=TwoMLPHead(16 * 7 * 7, 64),
+                       box_predictor=FastRCNNPredictor(64, 4), rpn_pre_nms_top_n_test=150, rpn_post_nms_top_n_test=60,
+                       box_score_thresh=0.6, box_detections_per_img=30, **common)
+    else:
+        m = RetinaNet(backbone, num_classes=4, anchor_generator=anchors,
+                      head=RetinaNetHead(16, anchors.num_anchors_per_location()[0], 4), score_thresh=0.8,
+                      topk_candidates=200, detections_per_img=30, **common)
+        with torch.no_grad():   # no 1% prior and weights 30000x: scores spread about 0.5, so the threshold
+            m.head.classification_head.cls_logits.bias.zero_()   # passes some boxes and not others
+            m.head.classification_head.cls_logits.weight.mul_(30000.0)
+    norms = [x for x in m.modules() if isinstance(x, torch.nn.BatchNorm2d)]
+    for bn in norms:
+        bn.reset_running_stats()
+        bn.momentum = None
+    m.train()
+    with torch.no_grad():
+        for batch in calibrate:
+            m.backbone(batch)
+    return m.eval()
 
 
 def export(name: str, out_dir: str) -> str:
@@ -73,12 +124,13 @@ def export(name: str, out_dir: str) -> str:
 
 def output_names(name: str) -> list:
     """torchvision's detection dicts in their own key order (Faster R-CNN's roi heads put labels second)."""
-    return ["boxes", "labels", "scores"] if name == "fasterrcnn" else ["boxes", "scores", "labels"]
+    return ["boxes", "labels", "scores"] if name.startswith("fasterrcnn") else ["boxes", "scores", "labels"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="+", choices=["ssdlite_tiny", "ssdlite", "fasterrcnn", "retinanet"])
+    ap.add_argument("names", nargs="+", choices=["ssdlite_tiny", "fasterrcnn_tiny", "retinanet_tiny", "ssdlite",
+                                                 "fasterrcnn", "retinanet"])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)

@@ -1,7 +1,9 @@
 """torchvision's SSDLite (models/detection.py: ssdlite320_mobilenet_v3_large at 1/8 width, exported by
 torch.onnx with its post-processing: per-class thresholds, NonZero, TopK, Concat of the classes'
 detections, batched NMS behind an If, the best 25 kept) compiled with --strict, nothing on the host,
-against onnxruntime on images that give none, a few and many detections, at two image sizes."""
+against onnxruntime on images that give none, a few and many detections, at two image sizes; and
+torchvision's Faster R-CNN and RetinaNet over a small backbone (their RPN proposals, RoiAlign,
+per-level top-k and batched NMS as the full models export them), the same way."""
 import os
 
 import numpy as np
@@ -14,6 +16,7 @@ from grapec.runtime.session import Session
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SSDLITE = os.path.join(ROOT, "models", "detection", "ssdlite_tiny.onnx")
+TWO_STAGE = {"fasterrcnn_tiny": ["boxes", "labels", "scores"], "retinanet_tiny": ["boxes", "scores", "labels"]}
 
 
 def images(h: int, w: int) -> list:
@@ -52,3 +55,24 @@ def test_ssdlite_matches_onnxruntime_as_the_count_varies(h, w):
     assert min(counts) == 0 and max(counts) == 25 and len(set(counts)) >= 3, counts
     sizes = {d["op"] for d in b.manifest["buckets"][0]["predicated"]}
     assert sizes == {"NonZero", "TopK", "ConstantOfShape", "NonMaxSuppression"}   # the last inside the If
+
+
+@pytest.mark.parametrize("name", sorted(TWO_STAGE))
+def test_faster_rcnn_and_retinanet_match_onnxruntime_as_the_count_varies(name):
+    check_two_stage(name, "cpu")
+
+
+def check_two_stage(name: str, backend: str):
+    path = os.path.join(ROOT, "models", "detection", f"{name}.onnx")
+    h, w = 96, 128
+    b = grapec.compile(path, shapes={"image": (3, h, w)}, targets=[] if backend == "cpu" else "auto", strict=True)
+    sess = Session(Bundle.from_bytes(b.to_bytes()), backend=backend)
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    counts = []
+    for x in images(h, w)[:3] + [np.random.default_rng(s).random((3, h, w)) for s in range(1, 4)]:
+        x = x.astype(np.float32)
+        expected = dict(zip(TWO_STAGE[name], ref.run(None, {"image": x})))
+        assert_same_detections(sess.run({"image": x}), expected)
+        counts.append(len(expected["scores"]))
+    assert min(counts) == 0 and len(set(counts)) >= 3, counts
+    assert {"NonZero", "NonMaxSuppression"} <= {d["op"] for d in b.manifest["buckets"][0]["predicated"]}

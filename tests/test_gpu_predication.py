@@ -82,6 +82,12 @@ def test_ssdlite_on_the_gpu():
     assert min(counts) == 0 and max(counts) == 25
 
 
+@pytest.mark.parametrize("name", ["fasterrcnn_tiny", "retinanet_tiny"])
+def test_faster_rcnn_and_retinanet_on_the_gpu(name):
+    from test_detection_models import check_two_stage
+    check_two_stage(name, "cuda")
+
+
 def test_loop_that_may_stop_early_on_the_gpu():
     """Scan rows counted by the iterations the WHILE node ran (its counter copied out after it)."""
     from test_predication import check_early_stop_loop, early_stop_loop_model
