@@ -67,12 +67,16 @@ def run_model(name: str, args) -> dict:
 
     import grapec
     from test_detection_models import assert_same_detections
+    t0 = time.perf_counter()
+    say = lambda what: print(f"[{name} {time.perf_counter() - t0:6.1f}s] {what}", file=sys.stderr, flush=True)  # noqa: E731
     model, image = build_model(name, args.size)
     path = os.path.join(args.out, f"{name}.onnx")
     export(name, model, image, path)
+    say("exported")
     t = time.perf_counter()
     bundle = grapec.compile(path, shapes={"image": (3, args.size, args.size)}, strict=True, precision=args.precision)
     compile_s = time.perf_counter() - t
+    say("compiled")
     sess = grapec.load(bundle, backend="cuda")
     rng = np.random.default_rng(0)
     images = [rng.random((3, args.size, args.size)).astype(np.float32) for _ in range(4)]
@@ -87,6 +91,7 @@ def run_model(name: str, args) -> dict:
         except AssertionError as e:   # random weights score near-uniformly: a near-tie at the cut swaps a box
             agree.append(str(e)[:160])
         counts.append(len(expected["scores"]))
+        say(f"image {len(counts)} checked against onnxruntime CPU")
     row = {"model": name, "detections": counts, "same_as_onnxruntime": agree, "compile_s": round(compile_s, 1),
            "predicated": len(bundle.manifest["buckets"][0].get("predicated", []))}
     which = iter(range(10 ** 9))
@@ -94,6 +99,7 @@ def run_model(name: str, args) -> dict:
     def grapec_run():
         sess.run({"image": images[next(which) % len(images)]})
     row["grapec_ms"] = median_ms(grapec_run, args.iterations)
+    say("grapec timed")
     peers = args.peers.split(",") if args.peers else []
     if "ort" in peers and "CUDAExecutionProvider" in ort.get_available_providers():
         cuda = ort.InferenceSession(path, providers=["CUDAExecutionProvider"])

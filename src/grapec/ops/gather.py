@@ -167,8 +167,10 @@ def scatter(ctx):
 
 @op("ScatterND")
 def scatter_nd(ctx):
-    """ind[j, :k] addresses x[ind[j], ...]; upd[j, ...] is written (or combined) there. Each output
-    element reduces over all update rows j."""
+    """ind[j, :k] addresses x[ind[j], ...]; upd[j, ...] is written (or combined) there. A combining
+    reduction reduces each output element over all update rows j. Without one, the update row that
+    lands on each addressed slice (the last of equal indices) is found once per slice, then each
+    element reads it: torchvision's `result[level_rows] = roi_align(...)` writes slices of 12K elements."""
     x, ind, upd = ctx.input(0), ctx.input(1), ctx.input(2)
     reduction = ctx.attr("reduction", "none")
     k = ind.shape[-1]
@@ -176,17 +178,32 @@ def scatter_nd(ctx):
     ind2 = reshape(ind, (rows, k))
     upd2 = reshape(upd, (rows,) + x.shape[k:])
 
-    def fn(ix):
-        r = K.ridx(rows)
+    def hit_at(ix, r):
         hit = K.const(True, "bool")
         for c in range(k):
             hit = all_of(hit, K.binary("eq", wrap_negative(ind2.at((r, int_const(c))), x.shape[c]), ix[c]))
-        old = x.at(ix)
-        if reduction != "none":
-            return _combine(reduction, old, hit, upd2.at((r,) + tuple(ix[k:])), (r,))
-        last = _last_hit(hit, r, (r,))
+        return hit
+
+    if reduction != "none":
+        def combined(ix):
+            r = K.ridx(rows)
+            return _combine(reduction, x.at(ix), hit_at(ix, r), upd2.at((r,) + tuple(ix[k:])), (r,))
+        return [T(x.shape, x.dtype, combined)]
+    if math.prod(x.shape[k:]) > 1:
+        def row_of(ix):
+            r = K.ridx(rows)
+            return _last_hit(hit_at(ix, r), r, (r,))
+        landing = ctx.realize(T(x.shape[:k], "int64", row_of), "scatter_rows")
+        last_of = lambda ix: landing.at(tuple(ix[:k]))  # noqa: E731
+    else:
+        def last_of(ix):
+            r = K.ridx(rows)
+            return _last_hit(hit_at(ix, r), r, (r,))
+
+    def fn(ix):
+        last = last_of(ix)
         new = upd2.at((K.binary("max", last, int_const(0)),) + tuple(ix[k:]))
-        return K.where(K.binary("ge", last, int_const(0)), new, old)
+        return K.where(K.binary("ge", last, int_const(0)), new, x.at(ix))
     return [T(x.shape, x.dtype, fn)]
 
 
