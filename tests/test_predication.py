@@ -393,3 +393,30 @@ def test_a_long_row_is_ranked_in_two_stages_as_in_one():
         np.testing.assert_array_equal(got["w"], np.take_along_axis(feeds["y"], got["j"], 0))
         if not nan:
             _check_same(got, ort_run(m, feeds))
+
+
+def test_nonzero_of_many_flags_runs_a_block_per_segment():
+    """Past NONZERO_SPLIT_MIN flags, a block per segment compacts from the offset the segments before
+    it give: the CUDA code in the host emulation (a small segment, so that there are many) against
+    numpy, and a model's NonZero of 300K flags against onnxruntime."""
+    from grapec.ops.selection import NONZERO_SPLIT_MIN
+    rng = np.random.default_rng(12)
+    flags = rng.random((3, 700)) < 0.3
+    flags[1] = False   # segments with nothing in them
+    segment = 256
+    counts = [flags.reshape(-1)[s:s + segment].sum() for s in range(0, flags.size, segment)]
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    nz = NonZeroKernel((2, flags.size), (((3, 700), "bool"), (offsets.shape, "int64")), segment=segment)
+    assert NonZeroKernel.from_json(nz.to_json()) == nz
+    out = np.zeros(nz.shape, np.int64)
+    HostModule([nz], tempfile.mkdtemp()).call(0, out, [flags, offsets])
+    np.testing.assert_array_equal(out, nz.run([flags, offsets]))
+
+    shape = (600, NONZERO_SPLIT_MIN // 600 + 100)
+    m = model([helper.make_node("Greater", ["x", "t"], ["hit"]), helper.make_node("NonZero", ["hit"], ["nz"])],
+              [tinfo("x", shape=list(shape)), tinfo("t", shape=[])], [tinfo("nz", I64)])
+    sess, b = _session(m)
+    assert any(k.get("segment") for k in b.kernels if isinstance(k, dict)), "the segmented kernel"
+    for t in (0.5, 3.0, 10.0):   # about a third, a few, none
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32), "t": np.array(t, np.float32)}
+        _check_same(sess.run(feeds), ort_run(m, feeds))

@@ -67,8 +67,9 @@ __device__ __forceinline__ int {name}_scan(int x, int* total) {{
 
 
 def selection_launch(k) -> Launch:
-    if isinstance(k, NonZeroKernel):
-        return Launch("row", 1, NONZERO_BLOCK, rows=1)
+    if isinstance(k, NonZeroKernel):   # a block, or a block per segment
+        blocks = -(-k.shape[1] // k.segment) if k.segment else 1
+        return Launch("row", max(blocks, 1), NONZERO_BLOCK, rows=max(blocks, 1))
     if isinstance(k, NmsMaskKernel):   # a thread per mask word (its upper triangle: the rest return at once)
         total = math.prod(k.shape)
         return Launch("row", max(1, -(-total // NMS_MASK_BLOCK)), NMS_MASK_BLOCK, rows=max(total, 1))
@@ -111,24 +112,33 @@ def render_nonzero(k: NonZeroKernel, name: str) -> str:
                      for a, (s, d) in enumerate(zip(strides, shape)))
     pads = "".join(f"    out[{a}LL * {numel}LL + col] = -1;\n" for a in range(rank))
     items = NONZERO_ITEMS
+    if k.segment:   # block b: the flags of segment b, from column in1[b]; the pads split between the blocks
+        params, first_col, begin, end = ", const i64* __restrict__ in1", "in1[blockIdx.x]", \
+            f"(i64)blockIdx.x * {k.segment}LL", f"((i64)blockIdx.x + 1) * {k.segment}LL < {numel}LL ? ((i64)blockIdx.x + 1) * {k.segment}LL : {numel}LL"
+        blocks = -(-numel // k.segment)
+        pad_from, pad_step = f"in1[{blocks}] + (i64)blockIdx.x * blockDim.x + threadIdx.x", f"{blocks}LL * blockDim.x"
+    else:
+        params, first_col, begin, end = "", "0", "0", f"{numel}LL"
+        pad_from, pad_step = "base + threadIdx.x", "blockDim.x"
     return (_SCAN.format(name=name) +
             f'extern "C" __global__ void __launch_bounds__({NONZERO_BLOCK}) {name}(i64* __restrict__ out, '
-            f"const bool* __restrict__ in0) {{\n"
+            f"const bool* __restrict__ in0{params}) {{\n"
             f"  __shared__ i64 base;\n"
             f"  G_AWAIT_PREDECESSOR();\n"
-            f"  if (threadIdx.x == 0) base = 0;\n"
+            f"  if (threadIdx.x == 0) base = {first_col};\n"
             f"  __syncthreads();\n"
-            f"  for (i64 start = 0; start < {numel}LL; start += (i64)blockDim.x * {items}) {{\n"
+            f"  const i64 end = {end};\n"
+            f"  for (i64 start = {begin}; start < end; start += (i64)blockDim.x * {items}) {{\n"
             f"    const i64 first = start + (i64)threadIdx.x * {items};\n"
             f"    int flags = 0;\n"
-            f"    for (int t = 0; t < {items}; t++) flags += (first + t < {numel}LL && in0[first + t]) ? 1 : 0;\n"
+            f"    for (int t = 0; t < {items}; t++) flags += (first + t < end && in0[first + t]) ? 1 : 0;\n"
             f"    int total;\n"
             f"    const int before = {name}_scan(flags, &total);\n"
             f"    if (flags) {{\n"
             f"      i64 col = base + before;\n"
             f"      for (int t = 0; t < {items}; t++) {{\n"
             f"        const i64 i = first + t;\n"
-            f"        if (i < {numel}LL && in0[i]) {{\n"
+            f"        if (i < end && in0[i]) {{\n"
             f"{coords}"
             f"          col++;\n"
             f"        }}\n"
@@ -138,7 +148,7 @@ def render_nonzero(k: NonZeroKernel, name: str) -> str:
             f"    if (threadIdx.x == 0) base += total;\n"
             f"    __syncthreads();\n"
             f"  }}\n"
-            f"  for (i64 col = base + threadIdx.x; col < {numel}LL; col += blockDim.x) {{\n"
+            f"  for (i64 col = {pad_from}; col < {numel}LL; col += {pad_step}) {{\n"
             f"{pads}"
             f"  }}\n"
             f"}}\n")

@@ -130,17 +130,25 @@ def attention_work(kernel) -> Work:
 
 
 def selection_work(kernel) -> Work:
-    """NonZero's one-block compaction or NonMaxSuppression's rounds (codegen/selection.py): serial work
-    that scales with the input (NonZero: a chunk of a block's width at a time, each a block scan) or
-    with the selections (NMS: at most the bound, each a pass over the boxes and a block arg-reduction)."""
-    from ..codegen.selection import selection_launch
+    """NonZero's compaction, TopK's ranking or NonMaxSuppression's rounds (codegen/selection.py): serial
+    work that scales with the input (NonZero: a chunk of a block's width x NONZERO_ITEMS at a time, each
+    a block scan; TopK's select: a few passes over a row) or with the selections (NMS: at most the bound,
+    each a pass over the boxes and a block arg-reduction)."""
+    from ..codegen.selection import NONZERO_ITEMS, selection_launch, topk_selects
     launch = selection_launch(kernel)
     in_bytes = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs)
     out_bytes = kernel.size * 8
     if isinstance(kernel, NonZeroKernel):
-        rounds = math.ceil(max(kernel.shape[1], 1) / launch.block)
-        return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, rounds, 1, 2 * rounds, rounds, 1,
-                    launch.block, "one block scans the flags in order")
+        rounds = math.ceil(max(kernel.segment or kernel.shape[1], 1) / (launch.block * NONZERO_ITEMS))
+        return Work(SELECTION, (in_bytes + out_bytes) / 1e6, 0.0, 0.0, rounds, 1, 2 * rounds, rounds, launch.grid,
+                    launch.block, "a block per segment of the flags, each scanned in order" if kernel.segment
+                    else "one block scans the flags in order")
+    if isinstance(kernel, TopKKernel) and topk_selects(kernel):
+        dim = kernel.inputs[0][0][kernel.axis]
+        passes = 5   # the radix digits of a 32-bit key and the gather (64-bit keys: 9)
+        rounds = passes * math.ceil(dim / launch.block)
+        return Work(SELECTION, (in_bytes * passes + out_bytes) / 1e6, 0.0, 0.0, rounds, 1, 3 * passes, passes,
+                    launch.grid, launch.block, "a block per row: radix select of the k-th key, the k ranked among themselves")
     if isinstance(kernel, TopKKernel):
         dim = kernel.inputs[0][0][kernel.axis]
         return Work(SELECTION, (in_bytes + out_bytes) / 1e6, in_bytes * dim / 1e6, math.prod(kernel.inputs[0][0]) * dim / 1e9,

@@ -44,8 +44,9 @@ NMS_MASK_MAX_WORDS = 4096   # the walk keeps a removed bit per candidate in shar
 @dataclass(frozen=True)
 class NonZeroKernel:
     shape: tuple       # (rank, numel): rank max(x.ndim, 1)
-    inputs: tuple      # ((x.shape, x.dtype),)
+    inputs: tuple      # ((x.shape, x.dtype),), and with segments ((segments + 1,), int64): where each starts
     dtype: str = "int64"
+    segment: int = 0   # flags a block compacts, from the column its offset gives; 0: one block, all of them
 
     kind = "nonzero"
 
@@ -54,11 +55,12 @@ class NonZeroKernel:
         return math.prod(self.shape)
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs)}
+        d = {"kind": self.kind, "shape": list(self.shape), "dtype": self.dtype, "inputs": inputs_to_json(self.inputs)}
+        return {**d, "segment": self.segment} if self.segment else d
 
     @staticmethod
     def from_json(d: dict) -> "NonZeroKernel":
-        return NonZeroKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]))
+        return NonZeroKernel(tuple(d["shape"]), inputs_from_json(d["inputs"]), segment=int(d.get("segment", 0)))
 
     def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
         shape, dt = self.inputs[0]

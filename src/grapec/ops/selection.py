@@ -20,15 +20,50 @@ from . import op
 I64 = "int64"
 
 
+# Flags past this many are compacted by a block per segment of NONZERO_SEGMENT, each from the column the
+# flags before it give (compact): one block over RetinaNet's 8.19M scores took 5 ms on an H100.
+NONZERO_SPLIT_MIN = 1 << 18
+NONZERO_SEGMENT = 1 << 14
+NONZERO_MAX_SEGMENTS = 4096   # the offsets are an exclusive sum over the segments' counts: squared work
+
+
 def compact(ctx, flags: T, hint: str) -> tuple:
     """(coordinates, count) of the true elements of a bool T: a load of [rank, numel] int64, row-major
     order and -1 after the last, and the count as an int64 scalar T."""
     numel = math.prod(flags.shape)
-    kernel = NonZeroKernel((max(flags.ndim, 1), numel), ((tuple(flags.shape), "bool"),))
+    shape = (max(flags.ndim, 1), numel)
+    buffer = ctx.buffer(flags, f"{hint}_flags")
+    if numel < NONZERO_SPLIT_MIN:
+        kernel, ins = NonZeroKernel(shape, ((tuple(flags.shape), "bool"),)), [buffer]
+        count = reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
+    else:
+        segment = NONZERO_SEGMENT * -(-numel // (NONZERO_SEGMENT * NONZERO_MAX_SEGMENTS))
+        offsets = _segment_offsets(ctx, reshape(ctx.tensor(ctx.graph.lookup(buffer)), (numel,)), segment)
+        kernel = NonZeroKernel(shape, ((tuple(flags.shape), "bool"), (offsets.shape, I64)), segment=segment)
+        ins = [buffer, offsets.source]
+        count = T((), I64, lambda ix: offsets.at((K.const(offsets.shape[0] - 1, I64),)))
     out = ctx.new_value(hint, kernel.shape, I64)
-    ctx.emit(Node("Kernel", [ctx.buffer(flags, f"{hint}_flags")], [out.name], name=ctx.node.name,
-                  attrs={"kernel": kernel}))
-    return ctx.tensor(out), reduce(cast(flags, I64), range(flags.ndim), "sum", keepdims=False)
+    ctx.emit(Node("Kernel", ins, [out.name], name=ctx.node.name, attrs={"kernel": kernel}))
+    return ctx.tensor(out), count
+
+
+def _segment_offsets(ctx, flat: T, segment: int) -> T:
+    """[segments + 1]: how many flags are set before each segment of `flat`, then in all."""
+    numel = flat.shape[0]
+    segments = -(-numel // segment)
+
+    def counted(ix):
+        r = K.ridx(segment)
+        j = ix[0] * K.const(segment, I64) + r
+        inside = K.binary("lt", j, K.const(numel, I64))
+        at = K.where(inside, j, K.const(0, I64))
+        return K.reduce("sum", K.where(inside, K.cast(flat.at((at,)), I64), K.const(0, I64)), (r,))
+    counts = ctx.realize(T((segments,), I64, counted), "nonzero_segment_counts")
+
+    def before(ix):
+        r = K.ridx(segments)
+        return K.reduce("sum", K.where(K.binary("lt", r, ix[0]), counts.at((r,)), K.const(0, I64)), (r,))
+    return ctx.realize(T((segments + 1,), I64, before), "nonzero_offsets")
 
 
 # A row this long, with few kept, is ranked in two stages (_two_stage_ranked): a TopK kernel ranks a row
