@@ -420,3 +420,35 @@ def test_nonzero_of_many_flags_runs_a_block_per_segment():
     for t in (0.5, 3.0, 10.0):   # about a third, a few, none
         feeds = {"x": rng.standard_normal(shape).astype(np.float32), "t": np.array(t, np.float32)}
         _check_same(sess.run(feeds), ort_run(m, feeds))
+
+
+def nms_first_rows_model(rows: int, also_read: bool = False):
+    """NonMaxSuppression over 2 batches x 3 classes, its box column (Gather axis 1, Squeeze) cut to the
+    first `rows` rows, as torchvision's `keep[:detections_per_img]`; `also_read`: the whole selection
+    is an output too."""
+    nodes = [helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "thr"], ["sel"]),
+             helper.make_node("Gather", ["sel", "two"], ["col"], axis=1),
+             helper.make_node("Squeeze", ["col", "one"], ["keep"]),
+             helper.make_node("Slice", ["keep", "zero", "rows"], ["first"])]
+    outs = [tinfo("first", I64)] + ([tinfo("sel", I64)] if also_read else [])
+    return model(nodes, [tinfo("boxes", shape=[2, 64, 4]), tinfo("scores", shape=[2, 3, 64])], outs,
+                 [init("max_out", np.array([1000], np.int64)), init("iou", np.array([0.3], np.float32)),
+                  init("thr", np.array([0.05], np.float32)), init("two", np.array([2], np.int64)),
+                  init("one", np.array([1], np.int64)), init("zero", np.array([0], np.int64)),
+                  init("rows", np.array([rows], np.int64))])
+
+
+def test_nms_stops_at_the_rows_read_after_it():
+    """Only the first E rows of the selection are read: each class stops at E selections (the walk
+    ends early), and those rows equal onnxruntime's; where the whole selection is read, no cap."""
+    for rows, also in ((5, False), (40, False), (5, True)):
+        m = nms_first_rows_model(rows, also)
+        sess, b = _session(m)
+        nms = [d for d in b.manifest["buckets"][0]["predicated"] if d["op"] == "NonMaxSuppression"][0]
+        assert nms["bound"] == 2 * 3 * (64 if also else min(rows, 64)), nms
+        rng = np.random.default_rng(rows)
+        for level in (0.0, 0.3, 1.0):   # none above the threshold, some, many
+            boxes = rng.random((2, 64, 4)).astype(np.float32) * 100
+            feeds = {"boxes": np.concatenate([boxes[..., :2], boxes[..., :2] + 5 + boxes[..., 2:] / 5], -1),
+                     "scores": (rng.random((2, 3, 64)) * level).astype(np.float32)}
+            _check_same(sess.run(feeds), ort_run(m, feeds))

@@ -81,6 +81,7 @@ from ..passes.strided_operands import strided_operands
 from ..passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
 from ..passes.weight_layout import weights_as_nk
 from ..passes.bounds import apply_user_bounds
+from ..passes.rows_read import cap_nms_at_rows_read
 
 
 FUSION_LEVELS = ("full", "rules", "none")
@@ -421,6 +422,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         say(mixed.summary())
 
     user_bounds = apply_user_bounds(graph, bounds) if bounds else []
+    cap_nms_at_rows_read(graph)
     proto = without_weight_data(proto)   # from here on its names, dims and metadata are read; the graph holds the weights
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,

@@ -134,6 +134,8 @@ class NmsKernel:
         return res if out is None else out
 
 
+# A NonMaxSuppression node's attribute: the rows of its output the model reads (passes/rows_read.py).
+ROWS_READ = "grapec_rows_read"
 TOPK_SELECT_MAX_K = 2048   # kept keys ranked in shared memory by the GPU's select (codegen/selection.py), 24 KiB
 
 
@@ -308,5 +310,5 @@ def hidden_output(name: str) -> bool:
     return counted_output(name) is not None or bound_output(name) is not None
 
 
-__all__ = ["TOPK_SELECT_MAX_K", "BOUND_MARK", "COUNT_MARK", "bound_output", "bound_output_name", "hidden_output", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
+__all__ = ["ROWS_READ", "TOPK_SELECT_MAX_K", "BOUND_MARK", "COUNT_MARK", "bound_output", "bound_output_name", "hidden_output", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
            "output_counts"]

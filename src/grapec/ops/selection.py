@@ -12,7 +12,7 @@ from ..errors import ShapeError
 from ..ir import kernel as K
 from ..ir.graph import Node
 from .. import dtypes
-from ..ir.selection import (NMS_MASK_BYTES, NMS_MASK_MAX_WORDS, NMS_MAX_BOXES, TOPK_SELECT_MAX_K, NmsKernel, NmsMaskKernel,
+from ..ir.selection import (NMS_MASK_BYTES, NMS_MASK_MAX_WORDS, NMS_MAX_BOXES, ROWS_READ, TOPK_SELECT_MAX_K, NmsKernel, NmsMaskKernel,
                             NonZeroKernel, TopKKernel, nms_bound)
 from ..ir.tensor import T, cast, map_, norm_axis, reduce, reshape, transpose
 from . import op
@@ -178,6 +178,8 @@ def non_max_suppression(ctx):
         ctx.fail(f"{n} boxes a batch; at most {NMS_MAX_BOXES} are taken (ranking them is a row's length squared)")
     max_out = _scalar_const(ctx, 2, 0)
     per_class = n if max_out is None else min(max(int(max_out), 0), n)
+    read = ctx.attr(ROWS_READ)   # only the first rows are read (passes/rows_read.py): no class needs more
+    per_class = per_class if read is None else min(per_class, read)
     if per_class == 0 or batches * classes == 0:
         return [np.zeros((0, 3), np.int64)]
     args = [ctx.buffer(cast(ctx.input(0), "float32"), "nms_boxes"), ctx.buffer(cast(ctx.input(1), "float32"), "nms_scores"),
@@ -202,14 +204,15 @@ def non_max_suppression(ctx):
     sel = ctx.tensor(sel_v)
     flags = T(kernel.shape, "bool", lambda ix: K.binary("ge", sel.at(ix), K.const(0, I64)))
     coords, count = compact(ctx, flags, "nms_rows")
-    bound = nms_bound(batches, classes, n, max_out)
+    bound = nms_bound(batches, classes, n, per_class)
 
     def fn(ix):
         at = [coords.at((K.const(a, I64), ix[0])) for a in range(3)]
         at = [K.where(K.binary("lt", c, K.const(0, I64)), K.const(0, I64), c) for c in at]
         return K.where(K.binary("eq", ix[1], K.const(2, I64)), sel.at(tuple(at)),
                        K.where(K.binary("eq", ix[1], K.const(0, I64)), at[0], at[1]))
-    why = "max_output_boxes_per_class" if max_out is not None and per_class < n else "the boxes"
+    why = ("the rows read after it" if read is not None and per_class == read < n else
+           "max_output_boxes_per_class" if max_out is not None and per_class < n else "the boxes")
     ctx.count_output(0, 0, count, bound, f"batches x classes x {why} ({batches} x {classes} x {per_class})")
     return [T((bound, 3), I64, fn)]
 
