@@ -152,12 +152,22 @@ def one_sample(m) -> dict:
     return random_inputs(shapes, dtypes, {}, seed=0)
 
 
-def test_calibration_model_compiles_and_every_step_is_priced():
-    from grapec.tools.calibrate import add_mapping_variants, fit_profile, unpriced_profile
-    from grapec.cost.suite import calibration_model, sdpa_calibration_model
+@pytest.fixture(scope="module")
+def calibration_bundle() -> bytes:
+    """`grapec calibrate`'s model compiled as it compiles it (fp16, small_gemm unpriced): two tests read
+    it, each from its own copy (the compile's fp16 calibration is 20 s of this suite)."""
+    from grapec.tools.calibrate import unpriced_profile
+    from grapec.cost.suite import calibration_model
+    return grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=unpriced_profile(),
+                          calibration_inputs=[one_sample(calibration_model())]).to_bytes()
+
+
+def test_calibration_model_compiles_and_every_step_is_priced(calibration_bundle):
+    from grapec.bundle.format import Bundle
+    from grapec.tools.calibrate import add_mapping_variants, fit_profile
+    from grapec.cost.suite import sdpa_calibration_model
     from grapec.cost.work import step_work
-    b = grapec.compile(calibration_model(), precision="fp16", targets=[], calibration_inputs=[one_sample(calibration_model())],
-                       device_profile=unpriced_profile())
+    b = Bundle.from_bytes(calibration_bundle)
     before = len(b.plans[0].steps)
     added = add_mapping_variants(b)
     plan = b.plans[0]
@@ -240,13 +250,12 @@ def test_bench_takes_a_device_profile_and_refuses_without_a_gpu(tmp_path):
 
 @pytest.mark.no_round_trip("the calibration model again, as in test_calibration_model_compiles_and_every_step_is_priced, "
                             "whose bundle the round trip runs (13 s on the CPU interpreter)")
-def test_calibration_builds_every_small_gemm_candidate():
+def test_calibration_builds_every_small_gemm_candidate(calibration_bundle):
     """`grapec calibrate` compiles its model with small_gemm left unpriced, so both sides of that
     choice are sampled whatever the shipped profile would choose (calibrate.py)."""
-    from grapec.tools.calibrate import unpriced_profile
-    from grapec.cost.suite import GEMMS, LN_GEMMS, SMALL_M_LIBRARY, calibration_model
-    b = grapec.compile(calibration_model(), precision="fp16", targets=[], device_profile=unpriced_profile(),
-                       calibration_inputs=[one_sample(calibration_model())])
+    from grapec.bundle.format import Bundle
+    from grapec.cost.suite import GEMMS, LN_GEMMS, SMALL_M_LIBRARY
+    b = Bundle.from_bytes(calibration_bundle)
     kinds = [b.kernels[st.kernel].get("kind") for st in b.plans[0].steps if st.op == "kernel"]
     against_weights = [g for g in GEMMS if 4 < g[0] <= 16]
     assert kinds.count("small_gemm") == len(against_weights) + len(LN_GEMMS)
