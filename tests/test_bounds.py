@@ -158,3 +158,19 @@ def test_bound_usage_errors(tmp_path):
     assert_user_error(*grapec_cli("compile", path, "--no-gpu", "--bound", "n=lots"), "expected NAME=N")
     grapec_cli("compile", path, "-o", bundle, "--no-gpu", "-q", "--bound", "n=16")
     assert_user_error(*grapec_cli("run", bundle, "--backend", "cpu", "--bound", "n=8"), "--bound applies when running an .onnx")
+
+
+@pytest.mark.parametrize("case", ["range", "loop"])
+def test_a_bound_holds_in_half_precision(case):
+    """fp16's calibration evaluates the bounded graph too (the Loop's counted rows included): the
+    outputs keep onnxruntime's shapes and are within fp16's tolerance."""
+    make, name, feeds_for = CASES[case]
+    b = grapec.compile(make(), targets=[], precision="fp16", bounds={name: BOUND})
+    sess = Session(Bundle.from_bytes(b.to_bytes()), backend="cpu")
+    rng = np.random.default_rng(5)
+    for v in (0, 7, BOUND):
+        feeds = feeds_for(rng, v)
+        got, ref = sess.run(feeds), ort_run(make(), feeds)
+        for out, r in ref.items():
+            assert got[out].shape == r.shape, (case, v, out)
+            assert np.linalg.norm(got[out] - r) <= 1e-2 * max(np.linalg.norm(r), 1e-6), (case, v, out)

@@ -204,12 +204,15 @@ class BucketResult:
     log: list = field(default_factory=list)
 
 
-def lowered_model(proto, input_shapes: dict, fixed: dict) -> Graph:
+def lowered_model(proto, input_shapes: dict, fixed: dict, bounds: dict | None = None) -> Graph:
     """The graph that compile_model(proto) would plan for one bucket (default options), with If and
-    Loop as lowering made them: what half-precision calibration evaluates (ir/evaluate.py)."""
+    Loop as lowering made them: what half-precision calibration evaluates (ir/evaluate.py).
+    bounds: the compile's --bound values (their sizes at the bound, counted)."""
     from ..cost.device import load_profile
     Graph.restart_names()
     graph = import_model(proto)
+    if bounds:
+        apply_user_bounds(graph, bounds)
     shapes = {n: s for n, s in input_shapes.items() if n not in fixed}
     return compile_graph(graph, {**shapes, **{n: a.shape for n, a in fixed.items()}}, input_values=fixed,
                          notes=[], profile=load_profile(None), regions=False)
@@ -370,6 +373,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     # the generation wrapper): never in a model the caller passed
     proto, contrib_problems = contrib_as_onnx(proto, in_place=proto is not model)
     graph = import_model(proto, where, contrib_problems)
+    user_bounds = apply_user_bounds(graph, bounds) if bounds else []
     say(f"imported {len(graph.nodes)} nodes (opset {opset_of(proto)}) in {time.perf_counter() - t0:.1f}s")
     fixed = resolve_input_values(graph, values)
     fixed_shapes = {n: a.shape for n, a in fixed.items()}
@@ -413,15 +417,16 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             if note:
                 say(note)
         proto, mixed = choose_precision(proto, graph, precision, calibrated, fixed, calibration_inputs, say,
-                                        precision_tolerance, lowered_model=lowered_model)
+                                        precision_tolerance, lowered_model=partial(lowered_model, bounds=bounds))
         if half_outputs:
             from ..frontend.precision import half_outputs as with_half_outputs
             proto = with_half_outputs(proto, precision)
             mixed.half_outputs = True
         graph = import_model(proto, where)
+        if bounds:
+            apply_user_bounds(graph, bounds)
         say(mixed.summary())
 
-    user_bounds = apply_user_bounds(graph, bounds) if bounds else []
     cap_nms_at_rows_read(graph)
     proto = without_weight_data(proto)   # from here on its names, dims and metadata are read; the graph holds the weights
     weights, kernels = WeightStore(), KernelStore()

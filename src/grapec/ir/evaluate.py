@@ -112,9 +112,14 @@ def _run_loop(node, read, write, graph: Graph, consts):
         i += 1
     for name, arr in zip(node.outputs, carried):
         write(name, arr)
-    for name, acc in zip(node.outputs[n:], scans):
+    for name, acc in zip(node.outputs[n:], scans):   # M rows, the first i written (a counted Loop's bound)
         v = graph.lookup(name)
-        write(name, np.stack(acc) if acc else np.zeros(v.shape, dtypes.np_dtype(v.dtype)))
+        rows = np.zeros(v.shape, dtypes.np_dtype(v.dtype))
+        if acc:
+            rows[:len(acc)] = np.stack(acc)
+        write(name, rows)
+    if node.attrs.get("iterations_output"):   # the rows written: ops/control.py counts scan outputs by it
+        write(node.attrs["iterations_output"], np.array(i, np.int64))
 
 
 def drop_after(graph: Graph, keep: list) -> list:
