@@ -20,6 +20,10 @@ boxes depending on the image: the counts the tests need to vary.
                    4 classes, images resized to 128..160
     retinanet_tiny torchvision's RetinaNet (its head, anchors, per-level top-k and batched NMS) over the
                    same backbone, 4 classes, images resized to 128..160
+    yolov8_tiny    ultralytics' YOLOv8 at 1/16 width, 8 classes, exported by ultralytics itself with NMS
+                   in the graph (`export(format="onnx", nms=True)`: TopK, NonMaxSuppression, then the
+                   detections padded to 300 rows by an amount the data decides); needs `pip install
+                   ultralytics` (a model from its config: nothing downloaded)
     ssdlite        ssdlite320_mobilenet_v3_large, 91 classes, torchvision's defaults
     fasterrcnn     fasterrcnn_mobilenet_v3_large_320_fpn, 91 classes
     retinanet      retinanet_resnet50_fpn, 91 classes
@@ -113,8 +117,43 @@ def _tiny_two_stage(name: str):
     return m.eval()
 
 
+def export_yolov8_tiny(out_dir: str) -> str:
+    """ultralytics' own ONNX export with NMS, of YOLOv8 at 1/16 width with random weights: the class prior
+    off and the logits scaled to a spread of 0.3, so that the threshold 0.62 passes none, a few or many
+    boxes as the image's contrast grows."""
+    import shutil
+    import tempfile
+
+    import torch
+    import yaml
+    import ultralytics
+    from ultralytics import YOLO
+    torch.manual_seed(0)
+    with open(os.path.join(os.path.dirname(ultralytics.__file__), "cfg", "models", "v8", "yolov8.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    cfg["scales"], cfg["nc"] = {"n": [0.33, 0.0625, 1024]}, 8
+    work = tempfile.mkdtemp()
+    with open(os.path.join(work, "yolov8n_t.yaml"), "w") as f:   # the n in the name picks the scale
+        yaml.safe_dump(cfg, f)
+    model = YOLO(os.path.join(work, "yolov8n_t.yaml"))
+    head = model.model.model[-1]
+    with torch.no_grad():
+        for seq in head.cv3:
+            seq[-1].bias.zero_()
+        p = model.model.eval()(torch.rand(1, 3, 320, 320))[0][0, 4:].clamp(1e-7, 1 - 1e-7)
+        spread = torch.log(p / (1 - p)).std().item()
+        for seq in head.cv3:
+            seq[-1].weight.mul_(0.3 / spread)
+    made = model.export(format="onnx", nms=True, imgsz=320, opset=17, simplify=False, dynamic=False, conf=0.62)
+    path = os.path.join(out_dir, "yolov8_tiny.onnx")
+    shutil.move(made, path)
+    return path
+
+
 def export(name: str, out_dir: str) -> str:
     import torch
+    if name == "yolov8_tiny":
+        return export_yolov8_tiny(out_dir)
     model, image = build(name)
     path = os.path.join(out_dir, f"{name}.onnx")
     torch.onnx.export(model, ([image],), path, opset_version=17, input_names=["image"],
@@ -129,7 +168,7 @@ def output_names(name: str) -> list:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="+", choices=["ssdlite_tiny", "fasterrcnn_tiny", "retinanet_tiny", "ssdlite",
+    ap.add_argument("names", nargs="+", choices=["ssdlite_tiny", "fasterrcnn_tiny", "retinanet_tiny", "yolov8_tiny", "ssdlite",
                                                  "fasterrcnn", "retinanet"])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()

@@ -76,3 +76,29 @@ def check_two_stage(name: str, backend: str):
         counts.append(len(expected["scores"]))
     assert min(counts) == 0 and len(set(counts)) >= 3, counts
     assert {"NonZero", "NonMaxSuppression"} <= {d["op"] for d in b.manifest["buckets"][0]["predicated"]}
+
+
+YOLO = os.path.join(ROOT, "models", "detection", "yolov8_tiny.onnx")
+
+
+def test_ultralytics_yolov8_with_nms_in_the_graph_matches_onnxruntime():
+    check_yolov8("cpu")
+
+
+def check_yolov8(backend: str):
+    """ultralytics' own export with nms=True (models/detection.py yolov8_tiny): its detections padded to
+    300 rows by an amount the data decides, which grapec takes as valid rows then pad rows, and a
+    Reshape of them to [300, 6] checked at run time; images that give none, one, some and 300."""
+    b = grapec.compile(YOLO, targets=[] if backend == "cpu" else "auto", strict=True)
+    sess = Session(Bundle.from_bytes(b.to_bytes()), backend=backend)
+    ref = ort.InferenceSession(YOLO, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    counts = []
+    for scale in (0.0, 0.25, 0.5, 1.0, 2.0):
+        x = (rng.random((1, 3, 320, 320)) * scale).astype(np.float32)
+        expected = ref.run(None, {"images": x})[0]
+        got = sess.run({"images": x})["output0"]
+        assert got.shape == expected.shape == (1, 300, 6)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+        counts.append(int((np.abs(expected[0]).sum(-1) > 0).sum()))
+    assert counts[0] == 0 and 0 < min(counts[1:]) and max(counts) == 300 and len(set(counts)) >= 4, counts

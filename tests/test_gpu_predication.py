@@ -88,6 +88,11 @@ def test_faster_rcnn_and_retinanet_on_the_gpu(name):
     check_two_stage(name, "cuda")
 
 
+def test_ultralytics_yolov8_with_nms_on_the_gpu():
+    from test_detection_models import check_yolov8
+    check_yolov8("cuda")
+
+
 def test_loop_that_may_stop_early_on_the_gpu():
     """Scan rows counted by the iterations the WHILE node ran (its counter copied out after it)."""
     from test_predication import check_early_stop_loop, early_stop_loop_model

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 import grapec
 from grapec.bundle.format import Bundle
 from grapec.codegen.host import HostModule
-from grapec.errors import UnsupportedError
+from grapec.errors import InputError, UnsupportedError
 from grapec.ir.selection import NmsKernel, NmsMaskKernel, NonZeroKernel, TopKKernel
 from grapec.runtime.session import Session
 
@@ -452,3 +452,39 @@ def test_nms_stops_at_the_rows_read_after_it():
             feeds = {"boxes": np.concatenate([boxes[..., :2], boxes[..., :2] + 5 + boxes[..., 2:] / 5], -1),
                      "scores": (rng.random((2, 3, 64)) * level).astype(np.float32)}
             _check_same(sess.run(feeds), ort_run(m, feeds))
+
+
+@pytest.mark.no_round_trip("random inputs hit other than 3 times: the Reshape's run-time check refuses them by design")
+def test_rows_the_data_decides_padded_and_reshaped_into_a_fixed_shape():
+    """Pad at the end of counted rows (by a constant, or by an amount computed from their count): the
+    valid rows, then the pad rows, counted by their sum; a Reshape of counted rows into a fixed shape
+    takes the leading elements and is checked at run time (onnxruntime fails such a run too)."""
+    nodes = [helper.make_node("Greater", ["x", "t"], ["hit"]),
+             helper.make_node("NonZero", ["hit"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["rows"], perm=[1, 0]),
+             helper.make_node("Pad", ["rows", "two_more", "fill"], ["padded"]),
+             helper.make_node("Shape", ["rows"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["n"], axis=0),
+             helper.make_node("Sub", ["eight", "n"], ["missing"]),
+             helper.make_node("Concat", ["zeros2", "missing", "zero1"], ["pads"], axis=0),
+             helper.make_node("Pad", ["rows", "pads", "fill"], ["to_eight"]),
+             helper.make_node("Reshape", ["to_eight", "four_two"], ["grid"]),
+             helper.make_node("Reshape", ["rows", "three"], ["exactly_three"])]
+    inits = [init("t", np.array(0.0, np.float32)), init("two_more", np.array([0, 0, 2, 0], np.int64)),
+             init("fill", np.array(-7, np.int64)), init("zero", np.array(0, np.int64)),
+             init("eight", np.array([8], np.int64)), init("zeros2", np.array([0, 0], np.int64)),
+             init("zero1", np.array([0], np.int64)), init("four_two", np.array([4, 2], np.int64)),
+             init("three", np.array([3], np.int64))]
+    m = model(nodes, [tinfo("x", shape=[8])], [tinfo("padded", I64), tinfo("grid", I64), tinfo("exactly_three", I64)],
+              inits)
+    sess, b = _session(m)
+    rng = np.random.default_rng(21)
+    for hits in (3, 3, 3):
+        x = -rng.random(8).astype(np.float32)
+        x[rng.permutation(8)[:hits]] = 1.0
+        _check_same(sess.run({"x": x}), ort_run(m, {"x": x}))
+    x = np.array([1, -1, 1, -1, -1, -1, -1, -1], np.float32)   # two hits: [2, 1] cannot be reshaped to [3]
+    with pytest.raises(Exception):
+        ort_run(m, {"x": x})
+    with pytest.raises(InputError, match=r"its input holds 2 elements in this run, where its target shape needs 3"):
+        sess.run({"x": x})

@@ -305,10 +305,26 @@ def bound_output(name: str) -> str | None:
     return head if mark and not tail else None
 
 
+CHECK_MARK = "::equals"
+
+
+def check_output_name(node: str, size: int) -> str:
+    """The graph output holding a size that node `node` needs to be exactly `size` at run time (a
+    Reshape of data-dependent rows into a fixed shape: ONNX's own rule, checked as onnxruntime does)."""
+    return f"{node}{CHECK_MARK}{size}"
+
+
+def checked_output(name: str) -> tuple | None:
+    """check_output_name's inverse: (node, size), or None for any other name."""
+    head, mark, size = name.rpartition(CHECK_MARK)
+    return (head, int(size)) if mark and size.isdigit() else None
+
+
 def hidden_output(name: str) -> bool:
-    """A bundle output the session reads for itself (a count, a bounded value), not the model's own."""
-    return counted_output(name) is not None or bound_output(name) is not None
+    """A bundle output the session reads for itself (a count, a bounded value, a checked size), not the
+    model's own."""
+    return counted_output(name) is not None or bound_output(name) is not None or checked_output(name) is not None
 
 
-__all__ = ["ROWS_READ", "TOPK_SELECT_MAX_K", "BOUND_MARK", "COUNT_MARK", "bound_output", "bound_output_name", "hidden_output", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
+__all__ = ["CHECK_MARK", "check_output_name", "checked_output", "ROWS_READ", "TOPK_SELECT_MAX_K", "BOUND_MARK", "COUNT_MARK", "bound_output", "bound_output_name", "hidden_output", "NMS_MAX_BOXES", "NMS_MASK_BYTES", "NMS_MASK_MAX_WORDS", "NmsKernel", "NmsMaskKernel", "NonZeroKernel", "TopKKernel", "PAD", "count_output_name", "counted_output", "nms_bound",
            "output_counts"]

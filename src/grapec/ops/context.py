@@ -13,6 +13,7 @@ from .. import dtypes
 from ..errors import NeedsValueError, ShapeError, UnsupportedError
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node, Value
+from ..ir.selection import check_output_name
 from ..ir.tensor import T, from_array, index_vars, substitute_loads
 
 
@@ -29,6 +30,7 @@ class LowerCtx:
         # itself (NonZero, NonMaxSuppression); None: ops/counted.py propagates its inputs' counts
         self.out_counts: dict | None = None
         self.out_bounds: dict = {}   # {output position: (low, high)}: ir/graph.py Value.bounds
+        self.counts_handled = False  # the lowering settled its outputs' counts itself (ops/counted.py skips it)
 
     # --- inputs ----------------------------------------------------------------------------------
     @property
@@ -121,6 +123,14 @@ class LowerCtx:
         self.options.setdefault("predicated", []).append(
             {"node": self.node.name, "op": self.node.op, "output": self.node.outputs[j], "axis": axis,
              "bound": bound, "source": source})
+
+    def check_equals(self, size: T, expected: int):
+        """The int64 scalar `size` must be `expected` at run time (a size only the data decides, which the
+        op needs fixed): it becomes a hidden graph output the session compares after each run
+        (passes/lower.py, runtime/session.py), refusing the run by this node's name otherwise."""
+        name = size.source if size.source is not None else self.realize(size, "checked_size").source
+        self.options.setdefault("checks", []).append((self.graph, name, check_output_name(self.node.name, expected)))
+        self.counts_handled = True
 
     def fail(self, why: str):
         raise UnsupportedError([f"node '{self.node.name}' ({self.node.op}): {why}"])

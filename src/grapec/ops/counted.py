@@ -148,7 +148,8 @@ def propagate(ctx) -> None:
     """After the op's lowering bound its outputs: set each output Value's counts from its inputs'."""
     node, graph = ctx.node, ctx.graph
     counted = counted_inputs(node, graph)
-    if not counted or (ctx.out_counts is not None and node.op in MASKS_ITS_INPUT) or node.op in ("If", "Loop"):
+    if not counted or (ctx.out_counts is not None and node.op in MASKS_ITS_INPUT) or node.op in ("If", "Loop") \
+            or ctx.counts_handled:
         return   # (a TopK's rule below merges the count its lowering made with its input's)
     rule = _RULES.get(node.op)
     if rule is None and node.op in ELEMENTWISE:

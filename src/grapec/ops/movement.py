@@ -33,10 +33,24 @@ def reshape_(ctx):
         shape = list(ctx.attr("shape"))
     allowzero = ctx.attr("allowzero", 0)
     out = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
+    counts = ctx.value(0).counts or {}
+    if -1 not in out and math.prod(out) < x.size and set(counts) == {0} and ctx.value(1).const is not None:
+        return [_first_rows_reshaped(ctx, x, out, counts[0])]
     if -1 in out:
         known = int(np.prod([d for d in out if d != -1]))
         out[out.index(-1)] = x.size // known if known else 0
     return [reshape(x, out)]
+
+
+def _first_rows_reshaped(ctx, x: T, out: list, count: str) -> T:
+    """A constant target shape smaller than the bound of rows counted along axis 0: the valid rows lead,
+    so the output is the first prod(out) elements, and the run must hold exactly that many (ONNX's
+    rule, checked at run time: ultralytics pads its detections to max_det rows this way)."""
+    size, inner = math.prod(out), math.prod(x.shape[1:])
+    rows = ctx.tensor(ctx.graph.lookup(count))
+    ctx.check_equals(T((), I64, lambda ix: rows.at(()) * int_const(inner)), size)
+    flat = reshape(x, (x.size,))
+    return reshape(T((size,), x.dtype, lambda ix: flat.at(ix)), out)
 
 
 @op("Flatten")
@@ -216,20 +230,68 @@ def pad(ctx):
     attribute `pads`/`paddings` (opset < 11) or input 1. The constant is input 2 or attr `value`."""
     x = ctx.input(0)
     mode = ctx.attr("mode", "constant")
+    if ctx.has(2):
+        value = K.cast(scalar_of(ctx.input(2)), x.dtype)
+    else:
+        value = K.const(ctx.attr("value", 0.0), x.dtype)
+    axes = axes_of(ctx, 3, x.ndim) or list(range(x.ndim))
+    pv = ctx.value(1) if ctx.has(1) else None
+    if pv is not None and pv.const is None and pv.bounds is not None:   # amounts from a data-dependent size
+        return [_pad_at_run_time(ctx, x, axes, mode, value)]
     pads = ints_of(ctx, 1, "pads")
     if pads is None:
         pads = ints(ctx.attr("paddings"))
-    axes = axes_of(ctx, 3, x.ndim) or list(range(x.ndim))
     if len(pads) != 2 * len(axes):
         ctx.fail(f"{len(pads)} pads for {len(axes)} axes")
     before, after = [0] * x.ndim, [0] * x.ndim
     for k, a in enumerate(axes):
         before[a], after[a] = pads[k], pads[k + len(axes)]
-    if ctx.has(2):
-        value = K.cast(scalar_of(ctx.input(2)), x.dtype)
-    else:
-        value = K.const(ctx.attr("value", 0.0), x.dtype)
+    if any(after[a] for a in (ctx.value(0).counts or {})):   # the pad rows follow the valid ones
+        return [_pad_at_run_time(ctx, x, axes, mode, value)]
     return [_pad(ctx, x, before, after, mode, value)]
+
+
+def _pad_at_run_time(ctx, x: T, axes: list, mode: str, value: K.Expr) -> T:
+    """Constant padding at the end of axes whose valid length is known at run time: the amounts read at
+    run time (their upper bounds, passes/bounds.py, size the output), or an input's counted axis
+    (ops/counted.py). Along such an axis the output holds the valid rows, then the pad rows, and is
+    counted by their sum (torch's F.pad(dets, (0, 0, 0, max_det - len(dets))) in ultralytics' NMS export)."""
+    n = len(axes)
+    pv = ctx.value(1) if ctx.has(1) else None
+    if pv is not None and pv.const is None:
+        low, high = (np.asarray(b).reshape(-1).astype(np.int64) for b in pv.bounds)
+        pads_t = ctx.tensor(pv)
+        amount = lambda k: K.cast(pads_t.at((int_const(k),)), I64)  # noqa: E731
+    else:
+        low = high = np.asarray(ints_of(ctx, 1, "pads") if pv is not None else ints(ctx.attr("paddings")), np.int64)
+        amount = lambda k: int_const(int(low[k]))  # noqa: E731
+    if len(low) != 2 * n:
+        ctx.fail(f"{len(low)} pads for {n} axes")
+    if mode not in ("constant", b"constant") or (low[:n] != 0).any() or (high[:n] != 0).any() or (low[n:] < 0).any():
+        ctx.fail("padding by amounts known only at run time (or after data-dependent rows) is supported at the end "
+                 f"of axes, with a constant, and not cropping; got mode {mode} and pads between {low.tolist()} and "
+                 f"{high.tolist()}")
+    counts = ctx.value(0).counts or {}
+    shape, valid = list(x.shape), {}
+    ctx.out_counts = {}
+    for k, a in enumerate(axes):
+        if high[n + k] == 0:
+            continue
+        shape[a] = x.shape[a] + int(high[n + k])
+        rows = ctx.tensor(ctx.graph.lookup(counts[a])).at(()) if a in counts else int_const(x.shape[a])
+        valid[a] = rows
+        ctx.count_output(0, a, T((), I64, lambda ix, rows=rows, k=k: rows + amount(n + k)), shape[a],
+                         f"the input's {'counted ' if a in counts else ''}rows and the pads '{ctx.node.inputs[1]}'")
+    for a, c in counts.items():   # counted axes without padding keep their counts
+        ctx.out_counts.setdefault(0, {}).setdefault(a, c)
+    ctx.counts_handled = True
+
+    def fn(ix):
+        inside = K.const(True, "bool")
+        for a, rows in valid.items():
+            inside = all_of(inside, K.binary("lt", ix[a], rows))
+        return masked_read(x, list(ix), inside, value)
+    return T(tuple(shape), x.dtype, fn)
 
 
 @op("CenterCropPad")

@@ -98,7 +98,23 @@ def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = 
     if problems:
         raise UnsupportedError(problems, header=f"{len(problems)} node(s) cannot be compiled")
     _count_outputs(out)
+    _check_outputs(out, (options or {}).get("checks", []))
     return out
+
+
+def _check_outputs(g: Graph, checks: list):
+    """Each size a lowering needs exact at run time (LowerCtx.check_equals) becomes a graph output of the
+    top level; one made inside a body has no output to travel by, and is refused."""
+    for graph, value, name in checks:
+        if graph is not g:
+            continue
+        if g.parent is not None:
+            raise UnsupportedError([f"'{name.split('::')[0]}': a size checked at run time inside an If or Loop body "
+                                    "is not supported yet"])
+        copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
+        g.nodes.append(Node("Kernel", [value], [name], name=name, attrs={"kernel": copy}))
+        g.values[name] = Value(name, "int64", ())
+        g.outputs.append(name)
 
 
 def _count_outputs(g: Graph):

@@ -25,7 +25,7 @@ import numpy as np
 from .. import dtypes
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
-from ..ir.selection import hidden_output, output_counts
+from ..ir.selection import checked_output, hidden_output, output_counts
 from ..bundle.value_range import check_value_range, manifest_ranges
 from .binding import contiguous_strides
 
@@ -296,8 +296,15 @@ class Session:
         return outs
 
     def _check_bounds(self, outs: dict):
-        """Take the --bound values out of a run's outputs; refuse the run if one went past its bound (its
-        sizes were cut to the bound, so the outputs are not the model's)."""
+        """Take the --bound values and the checked sizes out of a run's outputs; refuse the run if a value
+        went past its bound (its sizes were cut to the bound, so the outputs are not the model's) or a
+        size is not the one its node needs (ONNX's rule: onnxruntime fails such a run too)."""
+        for name in [n for n in outs if checked_output(n)]:
+            node, want = checked_output(name)
+            got = int(np.asarray(self.to_host(outs.pop(name))).reshape(-1)[0])
+            if got != want:
+                raise InputError(f"node '{node}': its input holds {got} elements in this run, where its target "
+                                 f"shape needs {want} (the sizes came from the data)")
         for name, b in self._bounds.items():
             got = np.asarray(self.to_host(outs.pop(name)))
             if got.size and (got.max() > b["bound"] or got.min() < 0):
