@@ -130,7 +130,6 @@ class LowerCtx:
         (passes/lower.py, runtime/session.py), refusing the run by this node's name otherwise."""
         name = size.source if size.source is not None else self.realize(size, "checked_size").source
         self.options.setdefault("checks", []).append((self.graph, name, check_output_name(self.node.name, expected)))
-        self.counts_handled = True
 
     def fail(self, why: str):
         raise UnsupportedError([f"node '{self.node.name}' ({self.node.op}): {why}"])
