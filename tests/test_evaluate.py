@@ -72,6 +72,12 @@ def test_a_load_by_its_own_loop_variables_reads_a_view_and_matches_the_gather(mo
     mm = K.Kernel((6, 7), "float32", K.reduce("sum", prod, (k,)),
                   (((6, 5), "float16"), ((5, 7), "float32")))
     assert np.allclose(interp.run_kernel(mm, [a, b]), a.astype(np.float32) @ b, rtol=1e-5, atol=1e-5)
+    # a batch of one: the slices go along the first axis longer than 1
+    x, y = K.idx(1), K.idx(2)
+    batched = K.Kernel((1, 6, 7), "float32", K.reduce("sum", K.cast(K.load(0, (x, k), "float16"), "float32")
+                                                      * K.load(1, (k, y), "float32"), (k,)),
+                       (((6, 5), "float16"), ((5, 7), "float32")))
+    assert np.allclose(interp.run_kernel(batched, [a, b])[0], a.astype(np.float32) @ b, rtol=1e-5, atol=1e-5)
     ev = interp._Evaluator(transpose, [a])
     assert ev.plain_view(a, (j, i), (), 2) is not None
     assert ev.plain_view(a, (j, i + K.const(1, "int64")), (), 2) is None

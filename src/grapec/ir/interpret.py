@@ -47,7 +47,8 @@ def _init(op, dt: np.dtype):
 
 
 class _Evaluator:
-    """Evaluates a kernel over whole arrays, or over rows [start, stop) of its first output axis."""
+    """Evaluates a kernel over whole arrays, or over the slice [start, stop) of one output axis
+    (rows: (axis, start, stop))."""
 
     def __init__(self, kernel: Kernel, inputs: list, rows: tuple | None = None):
         self.kernel = kernel
@@ -56,9 +57,13 @@ class _Evaluator:
         self.rows = rows
         self.cache: dict = {}
 
+    def span(self, axis: int, n: int) -> tuple:
+        """The part of output axis `axis` (of size n) this evaluation covers."""
+        return self.rows[1:] if self.rows is not None and axis == self.rows[0] else (0, n)
+
     def axis_array(self, n: int, axis: int, rank: int):
         shape = [1] * rank
-        start, stop = (0, n) if axis or self.rows is None else self.rows
+        start, stop = self.span(axis, n) if axis < self.rank0 else (0, n)
         shape[axis] = stop - start
         return np.arange(start, stop, dtype=np.int64).reshape(shape)
 
@@ -132,7 +137,7 @@ class _Evaluator:
         for d, e in enumerate(index):
             if e.op == "idx":
                 axis = e.args[0]
-                start, stop = (0, self.kernel.shape[axis]) if axis or self.rows is None else self.rows
+                start, stop = self.span(axis, self.kernel.shape[axis])
             elif e.op == "ridx" and e in rvars:
                 axis, start, stop = self.rank0 + rvars.index(e), 0, e.args[1]
             else:
@@ -178,7 +183,8 @@ class _Evaluator:
 
 
 # A reduction is evaluated over whole arrays (output elements x reduced elements): beyond this many,
-# it goes in slices of the first output axis, so a kernel-IR matmul does not materialise M*N*K.
+# it goes in slices of the first output axis longer than 1, so a kernel-IR matmul does not materialise
+# M*N*K (nor a group norm's statistics, recomputed for each element, batch x channels x H x W x group).
 CHUNK_ELEMENTS = 1 << 24
 
 
@@ -193,20 +199,23 @@ def run_kernel(kernel: Kernel, inputs: list, out: np.ndarray | None = None) -> n
         return out
     volume = kernel.size * max([math.prod(r.args[1] for r in e.args[2]) for e in walk(kernel.body) if e.op == "reduce"],
                                default=1)
-    rows = kernel.shape[0] if kernel.shape else 1
+    axis = next((a for a, d in enumerate(kernel.shape) if d > 1), 0)
+    rows = kernel.shape[axis] if kernel.shape else 1
     step = max(1, rows * CHUNK_ELEMENTS // volume) if volume > CHUNK_ELEMENTS else rows
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        ev = _Evaluator(kernel, inputs, (start, stop) if step < rows else None)
+        ev = _Evaluator(kernel, inputs, (axis, start, stop) if step < rows else None)
         part = ev.ev(kernel.body, ())
         with np.errstate(over="ignore", invalid="ignore"):   # a store to float8 that overflows is NaN or inf by definition
-            _store(out, part, kernel.shape, (start, stop) if step < rows else None)
+            _store(out, part, kernel.shape, (axis, start, stop) if step < rows else None)
     return out
 
 
 def _store(out: np.ndarray, part: np.ndarray, shape: tuple, rows: tuple | None):
     if rows is not None:
-        out[rows[0]:rows[1]] = np.broadcast_to(part, (rows[1] - rows[0],) + tuple(shape[1:]))
+        axis, start, stop = rows
+        at = (slice(None),) * axis + (slice(start, stop),)
+        out[at] = np.broadcast_to(part, tuple(shape[:axis]) + (stop - start,) + tuple(shape[axis + 1:]))
     else:
         out[...] = np.broadcast_to(part, shape)
 

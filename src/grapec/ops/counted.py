@@ -459,7 +459,23 @@ def _matmul(ctx, counted, j, out) -> dict:
     return counts
 
 
+# Ops that compute each sample (axis 0) of their first input alone: valid rows in, valid rows out
+# (Mask R-CNN's mask head convolves the detected rois).
+PER_SAMPLE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+              "BatchNormalization", "InstanceNormalization", "Resize", "Upsample"}
+
+
+def _per_sample(ctx, counted, j, out) -> dict:
+    """Counted samples of the first input stay counted; a count on another axis, or on a weight, or a
+    Resize that scales the samples' axis, is refused."""
+    for i, v in counted:
+        if i != 0 or set(v.counts) != {0} or (j == 0 and out.shape[0] != v.shape[0]):
+            _refuse(ctx, v, f"{ctx.node.op} over its data-dependent dim")
+    return {0: counted[0][1].counts[0]} if j == 0 else {}
+
+
 _RULES = {
+    **{op: _per_sample for op in PER_SAMPLE},
     "Transpose": _transpose, "Pad": _pad, "Expand": _expand,
     "Reshape": _regrouped, "Flatten": _regrouped, "Squeeze": _regrouped, "Unsqueeze": _regrouped,
     "Slice": _slice, "Concat": _concat, "Split": _split,
