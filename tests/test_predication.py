@@ -488,3 +488,33 @@ def test_rows_the_data_decides_padded_and_reshaped_into_a_fixed_shape():
         ort_run(m, {"x": x})
     with pytest.raises(InputError, match=r"its input holds 2 elements in this run, where its target shape needs 3"):
         sess.run({"x": x})
+
+
+def test_selected_samples_through_a_convolution():
+    """Samples picked by the data (Mask R-CNN's detected rois) through Conv, MaxPool and a Resize of their
+    spatial axes keep their count; the sum after reads only them."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["peak"], axes=[1, 2, 3], keepdims=0),
+             helper.make_node("Greater", ["peak", "t"], ["hit"]),
+             helper.make_node("NonZero", ["hit"], ["nz"]),
+             helper.make_node("Squeeze", ["nz", "zero"], ["picked"]),
+             helper.make_node("Gather", ["x", "picked"], ["rois"], axis=0),
+             helper.make_node("Conv", ["rois", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Resize", ["p", "", "scales"], ["up"], mode="nearest"),
+             helper.make_node("ReduceSum", ["up"], ["total"], keepdims=0)]
+    rng = np.random.default_rng(4)
+    m = model(nodes, [tinfo("x", shape=[8, 2, 6, 6])], [tinfo("up"), tinfo("total")],
+              [init("t", np.array(2.0, np.float32)), init("zero", np.array([0], np.int64)),
+               init("w", rng.standard_normal((3, 2, 3, 3)).astype(np.float32)),
+               init("scales", np.array([1, 1, 2, 2], np.float32))])
+    sess, b = _session(m)
+    counts = set()
+    for level in (0.5, 1.0, 2.0):   # none, some, many samples above the threshold
+        feeds = {"x": (rng.standard_normal((8, 2, 6, 6)) * level).astype(np.float32)}
+        ref = ort_run(m, feeds)
+        got = sess.run(feeds)
+        assert got["up"].shape == ref["up"].shape
+        np.testing.assert_allclose(got["up"], ref["up"], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got["total"], ref["total"], rtol=1e-4, atol=1e-3)
+        counts.add(ref["up"].shape[0])
+    assert len(counts) >= 2, counts
