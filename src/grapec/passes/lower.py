@@ -111,10 +111,7 @@ def _check_outputs(g: Graph, checks: list):
         if g.parent is not None:
             raise UnsupportedError([f"'{name.split('::')[0]}': a size checked at run time inside an If or Loop body "
                                     "is not supported yet"])
-        copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
-        g.nodes.append(Node("Kernel", [value], [name], name=name, attrs={"kernel": copy}))
-        g.values[name] = Value(name, "int64", ())
-        g.outputs.append(name)
+        _scalar_output(g, value, name, name, [])
 
 
 def _count_outputs(g: Graph):
@@ -130,7 +127,12 @@ def _count_outputs(g: Graph):
             if count == name:   # an If's own count output (ops/control.py) already has the name
                 g.outputs.append(name)
                 continue
-            copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
-            g.nodes.append(Node("Kernel", [count], [name], name=f"{o}/count", attrs={"kernel": copy}, origin=[o]))
-            g.values[name] = Value(name, "int64", ())
-            g.outputs.append(name)
+            _scalar_output(g, count, name, f"{o}/count", [o])
+
+
+def _scalar_output(g: Graph, value: str, name: str, node_name: str, origin: list):
+    """A graph output `name` holding a copy of the int64 scalar `value` (a count, a checked size)."""
+    copy = K.Kernel((), "int64", K.load(0, (), "int64"), (((), "int64"),))
+    g.nodes.append(Node("Kernel", [value], [name], name=node_name, attrs={"kernel": copy}, origin=origin))
+    g.values[name] = Value(name, "int64", ())
+    g.outputs.append(name)

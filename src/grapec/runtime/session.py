@@ -285,7 +285,7 @@ class Session:
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
         with self._lane() as runner:   # a runner's arena is the run's from inputs in to outputs out
             outs = runner.run(bucket, arrays, on_device=True) if on_device else runner.run(bucket, arrays)
-            self._check_bounds(outs)
+            self._check_run_sizes(outs)
         if self._counts and not on_device:
             outs = self._trimmed(outs)
         if output_names:
@@ -295,7 +295,7 @@ class Session:
             return {n: outs[n] for n in output_names}
         return outs
 
-    def _check_bounds(self, outs: dict):
+    def _check_run_sizes(self, outs: dict):
         """Take the --bound values and the checked sizes out of a run's outputs; refuse the run if a value
         went past its bound (its sizes were cut to the bound, so the outputs are not the model's) or a
         size is not the one its node needs (ONNX's rule: onnxruntime fails such a run too)."""
@@ -350,7 +350,7 @@ class Session:
         if self.backend == "cpu":
             with self._lane() as runner:
                 outs = runner.run(bucket, arrays)
-            self._check_bounds(outs)
+            self._check_run_sizes(outs)
             for name, out in outputs.items():
                 if out is not None:
                     np.copyto(out, outs[name])
@@ -362,7 +362,7 @@ class Session:
         with self._lane() as runner:
             self._last_binding_runner = runner
             outs = runner.run(bucket, {n: a for n, a in arrays.items() if n not in bound}, bound=bound)
-            self._check_bounds(outs)
+            self._check_run_sizes(outs)
             results = {}
             for name in (outputs or outs):
                 got = outs[name]
