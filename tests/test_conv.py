@@ -53,6 +53,25 @@ def test_3d_convolutions_keep_the_gemm_path_and_say_so():
     assert any("Conv (3-D)" in n for n in b.manifest["notes"]), b.manifest["notes"]
 
 
+def test_a_grouped_convolution_of_many_taps_takes_the_gemm_path_under_auto():
+    """Wav2Vec2's positional convolution (16 groups, 128 taps): cuDNN took 1.4 ms for it on an H100,
+    so auto gives it the gather + GEMM and says why; --conv cudnn still takes cuDNN; a depthwise or
+    short grouped kernel stays on cuDNN under auto (ops/conv.py GROUPED_TAPS_GEMM)."""
+    rng = np.random.default_rng(1)
+
+    def build(channels, group, taps):
+        w = rng.standard_normal((channels, channels // group, taps)).astype(np.float32)
+        return model([helper.make_node("Conv", ["x", "w"], ["y"], group=group, pads=[taps // 2] * 2)],
+                     [tinfo("x", shape=[1, channels, 49])], [tinfo("y")], [onnx.numpy_helper.from_array(w, "w")])
+    long = build(64, 16, 128)
+    b = grapec.compile(long, targets=[])
+    assert library_ops(b.plans[0]) == {"matmul": 1}
+    assert any("Conv (grouped, 128 taps)" in n for n in b.manifest["notes"]), b.manifest["notes"]
+    assert library_ops(grapec.compile(long, targets=[], conv="cudnn").plans[0]) == {"conv": 1}
+    for channels, group, taps in ((64, 64, 128), (64, 16, 9)):
+        assert library_ops(grapec.compile(build(channels, group, taps), targets=[]).plans[0]) == {"conv": 1}
+
+
 @pytest.mark.parametrize("batch", [1, 4])
 def test_resnet_stores_activations_channels_last(batch):
     """Between convolutions nothing is transposed: the kernels left are the input's layout copy, the
