@@ -72,6 +72,22 @@ def test_a_grouped_convolution_of_many_taps_takes_the_gemm_path_under_auto():
         assert library_ops(grapec.compile(build(channels, group, taps), targets=[]).plans[0]) == {"conv": 1}
 
 
+def test_a_convolution_of_one_input_channel_takes_the_gemm_path_under_auto():
+    """Raw audio into Wav2Vec2's first convolution: the GEMM path writes NCHW for the GroupNorm after
+    it (ops/conv.py conv_path); --conv cudnn still takes cuDNN; three channels stay on cuDNN."""
+    rng = np.random.default_rng(2)
+
+    def build(channels):
+        w = rng.standard_normal((16, channels, 10)).astype(np.float32)
+        return model([helper.make_node("Conv", ["x", "w"], ["y"], strides=[5])], [tinfo("x", shape=[1, channels, 400])],
+                     [tinfo("y")], [onnx.numpy_helper.from_array(w, "w")])
+    b = grapec.compile(build(1), targets=[])
+    assert library_ops(b.plans[0]) == {"matmul": 1}
+    assert any("Conv (one input channel)" in n for n in b.manifest["notes"]), b.manifest["notes"]
+    assert library_ops(grapec.compile(build(1), targets=[], conv="cudnn").plans[0]) == {"conv": 1}
+    assert library_ops(grapec.compile(build(3), targets=[]).plans[0]) == {"conv": 1}
+
+
 @pytest.mark.parametrize("batch", [1, 4])
 def test_resnet_stores_activations_channels_last(batch):
     """Between convolutions nothing is transposed: the kernels left are the input's layout copy, the

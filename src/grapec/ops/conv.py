@@ -26,7 +26,7 @@ def conv(ctx):
         ctx.fail(f"{x.shape[1]} input channels do not match weight {list(w.shape)} with group={group}")
     out_sp = [(x.shape[2 + i] + pads[i] + pads[i + nd] - ext[i]) // strides[i] + 1 for i in range(nd)]
     grouped_taps = math.prod(kernel) if 1 < group < x.shape[1] else 0
-    if conv_path(ctx, x.dtype, nd, grouped_taps) == "cudnn":
+    if conv_path(ctx, x.dtype, nd, grouped_taps, x.shape[1]) == "cudnn":
         return [conv_channels_last(ctx, x, w, b, strides, dil, pads, group, out_sp)]
     return [conv_as_gemm(ctx, x, w, b, strides, dil, pads, group, out_sp)]
 
@@ -36,25 +36,30 @@ CHANNELS_LAST_TYPES = ("float32", "float16", "bfloat16")
 GROUPED_TAPS_GEMM = 32
 
 
-def conv_path(ctx, dtype: str, nd: int, grouped_taps: int = 0) -> str:
+def conv_path(ctx, dtype: str, nd: int, grouped_taps: int = 0, in_channels: int = 0) -> str:
     """"cudnn": one `conv` library node in channels-last layout (cuDNN on the GPU), or "gemm": the
     im2col gather + matmul. The compile option `conv` (CONV_PATHS) picks; auto takes cuDNN for every
     1-D and 2-D floating-point convolution: on an H100 it ran each of ResNet-50's convolutions faster
     than the gather + GEMM at batch 1, 8 and 32 (benchmarks/conv_layouts.py). Except a grouped
     (not depthwise) one of GROUPED_TAPS_GEMM taps or more (grouped_taps: the kernel's taps, 0 when
     not grouped): Wav2Vec2's positional convolution (768 channels in 16 groups, 128 taps, 49 steps)
-    took 1.40 ms through cuDNN on an H100, fp16, and the whole model 0.57 ms the GEMM way."""
+    took 1.40 ms through cuDNN on an H100, fp16, and the whole model 0.57 ms the GEMM way. And one of a
+    single input channel (raw audio, a grayscale image): its GEMM is K = taps deep, and the GEMM path
+    writes NCHW, which the GroupNorm that audio front ends put after it reads along its rows; read
+    channels-last, Wav2Vec2's took 46 us where 6 were estimated (H100, fp16, 1 s of audio)."""
     choice = ctx.options.get("conv", "auto")
     if choice == "gemm":
         return "gemm"
     why = f"{dtype} data" if dtype not in CHANNELS_LAST_TYPES else f"{nd}-D" if nd > 2 else None
     if why is None and choice == "auto" and grouped_taps >= GROUPED_TAPS_GEMM:
         why = f"grouped, {grouped_taps} taps"
+    elif why is None and choice == "auto" and in_channels == 1:
+        why = "one input channel"
     if why is None:
         return "cudnn"
     notes = ctx.options.get("notes")
     note = (f"Conv ({why}): an im2col gather + GEMM each, not the channels-last conv (1-D and 2-D, float32/16, "
-            f"bfloat16; grouped ones under {GROUPED_TAPS_GEMM} taps)")
+            f"bfloat16; grouped ones under {GROUPED_TAPS_GEMM} taps; more than one input channel)")
     if notes is not None and note not in notes:
         notes.append(note)
     return "gemm"
