@@ -50,7 +50,9 @@ def shape_options(f):
 CONV_HELP = ("How convolutions run. auto and cudnn: each 1-D and 2-D floating-point Conv is one channels-last "
              "convolution (cuDNN on the GPU, NHWC, bias fused; the kernels around it read and write NHWC); it needs "
              "nvidia-cudnn-frontend and cuDNN 9 where the bundle runs. gemm: an im2col gather + one GEMM each "
-             "(cuBLASLt only; slower, most of all at batch > 1). Integer and 3-D convolutions always take gemm.")
+             "(cuBLASLt only; slower, most of all at batch > 1). Integer and 3-D convolutions always take gemm; "
+             "auto also gives gemm to grouped (not depthwise) convolutions of 32 taps or more and to those of one "
+             "input channel, where cuDNN measured slower (Wav2Vec2), and says so at compile time.")
 ATTENTION_HELP = ("How fused attention (fp16/bf16) runs on the GPU. auto: per shape, whichever the cost model "
                   "prices lower of grapec's generated flash-attention kernel (it wins at small batch x heads, where "
                   "launches bind) and cuDNN's SDPA (it wins where arithmetic does: batch 8+ at seq 128); grapec "
