@@ -76,7 +76,7 @@ def main():
     zoo_bench = importlib.util.module_from_spec(spec)   # benchmarks/zoo.py: models/zoo.py is the other `zoo`
     spec.loader.exec_module(zoo_bench)
     full_model = zoo_bench.full_model
-    dims = {"batch": a.batch, "seq": a.seq}
+    dims = {"batch": a.batch, **({"seq": a.seq} if a.model in ("gpt2", "bert") else {})}   # the CNNs have no seq
     kinds, replay_us, feeds, steps = grapec_steps(full_model(a.model), dims, a.precision,
                                                   a.half_outputs and a.precision in ("fp16", "bf16"))
     per, total = torch_kernels(zoo_module(a.model, "full"), feeds, a.precision)

@@ -78,6 +78,7 @@ def main():
     from grapec.tools.bench import bench_grapec, bench_ort, bench_torch, measure_roofs, ort_cuda_available, zoo_module
     from grapec.cost.roofline import plan_roofline
     from grapec.bundle.format import Bundle
+    from grapec.compiler.mixed_precision import PrecisionError
     with_ort = not a.compile_only and ort_cuda_available()[0]
     if not a.compile_only and not with_ort:
         print("onnxruntime's CUDA provider is not installed: onnxruntime is not measured")
@@ -85,6 +86,7 @@ def main():
     from grapec.cost.work import step_work
     only = set(filter(None, a.only.split(",")))
     results = {}
+    refused = {}   # label -> why grapec refused the precision (compiler/mixed_precision.py)
     roofs = {}   # precision -> the device's measured bandwidth and matrix peak
     sweep = [((label if b == 1 else f"{label}-b{b}"), name, {**dims, "batch": b})
              for b in map(int, a.batch.split(",")) for label, name, dims in CONFIGS]
@@ -100,9 +102,14 @@ def main():
             bundle, origin = Bundle.read(pre), f"precompiled {pre}"
         else:
             calibration = {"batch": 1} if dims["batch"] > 1 and precision in ("fp16", "bf16") else None
-            bundle, origin = grapec.compile(path, dims=dims, precision=precision, device_profile=a.device_profile,
-                                            calibration_dims=calibration,
-                                            half_outputs=a.half_outputs and precision in ("fp16", "bf16")), "compiled here"
+            try:
+                bundle, origin = grapec.compile(path, dims=dims, precision=precision, device_profile=a.device_profile,
+                                                calibration_dims=calibration,
+                                                half_outputs=a.half_outputs and precision in ("fp16", "bf16")), "compiled here"
+            except PrecisionError as e:   # the precision breaks the model: a row of the table, not the end of the run
+                refused[label] = str(e).splitlines()[0]
+                print(f"{label}: refused: {refused[label]}", flush=True)
+                continue
         t_compile = time.perf_counter() - t0
         if a.compile_only:
             bundle.write(pre)
@@ -140,7 +147,7 @@ def main():
         print(row(label, r, measured_peers({label: r})), flush=True)
     if a.compile_only:
         return
-    table = render(results)
+    table = render(results) + "".join(f"\n{label}: refused by grapec: {why}\n" for label, why in refused.items())
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(table)
     print(table)
