@@ -54,3 +54,24 @@ def check_conv(tmp_path, m, backend="cpu", seed=3, **kw):
     results, _ = check_model(path, backend=backend, seed=seed, **kw)
     assert all(r.ok for r in results), [(r.name, r.rel, r.max_abs, r.note) for r in results]
     return results
+
+
+def residual_blocks_model(channels=128, size=56, blocks=3, seed=0):
+    """A stem conv, then ResNet basic blocks: conv -> ReLU -> conv, + the block's input, ReLU. At
+    128 x 56 x 56 a block's input (1.6 MB) is stored, not recomputed (passes/fuse.py RECOMPUTE_BYTES),
+    so the middle block's shortcut add and ReLU fold into its second convolution (passes/epilogue.py;
+    the first block's recomputes the stem's ReLU, the last one's is the pooling kernel's)."""
+    rng = np.random.default_rng(seed)
+
+    def conv(name, src, ci):
+        w = (rng.standard_normal((channels, ci, 3, 3)) / np.sqrt(ci * 9)).astype(np.float32)
+        inits.extend([init(f"w_{name}", w), init(f"b_{name}", rng.standard_normal(channels).astype(np.float32) * 0.1)])
+        return helper.make_node("Conv", [src, f"w_{name}", f"b_{name}"], [name], pads=[1, 1, 1, 1])
+    inits: list = []
+    nodes = [conv("stem", "x", 3), helper.make_node("Relu", ["stem"], ["s0"])]
+    for i in range(blocks):
+        nodes += [conv(f"c{i}a", f"s{i}", channels), helper.make_node("Relu", [f"c{i}a"], [f"r{i}"]),
+                  conv(f"c{i}b", f"r{i}", channels), helper.make_node("Add", [f"c{i}b", f"s{i}"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"s{i + 1}"])]
+    nodes.append(helper.make_node("GlobalAveragePool", [f"s{blocks}"], ["y"]))
+    return model(nodes, [tinfo("x", shape=[1, 3, size, size])], [tinfo("y")], inits)

@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 import grapec
-from conv_cases import CASES, check_conv, conv_model, ids
+from conv_cases import CASES, check_conv, conv_model, ids, residual_blocks_model
 from grapec.tools.check import check_model
 from grapec.errors import GrapecError
 from grapec.tools.show import library_ops
@@ -179,3 +179,13 @@ def test_a_norm_between_convolutions_computes_its_statistics_once_per_channel(tm
     onnx.save(m, path)
     results, _ = check_model(path, seed=4)
     assert all(r.ok for r in results), [(r.name, r.rel, r.max_abs, r.note) for r in results]
+
+
+def test_a_shortcut_add_and_relu_fold_into_the_convolution(tmp_path):
+    """The residual add and ReLU after a block's second convolution become cuDNN's epilogue (conv +
+    bias + residual, ReLU; passes/epilogue.py), and the model still matches onnxruntime."""
+    m = residual_blocks_model()
+    b = grapec.compile(m, targets=[])
+    schemes = [r["scheme"] for r in b.manifest["buckets"][0]["fusion_report"] if r["kind"] == "gemm"]
+    assert "cuDNN convolution, NHWC + epilogue (bias, residual, relu)" in schemes, schemes
+    check_conv(tmp_path, m)

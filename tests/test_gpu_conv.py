@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conv_cases import CASES, check_conv, conv_model, ids
+from conv_cases import CASES, check_conv, conv_model, ids, residual_blocks_model
 from grapec.tools.check import check_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,3 +40,9 @@ def test_cnn_zoo_on_the_gpu(name, dims):
 
 def test_gemm_path_still_runs_on_the_gpu(tmp_path):
     check_conv(tmp_path, conv_model(CASES[0], relu_chain=True), "cuda", 7, conv="gemm")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_a_shortcut_folded_into_the_convolution_on_the_gpu(precision, tmp_path):
+    """cuDNN's graph with the residual as its second add (runtime/cuda/dnn.py) against onnxruntime."""
+    check_conv(tmp_path, residual_blocks_model(), backend="cuda", precision=precision)

@@ -63,8 +63,9 @@ _ATTENTION_KERNEL = "flash attention: scores in registers, keys and values throu
 
 def _scheme(work, step) -> str:
     """How the group's intermediate values meet: FusionStitching's stitch schemes."""
-    if work.kind == "gemm" and step.attrs.get("op") == "conv":   # x, w, bias
-        epilogue = (["bias"] if len(step.args) > 2 and step.args[2] >= 0 else [])
+    if work.kind == "gemm" and step.attrs.get("op") == "conv":   # x, w, bias, residual
+        args = list(step.args) + [-1, -1]
+        epilogue = (["bias"] if args[2] >= 0 else []) + (["residual"] if args[3] >= 0 else [])
         epilogue += [step.attrs["act"]] if step.attrs.get("act") not in (None, "", "none") else []
         return "cuDNN convolution, NHWC" + (f" + epilogue ({', '.join(epilogue)})" if epilogue else "")
     if work.kind == "gemm":

@@ -276,18 +276,20 @@ def step_work(kernels: list, plan, step) -> Work | None:
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "sdpa":
         return sdpa_work(step.attrs, plan.buffers[step.out].dtype)
     if isinstance(step, LibraryStep) and step.attrs.get("op") == "conv":
-        return conv_step_work(step.attrs, [plan.buffers[i].shape for i in step.args if i >= 0],
+        return conv_step_work(step.attrs, [plan.buffers[i].shape if i >= 0 else None for i in step.args],
                               plan.buffers[step.out].shape, plan.buffers[step.out].dtype)
     return None
 
 
 def conv_step_work(attrs: dict, shapes: list, out_shape: tuple, dtype: str) -> Work:
     """A channels-last `conv` library step as the implicit GEMM cuDNN runs: per group, the output
-    pixels times the filter taps (x [N,H,W,C] read once, not once per tap)."""
+    pixels times the filter taps (x [N,H,W,C] read once, not once per tap). shapes: x, w, then the
+    bias and the residual, None where absent."""
     g = attrs.get("group", 1)
     k_out, r, s, cg = shapes[1]
     pixels = math.prod(out_shape[:-1])
-    return gemm_work(pixels, k_out // g, r * s * cg, g, dtype, bias=len(shapes) > 2,
+    present = [sh is not None for sh in shapes] + [False, False]
+    return gemm_work(pixels, k_out // g, r * s * cg, g, dtype, c=present[3], bias=present[2],
                      a_elems=math.prod(shapes[0]), b_elems=math.prod(shapes[1]))
 
 

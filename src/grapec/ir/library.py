@@ -76,7 +76,7 @@ def matmul(attrs, a, b, c=None, bias=None):
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 
-def conv(attrs, x, w, bias=None):
+def conv(attrs, x, w, bias=None, residual=None):
     out_dt = x.dtype
     acc = _acc_dtype(x.dtype)
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = attrs["strides"], attrs["dilations"], attrs["pads"]
@@ -95,6 +95,8 @@ def conv(attrs, x, w, bias=None):
                       wa.reshape(group, k // group, r, s, cg), optimize=True).reshape(n, oh, ow, k)
     if bias is not None:
         y = y + bias.astype(acc)
+    if residual is not None:   # [N, OH, OW, K], added before the activation (a ResNet block's shortcut)
+        y = y + residual.astype(acc)
     return _act(y, attrs.get("act", "")).astype(out_dt, copy=False)
 
 

@@ -10,8 +10,9 @@ replaces the kernel). fold_output_casts, later, removes a kernel that only widen
 writes float32 D from half A and B (attrs out_dtype), and the output is written once, not written
 in half, read back and written again. Only where the float32 rows are 16-byte aligned (see
 _fold_output_cast: GPT-2's 50257 logits are not, and keep their cast). A channels-last `conv` (cuDNN) takes the bias (over its last axis, the
-channels) and ReLU the same way; after fusion the ReLU between two convolutions is the next one's
-input copy, which then goes. Activations are recognised by value, not by the shape of the expression (the
+channels) and ReLU the same way, and a residual of its output's shape (NHWC) as cuDNN's second add,
+also where fusion made the add and the ReLU after it one kernel (a ResNet block's shortcut); after fusion
+the ReLU between two convolutions is the next one's input copy, which then goes. Activations are recognised by value, not by the shape of the expression (the
 ONNX exporters spell GELU a dozen ways): the kernel is evaluated on sample points and compared with
 the reference function.
 """
@@ -60,8 +61,9 @@ def fold_epilogues(g: Graph) -> Graph:
             if change is None:
                 continue
             attrs, extra = change
-            if 2 in extra and mm.attrs["op"] == "matmul":   # C must be a buffer of the matmul's own shape
-                extra[2] = _view_as(g, extra[2], g.lookup(mm.outputs[0]).shape, node, new_nodes)
+            c_at = C_AT[mm.attrs["op"]]
+            if c_at in extra:   # C (a residual) must be a buffer of the call's own output shape
+                extra[c_at] = _view_as(g, extra[c_at], g.lookup(mm.outputs[0]).shape, node, new_nodes)
             mm.attrs.update(attrs)
             ins = list(mm.inputs) + [""] * (SLOTS[mm.attrs["op"]] - len(mm.inputs))
             for pos, value in extra.items():
@@ -75,8 +77,8 @@ def fold_epilogues(g: Graph) -> Graph:
 
 
 # per library op: its input count, the input positions of C (a residual) and bias, its activations
-SLOTS = {"matmul": 4, "conv": 3}
-C_AT = {"matmul": 2}
+SLOTS = {"matmul": 4, "conv": 4}
+C_AT = {"matmul": 2, "conv": 3}
 BIAS_AT = {"matmul": 3, "conv": 2}
 ACTIVATIONS = {"matmul": ("relu", "gelu_tanh"), "conv": ("relu",)}
 
@@ -148,8 +150,8 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
     """-> ({attrs}, {matmul input position: value name}) or None."""
     body = k.body
     op = mm.attrs["op"]
-    c_at, bias_at = C_AT.get(op), BIAS_AT[op]
-    has_c = c_at is not None and len(mm.inputs) > c_at and bool(mm.inputs[c_at])
+    c_at, bias_at = C_AT[op], BIAS_AT[op]
+    has_c = len(mm.inputs) > c_at and bool(mm.inputs[c_at])
     has_bias = len(mm.inputs) > bias_at and bool(mm.inputs[bias_at])
     act = mm.attrs.get("act", "")
     if body.op == "add" and not act:
@@ -162,16 +164,28 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
         o_name = node.inputs[o_slot]
         o_shape = k.inputs[o_slot][0]
         n_cols = k.shape[-1] if k.shape else 1
-        if c_at is not None and not has_c and o_shape == k.shape and o_index == index_vars(k.shape) \
-                and o_name not in mm.inputs:
-            return {"beta": 1.0}, {c_at: o_name}
+        if not has_c and o_shape == k.shape and o_index == index_vars(k.shape) and o_name not in mm.inputs \
+                and (op == "matmul" or k.inputs[o_slot][1] == k.dtype):
+            return ({"beta": 1.0} if op == "matmul" else {}), {c_at: o_name}
         if not has_bias and k.shape and o_index == (K.idx(len(k.shape) - 1),) and o_shape == (n_cols,) and n_cols > 1:
             return {}, {bias_at: o_name}
         return None
-    if act or has_c:
+    if act or (has_c and op == "matmul"):
         return None
+    if op == "conv" and not has_c:
+        residual = _residual_under_activation(k, slot, node, mm)
+        if residual is not None:
+            return residual
     loads = [e for e in K.walk(body) if e.op == "load"]
-    if any(e.args[0] != slot for e in loads) or k.dtype not in ("float32", "float16", "bfloat16"):
+    if any(e.args[0] != slot for e in loads):
+        return None
+    name = _activation(k, body, op)
+    return ({"act": name}, {}) if name else None
+
+
+def _activation(k: K.Kernel, body, op: str) -> str | None:
+    """The library op's activation that body computes of its one loaded value, found by evaluating it."""
+    if k.dtype not in ("float32", "float16", "bfloat16"):
         return None
     probe = K.Kernel((len(SAMPLES),), k.dtype, K.rebuild(body, (K.idx(0),) * len(k.shape),
                                                          lambda ld: K.load(0, (K.idx(0),), ld.dtype)),
@@ -181,8 +195,35 @@ def _match(k: K.Kernel, slot: int, mm: Node, node: Node):
     for name in ACTIVATIONS[op]:
         want = _reference(name, SAMPLES)
         if np.max(np.abs(got - want)) <= tol * max(1.0, np.max(np.abs(want))):
-            return {"act": name}, {}
+            return name
     return None
+
+
+def _residual_under_activation(k: K.Kernel, slot: int, node: Node, mm: Node):
+    """act(conv + r) as one kernel (a ResNet block's shortcut add and ReLU, fused) -> ({"act"},
+    {C_AT: r}) or None. r is read at the kernel's own index, and the convolution's output and r are
+    each read once, by the same add: then the kernel is a function of that sum alone, and setting r
+    to zero leaves the activation to find by evaluation."""
+    ident = index_vars(k.shape)
+    mine = K.load(slot, ident, k.dtype)
+    others = [e for e in K.walk(k.body) if e.op == "load" and e is not mine]
+    if len(others) != 1 or others[0].args[1] != ident or others[0].args[2] is not None:
+        return None
+    other = others[0]
+    o_slot = other.args[0]
+    o_name = node.inputs[o_slot]
+    if k.inputs[o_slot] != (k.shape, k.dtype) or o_name in mm.inputs:
+        return None
+    parents: dict = {}
+    for e in K.walk(k.body):
+        for c in K.children(e):
+            parents.setdefault(c, []).append(e)
+    pm, po = parents.get(mine, []), parents.get(other, [])
+    if len(pm) != 1 or len(po) != 1 or pm[0] is not po[0] or pm[0].op != "add":
+        return None
+    rest = K.rebuild(k.body, None, lambda ld: K.const(0, ld.dtype) if ld.args[0] == o_slot else ld)
+    name = _activation(k, rest, "conv")
+    return ({"act": name}, {C_AT["conv"]: o_name}) if name else None
 
 
 def _view_as(g: Graph, name: str, shape, node: Node, new_nodes: list) -> str:

@@ -53,19 +53,23 @@ class Dnn:
     def conv_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int, workspace: tuple,
                    warm: bool = False):
         """A child graph computing one `conv` step (ir/library.py). shapes/ptrs: x [N,H,W,C],
-        w [K,R,S,C/g], optional bias [K] (pointer 0 when absent). workspace: (pointer, bytes) of the
+        w [K,R,S,C/g], optional bias [K] and residual [N,OH,OW,K] (pointer 0 when absent). workspace: (pointer, bytes) of the
         step's branch. warm: run the call once before capturing it (the caller vouches that nothing
         lives in the output yet), so that cuDNN loads its kernels outside the capture."""
         with self._lock:
             has_bias = len(ptrs) > 2 and bool(ptrs[2])
-            sig = (repr(sorted(attrs.items())), repr(shapes[:2]), dtype, has_bias, workspace[1])
+            has_residual = len(ptrs) > 3 and bool(ptrs[3])
+            sig = (repr(sorted(attrs.items())), repr(shapes[:2]), dtype, has_bias, has_residual, workspace[1])
             problem = self._problems.get(sig)
             fresh = problem is None
             if fresh:
-                problem = self._problems[sig] = self._build(attrs, shapes, dtype, out_shape, has_bias, workspace[1])
+                problem = self._problems[sig] = self._build(attrs, shapes, dtype, out_shape, has_bias, has_residual,
+                                                            workspace[1])
             pack = {problem.x: ptrs[0], problem.w: ptrs[1], problem.y: out_ptr}
             if has_bias:
                 pack[problem.b] = ptrs[2]
+            if has_residual:
+                pack[problem.v] = ptrs[3]
             return self._captured(problem, pack, workspace, warm and fresh)
 
     def sdpa_graph(self, attrs: dict, dtype: str, ptrs: list, out_ptr: int, workspace: tuple, warm: bool = False):
@@ -136,7 +140,8 @@ class Dnn:
             raise BackendError(f"cuDNN's plan for {what} needs {g.get_workspace_size()} bytes of workspace, "
                                f"more than the {ws_bytes} the runner has")
 
-    def _build(self, attrs: dict, shapes: list, dtype: str, out_shape, has_bias: bool, ws_bytes: int) -> "ConvProblem":
+    def _build(self, attrs: dict, shapes: list, dtype: str, out_shape, has_bias: bool, has_residual: bool,
+               ws_bytes: int) -> "ConvProblem":
         cudnn = self.cudnn
         if dtype not in IO_TYPES:
             raise BackendError(f"conv on {dtype} has no cuDNN path in this grapec (only {', '.join(IO_TYPES)})")
@@ -156,6 +161,10 @@ class Dnn:
         if has_bias:
             b = g.tensor(name="bias", dim=[1, k, 1, 1], stride=[k, 1, k, k], data_type=dt)
             y = g.add(a=y, b=b, compute_data_type=cudnn.data_type.FLOAT)
+        res = None
+        if has_residual:   # the shortcut, NHWC like the output, added before the activation
+            res = g.tensor(name="residual", dim=[n, k, oh, ow], stride=[oh * ow * k, 1, ow * k, k], data_type=dt)
+            y = g.add(a=y, b=res, compute_data_type=cudnn.data_type.FLOAT)
         act = attrs.get("act") or "none"
         if act == "relu":
             y = g.relu(input=y, compute_data_type=cudnn.data_type.FLOAT)
@@ -164,13 +173,13 @@ class Dnn:
         y.set_output(True).set_data_type(dt).set_dim([n, k, oh, ow]).set_stride([oh * ow * k, 1, ow * k, k])
         geometry = {key: attrs[key] for key in ('strides', 'dilations', 'pads', 'group') if key in attrs}
         self._plans(g, f"conv x{[n, h, w, c]} (NHWC) w{[k, r, s, cg]} (KRSC) {dtype} {geometry}", dtype, ws_bytes)
-        return ConvProblem(g, x, wt, b, y)
+        return ConvProblem(g, x, wt, b, y, res)
 
 
 @dataclass
 class ConvProblem:
     """One problem's built cuDNN graph and its tensors (the variant pack's keys): a convolution's
-    x, w, bias, y; an attention's q, k, bias, out, and v."""
+    x, w, bias, y and residual (in v); an attention's q, k, bias, out, and v."""
     graph: object
     x: object
     w: object
