@@ -50,10 +50,27 @@ class CorpusFile:
     values: dict = field(default_factory=dict)    # inputs fixed at compile time (--value)
     rel_l2: float | None = None                   # fp32 judged by ||out-ref||/||ref|| <= this instead of allclose ...
     reference: str = "onnxruntime"                # ... or against onnx.reference ...
+    judged_at: str = ""                           # ... or at this tensor inside, not at the outputs ...
     why: str = ""                                 # ... for this reason
 
 
 SILERO_STATE = {"input": (1, 512), "state": (2, 1, 128)}
+SQUEEZENET_LOGITS = "r65"
+SQUEEZENET_WHY = ("its logits are about 6.9e9 apart by about 1e3, so float32 rounding (1e-7 of 6.9e9 is 700) decides its "
+                  "softmax: onnxruntime, onnx.reference and grapec give three different ones on an AVX2 machine, "
+                  "while grapec's logits agree with onnxruntime's to 5e-7; the logits are judged")
+
+
+def model_judged_at(path: str, tensor: str) -> str:
+    """A copy of the model at `path` whose one output is `tensor` (written next to it): a quantity
+    that float32 can decide, where the model's own output cannot be."""
+    import onnx
+    m = onnx.load(path)
+    del m.graph.output[:]
+    m.graph.output.append(onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None))
+    out = f"{path[:-5]}.at_{tensor}.onnx"
+    onnx.save(m, out)
+    return out
 FILES = [
     CorpusFile("ppocr_v4_det", "wheel:rapidocr-onnxruntime:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
                "paddle2onnx", "OCR detection (DBNet)", {"x": (1, 3, 160, 160)}),
@@ -92,8 +109,9 @@ FILES = [
                "embeddings, int8 (MatMulInteger)", reference="onnx",
                why="onnxruntime's x86 u8s8 MatMulInteger saturates its int16 pair sums (3e-2 off); onnx.reference "
                    "computes the integers exactly, and grapec matches it to 0"),
-] + [CorpusFile(f"light_{n}", f"installed:{LIGHT}light_{n}.onnx", "onnx-caffe2", "classification")
-     for n in ("shufflenet", "squeezenet")]
+] + [CorpusFile("light_shufflenet", f"installed:{LIGHT}light_shufflenet.onnx", "onnx-caffe2", "classification"),
+      CorpusFile("light_squeezenet", f"installed:{LIGHT}light_squeezenet.onnx", "onnx-caffe2", "classification",
+                 judged_at=SQUEEZENET_LOGITS, why=SQUEEZENET_WHY)]
 
 
 def cache_dir() -> str:
@@ -181,7 +199,8 @@ def run_one(f: CorpusFile, precision: str = "fp32", backend: str = "cpu") -> Res
     values = {k: np.array(v) for k, v in f.values.items()} or None
     rel_l2 = f.rel_l2 if precision == "fp32" else None
     try:
-        results, _ = check_model(path_of(f), shapes=f.shapes or None, backend=backend, precision=precision,
+        path = model_judged_at(path_of(f), f.judged_at) if f.judged_at else path_of(f)
+        results, _ = check_model(path, shapes=f.shapes or None, backend=backend, precision=precision,
                                  values=values, reference=f.reference)
     except GrapecError as e:
         return Result(f.id, precision, backend, "REFUSED", " ".join(str(e).split())[:600],
