@@ -61,16 +61,17 @@ SQUEEZENET_WHY = ("its logits are about 6.9e9 apart by about 1e3, so float32 rou
                   "while grapec's logits agree with onnxruntime's to 5e-7; the logits are judged")
 
 
-def model_judged_at(path: str, tensor: str) -> str:
-    """A copy of the model at `path` whose one output is `tensor` (written next to it): a quantity
-    that float32 can decide, where the model's own output cannot be."""
+def model_judged_at(path: str, tensor: str, out: str) -> str:
+    """Writes to `out` a copy of the model at `path` whose one output is `tensor`: a quantity that
+    float32 can decide, where the model's own output cannot be. -> out."""
     import onnx
     m = onnx.load(path)
     del m.graph.output[:]
     m.graph.output.append(onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None))
-    out = f"{path[:-5]}.at_{tensor}.onnx"
     onnx.save(m, out)
     return out
+
+
 FILES = [
     CorpusFile("ppocr_v4_det", "wheel:rapidocr-onnxruntime:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
                "paddle2onnx", "OCR detection (DBNet)", {"x": (1, 3, 160, 160)}),
@@ -199,7 +200,9 @@ def run_one(f: CorpusFile, precision: str = "fp32", backend: str = "cpu") -> Res
     values = {k: np.array(v) for k, v in f.values.items()} or None
     rel_l2 = f.rel_l2 if precision == "fp32" else None
     try:
-        path = model_judged_at(path_of(f), f.judged_at) if f.judged_at else path_of(f)
+        path = path_of(f)
+        if f.judged_at:
+            path = model_judged_at(path, f.judged_at, f"{path[:-5]}.at_{f.judged_at}.onnx")
         results, _ = check_model(path, shapes=f.shapes or None, backend=backend, precision=precision,
                                  values=values, reference=f.reference)
     except GrapecError as e:

@@ -203,7 +203,7 @@ def _per_element(kernel: K.Kernel) -> bool:
     """Does every reduction of the kernel depend on every index of its output (a gemv's dot
     products), so that no two elements share one?"""
     idx = [K.idx(d) for d, n in enumerate(kernel.shape) if n > 1]
-    return all(all(any(x is v for x in K.walk(e)) for v in idx) for e in K.walk(kernel.body) if e.op == "reduce")
+    return all(all(_mentions(e, [v]) for v in idx) for e in K.walk(kernel.body) if e.op == "reduce")
 
 
 def _reduces_within_rows(kernel: K.Kernel, rows: int) -> bool:
@@ -218,7 +218,12 @@ def _reduces_within_rows(kernel: K.Kernel, rows: int) -> bool:
             break
         span *= kernel.shape[d]
         inner.append(K.idx(d))
-    return any(e.op == "reduce" and any(x is v for x in K.walk(e) for v in inner) for e in K.walk(kernel.body))
+    return any(e.op == "reduce" and _mentions(e, inner) for e in K.walk(kernel.body))
+
+
+def _mentions(e: K.Expr, variables: list) -> bool:
+    """Does expression e read any of these index variables?"""
+    return any(x is v for x in K.walk(e) for v in variables)
 
 
 def _elements_read(loads: list) -> int:
