@@ -44,6 +44,17 @@ CONFIGS = [  # (label, zoo name, dims)
     ("inception_v3", "inception_v3", {"batch": 1}),
 ]
 
+# Half-precision tolerances (compile's --precision-tolerance) for the zoo models whose fp16 error is
+# the model's own, with the measurement that says so. grapec is held to PyTorch's error there, and the
+# table prints both errors side by side.
+HALF_TOLERANCE = {
+    # The seeded random-weight Inception-v3 is ill-conditioned in half: PyTorch's own fp16 forward is
+    # 1.02-1.12e-2 from onnxruntime's fp32 (torch 2.13 on the CPU, 4 random images; its fp32 forward is
+    # 4.8e-6 from float64). grapec's calibrated fp16 is 8.3e-3, over compile's default acceptance of
+    # 0.8 x 1e-2, so without this the model has no fp16 row. 1.25e-2 accepts up to 1.0e-2.
+    "inception_v3": 1.25e-2,
+}
+
 
 def full_model(name: str) -> str:
     """models/full/<name>.onnx, built (models/build.py) where it is missing."""
@@ -104,7 +115,7 @@ def main():
             calibration = {"batch": 1} if dims["batch"] > 1 and precision in ("fp16", "bf16") else None
             try:
                 bundle, origin = grapec.compile(path, dims=dims, precision=precision, device_profile=a.device_profile,
-                                                calibration_dims=calibration,
+                                                calibration_dims=calibration, precision_tolerance=HALF_TOLERANCE.get(name),
                                                 half_outputs=a.half_outputs and precision in ("fp16", "bf16")), "compiled here"
             except PrecisionError as e:   # the precision breaks the model: a row of the table, not the end of the run
                 refused[label] = str(e).splitlines()[0]
