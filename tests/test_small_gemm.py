@@ -132,13 +132,16 @@ def test_the_weight_is_stored_once():
     assert len(fused.weights) <= len(plain.weights) + 4096, (len(fused.weights), len(plain.weights))
 
 
-def test_cuda_source_compiles_for_sm90(tmp_path):
+@pytest.mark.parametrize("rows,depth,cols,resident", [(12, 40, 20, False), (8, 256, 64, True)])
+def test_cuda_source_compiles_for_sm90(rows, depth, cols, resident, tmp_path):
+    """resident: the prologue's LayerNorm holds its row in registers (codegen/resident.py)."""
     needs_nvrtc()
-    m, feeds = block(12, 40, 20)
+    m, feeds = block(rows, depth, cols)
     b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16",
                        device_profile=profile_file(tmp_path))
     src = b.extra_sections["cuda.source"].decode()
     assert "_prologue(" in src and "mma.sync.aligned.m16n8k16" in src
+    assert ("g_rv0[" in src) == resident
     assert "cubin.sm_90" in b.extra_sections
 
 

@@ -13,6 +13,7 @@ from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, const, free_vars, idx, indirect_index, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
+from .resident import fill_lines, register_read, resident_row, row_function_launch
 
 MAX_UNROLLED_VECTOR_STEPS = 16
 NARROW_INDEX = True   # 32-bit index divisions where a kernel's index space fits (CudaRenderer._unravel)
@@ -69,6 +70,7 @@ class CudaRenderer:
         self.all_scopes: list = []   # keeps every scope alive, so id(scope) stays unique
         self.count = 0
         self.vector_reads: dict = {}   # load -> its element of a vector read (see _vector_loads)
+        self.resident = None           # warp mode: the rows held in registers (codegen/resident.py)
 
     def fresh(self, prefix="v") -> str:
         self.count += 1
@@ -233,8 +235,19 @@ class CudaRenderer:
         cooperative = self.launch.mode in ("row", "warp") and scope is self.scopes[0] and is_cooperative(e)
         warp = self.launch.mode == "warp"
         headers, inner_indent = [], ind
-        width, vector = self._vector_loads(rvars, body) if cooperative and warp else (1, [])
-        if vector:   # each thread takes `width` consecutive elements per step, read as one vector
+        width, vector = self._vector_loads(rvars, body) if cooperative and warp and not self.resident else (1, [])
+        if cooperative and warp and self.resident:   # the row is in registers: walk them in their order
+            rr, s, u = self.resident, self.fresh("s"), self.fresh("u")
+            width = rr.width
+            vector = [ld for ld in walk(body) if ld in rr.reads]
+            for ld in vector:
+                self.vector_reads[ld] = register_read(rr, ld, ctype(ld.dtype), s, u)
+            headers += [f"{ind}#pragma unroll", f"{ind}for (int {s} = 0; {s} < {rr.count}; ++{s}) {{",
+                        f"{ind}  #pragma unroll", f"{ind}  for (int {u} = 0; {u} < {width}; ++{u}) {{",
+                        f"{ind}    const i64 {self.rname(rvars[0])} = {rr.element(self._lane(), s, u)};"]
+            inner_indent += "    "
+            n_loops = 2
+        elif vector:   # each thread takes `width` consecutive elements per step, read as one vector
             f, u = self.fresh("f"), self.fresh("u")
             steps = -(-extent(rvars) // (32 * width))   # per lane: all its reads in flight at once
             headers.append(f"{ind}#pragma unroll" + (" 4" if steps > MAX_UNROLLED_VECTOR_STEPS else ""))
@@ -385,14 +398,28 @@ class CudaRenderer:
         self._prefetch_row_loads(split)
         if self.launch.mode == "row":
             root.lines += self._prefetch_column_loads(split)
+        rr = self.resident = resident_row(k, self.launch, self.deps)
+        for i, (slot, prefix) in enumerate(rr.rows if rr else ()):   # every row in flight at once
+            start = self.flat_offset(prefix + (const(0, "int64"),), k.inputs[slot][0])
+            root.lines += fill_lines(rr, i, slot, start, self._lane())
         col = self.push([idx(a) for a in range(split, len(k.shape))], "    ")
         col.lines += self._unravel("c", range(split, len(k.shape)), "    ")
+        column_reads = [ld for ld in walk(k.body) if rr and ld in rr.reads and ld.args[1][-1] is idx(split)]
+        for ld in column_reads:
+            self.vector_reads[ld] = register_read(rr, ld, ctype(ld.dtype), "g_s", "g_u")
         v = self.emit(k.body)
         lines += root.lines
-        lines.append(f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{")
+        if rr:   # the columns in the order the registers hold them
+            lines += ["  #pragma unroll", f"  for (int g_s = 0; g_s < {rr.count}; ++g_s) {{",
+                      "  #pragma unroll", f"  for (int g_u = 0; g_u < {rr.width}; ++g_u) {{",
+                      f"    const i64 c = {rr.element(self._lane(), 'g_s', 'g_u')};"]
+        else:
+            lines.append(f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{")
         lines += col.lines
         lines.append(f"    {store_at} = {self._store(v)};")
-        lines.append("  }")
+        lines.append("  }" + (" }" if rr else ""))
+        for ld in column_reads:
+            del self.vector_reads[ld]
         return lines
 
     def _prefetch_row_loads(self, split: int):
@@ -478,7 +505,7 @@ class RowFunctionRenderer(CudaRenderer):
     reductions, loads 16 bytes a lane where they run along the row (warp mode)."""
 
     def __init__(self, kernel: Kernel, rows: int, cols: int):
-        super().__init__(kernel, Launch("warp", 1, 32, len(kernel.shape) - 1, rows, cols))
+        super().__init__(kernel, row_function_launch(kernel, rows, cols))
 
     def render_function(self, name: str) -> str:
         k = self.k

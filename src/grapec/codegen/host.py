@@ -102,10 +102,25 @@ class HostModule:
 
     def call(self, i: int, out, inputs: list):
         fn = getattr(self.lib, f"launch{i}")
-        ptrs = [ctypes.c_void_p(a.ctypes.data) for a in [out, *inputs]]
         for a in [out, *inputs]:
             assert a.flags["C_CONTIGUOUS"]
-        fn(*ptrs)
+        target, held = _aligned(out), [_aligned(a) for a in inputs]   # alive until the call returns
+        fn(*[ctypes.c_void_p(a.ctypes.data) for a in [target, *held]])
+        if target is not out:
+            out[...] = target
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """a, or a copy of it that starts on 256 bytes, as every buffer does on the GPU (the arena, the
+    weight store): the generated code reads 16-byte vectors, which the host compiler may read with
+    instructions that need their alignment, while numpy views of a bundle's bytes need not have it."""
+    if a.ctypes.data % 256 == 0 or a.nbytes == 0:
+        return a
+    raw = np.empty(a.nbytes + 256, np.uint8)
+    start = -raw.ctypes.data % 256
+    copy = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    copy[...] = a
+    return copy
 
 
 def _ptr(dt: str, const: bool = False) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from .. import dtypes
 from ..codegen.cuda import vector_loads
 from ..codegen.launch import Launch, plan_launch, row_reductions
+from ..codegen.resident import resident_row, row_function_launch
 from ..ir import kernel as K
 from ..ir.attention import KIND as ATTENTION
 from ..ir.kinds import kernel_from_json
@@ -98,7 +99,8 @@ def kernel_work(kernel: K.Kernel, launch: Launch) -> Work:
         unique += min(n, numel) * dtypes.itemsize(dt)
         cached += max(0.0, n - numel) * dtypes.itemsize(dt)
     written = size * dtypes.itemsize(kernel.dtype)
-    depth = _reduction_depth(kernel.body, row_level) if rowwise else 0
+    # a row held in registers (codegen/resident.py) is read in one round trip, whatever reduces it
+    depth = 0 if not rowwise or resident_row(kernel, launch, memo) else _reduction_depth(kernel.body, row_level)
     gathers = _gather_depth(kernel.body)
     syncs = len(row_level)
     block_syncs = syncs if launch.mode == "row" and launch.block > 32 else 0
@@ -176,9 +178,13 @@ def small_gemm_work(kernel) -> Work:
     extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[kernel.a_slots + 1:])
     out = kernel.rows * kernel.cols * isz
     reductions = len(row_reductions(kernel.prologue.body)) if kernel.prologue is not None else 0
+    # the prologue's reductions each read the row again, unless it is held in registers: one round trip
+    rounds = reductions
+    if reductions and resident_row(kernel.prologue, row_function_launch(kernel.prologue, kernel.rows, kernel.depth)):
+        rounds = 1
     serial = t.steps * math.ceil(t.block_tiles / t.grid)
     return Work(SMALL_GEMM, (a_bytes + w_bytes + extras + out) / 1e6, a_bytes * (t.grid - 1) / 1e6,
-                kernel.flops / 1e9, serial, 1 + reductions, 0, reductions, t.grid, t.block,
+                kernel.flops / 1e9, serial, 1 + rounds, 0, reductions, t.grid, t.block,
                 f"{t.col_tiles} tile(s) x {t.k_slices} k-slice(s) a block, {t.steps} steps"
                 + (", A from its prologue" if kernel.prologue is not None else ""))
 
