@@ -145,9 +145,29 @@ def test_cuda_source_compiles_for_sm90(rows, depth, cols, resident, tmp_path):
     assert "cubin.sm_90" in b.extra_sections
 
 
+def test_more_rows_take_the_split_form_only_for_sm90(tmp_path):
+    """17..128 rows: the split small GEMM (a cluster of blocks dividing K), which needs sm_90's
+    thread-block clusters; for an older target the matmuls stay cuBLASLt's. The answers are the same."""
+    needs_nvrtc()
+    m, feeds = block(64, 256, 512)
+    profile = profile_file(tmp_path)
+    hopper = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16", device_profile=profile)
+    ampere = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_80"], precision="fp16", device_profile=profile)
+    assert len(small_gemms(hopper)) == 2 and not small_gemms(ampere)
+    assert all(k.prologue is None for k in small_gemms(hopper))   # A is read as it lies: the LayerNorm stays a kernel
+    src = hopper.extra_sections["cuda.source"].decode()
+    assert "__cluster_dims__(" in src and "mapa.shared::cluster" in src
+    got = grapec.load(hopper, backend="cpu").run(feeds)["y"].astype(np.float32)
+    ref = ort_run(m, feeds)["y"]
+    assert rel_err(got, ref) < 1e-2, rel_err(got, ref)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,depth,cols,precision", [(8, 768, 2304, "fp16"), (12, 40, 20, "fp16"),
-                                                       (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16")])
+                                                       (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16"),
+                                                       # the split form: 8 row tiles, K over clusters of 8
+                                                       (128, 768, 3072, "fp16"), (49, 512, 2048, "bf16"),
+                                                       (33, 64, 40, "fp16"), (128, 4608, 512, "fp16")])
 def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, precision, tmp_path):
     m, feeds = block(rows, depth, cols, seed=3)
     b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision=precision,

@@ -40,6 +40,16 @@ __device__ __forceinline__ unsigned g_pack2(unsigned short lo, unsigned short hi
 #define G_MMA(TY, c, a0, a1, a2, a3, b0, b1) \
   asm("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" \
       : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+/* thread-block clusters (sm_90): a barrier of the cluster's blocks, whose writes to shared memory it
+   makes visible to all of them, and a float read from block `rank`'s shared memory (at the address
+   `local` has in this block's) */
+#define G_CLUSTER_SYNC() asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory")
+__device__ __forceinline__ float g_cluster_load(unsigned local, int rank) {
+  unsigned remote; float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
 """
 
 

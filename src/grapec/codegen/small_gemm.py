@@ -15,6 +15,15 @@ A block of WARPS warps:
   3. adds the k slices' partial tiles through shared memory and applies the epilogue (bias,
      activation, residual; rendered from kernel IR) as the results are stored.
 
+More rows (17..MAX_SPLIT_ROWS: a transformer at seq 128, a late convolution's pixels) take the split
+form (render_split_gemm): every warp multiplies all of A's row tiles by its weight registers, so a
+weight is read once whatever M is; a block is 8 column tiles, and a cluster of `splits` blocks
+(Hopper's thread-block clusters) divides K between them. Each block keeps its partial tile in shared
+memory; after a cluster barrier every block sums one share of the tile across the cluster's shared
+memories (distributed shared memory), applies the epilogue and stores it. One kernel, no workspace:
+cuBLASLt at M = 128 and N = 768 makes 12 tiles of 64x128 that walk K = 3072 serially on 12 SMs
+(6.8 us for 4.7 MB of weights, H100), or splits K with a second kernel.
+
 Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
     A (16x16): a0a1 (g, 2t..2t+1)  a2a3 (g+8, 2t..)  a4a5 (g, 2t+8..)  a6a7 (g+8, 2t+8..)
     B (16x8):  b0b1 (k = 2t..2t+1, n = g)  b2b3 (k = 2t+8.., n = g)
@@ -32,7 +41,11 @@ SMS = 132              # H100/H200 SMs
 WARPS = 8
 MAX_STEPS = 16         # 32-wide k steps a lane holds in flight (4 registers each)
 BLOCKS_PER_SM = 2      # a long N loops over tiles in a grid of this many blocks per SM
-MAX_ROWS = 16          # one mma tile of rows
+MAX_ROWS = 16          # one mma tile of rows: the one-tile form (and a prologue) up to here
+MAX_SPLIT_ROWS = 128   # the split form's row tiles (8 of them: 32 accumulators a lane)
+MAX_SPLITS = 8         # blocks of a cluster (the portable cluster size)
+SPLIT_COL_TILES = 8    # a split block's warps, one column tile each
+MAX_SPLIT_STEPS = 24   # the split form's k steps a lane holds (no k slices share its block's registers)
 SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
 
@@ -49,6 +62,8 @@ class SmallGemmTiling:
     grid: int
     lda: int           # the staged rows' stride in elements: 64 bytes past a multiple of 128, so
     #                    that the 8 rows one load instruction touches fall in distinct banks
+    splits: int = 1    # the split form: blocks of a cluster that share one column group's K
+    row_tiles: int = 1  # the split form: A's 16-row tiles every warp multiplies
 
     @property
     def block(self) -> int:
@@ -65,6 +80,8 @@ def staged_bytes(rows: int, depth: int) -> int:
 
 def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
     n_tiles, k_steps = _ceil(k.cols, 8), _ceil(k.depth, 32)
+    if k.rows > MAX_ROWS:
+        return split_tiling(n_tiles, k_steps, _ceil(k.rows, 16), lda_for(k.depth))
     col_tiles = 1
     while col_tiles < WARPS and _ceil(n_tiles, 2 * col_tiles) >= SMS:
         col_tiles *= 2
@@ -79,6 +96,23 @@ def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
                            lda_for(k.depth))
 
 
+def split_tiling(n_tiles: int, k_steps: int, row_tiles: int, lda: int) -> SmallGemmTiling:
+    """The split form: the fewest splits that hold a warp's share of K in registers, then more while
+    the grid leaves SMs idle and each split keeps a step."""
+    col_tiles = min(SPLIT_COL_TILES, n_tiles)
+    groups = _ceil(n_tiles, col_tiles)
+    splits = 1
+    while splits < MAX_SPLITS and (_ceil(k_steps, splits) > MAX_SPLIT_STEPS
+                                   or (groups * splits < SMS and 2 * splits <= k_steps)):
+        splits *= 2
+    return SmallGemmTiling(col_tiles, 1, _ceil(k_steps, splits), groups, groups * splits, lda, splits, row_tiles)
+
+
+def fits_split(rows: int, depth: int) -> bool:
+    """Can the split form take this GEMM: its rows in 8 tiles, a warp's share of K in registers."""
+    return rows <= MAX_SPLIT_ROWS and _ceil(_ceil(depth, 32), MAX_SPLITS) <= MAX_SPLIT_STEPS
+
+
 def small_gemm_launch(k: SmallGemmKernel) -> Launch:
     t = small_gemm_tiling(k)
     return Launch("small_gemm", t.grid, t.block)
@@ -87,6 +121,8 @@ def small_gemm_launch(k: SmallGemmKernel) -> Launch:
 def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     """-> CUDA C for the kernel (its prologue and epilogue functions first), named `name`."""
     t = small_gemm_tiling(k)
+    if k.rows > MAX_ROWS:
+        return render_split_gemm(k, t, name)
     ty = ctype(k.dtype)
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
@@ -162,3 +198,65 @@ def _load_weights(t: SmallGemmTiling, w: str, n: int, depth: int, tile: str, ind
             f"{indent}    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)({w} + wn * {depth}LL + kk) : zero;",
             f"{indent}  }}",
             f"{indent}}}"]
+
+
+def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
+    """The split form (see the module): a cluster of t.splits blocks per group of 8 column tiles."""
+    ty = ctype(k.dtype)
+    mma = "f16" if k.dtype == "float16" else "bf16"
+    store = "f2h" if k.dtype == "float16" else "f2b"
+    m, n, depth, rt, sp = k.rows, k.cols, k.depth, t.row_tiles, t.splits
+    width = t.col_tiles * 8                 # the columns of a block
+    tile = rt * 16 * width                  # its partial tile, in floats
+    L = [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
+    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+    L.append(f'extern "C" __global__ void __cluster_dims__({sp}, 1, 1) __launch_bounds__({t.block}) '
+             f'{name}({", ".join(params)}) {{')
+    L.append(f"  __shared__ __align__(16) float g_tile[{tile}];   /* this block's partial products, [row][column] */")
+    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+    L.append(f"  const int split = blockIdx.x % {sp}, group = blockIdx.x / {sp};   /* split = the block's rank in its cluster */")
+    L.append("  const i64 wn = ((i64)group * " + str(t.col_tiles) + " + warp) * 8 + g;   /* this lane's weight row */")
+    L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
+    L.append(f"  uint4 wv[{t.steps}];")
+    L.append("  /* the weights wait for nothing: they fly while the kernel before ends */")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
+    L.append(f"    const int kk = (split * {t.steps} + s) * 32 + 8 * t;")
+    L.append(f"    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)(in1 + wn * {depth}LL + kk) : zero;")
+    L.append("  }")
+    L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
+    L.append(f"  float c[{rt}][4];")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int mt = 0; mt < {rt}; ++mt) c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.f;")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
+    L.append(f"    const int kk = (split * {t.steps} + s) * 32 + 8 * t;")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int mt = 0; mt < {rt}; ++mt) {{   /* every row tile meets the same weight registers */")
+    L.append("      const int r0 = mt * 16 + g, r1 = r0 + 8;")
+    L.append(f"      const uint4 lo = (r0 < {m} && kk < {depth}) ? *(const uint4*)(in0 + r0 * {depth}LL + kk) : zero;")
+    L.append(f"      const uint4 hi = (r1 < {m} && kk < {depth}) ? *(const uint4*)(in0 + r1 * {depth}LL + kk) : zero;")
+    L.append(f'      G_MMA("{mma}", c[mt], lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
+    L.append(f'      G_MMA("{mma}", c[mt], lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
+    L.append("    }")
+    L.append("  }")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int mt = 0; mt < {rt}; ++mt) {{")
+    L.append(f"    *(float2*)(g_tile + (mt * 16 + g) * {width} + warp * 8 + 2 * t) = make_float2(c[mt][0], c[mt][1]);")
+    L.append(f"    *(float2*)(g_tile + (mt * 16 + g + 8) * {width} + warp * 8 + 2 * t) = make_float2(c[mt][2], c[mt][3]);")
+    L.append("  }")
+    L.append("  G_CLUSTER_SYNC();   /* every block's partial tile is written */")
+    extras = "".join(f", in{2 + e}" for e in range(len(k.inputs) - 2))
+    L.append(f"  /* this block's share of the tile: the sum over the cluster, the epilogue, the store */")
+    L.append(f"  const unsigned g_local = (unsigned)__cvta_generic_to_shared(g_tile);")
+    L.append(f"  for (int e = split * {t.block} + threadIdx.x; e < {tile}; e += {t.block * sp}) {{")
+    L.append(f"    const i64 r = e / {width}, j = (i64)group * {width} + e % {width};")
+    L.append(f"    if (r >= {m} || j >= {n}) continue;")
+    L.append("    float acc = 0.f;")
+    L.append("    #pragma unroll")
+    L.append(f"    for (int q = 0; q < {sp}; ++q) acc += g_cluster_load(g_local + 4u * (unsigned)e, q);")
+    L.append(f"    out[r * {n}LL + j] = {store}({name}_epilogue(acc, r, j{extras}));")
+    L.append("  }")
+    L.append("  G_CLUSTER_SYNC();   /* no block leaves while another reads its shared memory */")
+    L.append("}")
+    return "\n".join(L)

@@ -91,7 +91,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
                   conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0,
-                  predicated: list | None = None) -> Graph:
+                  predicated: list | None = None, clusters: bool = False) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -105,7 +105,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
     attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES); switch_us: what a node whose
     launch differs by size costs each switch between the buckets of the compile (0 for one bucket);
-    predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py)."""
+    predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py);
+    clusters: the GPU code targets sm_90+ only, whose thread-block clusters the split small GEMMs use."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
@@ -126,7 +127,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
             g = fuse_attention(g, notes)
             g = attention_operands(g)
             g = attention_engines(g, profile, attention, notes, switch_us)
-            g = small_gemms(g, profile)
+            g = small_gemms(g, profile, split=clusters)
         g = fold_output_casts(g)
         g = aligned_rows(g)
         if level == "full" and profile is not None:
@@ -226,7 +227,8 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     Graph.restart_names()
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
                         fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights,
-                        conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us, predicated=predicated)
+                        conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us, predicated=predicated,
+                        clusters=ctx.dependent_launch)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"

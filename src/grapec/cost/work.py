@@ -183,6 +183,11 @@ def small_gemm_work(kernel) -> Work:
     if reductions and resident_row(kernel.prologue, row_function_launch(kernel.prologue, kernel.rows, kernel.depth)):
         rounds = 1
     serial = t.steps * math.ceil(t.block_tiles / t.grid)
+    if t.splits > 1 or t.row_tiles > 1:   # the split form: a cluster per column group reads A once, then sums
+        return Work(SMALL_GEMM, (a_bytes + w_bytes + extras + out) / 1e6, a_bytes * (t.block_tiles - 1) / 1e6,
+                    kernel.flops / 1e9, serial * t.row_tiles, 3, 0, 0, t.grid, t.block,
+                    f"{t.col_tiles} tile(s) a block, {t.row_tiles} row tile(s), K split over a cluster of "
+                    f"{t.splits}, {t.steps} steps")
     return Work(SMALL_GEMM, (a_bytes + w_bytes + extras + out) / 1e6, a_bytes * (t.grid - 1) / 1e6,
                 kernel.flops / 1e9, serial, 1 + rounds, 0, reductions, t.grid, t.block,
                 f"{t.col_tiles} tile(s) x {t.k_slices} k-slice(s) a block, {t.steps} steps"

@@ -5,7 +5,8 @@ activation, residual) as its epilogue (ir/small_gemm.py says why).
 Runs after fusion and fused attention, so A's producer is one fused kernel and the epilogue is
 already folded into the matmul's attributes. Conditions (anything else stays with cuBLASLt):
   * fp16/bf16, no transposed A, no strided operand (views), a constant 2-D weight;
-  * M (the rows of A, batch dims flattened) at most 16, K a multiple of 8;
+  * M (the rows of A, batch dims flattened) at most 16 (with a prologue) or, for sm_90+, at most 128
+    (the split form, A read as it lies), K a multiple of 8;
   * a weight stored [K, N] is transposed into a copy, so its only reader must be this matmul.
 The producer becomes the prologue when this matmul (through Views) is its only reader, it is not a
 graph output, it is a kernel-IR kernel of A's dtype and shape, its reductions are all row
@@ -25,14 +26,16 @@ from ..cost.device import DeviceProfile
 from ..cost.model import price_small_gemm
 from ..ir.small_gemm import KIND as SMALL_GEMM, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
-from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, staged_bytes
+from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, staged_bytes
 
 DTYPES = ("float16", "bfloat16")
 
 
-def small_gemms(g: Graph, profile: DeviceProfile | None = None) -> Graph:
+def small_gemms(g: Graph, profile: DeviceProfile | None = None, split: bool = False) -> Graph:
     """profile: price each candidate against its alternatives (cost/model.py price_small_gemm) and
-    keep the cheapest; without one (or one with no small_gemm coefficients) every candidate is taken."""
+    keep the cheapest; without one (or one with no small_gemm coefficients) every candidate is taken.
+    split: GEMMs of MAX_ROWS+1 .. MAX_SPLIT_ROWS rows are candidates too (the split form, which needs
+    sm_90's thread-block clusters)."""
     source = view_source(g)
     producers = g.producers()
     consumers = g.consumers()
@@ -40,7 +43,7 @@ def small_gemms(g: Graph, profile: DeviceProfile | None = None) -> Graph:
     out = []
     for node in g.nodes:
         if node.op == "Library" and node.attrs.get("op") == "matmul":
-            made = _as_small_gemm(g, node, source, producers, consumers, profile)
+            made = _as_small_gemm(g, node, source, producers, consumers, profile, split)
             if made is not None:
                 kernel_node, dropped = made
                 removed.update(id(n) for n in dropped)
@@ -51,7 +54,7 @@ def small_gemms(g: Graph, profile: DeviceProfile | None = None) -> Graph:
     return g
 
 
-def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile):
+def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, split: bool):
     attrs = node.attrs
     if attrs.get("trans_a") or attrs.get("views"):
         return None
@@ -63,7 +66,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile):
             or len(b.shape) != 2):
         return None
     rows, depth, cols = math.prod(y.shape[:-1]), a.shape[-1], y.shape[-1]
-    if not 1 <= rows <= MAX_ROWS or depth % 8 or math.prod(a.shape) != rows * depth:
+    if depth % 8 or math.prod(a.shape) != rows * depth or not (1 <= rows <= MAX_ROWS or split and fits_split(rows, depth)):
         return None
     transposed = not attrs.get("trans_b")
     if transposed and (len(consumers.get(w.name, ())) > 1 or w.name in g.outputs):
@@ -94,7 +97,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile):
 
 def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, consumers):
     """-> (prologue Kernel or None, the slots that feed A, the nodes it replaces)."""
-    if staged_bytes(rows, depth) > SMEM_BYTES:
+    if rows > MAX_ROWS or staged_bytes(rows, depth) > SMEM_BYTES:   # the split form reads A as it lies
         return None, [a_name], []
     src = source(a_name)
     prod = producers.get(src)
