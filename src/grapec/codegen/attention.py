@@ -44,10 +44,17 @@ __device__ __forceinline__ unsigned g_pack2(unsigned short lo, unsigned short hi
    makes visible to all of them, and a float read from block `rank`'s shared memory (at the address
    `local` has in this block's) */
 #define G_CLUSTER_SYNC() asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory")
+/* asynchronous 16-byte copies global -> shared (sm_80+); `bytes` 0 fills the 16 bytes with zeros */
+#define G_CP_ASYNC16(dst, src, bytes) \
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(bytes) : "memory")
+#define G_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define G_CP_WAIT(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+/* not volatile: read after the barrier, the values do not change, and the reads of a sum must be in
+   flight together (one at a time, 8 ranks x 4 elements a thread took microseconds) */
 __device__ __forceinline__ float g_cluster_load(unsigned local, int rank) {
   unsigned remote; float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
   return v;
 }
 """

@@ -46,6 +46,7 @@ MAX_SPLIT_ROWS = 128   # the split form's row tiles (8 of them: 32 accumulators 
 MAX_SPLITS = 8         # blocks of a cluster (the portable cluster size)
 SPLIT_COL_TILES = 8    # a split block's warps, one column tile each
 MAX_SPLIT_STEPS = 24   # the split form's k steps a lane holds (no k slices share its block's registers)
+SPLIT_RING = 4         # the split form's stages of A in shared memory: 3 steps' copies in flight
 SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
 
@@ -201,45 +202,71 @@ def _load_weights(t: SmallGemmTiling, w: str, n: int, depth: int, tile: str, ind
 
 
 def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
-    """The split form (see the module): a cluster of t.splits blocks per group of 8 column tiles."""
+    """The split form (see the module): a cluster of t.splits blocks per group of 8 column tiles. A's
+    32-wide k steps of the block's share of K pass through a ring of SPLIT_RING shared-memory stages
+    (cp.async, rows past M and k past K filled with zeros), the later steps' copies in flight while the
+    tensor cores take the current one."""
     ty = ctype(k.dtype)
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
-    m, n, depth, rt, sp = k.rows, k.cols, k.depth, t.row_tiles, t.splits
+    m, n, depth, rt, sp, ring = k.rows, k.cols, k.depth, t.row_tiles, t.splits, SPLIT_RING
     width = t.col_tiles * 8                 # the columns of a block
     tile = rt * 16 * width                  # its partial tile, in floats
+    stage = rt * 16 * 32                    # one k step of A's rows, in elements (16-byte rows of 4 chunks)
+    chunks = rt * 16 * 4                    # 16-byte copies a stage takes
+    smem = max(ring * stage * 2, tile * 4)  # the ring, then (reused) the partial tile
     L = [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     L.append(f'extern "C" __global__ void __cluster_dims__({sp}, 1, 1) __launch_bounds__({t.block}) '
              f'{name}({", ".join(params)}) {{')
-    L.append(f"  __shared__ __align__(16) float g_tile[{tile}];   /* this block's partial products, [row][column] */")
+    L.append(f"  __shared__ __align__(16) unsigned char g_smem[{smem}];")
+    L.append(f"  {ty}* g_a = ({ty}*)g_smem;        /* [stage][row][32]: A's steps on their way to the tensor cores */")
+    L.append("  float* g_tile = (float*)g_smem;   /* then this block's partial products, [row][column] */")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
     L.append(f"  const int split = blockIdx.x % {sp}, group = blockIdx.x / {sp};   /* split = the block's rank in its cluster */")
-    L.append("  const i64 wn = ((i64)group * " + str(t.col_tiles) + " + warp) * 8 + g;   /* this lane's weight row */")
+    L.append(f"  const i64 wn = ((i64)group * {t.col_tiles} + warp) * 8 + g;   /* this lane's weight row */")
+    L.append(f"  const int k0 = split * {t.steps * 32};   /* the block's share of K starts here */")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
     L.append(f"  uint4 wv[{t.steps}];")
     L.append("  /* the weights wait for nothing: they fly while the kernel before ends */")
     L.append("  #pragma unroll")
     L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
-    L.append(f"    const int kk = (split * {t.steps} + s) * 32 + 8 * t;")
+    L.append("    const int kk = k0 + s * 32 + 8 * t;")
     L.append(f"    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)(in1 + wn * {depth}LL + kk) : zero;")
     L.append("  }")
     L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
+    L.append("  /* step s's copies: 16 bytes each, zeros past A's rows and K */")
+    L.append("  const auto copy_step = [&](int s) {")
+    L.append(f"    if (s < {t.steps}) {{")
+    L.append(f"      for (int q = threadIdx.x; q < {chunks}; q += {t.block}) {{")
+    L.append("        const int r = q >> 2, kk = k0 + s * 32 + (q & 3) * 8;")
+    L.append(f"        const bool inside = r < {m} && kk < {depth};")
+    L.append(f"        G_CP_ASYNC16((unsigned)__cvta_generic_to_shared(g_a + (s % {ring}) * {stage} + q * 8), "
+             f"in0 + (inside ? r * {depth}LL + kk : 0LL), inside ? 16 : 0);")
+    L.append("      }")
+    L.append("    }")
+    L.append("    G_CP_COMMIT();   /* a group per step, empty past the last, so that the wait below counts alike */")
+    L.append("  };")
+    L.append(f"  for (int s = 0; s < {ring - 1}; ++s) copy_step(s);")
     L.append(f"  float c[{rt}][4];")
     L.append("  #pragma unroll")
     L.append(f"  for (int mt = 0; mt < {rt}; ++mt) c[mt][0] = c[mt][1] = c[mt][2] = c[mt][3] = 0.f;")
     L.append("  #pragma unroll")
     L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
-    L.append(f"    const int kk = (split * {t.steps} + s) * 32 + 8 * t;")
+    L.append(f"    copy_step(s + {ring - 1});")
+    L.append(f"    G_CP_WAIT({ring - 1});   /* this thread's copies of step s have landed ... */")
+    L.append("    __syncthreads();        /* ... and every thread's */")
+    L.append(f"    const {ty}* a = g_a + (s % {ring}) * {stage};")
     L.append("    #pragma unroll")
     L.append(f"    for (int mt = 0; mt < {rt}; ++mt) {{   /* every row tile meets the same weight registers */")
-    L.append("      const int r0 = mt * 16 + g, r1 = r0 + 8;")
-    L.append(f"      const uint4 lo = (r0 < {m} && kk < {depth}) ? *(const uint4*)(in0 + r0 * {depth}LL + kk) : zero;")
-    L.append(f"      const uint4 hi = (r1 < {m} && kk < {depth}) ? *(const uint4*)(in0 + r1 * {depth}LL + kk) : zero;")
+    L.append("      const uint4 lo = *(const uint4*)(a + (mt * 16 + g) * 32 + 8 * t);")
+    L.append("      const uint4 hi = *(const uint4*)(a + (mt * 16 + g + 8) * 32 + 8 * t);")
     L.append(f'      G_MMA("{mma}", c[mt], lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
     L.append(f'      G_MMA("{mma}", c[mt], lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
     L.append("    }")
+    L.append("    __syncthreads();   /* the stage is read before a later step's copies land in it */")
     L.append("  }")
+    L.append("  G_CP_WAIT(0);")
     L.append("  #pragma unroll")
     L.append(f"  for (int mt = 0; mt < {rt}; ++mt) {{")
     L.append(f"    *(float2*)(g_tile + (mt * 16 + g) * {width} + warp * 8 + 2 * t) = make_float2(c[mt][0], c[mt][1]);")
@@ -247,8 +274,11 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     L.append("  }")
     L.append("  G_CLUSTER_SYNC();   /* every block's partial tile is written */")
     extras = "".join(f", in{2 + e}" for e in range(len(k.inputs) - 2))
-    L.append(f"  /* this block's share of the tile: the sum over the cluster, the epilogue, the store */")
-    L.append(f"  const unsigned g_local = (unsigned)__cvta_generic_to_shared(g_tile);")
+    L.append("  /* this block's share of the tile: the sum over the cluster, the epilogue, the store */")
+    # the remote reads are plain asm, free to be scheduled together; their address comes out of a volatile
+    # asm after the barrier, so no read can be moved above it
+    L.append("  unsigned g_local;")
+    L.append('  asm volatile("mov.u32 %0, %1;" : "=r"(g_local) : "r"((unsigned)__cvta_generic_to_shared(g_tile)));')
     L.append(f"  for (int e = split * {t.block} + threadIdx.x; e < {tile}; e += {t.block * sp}) {{")
     L.append(f"    const i64 r = e / {width}, j = (i64)group * {width} + e % {width};")
     L.append(f"    if (r >= {m} || j >= {n}) continue;")
