@@ -150,10 +150,13 @@ def test_more_rows_take_the_split_form_only_for_sm90(tmp_path):
     thread-block clusters; for an older target the matmuls stay cuBLASLt's. The answers are the same."""
     needs_nvrtc()
     m, feeds = block(64, 256, 512)
-    profile = profile_file(tmp_path)
+    profile = profile_file(tmp_path, small_gemm_scale=0.01)   # priced under cuBLASLt (the pass takes it only priced)
     hopper = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16", device_profile=profile)
     ampere = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_80"], precision="fp16", device_profile=profile)
     assert len(small_gemms(hopper)) == 2 and not small_gemms(ampere)
+    unpriced = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision="fp16",
+                              device_profile=profile_file(tmp_path))
+    assert not small_gemms(unpriced)   # a profile that cannot weigh it against cuBLASLt never takes it
     assert all(k.prologue is None for k in small_gemms(hopper))   # A is read as it lies: the LayerNorm stays a kernel
     src = hopper.extra_sections["cuda.source"].decode()
     assert "__cluster_dims__(" in src and "mapa.shared::cluster" in src
@@ -171,7 +174,7 @@ def test_more_rows_take_the_split_form_only_for_sm90(tmp_path):
 def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, precision, tmp_path):
     m, feeds = block(rows, depth, cols, seed=3)
     b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision=precision,
-                       device_profile=profile_file(tmp_path))
+                       device_profile=profile_file(tmp_path, small_gemm_scale=0.01 if rows > 16 else None))
     assert len(small_gemms(b)) == (2 if cols % 8 == 0 else 1)
     gpu = grapec.load(b, backend="cuda").run(feeds)["y"].astype(np.float32)
     cpu = grapec.load(b, backend="cpu").run(feeds)["y"].astype(np.float32)

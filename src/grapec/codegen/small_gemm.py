@@ -279,9 +279,12 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     # asm after the barrier, so no read can be moved above it
     L.append("  unsigned g_local;")
     L.append('  asm volatile("mov.u32 %0, %1;" : "=r"(g_local) : "r"((unsigned)__cvta_generic_to_shared(g_tile)));')
-    L.append(f"  for (int e = split * {t.block} + threadIdx.x; e < {tile}; e += {t.block * sp}) {{")
+    # unrolled, so that every element's remote reads and epilogue loads (bias, residual) are in flight together
+    L.append("  #pragma unroll")
+    L.append(f"  for (int i = 0; i < {_ceil(tile, t.block * sp)}; ++i) {{")
+    L.append(f"    const int e = (i * {sp} + split) * {t.block} + threadIdx.x;")
     L.append(f"    const i64 r = e / {width}, j = (i64)group * {width} + e % {width};")
-    L.append(f"    if (r >= {m} || j >= {n}) continue;")
+    L.append(f"    if (e >= {tile} || r >= {m} || j >= {n}) continue;")
     L.append("    float acc = 0.f;")
     L.append("    #pragma unroll")
     L.append(f"    for (int q = 0; q < {sp}; ++q) acc += g_cluster_load(g_local + 4u * (unsigned)e, q);")

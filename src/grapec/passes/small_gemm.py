@@ -66,6 +66,10 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
             or len(b.shape) != 2):
         return None
     rows, depth, cols = math.prod(y.shape[:-1]), a.shape[-1], y.shape[-1]
+    priced = profile is not None and bool(profile.coefficients.get(SMALL_GEMM))
+    # the split form only where the cost model weighs it against cuBLASLt: on an H100 it lost at every shape
+    # measured (benchmarks/results/2026-11-26-h100-split-gemm), so it is never taken unpriced
+    split = split and priced
     if depth % 8 or math.prod(a.shape) != rows * depth or not (1 <= rows <= MAX_ROWS or split and fits_split(rows, depth)):
         return None
     transposed = not attrs.get("trans_b")
@@ -78,7 +82,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     inputs = tuple(map(slot_of, a_names)) + (((cols, depth) if transposed else tuple(w.shape), y.dtype),) \
         + tuple(map(slot_of, extras))
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
-    if profile is not None and profile.coefficients.get(SMALL_GEMM):
+    if priced:
         plan = price_small_gemm(kernel, profile)[0][0]
         if plan == "cuBLASLt":
             return None
