@@ -22,7 +22,9 @@ weight is read once whatever M is; a block is 8 column tiles, and a cluster of `
 memory; after a cluster barrier every block sums one share of the tile across the cluster's shared
 memories (distributed shared memory), applies the epilogue and stores it. One kernel, no workspace:
 cuBLASLt at M = 128 and N = 768 makes 12 tiles of 64x128 that walk K = 3072 serially on 12 SMs
-(6.8 us for 4.7 MB of weights, H100), or splits K with a second kernel.
+(6.8 us for 4.7 MB of weights, H100), or splits K with a second kernel. So far the split form is the
+slower one at every shape measured (11.2 us there; benchmarks/results/2026-11-26-h100-split-gemm), so
+passes/small_gemm.py takes it only where a cost model prices it cheaper, which the shipped one does not.
 
 Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
     A (16x16): a0a1 (g, 2t..2t+1)  a2a3 (g+8, 2t..)  a4a5 (g, 2t+8..)  a6a7 (g+8, 2t+8..)
