@@ -13,7 +13,7 @@ from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, const, free_vars, idx, indirect_index, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
-from .resident import fill_lines, register_read, resident_row, row_function_launch
+from .resident import fill_lines, register_read, resident_row, row_function_launch, stored_vector
 
 MAX_UNROLLED_VECTOR_STEPS = 16
 NARROW_INDEX = True   # 32-bit index divisions where a kernel's index space fits (CudaRenderer._unravel)
@@ -409,15 +409,23 @@ class CudaRenderer:
             self.vector_reads[ld] = register_read(rr, ld, ctype(ld.dtype), "g_s", "g_u")
         v = self.emit(k.body)
         lines += root.lines
+        vt = rr and stored_vector(rr, k.dtype)
         if rr:   # the columns in the order the registers hold them
-            lines += ["  #pragma unroll", f"  for (int g_s = 0; g_s < {rr.count}; ++g_s) {{",
-                      "  #pragma unroll", f"  for (int g_u = 0; g_u < {rr.width}; ++g_u) {{",
+            lines += ["  #pragma unroll", f"  for (int g_s = 0; g_s < {rr.count}; ++g_s) {{"]
+            if vt:   # a lane's W columns are adjacent: gathered, then stored as one vector (a warp's stores coalesce)
+                lines.append(f"  union {{ {ctype(k.dtype)} e[{rr.width}]; {vt} v; }} g_ov;   /* the vector's alignment */")
+            lines += ["  #pragma unroll", f"  for (int g_u = 0; g_u < {rr.width}; ++g_u) {{",
                       f"    const i64 c = {rr.element(self._lane(), 'g_s', 'g_u')};"]
         else:
             lines.append(f"  for (i64 c = {self._lane()}; c < {self.launch.cols}LL; c += {self._lanes()}) {{")
         lines += col.lines
-        lines.append(f"    {store_at} = {self._store(v)};")
-        lines.append("  }" + (" }" if rr else ""))
+        lines.append(f"    {'g_ov.e[g_u]' if vt else store_at} = {self._store(v)};")
+        lines.append("  }")
+        if vt:
+            lines.append(f"  {{ const i64 c = {rr.element(self._lane(), 'g_s', '0')}; "
+                         f"*({vt}*)&{store_at} = g_ov.v; }}")
+        if rr:
+            lines.append("  }")
         for ld in column_reads:
             del self.vector_reads[ld]
         return lines
