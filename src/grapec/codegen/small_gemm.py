@@ -178,7 +178,7 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
         L.append("      }")
         L.append("    }")
         L.append("    __syncthreads();   /* the next tile's partials wait until these are read */")
-    extras = "".join(f", in{p + 1 + e}" for e in range(len(k.inputs) - p - 1))
+    extras = _epilogue_args(k)
     L.append("    if (ks == 0) {")
     L.append("      #pragma unroll")
     L.append("      for (int h = 0; h < 4; ++h) {")
@@ -189,6 +189,12 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append("  }")
     L.append("}")
     return "\n".join(L)
+
+
+def _epilogue_args(k: SmallGemmKernel) -> str:
+    """The epilogue's slots after W (a residual, a bias), as the call's trailing arguments."""
+    first = k.a_slots + 1
+    return "".join(f", in{i}" for i in range(first, len(k.inputs)))
 
 
 def _load_weights(t: SmallGemmTiling, w: str, n: int, depth: int, tile: str, indent: str) -> list:
@@ -275,7 +281,7 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     L.append(f"    *(float2*)(g_tile + (mt * 16 + g + 8) * {width} + warp * 8 + 2 * t) = make_float2(c[mt][2], c[mt][3]);")
     L.append("  }")
     L.append("  G_CLUSTER_SYNC();   /* every block's partial tile is written */")
-    extras = "".join(f", in{2 + e}" for e in range(len(k.inputs) - 2))
+    extras = _epilogue_args(k)
     L.append("  /* this block's share of the tile: the sum over the cluster, the epilogue, the store */")
     # the remote reads are plain asm, free to be scheduled together; their address comes out of a volatile
     # asm after the barrier, so no read can be moved above it

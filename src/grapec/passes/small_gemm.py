@@ -34,8 +34,8 @@ DTYPES = ("float16", "bfloat16")
 def small_gemms(g: Graph, profile: DeviceProfile | None = None, split: bool = False) -> Graph:
     """profile: price each candidate against its alternatives (cost/model.py price_small_gemm) and
     keep the cheapest; without one (or one with no small_gemm coefficients) every candidate is taken.
-    split: GEMMs of MAX_ROWS+1 .. MAX_SPLIT_ROWS rows are candidates too (the split form, which needs
-    sm_90's thread-block clusters)."""
+    split: the targets have sm_90's thread-block clusters, so GEMMs of MAX_ROWS+1 .. MAX_SPLIT_ROWS rows
+    are candidates too (the split form), where the profile prices them (never unpriced)."""
     source = view_source(g)
     producers = g.producers()
     consumers = g.consumers()
