@@ -2,6 +2,7 @@
 (If, Loop with a body reading enclosing values, scan outputs, GEMMs through operand views), and
 drops each value after its last reader."""
 import os
+from collections import Counter
 
 import numpy as np
 import onnx
@@ -34,7 +35,18 @@ def test_a_lowered_graph_evaluates_to_the_cpu_backends_outputs(name):
     for k in want:
         assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
     made = [o for n in low.nodes for o in n.outputs if o]
-    assert sorted(seen) == sorted(made), "on_value sees each top-level value once"
+    counts = Counter(seen)
+    assert all(counts[o] == 1 for o in made), "on_value sees each top-level value once"
+    for n in low.nodes:   # and a body's values once per iteration (an If's taken branch once)
+        for body in n.subgraphs.values():
+            inner = {counts[o] for b in body.nodes for o in b.outputs if o}
+            assert len(inner) == 1 and (n.op != "Loop" or inner.pop() >= 1), n.name
+    assert set(counts) <= _made_anywhere(low)
+
+
+def _made_anywhere(graph) -> set:
+    return {o for n in graph.nodes for o in n.outputs if o} | set().union(
+        *[_made_anywhere(b) for n in graph.nodes for b in n.subgraphs.values()])
 
 
 def test_a_value_is_dropped_after_its_last_reader_and_a_body_read_keeps_it():

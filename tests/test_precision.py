@@ -173,6 +173,36 @@ def test_fp16_that_cannot_be_fixed_is_refused_naming_the_node(tmp_path):
     assert CliRunner().invoke(main, ["compile", str(path), "-o", str(out), "--no-gpu"]).exit_code == 0   # fp32 is fine
 
 
+def near_tie_argmax_model():
+    """Two logits that differ by 2e-5 relative: float32 picks the second; half rounds their weights to
+    the same values (the first column's are half values) and picks the first. The rest are half as large."""
+    w = (np.abs(np.random.default_rng(3).standard_normal((32, 1))) + 0.1).astype(np.float16).astype(np.float32)
+    cols = np.concatenate([w, w * np.float32(1 + 2e-5), 0.5 * w * np.ones((1, 6), np.float32)], axis=1)
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("MatMul", ["a", "w"], ["logits"]),
+             helper.make_node("ArgMax", ["logits"], ["y"], axis=1, keepdims=0)]
+    return model(nodes, [tinfo("x", shape=[16, 32])], [tinfo("y", TensorProto.INT64)], [init("w", cols)])
+
+
+def test_fp16_judges_a_flipped_decision_by_the_values_decided_on():
+    """An ArgMax at a near-tie flips in half: its ids are then judged by the logits (within 1e-2), not
+    by ||ids - ref|| / ||ref|| (1.0 here, which refused the model)."""
+    m = near_tie_argmax_model()
+    x = np.random.default_rng(0).standard_normal((16, 32)).astype(np.float32)
+    assert (ort_run(m, {"x": x})["y"] == 1).all()
+    b = grapec.compile(m, shapes={"x": (16, 32)}, precision="fp16", targets=[])
+    assert (grapec.load(b, backend="cpu").run({"x": x})["y"] == 0).all()   # really flipped
+    calib = b.manifest["mixed_precision"]["calibration"]
+    assert calib["decisions_flipped"] and "ArgMax of 'logits' chose 0 at step 0, float32 1" in calib["decisions_flipped"][0]
+    assert 0 < b.manifest["mixed_precision"]["output_rel_err"]["y"] < 1e-2
+
+
+def test_fp16_refuses_decisions_made_on_values_beyond_the_tolerance():
+    with pytest.raises(GrapecError) as e:
+        grapec.compile(near_tie_argmax_model(), shapes={"x": (16, 32)}, precision="fp16", targets=[],
+                       precision_tolerance=1e-7)
+    assert "'y' off by" in str(e.value) and "judged by the values its decisions are made on" in str(e.value)
+
+
 @pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 1, "seq": 8}), ("bert", {"batch": 2, "seq": 8})])
 def test_fp16_transformers_stay_all_half(name, dims):
     """Exporter attention masks (-3.4e38, added at run time in BERT) are not overflow: nothing of

@@ -32,6 +32,7 @@ from onnx import TensorProto, helper
 
 from .. import dtypes
 from .accuracy import HALF_MARGIN, TOLERANCES, compare, half_limit
+from .decisions import decided_on, decisions, describe, first_flip, recorder
 from ..errors import GrapecError, InputError
 from ..frontend.precision import FP16_MAX, FP32_OPS, to_half
 
@@ -73,14 +74,19 @@ class MixedPrecision:
     rounds: int = 0
     tolerance: float = 0.0
     half_outputs: bool = False                          # float32 outputs given in half (compile_model)
+    flips: list = field(default_factory=list)           # decisions half took otherwise, per draw (decisions.py)
 
     def to_json(self):
         return {"precision": self.precision, "half_outputs": self.half_outputs, "kept_fp32": [k.to_json() for k in self.kept],
                 "output_rel_err": {k: _json_float(v) for k, v in self.output_errors.items()},
-                "calibration": {"samples": self.samples, "rounds": self.rounds, "tolerance": self.tolerance}}
+                "calibration": {"samples": self.samples, "rounds": self.rounds, "tolerance": self.tolerance,
+                                **({"decisions_flipped": self.flips} if self.flips else {})}}
 
     def summary(self) -> str:
         errs = ", ".join(f"{k} {v:.1e}" for k, v in self.output_errors.items())
+        if self.flips:
+            errs += (f"; on {len(self.flips)} draw(s) half took another decision than float32, and the integer "
+                     f"outputs were judged by the values decided on: {self.flips[0]}")
         if not self.kept:
             return f"{self.precision}: every node in {self.precision} (calibrated on {self.samples}; output error {errs})"
         ops = ", ".join(f"{n} {op}" for op, n in Counter(k.op for k in self.kept).most_common())
@@ -121,7 +127,8 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
 
     exposing = _exposing(proto, probes, types)
     feeds_list, where = _samples(exposing, spec, input_shapes, fixed, samples)
-    refs = _run(lowered_model(exposing, input_shapes, fixed), feeds_list)
+    found = decisions(proto)
+    refs, ref_decided = _run(lowered_model(exposing, input_shapes, fixed), feeds_list, found)
     tol = half_limit(precision, tolerance, HALF_MARGIN)
     limits = (*TOLERANCES[precision], tol, False)   # check's measure: rel-L2 judges, allclose is counted
     floor, jump_min = ERROR_FLOOR[precision], JUMP_MIN[precision]
@@ -139,10 +146,14 @@ def choose_precision(proto: onnx.ModelProto, graph, precision: str, input_shapes
     for rnd in range(1, MAX_ROUNDS + 1):
         half = to_half(proto, precision, set(kept), types)
         own = [o + "__fp32" for i in kept for o in nodes[i].output if o in probes]   # kept nodes' float32 results
-        got, err = _run_half(lowered_model(_exposing(half, probes + own, types, precision), input_shapes, fixed),
-                             feeds_list, refs, probes + own, outputs)
+        got, err, half_decided = _run_half(lowered_model(_exposing(half, probes + own, types, precision), input_shapes,
+                                                         fixed), feeds_list, refs, probes + own, outputs, found)
+        flips = [first_flip(found, r, h) for r, h in zip(ref_decided, half_decided)]
+        verdicts = {o: _worst([_judge(o, g, r, flip, found, rd, hd, types, limits) for g, r, flip, rd, hd
+                               in zip(got, refs, flips, ref_decided, half_decided)]) for o in outputs}
+        err.update({o: v.rel for o, v in verdicts.items() if types.get(o) != TensorProto.FLOAT})
         report.output_errors, report.rounds = {o: err[o] for o in outputs}, rnd
-        verdicts = {o: _worst([compare(o, g[o], r[o], *limits) for g, r in zip(got, refs)]) for o in outputs}
+        report.flips = [describe(f) for f in flips if f is not None]
         bad_outputs = [o for o in outputs if not verdicts[o].ok]
         flagged, growth = {}, []
         for i, n in enumerate(nodes):
@@ -394,28 +405,50 @@ def _samples(proto, spec, input_shapes: dict, fixed: dict, given):
     return [{n: s[n] for n in names} for s in given], f"{len(given)} given sample(s)"
 
 
-def _run(graph, feeds_list) -> list:
-    """The graph's outputs by name, per draw (ir/evaluate.py: the CPU backend's arithmetic, no plan)."""
+def _run(graph, feeds_list, found: list) -> tuple:
+    """-> (the graph's outputs by name per draw, the decisions' values per draw (decisions.py)),
+    by ir/evaluate.py: the CPU backend's arithmetic, no plan."""
     from ..ir.evaluate import run_graph
-    return [dict(zip(graph.outputs, run_graph(graph, feeds))) for feeds in feeds_list]
+    outs, decided = [], []
+    for feeds in feeds_list:
+        record, on_value = recorder(found)
+        outs.append(dict(zip(graph.outputs, run_graph(graph, feeds, on_value=on_value))))
+        decided.append(record)
+    return outs, decided
 
 
-def _run_half(graph, feeds_list, refs, probes: list, outputs: list) -> tuple:
+def _run_half(graph, feeds_list, refs, probes: list, outputs: list, found: list) -> tuple:
     """-> (the model's outputs by name per draw, {probe or output: its largest error over the
-    draws}). Each probe is measured as the half graph makes it and then dropped, so only the
-    float32 references are held for every draw."""
+    draws}, the decisions' values per draw). Each probe is measured as the half graph makes it and
+    then dropped, so only the float32 references are held for every draw."""
     from ..ir.evaluate import run_graph
     err = dict.fromkeys(probes + outputs, 0.0)
-    got = []
+    got, decided = [], []
     for feeds, ref in zip(feeds_list, refs):
+        record, on_decision = recorder(found)
+
         def measure(name, arr, ref=ref):
+            on_decision(name, arr)
             if name in err and name not in outputs:
                 err[name] = max(err[name], _rel_err(arr, ref[name.removesuffix("__fp32")]))
         outs = dict(zip(outputs, run_graph(graph, feeds, on_value=measure, keep=outputs)))
         for o in outputs:
             err[o] = max(err[o], _rel_err(outs[o], ref[o]))
         got.append(outs)
-    return got, err
+        decided.append(record)
+    return got, err, decided
+
+
+def _judge(name, got: dict, ref: dict, flip, found, ref_decided, half_decided, types, limits):
+    """One draw's verdict on an output: by check's measure; an integer output of a draw where a
+    decision flipped, by the values the decisions were made on (decisions.py)."""
+    if flip is None or types.get(name) == TensorProto.FLOAT or np.array_equal(got[name], ref[name]):
+        return compare(name, got[name], ref[name], *limits)
+    verdict = compare(name, *decided_on(found, ref_decided, half_decided, flip), *limits)
+    how = (f"judged by the values its decisions are made on, up to the first flip ({describe(flip)}); "
+           f"{int(np.count_nonzero(got[name] != ref[name]))} of {got[name].size} elements differ from float32")
+    verdict.shape, verdict.note = got[name].shape, how + ("; " + verdict.note if verdict.note else "")
+    return verdict
 
 
 def _rel_err(got, ref) -> float:

@@ -5,8 +5,9 @@ before passes/predicate.py makes their bodies write in place) with ONNX's semant
 The arrays are the ones the CPU backend would compute for a plan of the same graph: the plan adds
 only memory placement and launch order. A value is dropped after its last reader (a body's reads
 of enclosing values count as reads by its If or Loop node), so memory holds what is live, and
-`on_value` sees each top-level value as it is made: compile's half-precision calibration compares
-the float32 and half runs there (compiler/mixed_precision.py), with no plan, bundle or session.
+`on_value` sees each value as it is made, a body's once per iteration: compile's half-precision
+calibration compares the float32 and half runs there (compiler/mixed_precision.py), with no plan,
+bundle or session.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from .library import run_library_into
 def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list | None = None,
               dies: list | None = None, consts: dict | None = None) -> list:
     """-> the values named in `keep` (default: the graph's outputs), in order. feeds: graph input
-    name -> array; on_value(name, array): called for every value this graph's nodes make, which
-    is then dropped after its last reader unless kept; outer(name): an enclosing scope's value;
+    name -> array; on_value(name, array): called for every value this graph's nodes (and their
+    bodies, per iteration) make, which is then dropped after its last reader unless kept; outer(name): an enclosing scope's value;
     dies: drop_after(graph, keep), when the caller runs the graph many times (a Loop's body);
     consts: the constants made contiguous so far, shared with the bodies (a bundle stores every
     weight contiguous; a pass may have left one a transposed view, slow to gather from)."""
@@ -51,9 +52,9 @@ def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list |
 
     for i, node in enumerate(graph.nodes):
         if node.op == "If":
-            _run_if(node, read, write, consts)
+            _run_if(node, read, write, consts, on_value)
         elif node.op == "Loop":
-            _run_loop(node, read, write, graph, consts)
+            _run_loop(node, read, write, graph, consts, on_value)
         else:
             write(node.outputs[0], _run_node(node, read, graph.lookup(node.outputs[0])))
         for name in dies[i]:
@@ -81,14 +82,14 @@ def _run_node(node, read, out):
     return buf
 
 
-def _run_if(node, read, write, consts):
+def _run_if(node, read, write, consts, on_value):
     cond = bool(np.asarray(read(node.inputs[0])).reshape(-1)[0])
     branch = node.subgraphs["then_branch" if cond else "else_branch"]
-    for name, arr in zip(node.outputs, run_graph(branch, {}, outer=read, consts=consts)):
+    for name, arr in zip(node.outputs, run_graph(branch, {}, on_value, outer=read, consts=consts)):
         write(name, arr)
 
 
-def _run_loop(node, read, write, graph: Graph, consts):
+def _run_loop(node, read, write, graph: Graph, consts, on_value):
     """ONNX Loop: for (i = 0; i < M && cond; ++i); a missing M or cond does not stop it. Scan
     outputs stack each iteration's value."""
     body = node.subgraphs["body"]
@@ -104,7 +105,7 @@ def _run_loop(node, read, write, graph: Graph, consts):
         feeds = {body.inputs[0]: np.full(body.lookup(body.inputs[0]).shape or (), i, np.int64),
                  body.inputs[1]: np.full(body.lookup(body.inputs[1]).shape or (), cond, bool)}
         feeds.update(zip(body.inputs[2:], carried))
-        outs = run_graph(body, feeds, outer=read, dies=dies, consts=consts)
+        outs = run_graph(body, feeds, on_value, outer=read, dies=dies, consts=consts)
         cond = bool(np.asarray(outs[0]).reshape(-1)[0])
         carried = outs[1:1 + n]
         for acc, v in zip(scans, outs[1 + n:]):
