@@ -44,14 +44,31 @@ def test_the_score_forms_cudnn_takes_and_those_it_does_not():
     assert split_score(_score(K.cast(_raw() * half + _raw(), "float32"))) is None
 
 
+def test_a_causal_mask_is_recognized_by_its_values():
+    from grapec.passes.sdpa import is_causal
+    s, t = 6, 9
+    seen = np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s)   # bottom-right: query i sees keys up to i + 3
+    for hidden in (-np.inf, -65504.0, -1e4):
+        assert is_causal(np.where(seen, 0.0, hidden)[None, None].repeat(2, axis=0))
+    assert not is_causal(np.where(seen, 0.0, -100.0))                       # softmax still sees it
+    top_left = np.arange(t)[None, :] <= np.arange(s)[:, None]
+    assert not is_causal(np.where(top_left, 0.0, -np.inf))                  # another band
+    assert not is_causal(np.zeros((s, t)))                                  # hides nothing
+    varied = np.where(seen, 0.0, -np.inf)[None].repeat(2, axis=0)
+    varied[1, 0, 1] = -np.inf                                               # one batch hides more
+    assert not is_causal(varied)
+    assert not is_causal(np.where(seen, 0.5, -np.inf))                      # a bias on the seen keys
+
+
 def _steps(bundle, op):
     return [st for st in bundle.plans[0].steps if st.op == "library" and st.attrs.get("op") == op]
 
 
 @pytest.mark.parametrize("mask", [None, "additive", "causal"])
 def test_sdpa_step_matches_the_reference_on_the_cpu_backend(mask):
-    """cudnn mode: one sdpa step (BERT's additive mask read in place or written by one kernel, a
-    causal Where written by one kernel); the CPU backend's numpy semantics match float64."""
+    """cudnn mode: one sdpa step (BERT's additive mask read in place; a constant causal Where, here
+    bottom-right aligned as with 16 cached keys, as cuDNN's causal band: no mask read); the CPU
+    backend's numpy semantics match float64."""
     b, h, s, t, d = 2, 4, 24, 40, 32
     feeds = inputs_for(b, h, s, t, d, d, mask, seed=3)
     m = attention_model(b, h, s, t, d, d, mask)
@@ -59,7 +76,8 @@ def test_sdpa_step_matches_the_reference_on_the_cpu_backend(mask):
     bundle = Bundle.from_bytes(bundle.to_bytes())
     (step,) = _steps(bundle, "sdpa")
     assert step.attrs["dims"] == [b, h, s, t, d, d] and step.attrs["scale"] == pytest.approx(1 / np.sqrt(d), rel=1e-3)
-    assert ("bias" in step.attrs) == (mask is not None)
+    assert ("bias" in step.attrs) == (mask == "additive") and step.attrs.get("causal", False) == (mask == "causal")
+    assert len(step.args) == 3 + (mask == "additive")
     got = grapec.load(bundle, backend="cpu").run(feeds)["y"]
     assert_close(got, reference(feeds, mask, s, t, d), f"sdpa {mask}")
 
@@ -90,22 +108,26 @@ def test_cudnn_mode_says_where_it_cannot_and_strict_refuses():
 @pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 3, "seq": 16}), ("bert", {"batch": 2, "seq": 8}),
                                        ("wav2vec2", {"batch": 1, "samples": 1600})])
 def test_zoo_models_through_sdpa_match_onnxruntime(name, dims):
-    """The exporters' masks: GPT-2's additive [B, 1, S, T] read in place, BERT's Where on two boolean
-    masks written by one kernel that both layers share, Wav2Vec2's [1, 1, S, T]."""
+    """The exporters' masks: GPT-2's constant causal [B, 1, S, T] as cuDNN's causal band (not read),
+    BERT's Where on two boolean masks written by one kernel that both layers share, Wav2Vec2's
+    [1, 1, S, T]."""
     from grapec.tools.check import check_model
     path = os.path.join(ZOO, f"{name}.onnx")
     bundle = grapec.compile(path, dims=dims, precision="fp16", targets=[], attention="cudnn")
     assert len(_steps(bundle, "sdpa")) == 2   # two layers
-    masks = {st.args[3] for st in _steps(bundle, "sdpa")}
-    assert len(masks) == 1, "the layers read one mask"
+    if name == "gpt2":
+        assert all(st.attrs.get("causal") and len(st.args) == 3 for st in _steps(bundle, "sdpa"))
+    else:
+        masks = {st.args[3] for st in _steps(bundle, "sdpa")}
+        assert len(masks) == 1, "the layers read one mask"
     results, _ = check_model(path, dims=dims, precision="fp16", seed=5, attention="cudnn")
     assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mask", [None, "additive", "causal"])
-def test_sdpa_on_gpu_matches_the_cpu_backend_and_float64(mask):
-    b, h, s, t, d = 8, 12, 128, 128, 64
+@pytest.mark.parametrize("mask,s", [(None, 128), ("additive", 128), ("causal", 128), ("causal", 48)])
+def test_sdpa_on_gpu_matches_the_cpu_backend_and_float64(mask, s):
+    b, h, t, d = 8, 12, 128, 64
     feeds = inputs_for(b, h, s, t, d, d, mask, seed=4)
     m = attention_model(b, h, s, t, d, d, mask)
     bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=["sm_90"], attention="cudnn")

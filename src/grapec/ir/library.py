@@ -21,8 +21,9 @@ sdpa(q, k, v, [bias]): scaled dot-product attention, what cuDNN's SDPA computes 
                     [batch, head, row, column strides]] in elements into their buffers (q [B,H,S,D],
                     k [B,H,T,D], v [B,H,T,DV], out [B,H,S,DV]; passes/sdpa.py reads them out of
                     the fused projections and writes merged heads); bias (with a 4th operand):
-                    [offset, [B|1, H|1, S, T], strides]; out_shape: the output buffer, which the
-                    out view covers.
+                    [offset, [B|1, H|1, S, T], strides]; causal: key j hidden from query i where
+                    j > i + T - S (cuDNN's causal band, bottom-right aligned); out_shape: the
+                    output buffer, which the out view covers.
 topk_values(x) / topk_indices(x): the k largest (largest=1) or smallest elements along `axis`,
                     sorted, ties to the lower index; indices are int64.
 (Integer convolutions are im2col kernels + a kernel-IR reduction: ops/conv.py, ops/quant.py.)
@@ -114,6 +115,8 @@ def sdpa(attrs, q, k, v, bias=None):
     if bias is not None:
         offset, dims, strides = attrs["bias"]
         x = x + strided(bias, offset, dims, strides).astype(np.float32)
+    if attrs.get("causal"):
+        x = np.where(np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s), x, np.float32(-np.inf))
     o = flash_softmax_product(x, vs, dt)
     out = np.zeros(attrs["out_shape"], dt)
     offset, strides = attrs["out"]

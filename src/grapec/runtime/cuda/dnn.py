@@ -10,16 +10,25 @@ An `sdpa` step (passes/sdpa.py) is one cuDNN graph of its own: its scaled dot-pr
 reads q, k and v through their strides (heads of the fused QKV projection, in place), adds the
 additive mask as cuDNN's bias, and writes merged heads through the output's strides.
 
+Each problem's engines are timed on this GPU at load, where the runner tunes (its first use, while
+nothing lives in the step's output): cuDNN's heuristic ranks its plans, and its first is not always
+the fastest (H200, GPT-2's causal attention at 8 x 12 heads x 128: the first 6.4 us, the fourth 5.3).
+GRAPEC_GEMM_TUNING=0 keeps the heuristic's first choice, as for GEMMs (blas.py).
+
 fp32 convolutions keep fp32 arithmetic: engines that would use TF32 tensor cores are deselected
 unless the session runs in tf32 mode, as for GEMMs.
 """
 from __future__ import annotations
 
+import math
+import os
 import threading
 from dataclasses import dataclass
 
 from ...errors import BackendError, gpu_package
-from .driver import call, capture_stream, captured, shared
+from .driver import call, capture_stream, captured, graph_ms, shared
+
+TUNE_REPEATS = 10
 
 IO_TYPES = ("float16", "bfloat16", "float32")
 
@@ -77,7 +86,7 @@ class Dnn:
         and the bias's (absent: no bias); the attrs' offsets are added here. warm: as conv_graph."""
         with self._lock:
             has_bias = "bias" in attrs and len(ptrs) > 3 and bool(ptrs[3])
-            keys = ("dims", "scale", "q", "k", "v", "out", "bias")
+            keys = ("dims", "scale", "q", "k", "v", "out", "bias", "causal")
             sig = ("sdpa", repr([attrs.get(key) for key in keys]), dtype, has_bias, workspace[1])
             problem = self._problems.get(sig)
             fresh = problem is None
@@ -93,12 +102,38 @@ class Dnn:
     def _captured(self, problem, pack: dict, workspace: tuple, warm: bool):
         """problem's graph run on `pack` as a captured child graph; warm: run once before (the
         first use of a problem, so that cuDNN loads its kernels outside the capture)."""
-        def launch():
-            problem.graph.execute(pack, workspace[0], handle=self.handle)
         if warm:
-            launch()
+            if _tuning():
+                problem.plan = self._fastest_plan(problem, pack, workspace)
+            self._execute(problem, pack, workspace)
             call("cuStreamSynchronize", self.capture_stream)
-        return captured(self.capture_stream, launch)
+        return captured(self.capture_stream, lambda: self._execute(problem, pack, workspace))
+
+    def _execute(self, problem, pack: dict, workspace: tuple, plan: int | None = None):
+        plan = problem.plan if plan is None else plan
+        if plan is None:
+            problem.graph.execute(pack, workspace[0], handle=self.handle)
+        else:
+            problem.graph.execute_plan_at_index(pack, workspace[0], plan, handle=self.handle)
+
+    def _fastest_plan(self, problem, pack: dict, workspace: tuple) -> int | None:
+        """The index of the built plan of the fewest microseconds per call, each timed as a graph of
+        TUNE_REPEATS calls (None: one plan, nothing to choose)."""
+        count = problem.graph.get_execution_plan_count()
+        if count < 2:
+            return None
+        times = []
+        for i in range(count):
+            def calls(i=i):
+                for _ in range(TUNE_REPEATS):
+                    self._execute(problem, pack, workspace, i)
+            try:
+                self._execute(problem, pack, workspace, i)   # kernels loaded outside the capture
+                times.append(graph_ms(captured(self.capture_stream, calls), self.capture_stream, 3))
+            except Exception:  # noqa: BLE001 - a plan cuDNN listed but could not build or run is not a choice
+                times.append(math.inf)
+        best = min(range(count), key=lambda i: times[i])
+        return None if math.isinf(times[best]) else best
 
     def _build_sdpa(self, attrs: dict, dtype: str, has_bias: bool, ws_bytes: int) -> "ConvProblem":
         cudnn = self.cudnn
@@ -115,11 +150,15 @@ class Dnn:
         if has_bias:
             _, dims, strides = attrs["bias"]
             extra["bias"] = g.tensor(name="bias", dim=list(dims), stride=list(strides), data_type=dt)
+        if attrs.get("causal"):   # key j > query i + T - S hidden (ir/library.py sdpa)
+            extra["diagonal_alignment"] = cudnn.diagonal_alignment.BOTTOM_RIGHT
+            extra["diagonal_band_right_bound"] = 0
         o, _ = g.sdpa(name="sdpa", q=q, k=k, v=v, attn_scale=float(attrs.get("scale", 1.0)), generate_stats=False,
                       compute_data_type=cudnn.data_type.FLOAT, **extra)
         o.set_output(True).set_dim([b, h, s, dv]).set_stride(list(attrs["out"][1])).set_data_type(dt)
         self._plans(g, f"sdpa q[{b}, {h}, {s}, {d}] k[{b}, {h}, {t}, {d}] {dtype}"
-                       + (f" bias{list(attrs['bias'][1])}" if has_bias else ""), dtype, ws_bytes)
+                       + (f" bias{list(attrs['bias'][1])}" if has_bias else "")
+                       + (" causal" if attrs.get("causal") else ""), dtype, ws_bytes)
         return ConvProblem(g, q, k, extra.get("bias"), o, v)
 
     def _plans(self, g, what: str, dtype: str, ws_bytes: int):
@@ -133,7 +172,7 @@ class Dnn:
                 g.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE])
             g.deselect_workspace_greater_than(ws_bytes)
             g.check_support()
-            g.build_plans()
+            g.build_plans(cudnn.build_plan_policy.ALL if _tuning() else cudnn.build_plan_policy.HEURISTICS_CHOICE)
         except Exception as e:  # noqa: BLE001 - cuDNN says why in its own words; name the problem too
             raise BackendError(f"cuDNN has no engine for {what}: {type(e).__name__}: {e}") from None
         if g.get_workspace_size() > ws_bytes:
@@ -186,6 +225,11 @@ class ConvProblem:
     b: object
     y: object
     v: object = None
+    plan: int | None = None   # the timed fastest plan's index (None: cuDNN's first)
+
+
+def _tuning() -> bool:
+    return os.environ.get("GRAPEC_GEMM_TUNING", "1") != "0"
 
 
 def shared_dnn(device, tf32: bool = False) -> Dnn:
