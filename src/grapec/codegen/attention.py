@@ -116,6 +116,16 @@ def _key_tile(k: AttentionKernel, block: int, slices: int) -> int:
     return max(16, min(MAX_KEY_TILE, _ceil(_ceil(k.seq_k, slices), 16) * 16, fits))
 
 
+def key_end(k: AttentionKernel, slices: int, rows: int, qtiles: int) -> str:
+    """The keys a block walks, as a C expression: all of them, or with a causal score
+    (causal_offset) those up to its last query row's last visible key: the tiles past it hold only
+    hidden keys, whose exp is 0. Uniform over the block (its warps meet at barriers every tile)."""
+    if k.causal_offset is None:
+        return str(k.seq_k)
+    last = "q0 + 15" if slices > 1 else f"(i64)(blockIdx.x % {qtiles}) * {rows} + {rows - 1}"
+    return f"min((i64){k.seq_k}, {last} + {k.causal_offset + 1})"
+
+
 def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     """-> CUDA C for the kernel (its score function first), named `name`."""
     ty = ctype(k.dtype)
@@ -181,12 +191,13 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
               _TileCopy("v", k.v, dv, dvp, 2, "g_v", k, bc, launch.block, ty)]
     for cp in copies:
         L += cp.declare() + cp.fetch("0", "  ")
-    L.append(f"  for (i64 k0 = 0; k0 < {t}; k0 += {bc}) {{")
+    L.append(f"  const i64 kend = {key_end(k, slices, rows, qtiles)};")
+    L.append(f"  for (i64 k0 = 0; k0 < kend; k0 += {bc}) {{")
     L.append("    __syncthreads();   /* the previous tile's readers are done */")
     for cp in copies:
         L += cp.stash("    ")
     L.append("    __syncthreads();")
-    L.append(f"    if (k0 + {bc} < {t}) {{   /* the next tile's loads fly while this one is computed */")
+    L.append(f"    if (k0 + {bc} < kend) {{   /* the next tile's loads fly while this one is computed */")
     for cp in copies:
         L += cp.fetch(f"(k0 + {bc})", "      ")
     L.append("    }")

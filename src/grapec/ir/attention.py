@@ -69,6 +69,10 @@ class AttentionKernel:
     v: Operand
     out: Operand
     score: Kernel
+    # keys j > i + causal_offset are hidden by the score (a constant causal mask, passes/sdpa.py): the
+    # GPU kernel skips the key tiles past its queries' last visible key. The score still masks within
+    # a tile, so the semantics (and the CPU backend) are the same with or without it.
+    causal_offset: int | None = None
 
     kind = KIND
 
@@ -85,7 +89,8 @@ class AttentionKernel:
                 "inputs": inputs_to_json(self.inputs), "batch": list(self.batch),
                 "sizes": [self.seq_q, self.seq_k, self.head_dim, self.value_dim],
                 "operands": [o.to_json() for o in (self.q, self.k, self.v, self.out)],
-                "score": self.score.to_json()}
+                "score": self.score.to_json(),
+                **({"causal_offset": self.causal_offset} if self.causal_offset is not None else {})}
 
     @staticmethod
     def from_json(d: dict) -> "AttentionKernel":
@@ -93,7 +98,7 @@ class AttentionKernel:
         q, k, v, out = (Operand.from_json(o) for o in d["operands"])
         return AttentionKernel(tuple(d["shape"]), d["dtype"], inputs_from_json(d["inputs"]),
                                tuple(int(b) for b in d["batch"]), s, t, dq, dv, q, k, v, out,
-                               Kernel.from_json(d["score"]))
+                               Kernel.from_json(d["score"]), d.get("causal_offset"))
 
     def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
         from .interpret import run_kernel

@@ -22,6 +22,7 @@ and --strict fails on it).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,8 +45,6 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
                       switch_us: float = 0.0) -> Graph:
     """switch_us: the host time a switch between sizes spends on a node whose launch differs by size
     (a bundle of several sizes, cost/model.py NODE_UPDATE_US; 0 for one size), added to cuDNN's price."""
-    if attention == "kernel":
-        return g
     out = []
     masks: dict = {}   # (kernel, inputs) -> the value that kernel writes: layers with one mask share it
     for node in g.nodes:
@@ -61,7 +60,12 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
             continue
         attrs, bias = made
         if _causal_instead(g, node, attrs, bias):
-            bias = None
+            bias = None   # cuDNN takes the band; the generated kernel skips the key tiles past it
+            kernel = replace(kernel, causal_offset=kernel.seq_k - kernel.seq_q)
+            node.attrs = {**node.attrs, "kernel": kernel}
+        if attention == "kernel":
+            out.append(node)
+            continue
         priced = price_attention(kernel, attrs, bias, profile, switch_us) \
             if profile is not None else []
         if attention == "auto" and (kernel.seq_q < MIN_QUERY_ROWS or not priced or priced[0][0] != "cuDNN"):
