@@ -119,8 +119,7 @@ def attention_work(kernel) -> Work:
     isz = dtypes.itemsize(kernel.dtype)
     heads = math.prod(kernel.batch)
     q = heads * kernel.seq_q * kernel.head_dim
-    keys = visible_keys(kernel)
-    kv = heads * keys * (kernel.head_dim + kernel.value_dim)
+    kv = heads * kernel.seq_k * (kernel.head_dim + kernel.value_dim)
     out = heads * kernel.seq_q * kernel.value_dim
     extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[3:])
     warps_per_head = math.ceil(kernel.seq_q / 16)
@@ -129,17 +128,11 @@ def attention_work(kernel) -> Work:
     tiles = math.ceil(kernel.seq_k / (key_tile(kernel, launch) * slices))   # dependent steps of one warp
     mapping = f"{launch.block // 32} warp(s) per block" + (f", keys in {slices} slices" if slices > 1 else "")
     if kernel.causal_offset is not None:
+        # priced as the whole square: on an H200 GPT-2 seq 128's 12 heads took the same time with the
+        # tiles skipped (0.453 -> 0.451 ms for the model: launch- and latency-bound at batch 1)
         mapping += ", causal: key tiles past the band skipped"
-    return Work("attention", ((q + kv + out) * isz + extras) / 1e6, cached / 1e6,
-                kernel.flops * keys / kernel.seq_k / 1e9, tiles, 1, 0, 0, launch.grid, launch.block, mapping)
-
-
-def visible_keys(kernel) -> float:
-    """The keys a query row's block walks on average: all, or with a causal band those up to the
-    row's last visible key (codegen/attention.py key_end; the tile granularity is not counted)."""
-    if kernel.causal_offset is None:
-        return kernel.seq_k
-    return min(kernel.seq_k, kernel.causal_offset + (kernel.seq_q + 1) / 2)
+    return Work("attention", ((q + kv + out) * isz + extras) / 1e6, cached / 1e6, kernel.flops / 1e9, tiles,
+                1, 0, 0, launch.grid, launch.block, mapping)
 
 
 def selection_work(kernel) -> Work:
@@ -231,8 +224,9 @@ def sdpa_work(attrs: dict, dtype: str) -> Work:
     if attrs.get("bias"):
         elems += math.prod(attrs["bias"][1])
     rows = math.ceil(s / 64)
-    keys = min(t, t - s + (s + 1) / 2) if attrs.get("causal") else t   # the band's keys per query, on average
-    return Work("sdpa", elems * isz / 1e6, 0.0, 2.0 * z * s * keys * (d + dv) / 1e9, math.ceil(t / 128), 1, 0, 0,
+    # a causal band is priced as the whole square: cuDNN took as long with it as with no mask (H200,
+    # 16 x 12 heads x 128: 8.5 and 7.9 us; benchmarks/results/2026-11-26-h200-sdpa-causal)
+    return Work("sdpa", elems * isz / 1e6, 0.0, 2.0 * z * s * t * (d + dv) / 1e9, math.ceil(t / 128), 1, 0, 0,
                 z * rows, 128, f"{bsz} x {heads} heads, {s} x {t}" + (", causal" if attrs.get("causal") else ""))
 
 
