@@ -10,7 +10,9 @@ benchmarks/attention_batch.py). cuDNN takes a score of the form
 where B does not read the product: an additive mask. B that is one load of a half buffer shaped
 [B|1, H|1, S, T] is read where it lies; any other B (BERT's Where on two boolean masks) is written
 by a kernel of its own into such a buffer first, and priced with it (layers with the same mask
-share that kernel). Anything else (a score that
+share that kernel). A constant mask that is exactly a causal band (GPT-2's, folded to [B, 1, S, T])
+is not read at all: cuDNN takes its causal band, and the generated kernel skips the key tiles past
+it (_causal_instead). Anything else (a score that
 scales after the mask, a product read twice) keeps the generated kernel, as do operands cuDNN
 cannot address: columns not contiguous, rows not 16-byte aligned, a dimension broadcast over heads,
 q and v of different widths.

@@ -8,7 +8,8 @@ built once per problem and shared by every convolution of that shape.
 
 An `sdpa` step (passes/sdpa.py) is one cuDNN graph of its own: its scaled dot-product attention
 reads q, k and v through their strides (heads of the fused QKV projection, in place), adds the
-additive mask as cuDNN's bias, and writes merged heads through the output's strides.
+additive mask as cuDNN's bias (a constant causal mask as cuDNN's causal band, bottom-right aligned),
+and writes merged heads through the output's strides.
 
 Each problem's engines are timed on this GPU at load, where the runner tunes (its first use, while
 nothing lives in the step's output): cuDNN's heuristic ranks its plans, and its first is not always
