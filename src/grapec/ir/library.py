@@ -123,12 +123,17 @@ def sdpa(attrs, q, k, v, bias=None):
         offset, dims, strides = attrs["bias"]
         x = x + strided(bias, offset, dims, strides).astype(np.float32)
     if attrs.get("causal"):
-        x = np.where(np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s), x, np.float32(-np.inf))
+        x = np.where(causal_band(s, t), x, np.float32(-np.inf))
     o = flash_softmax_product(x, vs, dt)
     out = np.zeros(attrs["out_shape"], dt)
     offset, strides = attrs["out"]
     strided(out, offset, (bsz, heads, s, dv), strides)[...] = o.astype(dt)
     return out
+
+
+def causal_band(s: int, t: int) -> np.ndarray:
+    """[S, T] bool: the keys query i sees under a causal mask aligned to the last key (j <= i + T - S)."""
+    return np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s)
 
 
 def flash_softmax_product(x: np.ndarray, v: np.ndarray, dtype) -> np.ndarray:

@@ -34,7 +34,7 @@ from ..ir import kernel as K
 from ..ir.attention import AttentionKernel, Operand
 from ..ir.graph import Graph, Node
 from ..ir.interpret import run_kernel
-from ..ir.library import strided
+from ..ir.library import causal_band, strided
 
 ATTENTION_ENGINES = ("auto", "kernel", "cudnn")
 ALIGN = 8            # elements of a half type in 16 bytes: cuDNN's operand alignment
@@ -126,9 +126,8 @@ def is_causal(mask: np.ndarray) -> bool:
     s, t = mask.shape[-2:]
     if s > t:
         return False
-    seen = np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s)
     m = np.asarray(mask, np.float32)
-    return bool(np.all(np.where(seen, m == 0, m <= CAUSAL_HIDDEN)))
+    return bool(np.all(np.where(causal_band(s, t), m == 0, m <= CAUSAL_HIDDEN)))
 
 
 def _note(notes, text: str):
