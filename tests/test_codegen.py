@@ -232,3 +232,15 @@ def test_rows_held_in_registers_on_the_gpu(cols, precision):
     limit = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1e-2}[precision]
     assert rel_err(got, ref) < limit, rel_err(got, ref)
     assert np.abs(got - ref).max() < 20 * limit * np.abs(ref).max()
+
+
+def test_numbered_names_never_take_a_prelude_type_name():
+    """The renderer numbers its variables with one counter for every prefix: the 16th name with prefix
+    "f" was `f16`, the prelude's half type, and NVRTC refused the kernel ("variable f16 is not a type
+    name": GPT-2's decode step with its LayerNorm as a small GEMM's prologue)."""
+    from grapec.codegen.cuda import RESERVED_NAMES, CudaRenderer
+    from grapec.ir import kernel as K
+    r = CudaRenderer(Kernel((4,), "float32", K.load(0, (K.idx(0),), "float32"), (((4,), "float32"),)))
+    names = [r.fresh(p) for _ in range(40) for p in ("f", "i", "bf")]
+    assert not RESERVED_NAMES & set(names)
+    assert len(set(names)) == len(names)

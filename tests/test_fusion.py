@@ -117,6 +117,24 @@ def test_residual_add_after_matmul_becomes_its_c_operand():
               "res": RNG.standard_normal((1, 6, 48)).astype(np.float32)})
 
 
+def test_a_bias_add_then_a_residual_add_both_fold_into_the_matmul():
+    """MatMul, Add(bias), Add(residual) as three nodes (GPT-2's block written out in ONNX): the bias
+    folds first, and the residual Add then reads the matmul through the bias Add's View, so it folds
+    too. It did not (the producers were looked up as they were before the first fold), and the residual
+    stream was left to fusion, which recomputed it inside every later LayerNorm."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["hb"]),
+             helper.make_node("Add", ["res", "hb"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[6, 32]), tinfo("res", shape=[6, 48])], [tinfo("y")],
+              [init("w", RNG.standard_normal((32, 48)).astype(np.float32)),
+               init("b", RNG.standard_normal(48).astype(np.float32))])
+    g = compile_graph(import_model(m), {"x": (6, 32), "res": (6, 48)}, fusion="rules")
+    assert kinds(g) == ["Library"]
+    mm = next(n for n in g.nodes if n.op == "Library")
+    assert mm.inputs[2] and mm.inputs[3] and mm.attrs["beta"] == 1.0
+    check(m, {"x": RNG.standard_normal((6, 32)).astype(np.float32),
+              "res": RNG.standard_normal((6, 48)).astype(np.float32)})
+
+
 def test_a_sum_inlined_into_a_mask_over_its_own_variable_keeps_its_own_variable():
     """guard_loads pushes a condition onto every load of an expression. When the condition holds a
     sum over a row and the expression is that sum (a Concat part read at an index computed from it,

@@ -137,3 +137,19 @@ def test_a_weight_too_large_for_l2_takes_the_gemv_up_to_two_rows(tmp_path):
         np.testing.assert_allclose(grapec.load(b).run(f)["y"], ort_run(path, f)[0], rtol=1e-4, atol=1e-4)
     small = grapec.compile(dense_model(str(tmp_path / "small4.onnx"), 4, 96, 320), targets=[])
     assert kinds(small) == ["kernel"], kinds(small)   # a small weight keeps the gemv at 4 rows
+
+
+def test_fp16_takes_the_small_gemm_but_at_one_row_against_a_large_weight(tmp_path):
+    """In fp16 the gemv wins only at one row against a weight of GEMV_OVER_SMALL_GEMM_BYTES or more
+    (benchmarks/gemv_vs_small_gemm.py); every other few-row matmul is a SmallGemmKernel."""
+    from grapec.passes.gemv import GEMV_OVER_SMALL_GEMM_BYTES
+    big_n = GEMV_OVER_SMALL_GEMM_BYTES // (2 * 256) + 64     # float16, K = 256: just past the bound
+    for rows, n, want in ((1, 320, "small_gemm"), (1, big_n, "kernel"), (2, big_n, "small_gemm"), (4, 320, "small_gemm")):
+        path = dense_model(str(tmp_path / f"h{rows}_{n}.onnx"), rows, 256, n, dtype=np.float16)
+        b = grapec.compile(path, targets=[])
+        first = b.plans[0].steps[0]
+        assert b.kernels[first.kernel].get("kind", "kernel") == want, (rows, n)
+        f = feeds(rows, 256, n, dtype=np.float16)
+        out = grapec.load(b, backend="cpu").run(f)["y"].astype(np.float32)
+        ref = ort_run(path, f)[0].astype(np.float32)
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3, (rows, n)

@@ -66,11 +66,13 @@ def test_layernorm_and_gemms_are_two_kernels(rows, depth, cols, precision, tmp_p
     m, feeds = block(rows, depth, cols)
     got, b = compile_and_run(m, feeds, precision=precision, device_profile=profile_file(tmp_path))
     steps = b.plans[0].steps
-    # LayerNorm + GEMM + bias + GELU, GEMM + bias, then the residual add with the cast back to fp32;
-    # the second GEMM's K (= cols) must be a multiple of 8 (16-byte rows), else it stays with cuBLASLt
+    # x cast to half (read by the prologue and, as the residual, by the second GEMM's epilogue),
+    # LayerNorm + GEMM + bias + GELU, GEMM + bias + residual, then the cast back to fp32; the second
+    # GEMM's K (= cols) must be a multiple of 8 (16-byte rows), else it stays with cuBLASLt
     second_op = "kernel" if cols % 8 == 0 else "library"
-    assert [st.op for st in steps] == ["kernel", second_op, "kernel"], [(st.op, st.origin) for st in steps]
-    assert "LayerNormalization_1" in steps[0].origin and "MatMul_2" in steps[0].origin
+    assert [st.op for st in steps] == ["kernel", "kernel", second_op, "kernel"], [(st.op, st.origin) for st in steps]
+    assert "LayerNormalization_1" in steps[1].origin and "MatMul_2" in steps[1].origin
+    assert "Add_14" in steps[2].origin   # the residual, folded behind the bias
     first, *second = small_gemms(b)
     assert first.prologue is not None and all(k.prologue is None for k in second)
     assert first.depth == depth and first.cols == cols and first.rows == rows

@@ -59,6 +59,10 @@ class _Scope:
         self.indent = indent
 
 
+# the prelude's type names (codegen/prelude.py TYPES), which a numbered variable must not take
+RESERVED_NAMES = frozenset({"i64", "f16", "bf16"})
+
+
 class CudaRenderer:
     def __init__(self, kernel: Kernel, launch: Launch | None = None):
         self.k = kernel
@@ -74,6 +78,8 @@ class CudaRenderer:
 
     def fresh(self, prefix="v") -> str:
         self.count += 1
+        if f"{prefix}{self.count}" in RESERVED_NAMES:   # the 16th name "f" must not be the type f16
+            self.count += 1
         return f"{prefix}{self.count}"
 
     def push(self, loop_vars, indent: str) -> _Scope:

@@ -7,7 +7,8 @@
         simplify                  constant folding, BatchNorm into Conv, dead code
         merge_sibling_matmuls     matmuls of one input against weights (Q, K, V) as one GEMM + Split
         lower                     ONNX ops -> Kernel / Library / View / region nodes (bodies compiled alike)
-        small_matmuls_as_kernels  few-row matmuls against weights become gemv kernels (they fuse)
+        small_matmuls_as_kernels  few-row matmuls against weights become gemv kernels (they fuse); in
+                                  fp16/bf16 only one row against a large weight (small_gemms takes the rest)
         fold_epilogues            bias / residual add kernels into the GEMM (cuBLASLt epilogues)
         fuse                      producer kernels inlined into consumers (reductions stitched)
         channels_last             values between channels-last convolutions stored NHWC
@@ -117,7 +118,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     if level != "none":
         if shared_weights:
             g = weights_as_nk(g)
-        g = small_matmuls_as_kernels(g)
+        g = small_matmuls_as_kernels(g, small_gemms=level == "full")
         g = fold_epilogues(g)
         g = fuse(g)
         g = channels_last(g)

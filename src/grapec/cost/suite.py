@@ -20,6 +20,7 @@ SOFTMAX_SHAPES = ((4, 256), (96, 32), (1536, 256), (8192, 64), (40, 2048), (2, 3
 REDUCE_SHAPES = ((1, 65536), (64, 4096), (4096, 64), (20000, 16))
 GEMMS = [(m, k, n) for m in (8, 48, 256, 1024) for k, n in ((512, 512), (1024, 4096), (4096, 1024), (1536, 1536))]
 GEMMS += [(16, 256, 8192), (3000, 576, 128), (196, 2304, 256), (8, 1024, 32768), (1, 2048, 2048)]
+GEMMS += [(1, 2048, 8192)]   # one row against 32 MiB: a gemv kernel (passes/gemv.py), the rest few-row small GEMMs
 # few-row GEMMs against weights become small_gemm kernels (passes/small_gemm.py); against an input B
 # they stay cuBLASLt's, so both sides of that choice are measured; LN_GEMMS have a LayerNorm prologue
 SMALL_M_LIBRARY = [(m, k, n) for m, k, n in GEMMS if 4 < m <= 16]

@@ -71,6 +71,8 @@ def fold_epilogues(g: Graph) -> Graph:
             mm.inputs = ins
             mm.origin = list(dict.fromkeys(mm.origin + node.origin))
             new_nodes[-1] = Node("View", [name], list(node.outputs), name=node.name, origin=list(mm.origin))
+            # the kernel after this one may fold too: a bias Add, then the residual Add reading it
+            producers[node.outputs[0]] = new_nodes[-1]
             break
     g.nodes = new_nodes
     return g

@@ -24,6 +24,7 @@ from ..ir import kernel as K
 from ..ir.derived import derived
 from ..ir.graph import Graph, Node, view_source
 from ..ir.tensor import broadcast_index
+from .small_gemm import DTYPES as SMALL_GEMM_DTYPES
 
 GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
 # A warp per output reads the weight row once per row of A: from L2 for a weight that stays there
@@ -36,9 +37,18 @@ LARGE_WEIGHT_BYTES = 16 << 20
 LARGE_WEIGHT_ROWS = 2
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
 GEMV_DTYPES = ("float16", "bfloat16", "float32")
+# In fp16/bf16 a few-row matmul may instead become a SmallGemmKernel (passes/small_gemm.py: k-sliced
+# tiles on tensor cores, a LayerNorm before it as prologue). Measured on an H200, one MatMul alone,
+# node gap included (benchmarks/results/2026-11-27-h200-gemv-vs-small-gemm): the gemv is faster only at
+# one row against a large weight -- 12 MiB (3072x2048) 4.10 vs 4.34 us, 32 MiB (8192x2048) 7.15 vs 9.98,
+# Llama's 501 MiB LM head 116 vs 120 -- and slower at every weight up to 8 MiB (GPT-2's 3.4 MiB QKV
+# 3.15 vs 1.77 us, 4.5 MiB FC 4.09 vs 1.81) and at 2-4 rows (16384x2048 at 2 rows: 31.6 vs 17.2).
+GEMV_OVER_SMALL_GEMM_BYTES = 10 << 20
 
 
-def small_matmuls_as_kernels(g: Graph) -> Graph:
+def small_matmuls_as_kernels(g: Graph, small_gemms: bool = False) -> Graph:
+    """small_gemms: the small_gemms pass runs after fusion (fusion "full"), and takes the half-precision
+    matmuls it does better (GEMV_OVER_SMALL_GEMM_BYTES): those stay library calls for it."""
     source = view_source(g)
     readers: dict = {}
     for n in g.nodes:
@@ -47,7 +57,7 @@ def small_matmuls_as_kernels(g: Graph) -> Graph:
     out = []
     for node in g.nodes:
         if node.op == "Library" and node.attrs.get("op") == "matmul":
-            kernel_node = _as_gemv(g, node, source, readers)
+            kernel_node = _as_gemv(g, node, source, readers, small_gemms)
             if kernel_node is not None:
                 out.append(kernel_node)
                 continue
@@ -56,7 +66,7 @@ def small_matmuls_as_kernels(g: Graph) -> Graph:
     return g
 
 
-def _as_gemv(g: Graph, node: Node, source, readers):
+def _as_gemv(g: Graph, node: Node, source, readers, small_gemms: bool):
     attrs = node.attrs
     if attrs.get("trans_a") or attrs.get("act") or attrs.get("views"):
         return None
@@ -73,6 +83,9 @@ def _as_gemv(g: Graph, node: Node, source, readers):
     weight = np.asarray(w.const).reshape(b.shape)
     limit = LARGE_WEIGHT_ROWS if weight.nbytes > LARGE_WEIGHT_BYTES else GEMV_MAX_ROWS
     if rows > limit or depth < GEMV_MIN_DEPTH:
+        return None
+    if small_gemms and y.dtype in SMALL_GEMM_DTYPES and depth % 8 == 0 and \
+            (rows > 1 or weight.nbytes < GEMV_OVER_SMALL_GEMM_BYTES):
         return None
     if not attrs.get("trans_b"):
         if readers.get(source(names[1]), 0) > 1:
