@@ -285,8 +285,9 @@ class CudaRenderer:
             n_loops = 2
         elif cooperative:   # the block's (warp's) threads stride over the flattened reduction range
             f = self.fresh("f")
-            if warp:   # loads of later iterations go out before earlier ones return
-                headers.append(f"{ind}#pragma unroll 4")
+            # loads of later iterations go out before earlier ones return (a block's argmax over
+            # 50257 logits, 50 iterations a thread: 15 us on an H200 with one load in flight)
+            headers.append(f"{ind}#pragma unroll 4")
             headers.append(f"{ind}for (i64 {f} = {self._lane()}; {f} < {extent(rvars)}LL; {f} += {self._lanes()}) {{")
             inner_indent += "  "
             for i, r in enumerate(rvars):

@@ -126,6 +126,11 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     if has_reduce and not epilogue:
         if any(n > 1 for n in in_loops):
             return None   # the reduction would be redone in every iteration of the consumer's loop
+        if readers > 1 and any(e.op == "reduce" and e.args[0].startswith("arg") for e in K.walk(kp.body)):
+            # a decision (the next token's ArgMax over the vocabulary) read by several kernels (the
+            # tokens written, the stop condition): each would redo the whole reduction (GPT-2's decode
+            # step ran its 50257-logit ArgMax twice, 15 us each on an H200)
+            return None
         if readers > MAX_STITCH_READERS:
             # a statistic many kernels read (the sequence lengths every layer's attention masks and
             # rotates by): computed once and read, not redone inside each of them
