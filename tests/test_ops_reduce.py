@@ -131,6 +131,31 @@ def test_arg_max_min(op, axis, keepdims, last):
     assert_close(got, ref)
 
 
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("shape,axis,keepdims,last", [((1, 50257), 1, 0, 0), ((3, 40000), -1, 1, 1),
+                                                      ((20000, 2), 0, 0, 1), ((2, 70001, 1), 1, 1, 0)])
+def test_arg_max_min_over_a_long_row_is_two_kernels_and_the_same_index(op, shape, axis, keepdims, last):
+    """A vocabulary-long row is reduced in chunks, then over the chunks' picks (ops/reduce.py
+    _chunked_arg): the same first (last) index on many ties, the last chunk padded."""
+    x = np.random.default_rng(9).integers(-40, 40, shape).astype(np.float32)   # each value ~1000 times
+    attrs = {"axis": axis, "keepdims": keepdims, "select_last_index": last}
+    m = model([helper.make_node(op, ["x"], ["y"], **attrs)], [tinfo("x", shape=list(shape))],
+              [tinfo("y", TensorProto.INT64)], opset=13)
+    got, b = compile_and_run(m, {"x": x})
+    assert [st.op for st in b.plans[0].steps] == ["kernel", "kernel"]
+    np.testing.assert_array_equal(got["y"], ort_run(m, {"x": x})["y"])
+
+
+def test_arg_max_over_a_long_row_of_minus_infinity_picks_within_the_row():
+    """The padding of the last chunk ties with a row of -inf: select_last_index must still name the
+    row's last element, not a padded one."""
+    x = np.full((1, 20000), -np.inf, np.float32)
+    m = model([helper.make_node("ArgMax", ["x"], ["y"], axis=1, keepdims=0, select_last_index=1)],
+              [tinfo("x", shape=[1, 20000])], [tinfo("y", TensorProto.INT64)], opset=13)
+    got, _ = compile_and_run(m, {"x": x})
+    np.testing.assert_array_equal(got["y"], [19999])
+
+
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
 @pytest.mark.parametrize("opset,axis", [(11, 1), (11, 0), (11, -1), (11, None), (13, 1), (13, 0), (13, None)])
 def test_softmax_family(op, opset, axis):

@@ -14,7 +14,7 @@ import math
 
 from .. import dtypes
 from ..ir import kernel as K
-from ..ir.tensor import T, affine, cast, expand, map_, norm_axis, reduce, reshape
+from ..ir.tensor import T, affine, cast, expand, guard_loads, map_, norm_axis, reduce, reshape
 from . import op
 
 E = K.Expr
@@ -147,6 +147,13 @@ def reduce_log_sum_exp(ctx):
     return [cast(map_(lambda v, mx: _log(v) + mx, s, m_row), x.dtype)]
 
 
+# A row this long, in so few rows, is reduced in chunks first (_chunked_arg): one block reducing a
+# vocabulary alone is latency-bound (GPT-2's 50257 logits: 12.6 us on an H200).
+CHUNKED_ARG_LENGTH = 16384
+CHUNKED_ARG_ROWS = 16
+CHUNKS = 128     # about: each chunk a power of two of at least 256 elements
+
+
 @op("ArgMax", "ArgMin")
 def arg_max_min(ctx):
     """Index of the first (or, with select_last_index, the last) extreme element along axis."""
@@ -155,7 +162,55 @@ def arg_max_min(ctx):
     rop = "argmax" if ctx.node.op == "ArgMax" else "argmin"
     if ctx.attr("select_last_index", 0):
         rop += "_last"
-    return [reduce(x, [axis], rop, bool(ctx.attr("keepdims", 1)))]
+    keep = bool(ctx.attr("keepdims", 1))
+    n = x.shape[axis]
+    if n >= CHUNKED_ARG_LENGTH and x.size // n <= CHUNKED_ARG_ROWS:
+        return [_chunked_arg(ctx, x, axis, rop, keep)]
+    return [reduce(x, [axis], rop, keep)]
+
+
+def _chunked_arg(ctx, x: T, axis: int, rop: str, keep: bool) -> T:
+    """The same index in two kernels: each chunk's extreme index (a kernel over [rows, chunks], a warp
+    or block per chunk), then the extreme of the values at those indices. Chunks are in order and
+    each gives its first (last) extreme, so the first (last) chunk holding the row's extreme gives
+    the row's first (last) one. The last chunk is padded with the value that never wins over a real
+    one; on a tie with it (a row of -inf, select_last_index) the index is clamped to the row."""
+    n = x.shape[axis]
+    size = max(256, 1 << math.ceil(math.log2(n / CHUNKS)))
+    chunks = -(-n // size)
+    outer = [d for a, d in enumerate(x.shape) if a != axis]
+    pad = _never_wins(rop, x.dtype)
+
+    def element(ix):   # ix: the outer index, then chunk, then position in the chunk
+        at = ix[-2] * K.const(size, "int64") + ix[-1]
+        inside = K.binary("lt", at, K.const(n, "int64"))
+        full = list(ix[:-2])
+        full.insert(axis, at)
+        return K.where(inside, guard_loads(x.at(full), inside), pad)
+    tiles = T((*outer, chunks, size), x.dtype, element)
+    local = reduce(tiles, [len(outer) + 1], rop, False)
+    firsts = ctx.realize(T(local.shape, "int64", lambda ix: K.binary(
+        "min", local.at(ix) + ix[-1] * K.const(size, "int64"), K.const(n - 1, "int64"))), "argchunks")
+
+    def candidate(ix):   # ix: the outer index, then chunk
+        full = list(ix[:-1])
+        full.insert(axis, firsts.at(ix))
+        return x.at(full)
+    best = reduce(T((*outer, chunks), x.dtype, candidate), [len(outer)], rop, False)
+    picked = T(tuple(outer), "int64", lambda ix: firsts.at((*ix, best.at(ix))))
+    return reshape(picked, tuple(1 if a == axis else d for a, d in enumerate(x.shape))) if keep else picked
+
+
+def _never_wins(rop: str, dtype: str) -> E:
+    """The value an arg-reduction never prefers over a real element (it may tie with one)."""
+    want_min = rop.startswith("argmin")
+    if dtypes.is_float(dtype):
+        return K.const(float("inf") if want_min else float("-inf"), dtype)
+    import numpy as np
+    info = np.iinfo(dtypes.np_dtype(dtype)) if dtype != "bool" else None
+    if info is None:
+        return K.const(want_min, dtype)
+    return K.const(int(info.max if want_min else info.min), dtype)
 
 
 # --- Softmax family ----------------------------------------------------------------------------------
