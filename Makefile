@@ -38,8 +38,9 @@ run: $(STAMP)
 	$(BIN)/grapec inspect $(OUT)/gpt2.grape
 	$(BIN)/grapec run $(OUT)/gpt2.grape --backend auto
 
+# the suite over every core (pytest-xdist); GPU tests stay serial: they share one device and time it
 test: $(STAMP) $(TRITON_STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 gpu-test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q -m gpu
