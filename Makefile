@@ -40,7 +40,7 @@ run: $(STAMP)
 
 # the suite over every core (pytest-xdist); GPU tests stay serial: they share one device and time it
 test: $(STAMP) $(TRITON_STAMP)
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 gpu-test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q -m gpu
