@@ -33,7 +33,8 @@ def _widen(val: np.ndarray) -> np.ndarray:
     return val if wide is None else val.astype(wide)
 
 
-def _init(op, dt: np.dtype):
+def reduction_identity(op, dt: np.dtype):
+    """The value a sum/prod/max/min reduction starts from: no element loses to it but its equal."""
     if op == "sum":
         return 0
     if op == "prod":
@@ -163,7 +164,7 @@ class _Evaluator:
         axes = tuple(range(rank, rank + len(new)))
         dt = b.dtype
         if b.size == 0 or 0 in sizes:
-            init = 0 if rop.startswith("arg") else _init(rop, dt)
+            init = 0 if rop.startswith("arg") else reduction_identity(rop, dt)
             return np.full(b.shape[:rank], init, np.int64 if rop.startswith("arg") else dt)
         if rop == "sum":
             return np.sum(b, axis=axes, dtype=dt)

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import dtypes
 from ..ir import kernel as K
+from ..ir.interpret import reduction_identity
 from ..ir.tensor import T, affine, cast, expand, guard_loads, map_, norm_axis, reduce, reshape
 from . import op
 
@@ -203,14 +206,7 @@ def _chunked_arg(ctx, x: T, axis: int, rop: str, keep: bool) -> T:
 
 def _never_wins(rop: str, dtype: str) -> E:
     """The value an arg-reduction never prefers over a real element (it may tie with one)."""
-    want_min = rop.startswith("argmin")
-    if dtypes.is_float(dtype):
-        return K.const(float("inf") if want_min else float("-inf"), dtype)
-    import numpy as np
-    info = np.iinfo(dtypes.np_dtype(dtype)) if dtype != "bool" else None
-    if info is None:
-        return K.const(want_min, dtype)
-    return K.const(int(info.max if want_min else info.min), dtype)
+    return K.const(reduction_identity("min" if rop.startswith("argmin") else "max", np.dtype(dtypes.np_dtype(dtype))), dtype)
 
 
 # --- Softmax family ----------------------------------------------------------------------------------
