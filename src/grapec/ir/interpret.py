@@ -130,10 +130,18 @@ class _Evaluator:
 
     def plain_view(self, buf, index, rvars, rank):
         """buf[index] where every index is a loop variable of its own axis (a weight read as it is
-        stored, or transposed): a view of buf with its dims moved to those axes, instead of a
-        gather that copies the whole tensor. None where the read is not of that form."""
+        stored, or transposed) or a constant inside the buffer (a batch of 1: lowering writes 0): a
+        view of buf with its dims moved to those axes, instead of a gather that copies the whole
+        tensor. None where the read is not of that form."""
         if len(index) != buf.ndim:
             return None
+        fixed = [(d, int(e.value)) for d, e in enumerate(index) if e.op == "const"]
+        if fixed:
+            if any(not 0 <= c < buf.shape[d] for d, c in fixed):
+                return None
+            at = dict(fixed)
+            buf = buf[tuple(at.get(d, slice(None)) for d in range(buf.ndim))]
+            index = [e for e in index if e.op != "const"]
         axes = []
         for d, e in enumerate(index):
             if e.op == "idx":
