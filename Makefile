@@ -38,9 +38,11 @@ run: $(STAMP)
 	$(BIN)/grapec inspect $(OUT)/gpt2.grape
 	$(BIN)/grapec run $(OUT)/gpt2.grape --backend auto
 
-# the suite over every core (pytest-xdist); GPU tests stay serial: they share one device and time it
+# the suite over every core (pytest-xdist), a test file to a worker: a module's fixtures (the cost model's
+# calibration bundle, the corpus's wheels) are made once, by one process. GPU tests stay serial: they share
+# one device and time it.
 test: $(STAMP) $(TRITON_STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 gpu-test: $(STAMP) $(TRITON_STAMP)
 	$(BIN)/python -m pytest -q -m gpu

@@ -17,11 +17,6 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import corpus  # noqa: E402
 
 
-# under pytest-xdist (`make test`) the module's tests share one worker: two fetching the same wheels
-# into one cache at once could each read the other's half-written file
-pytestmark = pytest.mark.xdist_group("corpus")
-
-
 @pytest.fixture(scope="module")
 def fetched():
     try:
