@@ -172,7 +172,9 @@ def test_more_rows_take_the_split_form_only_for_sm90(tmp_path):
                                                        (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16"),
                                                        # the split form: 8 row tiles, K over clusters of 8
                                                        (128, 768, 3072, "fp16"), (49, 512, 2048, "bf16"),
-                                                       (33, 64, 40, "fp16"), (128, 4608, 512, "fp16")])
+                                                       (33, 64, 40, "fp16"), (128, 4608, 512, "fp16"),
+                                                       # a decode step's rows (passes/gemv.py leaves them here)
+                                                       (1, 768, 2304, "fp16"), (2, 768, 3072, "bf16"), (4, 64, 48, "fp16")])
 def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, precision, tmp_path):
     m, feeds = block(rows, depth, cols, seed=3)
     b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=["sm_90"], precision=precision,
