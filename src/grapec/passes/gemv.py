@@ -32,7 +32,8 @@ GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul again
 # weights of 32-64 MiB, an LM head of 501 MiB) ran at batch 2 2.13 ms/token with the gemv and 3.71
 # without, at batch 4 3.38 with it and 1.52 without (benchmarks/results/2026-11-26-h200-llm). A weight
 # this large takes the gemv up to LARGE_WEIGHT_ROWS rows only; the bound is L2 (50-60 MiB) over the
-# other traffic's share, not measured itself.
+# other traffic's share, not measured itself. (That was before fp16/bf16 few-row matmuls went to the
+# small GEMM, below: the bound now holds for float32, and for half at one row.)
 LARGE_WEIGHT_BYTES = 16 << 20
 LARGE_WEIGHT_ROWS = 2
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
