@@ -17,6 +17,7 @@ from .. import dtypes
 from .graph import Graph
 from .interpret import _widen, run_kernel
 from .library import run_library_into
+from .small_gemm import KIND as SMALL_GEMM
 
 
 def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list | None = None,
@@ -68,8 +69,11 @@ def _run_node(node, read, out):
     result stored in the value's type."""
     if node.op == "Kernel":
         k = node.attrs["kernel"]
-        wide = getattr(k, "kind", None) is None   # the kernel IR widens every load; other kinds have their own rules
-        return run_kernel(k, [read(n, wide=wide) for n in node.inputs])
+        kind = getattr(k, "kind", None)
+        # the kernel IR widens every load; a small GEMM computes with its weight widened (a constant:
+        # widened once, not at every call, as in every step of a generation loop); other kinds as stored
+        wide = [kind is None or (kind == SMALL_GEMM and i == k.a_slots) for i in range(len(node.inputs))]
+        return run_kernel(k, [read(n, wide=w) for n, w in zip(node.inputs, wide)])
     if node.op == "View":
         src = read(node.inputs[0])
         if node.attrs.get("pitch"):

@@ -85,7 +85,7 @@ class SmallGemmKernel:
         p = self.a_slots
         a = run_kernel(self.prologue, inputs[:p]) if self.prologue is not None else inputs[0]
         a = np.asarray(a).astype(dtypes.np_dtype(self.dtype)).reshape(self.rows, self.depth).astype(np.float32)
-        w = np.asarray(inputs[p]).reshape(self.cols, self.depth).astype(np.float32)
+        w = np.asarray(inputs[p]).reshape(self.cols, self.depth).astype(np.float32, copy=False)
         extras = [np.asarray(x).reshape(shape) for x, (shape, _) in zip(inputs[p + 1:], self.epilogue.inputs[1:])]
         y = run_kernel(self.epilogue, [a @ w.T, *extras])
         if out is None:
