@@ -216,8 +216,9 @@ def lowered_model(proto, input_shapes: dict, fixed: dict, bounds: dict | None = 
     if bounds:
         apply_user_bounds(graph, bounds)
     shapes = {n: s for n, s in input_shapes.items() if n not in fixed}
-    return compile_graph(graph, {**shapes, **{n: a.shape for n, a in fixed.items()}}, input_values=fixed,
-                         notes=[], profile=load_profile(None), regions=False)
+    with derived.sharing():   # a generation's prompt pass and decode step lay each weight out once
+        return compile_graph(graph, {**shapes, **{n: a.shape for n, a in fixed.items()}}, input_values=fixed,
+                             notes=[], profile=load_profile(None), regions=False)
 
 
 def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kernels: KernelStore) -> BucketResult:
