@@ -166,6 +166,10 @@ class _Evaluator:
     def reduce(self, e, rvars, rank):
         rop, body, new = e.args
         inner = rvars + tuple(new)
+        if rop == "sum" and body.op == "mul" and len(new) == 1 and new[0].args[1] > 0:
+            dot = self.dot(body, inner, rank, new[0].args[1])
+            if dot is not None:
+                return dot
         b = self.ev(body, inner)
         sizes = tuple(r.args[1] for r in new)
         b = np.broadcast_to(b, b.shape[:rank] + sizes)
@@ -189,6 +193,16 @@ class _Evaluator:
         f = np.argmax if rop == "argmax_last" else np.argmin
         n = flat.shape[-1]
         return (n - 1 - f(flat[..., ::-1], axis=-1)).astype(np.int64)
+
+
+    def dot(self, body, inner, rank, n):
+        """sum over one variable of x * y (a gemv's or a small matmul's dot products) as np.vecdot, not
+        the product materialized and then summed: GPT-2's fp32 calibration spent most of its time so."""
+        x, y = (self.ev(a, inner) for a in body.args)
+        if x.dtype != y.dtype or x.dtype.kind != "f" or x.ndim != rank + 1 or y.ndim != rank + 1:
+            return None
+        outer = np.broadcast_shapes(x.shape[:rank], y.shape[:rank])
+        return np.vecdot(np.broadcast_to(x, outer + (n,)), np.broadcast_to(y, outer + (n,)))
 
 
 # A reduction is evaluated over whole arrays (output elements x reduced elements): beyond this many,
