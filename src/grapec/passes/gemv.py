@@ -24,7 +24,7 @@ from ..ir import kernel as K
 from ..ir.derived import derived
 from ..ir.graph import Graph, Node, view_source
 from ..ir.tensor import broadcast_index
-from .small_gemm import DTYPES as SMALL_GEMM_DTYPES
+from .small_gemm import takes as small_gemm_takes
 
 GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
 # A warp per output reads the weight row once per row of A: from L2 for a weight that stays there
@@ -85,8 +85,7 @@ def _as_gemv(g: Graph, node: Node, source, readers, small_gemms: bool):
     limit = LARGE_WEIGHT_ROWS if weight.nbytes > LARGE_WEIGHT_BYTES else GEMV_MAX_ROWS
     if rows > limit or depth < GEMV_MIN_DEPTH:
         return None
-    if small_gemms and y.dtype in SMALL_GEMM_DTYPES and depth % 8 == 0 and \
-            (rows > 1 or weight.nbytes < GEMV_OVER_SMALL_GEMM_BYTES):
+    if small_gemms and small_gemm_takes(y.dtype, depth) and (rows > 1 or weight.nbytes < GEMV_OVER_SMALL_GEMM_BYTES):
         return None
     if not attrs.get("trans_b"):
         if readers.get(source(names[1]), 0) > 1:

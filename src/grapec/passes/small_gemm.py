@@ -31,6 +31,12 @@ from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, staged_bytes
 DTYPES = ("float16", "bfloat16")
 
 
+def takes(dtype: str, depth: int) -> bool:
+    """Can a matmul of this type and depth K be a SmallGemmKernel (rows and weight aside)? Half types,
+    and K a whole number of 16-byte vectors (A's and W's rows are read as such)."""
+    return dtype in DTYPES and depth % 8 == 0
+
+
 def small_gemms(g: Graph, profile: DeviceProfile | None = None, split: bool = False) -> Graph:
     """profile: price each candidate against its alternatives (cost/model.py price_small_gemm) and
     keep the cheapest; without one (or one with no small_gemm coefficients) every candidate is taken.
@@ -70,7 +76,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     # the split form only where the cost model weighs it against cuBLASLt: on an H100 it lost at every shape
     # measured (benchmarks/results/2026-11-26-h100-split-gemm), so it is never taken unpriced
     split = split and priced
-    if depth % 8 or math.prod(a.shape) != rows * depth or not (1 <= rows <= MAX_ROWS or split and fits_split(rows, depth)):
+    if not takes(y.dtype, depth) or math.prod(a.shape) != rows * depth or not (1 <= rows <= MAX_ROWS or split and fits_split(rows, depth)):
         return None
     transposed = not attrs.get("trans_b")
     if transposed and (len(consumers.get(w.name, ())) > 1 or w.name in g.outputs):
