@@ -197,16 +197,16 @@ class _Evaluator:
 
     def dot(self, body, inner, rank, n):
         """sum over one variable of x * y (a gemv's or a small matmul's dot products) as one dot product
-        per output (np.vecdot), not the product materialized and then summed: GPT-2's fp32 calibration
-        spent most of its time so."""
+        per output, not the product materialized and then summed: GPT-2's fp32 calibration spent most
+        of its time so. Written as a stack of (1 x n) @ (n x 1) matmuls, not np.vecdot or einsum: the
+        same bits under numpy 1.26 (the Triton serving venv) and 2.x, so a served bundle answers as the
+        local one does (vecdot is numpy 2 only; einsum sums in another order in each)."""
         x, y = (self.ev(a, inner) for a in body.args)
         if x.dtype != y.dtype or x.dtype.kind != "f" or x.ndim != rank + 1 or y.ndim != rank + 1:
             return None
         outer = np.broadcast_shapes(x.shape[:rank], y.shape[:rank])
         x, y = np.broadcast_to(x, outer + (n,)), np.broadcast_to(y, outer + (n,))
-        if hasattr(np, "vecdot"):
-            return np.vecdot(x, y)
-        return np.einsum("...k,...k->...", x, y)   # numpy < 2 (the Triton serving venv's 1.26)
+        return np.matmul(x[..., None, :], y[..., :, None])[..., 0, 0]
 
 
 # A reduction is evaluated over whole arrays (output elements x reduced elements): beyond this many,
