@@ -168,6 +168,50 @@ def test_sampled_generation_is_the_seeds_draw_from_the_top_k(tmp_path):
         grapec.generate(plain, [prompts[0]], seed=1)
 
 
+def test_streamed_tokens_come_a_step_at_a_time_and_are_generates(tmp_path):
+    """grapec.stream: the CPU backend hands over each row's tokens after every step of the one launch;
+    together they are generate()'s tokens (and onnxruntime's), a row that stopped at its eos included.
+    An iterator left early gives its runner back once the run ends."""
+    path = lively("fp32", str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([5, 2, 7, 4], seed=3)
+    free = reference_greedy(path, prompts, 10)
+    eos = free[0][next(k for k in range(2, 10) if free[0][k] not in free[0][:k])]
+    want = reference_greedy(path, prompts, 10, eos)
+    assert len(want[0]) < 10 and any(len(row) == 10 for row in want)   # row 0 stops early, others go on
+    sess = grapec.load(compiled(path, 10, [(4, 8)], targets=[]))
+    tokens = grapec.stream(sess, prompts, eos_token_id=eos)
+    items = list(tokens)
+    assert len(items) == 10 and all(len(ids) <= 1 for item in items for ids in item)   # a token a step, in order
+    assert [sum((item[r] for item in items), []) for r in range(4)] == want
+    assert tokens.result.tokens == want == grapec.generate(sess, prompts, eos_token_id=eos).tokens
+    for item in grapec.stream(sess, prompts, max_new_tokens=4):   # left after the first item
+        assert item == [[w[0]] for w in free]
+        break
+    assert grapec.generate(sess, prompts, max_new_tokens=4).tokens == [w[:4] for w in free]
+    with pytest.raises(grapec.errors.InputError, match="1 to 10 tokens"):
+        list(grapec.stream(sess, prompts, max_new_tokens=11))
+
+
+def test_a_generations_tokens_have_bytes_of_their_own_from_the_first_step(tmp_path):
+    """The GPU streams the tokens by reading their Loop slot while the graph runs, from before the
+    prompt's pass: no other value may ever use those bytes (compiler/pipeline.py streamed_outputs)."""
+    from grapec.plan import Plan
+    from grapec.runtime.generation import tokens_slot
+    plan = compiled(lively("fp32", str(tmp_path / "decoder.onnx")), 12, [(4, 8)], targets=[]).plans[0]
+    out = dict(plan.outputs)["generated"]
+    root = plan.storage_of()
+    lo, hi = plan.buffers[out].offset, plan.buffers[out].offset + plan.buffers[out].nbytes
+    sharing = [b.name for i, b in enumerate(plan.buffers)
+               if b.space == "arena" and b.nbytes and root[i] != root[out] and b.offset < hi and lo < b.offset + b.nbytes]
+    assert sharing == []
+    assert root[tokens_slot(plan)] == root[out]
+    old = plan.to_json()
+    for st in old["steps"]:
+        st.pop("carried", None)
+    with pytest.raises(grapec.errors.BundleError, match="cannot be streamed"):
+        tokens_slot(Plan.from_json(old))   # a plan from before grapec recorded a Loop's slots
+
+
 def test_bad_calls_name_what_is_wrong(tmp_path):
     sess = grapec.load(compiled(os.path.join(REAL, "llama_genai_fp32.onnx"), 4, [(1, 4)], targets=[]))
     with pytest.raises(grapec.errors.InputError, match="1 to 4 tokens"):
@@ -219,6 +263,13 @@ def test_the_generate_command(tmp_path):
     r = _cli("generate", out, *args, "--backend", "cpu", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["tokens"] == want
+    r = _cli("generate", out, *args, "--backend", "cpu", "--stream")   # a line per row and step, as they come
+    assert r.returncode == 0, r.stderr
+    lines = [line.split(": ") for line in r.stdout.splitlines() if line.startswith("row ")]
+    assert len(lines) == 12 and [[int(t) for k, t in lines if k == f"row {i}"] for i in range(2)] == want
+    assert "(one launch, streamed;" in r.stdout
+    r = _cli("generate", out, *args, "--backend", "cpu", "--stream", "--repeat", "2")
+    assert r.returncode == 2 and "--stream runs the generation once" in r.stderr, r.stderr
     r = _cli("generate", path, *args, "--max-new-tokens", "6", "--dim", "kv_cache_dim=16", "--backend", "cpu")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:2] == [f"row {i}: {' '.join(map(str, w))}" for i, w in enumerate(want)]
@@ -250,3 +301,9 @@ def test_generation_on_the_gpu_gives_onnxruntimes_greedy_tokens(name, tmp_path):
     for _ in range(2):   # the second run replays the graph built by the first
         assert grapec.generate(sess, prompts).tokens == want
     assert grapec.generate(sess, prompts, max_new_tokens=3).tokens == [w[:3] for w in want]
+    # streamed: read beside the running graph, after a run that left other tokens in the slot
+    other = prompts_of([3, 6, 4, 2], seed=7)
+    want_other = reference_greedy(path, other, 16)
+    tokens = grapec.stream(sess, other)
+    items = list(tokens)
+    assert items and [sum((item[r] for item in items), []) for r in range(4)] == want_other == tokens.result.tokens

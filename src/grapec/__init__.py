@@ -39,3 +39,11 @@ def generate(session, prompts, max_new_tokens=None, eos_token_id=None, temperatu
     or sampled (temperature, top_p, seed) where it was compiled with --top-k. See grapec.runtime.generation."""
     from .runtime.generation import generate as run_generation
     return run_generation(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed)
+
+
+def stream(session, prompts, max_new_tokens=None, eos_token_id=None, temperature=None, top_p=None, seed=None):
+    """generate(), its tokens handed over as the one launch makes them: an iterator of lists, one per
+    prompt, of each row's new ids since the last item; its .result is generate()'s Generation once it
+    has ended. See grapec.runtime.generation.stream."""
+    from .runtime.generation import stream as run_stream
+    return run_stream(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed)

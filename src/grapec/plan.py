@@ -146,6 +146,9 @@ class LoopStep:
     origin: list = field(default_factory=list)
     deps: list | None = None
     branch: int = 0
+    carried: list | None = None   # the body's slots of the carried values, in order: what a step
+                                  # rewrites (a generation's tokens, streamed from them: runtime/
+                                  # generation.py); None in plans from before grapec recorded them
     op = "loop"
 
 
@@ -249,7 +252,7 @@ def _step_to_json(s) -> dict:
                 "else": steps_to_json(s.else_.steps), **region}
     return {"op": "loop", "trip": s.trip, "cond": s.cond, "counter": s.counter, "cond_in": s.cond_in,
             "cond_out": s.cond_out, "enter": steps_to_json(s.enter), "body": steps_to_json(s.body.steps),
-            "exit": steps_to_json(s.exit), **region}
+            "exit": steps_to_json(s.exit), **region, **({} if s.carried is None else {"carried": list(s.carried)})}
 
 
 def steps_from_json(rows) -> list:
@@ -311,7 +314,7 @@ def _step_from_json(d):
     if op == "loop":
         return LoopStep(int(d["trip"]), int(d["cond"]), int(d["counter"]), int(d["cond_in"]), int(d["cond_out"]),
                         steps_from_json(d["enter"]), Body(steps_from_json(d["body"])), steps_from_json(d["exit"]),
-                        _ints(d["outputs"]), **region)
+                        _ints(d["outputs"]), **region, carried=_ints(d["carried"]) if "carried" in d else None)
     raise ValueError(f"unknown step kind {op!r}")
 
 

@@ -420,6 +420,8 @@ def _validate_plan(plan: Plan, weight_bytes, kernels, nk):
                 check_scalar(st.cond_out, what, "bool")
                 for b in st.outputs:
                     check_buf(b, what, allow_none=True)
+                for b in st.carried or []:
+                    check_buf(b, what)
                 for label, sub in (("enter", st.enter), ("body", st.body.steps), ("exit", st.exit)):
                     check_steps(sub, f"{what} {label}: ")
             else:  # pragma: no cover - Plan.from_json builds only these

@@ -195,6 +195,7 @@ class BucketContext:
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
     dependent_launch: bool = True  # the GPU code targets sm_90+, where programmatic edges join kernel nodes
     switch_us: float = 0.0         # several buckets: a node whose launch differs by size costs this a switch
+    held_outputs: tuple = ()       # outputs a caller reads while a run goes on (a generation's tokens, streamed)
 
 
 @dataclass
@@ -204,6 +205,12 @@ class BucketResult:
     outputs: list         # the manifest's outputs (dtype, dims)
     notes: list = field(default_factory=list)
     log: list = field(default_factory=list)
+
+
+def streamed_outputs(proto) -> tuple:
+    """The outputs a caller may read while the run goes on: a generation's tokens, which
+    runtime/generation.py streams from the Loop's carried slot (frontend/generation.py names them)."""
+    return tuple(p.value for p in proto.metadata_props if p.key == "grapec.generated_tokens_output")
 
 
 def lowered_model(proto, input_shapes: dict, fixed: dict, bounds: dict | None = None) -> Graph:
@@ -236,7 +243,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
             if note not in notes:
                 notes.append(note)
-    plan = PlanBuilder(weights, kernels).build(low)
+    plan = PlanBuilder(weights, kernels).build(low, held=ctx.held_outputs)
     check_plan_fits(plan, weights, ctx.profile, ishapes)
     streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches)
     stitched = plan_stitches(plan, kernels.kernels, ctx.profile, ctx.grid_stitch, ctx.dependent_launch)
@@ -439,7 +446,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                         fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
                         shared_weights=len(bucket_shapes) > 1 or generate is not None, conv=conv, attention=attention, grid_stitch=grid_stitch,
                         switch_us=NODE_UPDATE_US if len(bucket_shapes) > 1 else 0.0,
-                        dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]))
+                        dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]),
+                        held_outputs=streamed_outputs(proto))
     try:
         with derived.sharing():   # the buckets (and a generation's prompt and decode step) derive a weight's copies once
             results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)

@@ -167,8 +167,9 @@ class PlanBuilder:
         self._ids: dict = {}
         self._scopes: dict = {}   # id(graph) -> (graph, MemoryPlan, base offset)
 
-    def build(self, g: Graph) -> Plan:
-        mem = plan_memory(g)
+    def build(self, g: Graph, held: tuple = ()) -> Plan:
+        """held: outputs whose bytes are theirs alone for the whole run (plan_memory)."""
+        mem = plan_memory(g, held=held)
         steps = self._steps(g, mem, 0)
         return Plan(self.buffers, [(n, self.buffer(g, n)) for n in g.inputs],
                     [(n, self.buffer(g, n)) for n in g.outputs], steps, mem.arena_bytes, mem.report(),
@@ -257,7 +258,7 @@ class PlanBuilder:
         return LoopStep(ref(node.inputs[0]), ref(node.inputs[1]),
                         self.buffer(body, body.inputs[0]), self.buffer(body, body.inputs[1]),
                         self.buffer(body, body.outputs[0]), [s for s in enter if s], Body([s for s in steps if s]),
-                        [s for s in exit_ if s], [ref(o) for o in node.outputs], **_region_mode(node))
+                        [s for s in exit_ if s], [ref(o) for o in node.outputs], **_region_mode(node), carried=slot)
 
 
 def _region_mode(node) -> dict:

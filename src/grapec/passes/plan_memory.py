@@ -118,12 +118,14 @@ def _peak_live(order, storages, writer, readers, size, sink) -> int:
     return peak
 
 
-def plan_memory(g: Graph, pinned: dict | None = None, loop_body: bool = False) -> MemoryPlan:
+def plan_memory(g: Graph, pinned: dict | None = None, loop_body: bool = False, held: tuple = ()) -> MemoryPlan:
     """pinned: body value -> value of the enclosing scope whose bytes it is given (an If branch's
     outputs, a Loop's carried values): those storages are placed by the parent, not here.
     loop_body: g is a Loop body; its inputs (iteration, condition, carried values) stay live to its
     end, because the loop writes them between iterations, and a carried output takes its input's
-    bytes where every other use of the input happens-before it is written (an in-place update)."""
+    bytes where every other use of the input happens-before it is written (an in-place update).
+    held: outputs a caller reads while the run goes on (a generation's tokens, streamed as a Loop
+    rewrites them): their bytes are theirs from the first step, never another value's before it."""
     nodes = g.nodes
     n = len(nodes)
     SINK = n
@@ -192,6 +194,9 @@ def plan_memory(g: Graph, pinned: dict | None = None, loop_body: bool = False) -
     for o in g.outputs:
         if local(find(o)):
             readers.setdefault(find(o), set()).add(SINK)
+    for o in held:
+        if o in g.outputs and local(find(o)):
+            writer[find(o)] = -1
     outside = {}   # storage root -> the enclosing-scope value whose bytes it takes
     for name, parent_name in (pinned or {}).items():
         r = find(name)

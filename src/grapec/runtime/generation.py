@@ -4,17 +4,22 @@ row's new token ids out, the whole generation one launch of the bundle.
     sess = grapec.load("llama.grape")          # grapec compile decoder.onnx --generate 128 ...
     result = generate(sess, [[1, 15, 8], [1, 9]], max_new_tokens=32, eos_token_id=2)
     result.tokens                               # [[...], [...]]: each row's ids, its eos included
+    for new in stream(sess, [[1, 15, 8]]):      # the same, each row's ids as the launch makes them
+        print(new[0])
 
 The prompts are right-padded into the smallest bucket (batch x prompt) that holds them; rows the
 bucket has beyond them repeat the first prompt and are dropped from the result.
 """
 from __future__ import annotations
 
+import queue
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BundleError, InputError
+from ..errors import BackendError, BundleError, InputError
+from ..plan import LoopStep
 
 INPUTS = ("prompt_ids", "prompt_lengths", "max_new_tokens", "eos_token_id")
 SAMPLING = ("temperature", "top_p", "seed")   # a bundle compiled with --top-k takes these too
@@ -70,33 +75,129 @@ def generate(session, prompts: list, max_new_tokens: int | None = None, eos_toke
     or sampled where it was compiled with --top-k (temperature, top_p and seed apply then).
     max_new_tokens: at most the bundle's N [default: N]; eos_token_id: a row stops after it (-1: none)
     [default: the model's, from onnxruntime-genai's genai_config.json where there was one, else none]."""
-    n = room(session)
-    sampling = sampling_feeds(session, temperature, top_p, seed)
-    if eos_token_id is None:
-        eos_token_id = int((session.bundle.manifest.get("metadata") or {}).get("grapec.generate.eos_token_id", -1))
-    max_new_tokens = n if max_new_tokens is None else int(max_new_tokens)
-    if not 1 <= max_new_tokens <= n:
-        raise InputError(f"max_new_tokens {max_new_tokens}: this bundle generates 1 to {n} tokens (its KV cache was "
-                         f"sized by --generate {n}; recompile with a larger one)")
-    prompts = [list(map(int, p)) for p in prompts]
-    if not prompts or any(not p for p in prompts):
-        raise InputError("every prompt needs at least one token id")
-    longest = max(len(p) for p in prompts)
-    fits = [b for b in session.buckets if b["prompt_ids"][0] >= len(prompts) and b["prompt_ids"][1] >= longest]
-    if not fits:
-        have = ", ".join("x".join(map(str, b["prompt_ids"])) for b in session.buckets)
-        raise InputError(f"{len(prompts)} prompt(s) of up to {longest} tokens fit no bucket of this bundle "
-                         f"(batch x prompt: {have}); compile one with --bucket batch=B,prompt=P")
-    bucket = min(fits, key=lambda b: (b["prompt_ids"][0] * b["prompt_ids"][1], b["prompt_ids"]))
-    rows, width = bucket["prompt_ids"]
-    ids = np.zeros((rows, width), np.int64)
-    lengths = np.zeros(rows, np.int64)
+    call = _Call(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed)
+    return call.result(session.run(call.feeds))
+
+
+def stream(session, prompts: list, max_new_tokens: int | None = None, eos_token_id: int | None = None,
+           temperature: float | None = None, top_p: float | None = None, seed: int | None = None) -> "TokenStream":
+    """generate()'s tokens as the one launch makes them (onnxruntime-genai's Generator loop, without a
+    call per token): an iterator of lists, one per prompt, of the ids each row made since the last
+    item. Its `.result` is generate()'s answer once the iterator has ended.
+
+        for new in grapec.stream(sess, [[1, 15, 8]], max_new_tokens=64):
+            print(*new[0], end=" ", flush=True)
+
+    The CPU backend hands over the tokens after every step; on the GPU they are read beside the
+    running graph (runtime/cuda/watcher.py), so an item may hold a few steps' tokens at once."""
+    return TokenStream(session, _Call(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed))
+
+
+class _Call:
+    """One generation's feeds, checked, and how its outputs read back."""
+
+    def __init__(self, session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed):
+        n = room(session)
+        sampling = sampling_feeds(session, temperature, top_p, seed)
+        if eos_token_id is None:
+            eos_token_id = int((session.bundle.manifest.get("metadata") or {}).get("grapec.generate.eos_token_id", -1))
+        self.max_new_tokens = n if max_new_tokens is None else int(max_new_tokens)
+        if not 1 <= self.max_new_tokens <= n:
+            raise InputError(f"max_new_tokens {self.max_new_tokens}: this bundle generates 1 to {n} tokens (its KV cache "
+                             f"was sized by --generate {n}; recompile with a larger one)")
+        prompts = [list(map(int, p)) for p in prompts]
+        if not prompts or any(not p for p in prompts):
+            raise InputError("every prompt needs at least one token id")
+        longest = max(len(p) for p in prompts)
+        fits = [b for b in session.buckets if b["prompt_ids"][0] >= len(prompts) and b["prompt_ids"][1] >= longest]
+        if not fits:
+            have = ", ".join("x".join(map(str, b["prompt_ids"])) for b in session.buckets)
+            raise InputError(f"{len(prompts)} prompt(s) of up to {longest} tokens fit no bucket of this bundle "
+                             f"(batch x prompt: {have}); compile one with --bucket batch=B,prompt=P")
+        self.bucket = min(fits, key=lambda b: (b["prompt_ids"][0] * b["prompt_ids"][1], b["prompt_ids"]))
+        rows, width = self.bucket["prompt_ids"]
+        ids = np.zeros((rows, width), np.int64)
+        lengths = np.zeros(rows, np.int64)
+        for r in range(rows):
+            p = prompts[r] if r < len(prompts) else prompts[0]
+            ids[r, :len(p)] = p
+            ids[r, len(p):] = p[-1]   # any id within the vocabulary: the padding is masked out
+            lengths[r] = len(p)
+        self.rows = len(prompts)
+        self.feeds = {"prompt_ids": ids, "prompt_lengths": lengths,
+                      "max_new_tokens": np.array(self.max_new_tokens, np.int64),
+                      "eos_token_id": np.array(eos_token_id, np.int64), **sampling}
+
+    def result(self, out: dict) -> Generation:
+        tokens = [out["generated"][r, :int(out["num_generated"][r])].tolist() for r in range(self.rows)]
+        return Generation(tokens, {k: tuple(v) for k, v in self.bucket.items()}, self.max_new_tokens)
+
+
+def tokens_slot(plan) -> int:
+    """The buffer the generation Loop keeps its tokens in as it goes: the carried slot of the plan's
+    `generated` output (its own bytes from the first step: compiler/pipeline.py streamed_outputs)."""
+    out = dict(plan.outputs)["generated"]
+    for st in plan.steps:
+        if isinstance(st, LoopStep) and st.carried is not None and out in st.outputs[:len(st.carried)]:
+            slot = st.carried[st.outputs.index(out)]
+            if plan.buffers[slot].offset == plan.buffers[out].offset and plan.buffers[slot].space == "arena":
+                return slot
+    raise BundleError("this bundle's plan does not say where its generation loop keeps its tokens, so they cannot "
+                      "be streamed (a bundle from an older grapec?); compile it again, or call generate()")
+
+
+def _so_far(generated: np.ndarray, rows: int) -> list:
+    """Each row's tokens in a copy of the tokens slot: the ids before its first -1 (no token yet, or
+    none after the row's eos)."""
+    out = []
     for r in range(rows):
-        p = prompts[r] if r < len(prompts) else prompts[0]
-        ids[r, :len(p)] = p
-        ids[r, len(p):] = p[-1]   # any id within the vocabulary: the padding is masked out
-        lengths[r] = len(p)
-    out = session.run({"prompt_ids": ids, "prompt_lengths": lengths, "max_new_tokens": np.array(max_new_tokens, np.int64),
-                       "eos_token_id": np.array(eos_token_id, np.int64), **sampling})
-    tokens = [out["generated"][r, :int(out["num_generated"][r])].tolist() for r in range(len(prompts))]
-    return Generation(tokens, {k: tuple(v) for k, v in bucket.items()}, max_new_tokens)
+        row = generated[r]
+        stop = np.flatnonzero(row < 0)
+        out.append(row[:stop[0] if stop.size else row.size].tolist())
+    return out
+
+
+class TokenStream:
+    """stream()'s iterator. The run goes on in a thread of its own, which hands over copies of the
+    tokens slot; an abandoned iterator still waits for its run to end when it is closed."""
+
+    def __init__(self, session, call: _Call):
+        self.session, self.call = session, call
+        self.result: Generation | None = None
+
+    def __iter__(self):
+        updates: queue.SimpleQueue = queue.SimpleQueue()
+
+        def work():
+            try:
+                updates.put(("done", self.session.run_watching(self.call.feeds, tokens_slot,
+                                                               lambda a: updates.put(("tokens", a)))))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                updates.put(("error", e))
+
+        worker = threading.Thread(target=work, name="grapec-stream", daemon=True)
+        worker.start()
+        sent = [[] for _ in range(self.call.rows)]
+        try:
+            while True:
+                kind, value = updates.get()
+                if kind == "error":
+                    raise value
+                if kind == "done":
+                    self.result = self.call.result(value)
+                    rows = self.result.tokens
+                else:
+                    rows = _so_far(value, self.call.rows)
+                new = []
+                for r, got in enumerate(rows):
+                    if got[:len(sent[r])] != sent[r]:
+                        raise BackendError(f"internal error, please report it: row {r}'s streamed tokens {sent[r]} "
+                                           f"are not how its tokens {got} begin")
+                    new.append(got[len(sent[r]):])
+                    sent[r] = got
+                if any(new):
+                    yield new
+                if kind == "done":
+                    return
+        finally:
+            worker.join()

@@ -28,6 +28,7 @@ from ..errors import BackendError, InputError
 from ..ir.selection import checked_output, hidden_output, output_counts
 from ..bundle.value_range import check_value_range, manifest_ranges
 from .binding import contiguous_strides
+from .watch import Watch
 
 
 def _shape(a):
@@ -280,11 +281,21 @@ class Session:
         outs = self._run_dict(feeds, names, on_device)
         return [outs[n] for n in (names or [o.name for o in self._outputs])] if as_list else outs
 
-    def _run_dict(self, feeds: dict, output_names, on_device: bool) -> dict:
+    def run_watching(self, feeds: dict, watched, on_value) -> dict:
+        """run(feeds), handing copies of one buffer of the plan to on_value(array) as the run goes:
+        watched(plan) -> that buffer's index, one a top-level Loop rewrites each step (runtime/watch.py
+        says when each backend makes its copies). on_value is called from this thread."""
+        return self._run_dict(feeds, None, False, (watched, on_value))
+
+    def _run_dict(self, feeds: dict, output_names, on_device: bool, watching: tuple | None = None) -> dict:
         arrays = self.check_feeds(feeds)
         bucket = self.select_bucket({n: tuple(_shape(a)) for n, a in arrays.items()})
         with self._lane() as runner:   # a runner's arena is the run's from inputs in to outputs out
-            outs = runner.run(bucket, arrays, on_device=True) if on_device else runner.run(bucket, arrays)
+            if watching is not None:
+                watched, on_value = watching
+                outs = runner.run(bucket, arrays, watch=Watch(watched(self.bundle.plans[bucket]), on_value))
+            else:
+                outs = runner.run(bucket, arrays, on_device=True) if on_device else runner.run(bucket, arrays)
             self._check_run_sizes(outs)
         if self._counts and not on_device:
             outs = self._trimmed(outs)

@@ -552,10 +552,14 @@ def _parse(shapes, dims, values=()):
 @click.option("--seed", type=int, default=None, help="Sampling: the same seed gives the same tokens [default: 0].")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000),
               help="Generate this many times and report the fastest (the first run builds the GPU graph).")
+@click.option("--stream", is_flag=True,
+              help="Print each row's tokens as the launch makes them ('row R: ids' per arrival; with --json a JSON "
+                   "line {\"row\": R, \"tokens\": [..]} each, then the summary), read beside the running graph "
+                   "(on the GPU an arrival may hold a few steps' tokens).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tokens and timings as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
 def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims, top_k, temperature, top_p, seed,
-             repeat, as_json, quiet):
+             repeat, stream, as_json, quiet):
     """Greedy or sampled generation from token-id prompts with MODEL: a bundle compiled with --generate,
     or a decoder .onnx (onnxruntime-genai's builder, optimum), compiled here for these prompts.
 
@@ -565,22 +569,13 @@ def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims
     whose conditional WHILE node steps through the tokens.
       grapec compile decoder.onnx --generate 128 --dim batch=1 --dim prompt=64 -o llama.grape
       grapec generate llama.grape --prompt-ids '1 15 8 99' --eos-token-id 2
+      grapec generate llama.grape --prompt-ids '1 15 8 99' --stream   # tokens as they come
       grapec compile decoder.onnx --generate 128 --top-k 50 --dim batch=1 --dim prompt=64 -o sampled.grape
       grapec generate sampled.grape --prompt-ids '1 15 8 99' --temperature 0.8 --top-p 0.9 --seed 7
     """
-    from ..frontend.shapes import parse_dims
-    from ..runtime.devices import resolve_backend
-    from .generate import echo_result, load_generator, parse_prompt, run_generate
-    say = None if quiet or as_json else (lambda m: click.echo(f"[grapec] {m}", err=True))
-    backend, why = resolve_backend(backend, device)
-    if say:
-        say(f"running on the {why}")
-    rows = [parse_prompt(p) for p in prompts]
-    sess, how = load_generator(model, rows, max_new_tokens, backend, device, parse_dims(list(dims)), say, top_k)
-    if say:
-        say(f"{os.path.basename(model)}: {how}")
-    sampling = {"temperature": temperature, "top_p": top_p, "seed": seed}
-    echo_result(run_generate(sess, rows, max_new_tokens, eos_token_id, repeat, sampling), as_json)
+    from .generate import generate_command
+    generate_command(model, prompts, max_new_tokens, eos_token_id, backend, device, dims, top_k,
+                     {"temperature": temperature, "top_p": top_p, "seed": seed}, repeat, stream, as_json, quiet)
 
 
 @main.command("export-triton")

@@ -11,6 +11,28 @@ import click
 from ..errors import GrapecError, InputError
 
 
+def generate_command(model: str, prompts: tuple, max_new_tokens: int | None, eos_token_id: int | None, backend: str,
+                     device: int, dims: tuple, top_k: int | None, sampling: dict, repeat: int, stream: bool,
+                     as_json: bool, quiet: bool):
+    """`grapec generate`'s work (cli.py has its options and help)."""
+    from ..frontend.shapes import parse_dims
+    from ..runtime.devices import resolve_backend
+    if stream and repeat > 1:
+        raise InputError("--stream runs the generation once; --repeat times runs that are not streamed")
+    say = None if quiet or as_json else (lambda m: click.echo(f"[grapec] {m}", err=True))
+    backend, why = resolve_backend(backend, device)
+    if say:
+        say(f"running on the {why}")
+    rows = [parse_prompt(p) for p in prompts]
+    sess, how = load_generator(model, rows, max_new_tokens, backend, device, parse_dims(list(dims)), say, top_k)
+    if say:
+        say(f"{os.path.basename(model)}: {how}")
+    if stream:
+        echo_result(stream_generate(sess, rows, max_new_tokens, eos_token_id, sampling, as_json), as_json)
+    else:
+        echo_result(run_generate(sess, rows, max_new_tokens, eos_token_id, repeat, sampling), as_json)
+
+
 def parse_prompt(text: str) -> list:
     """'1 15 8' or '1,15,8' -> [1, 15, 8]."""
     parts = text.replace(",", " ").split()
@@ -59,20 +81,41 @@ def run_generate(session, prompts: list, max_new_tokens: int | None, eos_token_i
         t0 = time.perf_counter()
         result = generate(session, prompts, max_new_tokens, eos_token_id, **(sampling or {}))
         times.append(time.perf_counter() - t0)
+    return _report(result, times)
+
+
+def stream_generate(session, prompts: list, max_new_tokens: int | None, eos_token_id: int | None,
+                    sampling: dict | None, as_json: bool) -> dict:
+    """One generation, each row's tokens printed as the launch makes them ('row R: ids', or a JSON line
+    {"row": R, "tokens": [..]} a row per arrival); -> the result and the timing, as run_generate's."""
+    from ..runtime.generation import stream
+    t0 = time.perf_counter()
+    tokens = stream(session, prompts, max_new_tokens, eos_token_id, **(sampling or {}))
+    for new in tokens:
+        for r, ids in enumerate(new):
+            if ids:
+                click.echo(json.dumps({"row": r, "tokens": ids}) if as_json else f"row {r}: {' '.join(map(str, ids))}")
+    return _report(tokens.result, [time.perf_counter() - t0], streamed=True)
+
+
+def _report(result, times: list, streamed: bool = False) -> dict:
     new = sum(len(t) for t in result.tokens)
     best = min(times)
     return {"tokens": result.tokens, "bucket": {k: list(v) for k, v in result.bucket.items()},
             "max_new_tokens": result.max_new_tokens, "new_tokens": new, "ms": [round(t * 1e3, 3) for t in times],
-            "ms_per_step": round(best * 1e3 / max(1, max(len(t) for t in result.tokens)), 4)}
+            "ms_per_step": round(best * 1e3 / max(1, max(len(t) for t in result.tokens)), 4), "streamed": streamed}
 
 
 def echo_result(report: dict, as_json: bool):
+    """The tokens (unless they were streamed already) and the timing line."""
     if as_json:
         click.echo(json.dumps(report))
         return
-    for i, ids in enumerate(report["tokens"]):
-        click.echo(f"row {i}: {' '.join(map(str, ids))}")
+    if not report["streamed"]:
+        for i, ids in enumerate(report["tokens"]):
+            click.echo(f"row {i}: {' '.join(map(str, ids))}")
     ms = report["ms"]
-    click.echo(f"{report['new_tokens']} new tokens in {min(ms):.2f} ms (one launch; {report['ms_per_step']:.3f} ms per "
+    how = "one launch, streamed" if report["streamed"] else "one launch"
+    click.echo(f"{report['new_tokens']} new tokens in {min(ms):.2f} ms ({how}; {report['ms_per_step']:.3f} ms per "
                f"step), at bucket {'x'.join(map(str, report['bucket']['prompt_ids']))}"
                + (f"; first call {ms[0]:.2f} ms" if len(ms) > 1 else ""))

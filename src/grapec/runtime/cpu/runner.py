@@ -51,15 +51,21 @@ class CpuPlanRunner:
             self._views[bucket] = out
         return self._views[bucket]
 
-    def run(self, bucket: int, feeds: dict) -> dict:
+    def run(self, bucket: int, feeds: dict, watch=None) -> dict:
+        """watch (runtime/watch.py): a buffer handed to watch.on_value as top-level Loops go."""
         v = self.views(bucket)
         plan = self._plans[bucket]
         for name, b in plan.inputs:
             v[b][...] = feeds[name]
-        self.exec_steps(plan.steps, v)
+        progress = None
+        if watch is not None:
+            v[watch.buffer].view(np.uint8)[...] = watch.fill
+            progress = lambda: watch.on_value(v[watch.buffer].copy())  # noqa: E731
+        self.exec_steps(plan.steps, v, progress)
         return {name: v[b].copy() for name, b in plan.outputs}
 
-    def exec_steps(self, steps, v):
+    def exec_steps(self, steps, v, progress=None):
+        """progress: the top level's Loops call it (runtime/walker.py); nested steps run without."""
         order = range(len(steps)) if self.rng is None else random_order(steps, self.rng)
         for st in (steps[i] for i in order):
             if isinstance(st, KernelStep):
@@ -69,7 +75,7 @@ class CpuPlanRunner:
             elif isinstance(st, ScanStoreStep):
                 v[st.dst][int(v[st.counter].reshape(-1)[0])] = v[st.src]
             else:
-                run_region(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v))
+                run_region(st, _ArenaViews(v), lambda steps: self.exec_steps(steps, v), progress)
 
 
 class _ArenaViews:

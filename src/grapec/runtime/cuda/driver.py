@@ -46,6 +46,18 @@ def call(name: str, *args):
     return vals[0] if len(vals) == 1 else vals
 
 
+def event_done(event) -> bool:
+    """Is the work recorded before `event` done? (cuEventQuery's NOT_READY is an answer, not a failure)"""
+    d = _driver()
+    res = d.cuEventQuery(event)
+    err = res[0] if isinstance(res, tuple) else res
+    if err == d.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    if int(err) != 0:
+        call("cuEventQuery", event)   # raises, with the driver's words
+    return True
+
+
 def capture_stream():
     """A stream to capture on that the legacy default stream does not wait for: a copy on the legacy
     stream in another thread (cuMemcpyHtoD at load, a caller's own copy) would otherwise join the

@@ -36,7 +36,7 @@ from .binding import ZeroCopy
 from .driver import call, copy_rows_async
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
-from . import shared_exec
+from . import shared_exec, watcher
 
 # Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
 # about 2.6 MiB of device memory; a switch to a bucket not kept patches its parked graph into a kept exec
@@ -444,13 +444,14 @@ class CudaPlanRunner:
 
 
     # --- running ---------------------------------------------------------------------------------
-    def execute(self, bucket: int, steps: list):
+    def execute(self, bucket: int, steps: list, progress=None):
+        """progress: what a host-driven Loop of `steps` calls as it goes (runtime/walker.py)."""
         for item in self.program(bucket, steps):
             if isinstance(item, _Segment):
                 call("cuGraphLaunch", item.exec, self.stream)
                 self.launched += 1
             else:
-                run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub))
+                run_region(item, _BucketMemory(self, bucket), lambda sub: self.execute(bucket, sub), progress)
 
     def _read(self, bucket, b) -> np.ndarray:
         return self._download(bucket, [b])[0]
@@ -493,10 +494,11 @@ class CudaPlanRunner:
             call("cuMemcpyHtoDAsync", self.ptr(bucket, b), a.ctypes.data, a.nbytes, self.stream)
             self._pending.append(a)   # the async copy may read it after we return
 
-    def run(self, bucket: int, feeds: dict, on_device: bool = False, bound: dict | None = None) -> dict:
+    def run(self, bucket: int, feeds: dict, on_device: bool = False, bound: dict | None = None, watch=None) -> dict:
         """feeds: input name -> host or device array, copied into the arena. bound (IOBinding): input
         and output name -> a caller's device pointer, patched into the graph or copied (binding.py);
-        a bound output is returned as its pointer, the others as device arrays (on_device) or numpy."""
+        a bound output is returned as its pointer, the others as device arrays (on_device) or numpy.
+        watch (runtime/watch.py): a buffer copied to watch.on_value while the run goes (watcher.py)."""
         self.dev.make_current()
         self._pending = []
         self.launched = 0
@@ -510,7 +512,13 @@ class CudaPlanRunner:
                 call("cuMemcpyDtoDAsync", self.ptr(bucket, b), copy_in[name], plan.buffers[b].nbytes, self.stream)
             elif name not in bound:
                 self.feed(bucket, name, b, feeds[name])
-        self.execute(bucket, plan.steps)
+        progress = None
+        if watch is not None:
+            watcher.fill(self, bucket, watch)
+            progress = lambda: watch.on_value(self._read(bucket, watch.buffer))  # noqa: E731
+        self.execute(bucket, plan.steps, progress)
+        if watch is not None:
+            watcher.follow(self, bucket, watch)
         for name, b in plan.outputs:
             if name in copy_out:
                 self.copy_buffer_out(plan.buffers[b], self.ptr(bucket, b), copy_out[name], host=False)
