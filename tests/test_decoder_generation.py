@@ -307,3 +307,19 @@ def test_generation_on_the_gpu_gives_onnxruntimes_greedy_tokens(name, tmp_path):
     tokens = grapec.stream(sess, other)
     items = list(tokens)
     assert items and [sum((item[r] for item in items), []) for r in range(4)] == want_other == tokens.result.tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() == 0, reason="needs a CUDA GPU")
+def test_sampled_generation_on_the_gpu_is_the_cpu_backends_draw(tmp_path):
+    """--top-k on the GPU: TopK as grapec's selection kernel inside the graph, the same counter-based
+    draw as the CPU backend's for the same seed (and onnxruntime's logits sampled in numpy)."""
+    path = lively("fp32", str(tmp_path / "decoder.onnx"))
+    prompts = prompts_of([6, 3, 5], seed=4)
+    bundle = compiled(path, 10, [(4, 8)], top_k=8)
+    only_float32_attention_notes(bundle)   # nothing on the host, the draw included
+    gpu, cpu = grapec.load(bundle, backend="cuda"), grapec.load(bundle)
+    for temperature, top_p, seed in ((0.7, 0.9, 3), (1.5, 1.0, -12)):
+        want = reference_greedy(path, prompts, 10, choose=sampled_reference(8, temperature, top_p, seed))
+        got = grapec.generate(gpu, prompts, temperature=temperature, top_p=top_p, seed=seed).tokens
+        assert got == want == grapec.generate(cpu, prompts, temperature=temperature, top_p=top_p, seed=seed).tokens
