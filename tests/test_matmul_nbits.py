@@ -120,6 +120,12 @@ def test_unsupported_forms_are_named_with_their_node(tmp_path):
     path.write_bytes(m.SerializeToString())
     assert_user_error(*grapec_cli("compile", path, "-o", tmp_path / "q3.grape"), "bits=3", "'q'")
     assert not (tmp_path / "q3.grape").exists()
+    for block in (8, 24):   # below 16, or not a power of two
+        m = _hand_built("none", False, np.float32, bits=4, block=block)
+        with pytest.raises(UnsupportedError, match=rf"'q'.*block_size={block} is not supported: blocks are a power of two of at least 16"):
+            grapec.compile(m, targets=[])
+    path.write_bytes(m.SerializeToString())
+    assert_user_error(*grapec_cli("compile", path, "-o", tmp_path / "q24.grape"), "block_size=24", "'q'")
     g_idx = _hand_built("none", False, np.float32)
     g_idx.graph.node[0].input.append("g_idx")
     g_idx.graph.initializer.append(numpy_helper.from_array(np.arange(K, dtype=np.int32) // 32, "g_idx"))

@@ -231,6 +231,7 @@ def matmul_nbits(ctx):
     bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size"))
     if bits not in NBITS:
         ctx.fail(f"bits={bits} is not supported (supported: {', '.join(map(str, NBITS))})")
+    _check_block(ctx, block)
     if ctx.has(4):
         ctx.fail("g_idx (input 4, act-order GPTQ) is not supported; re-export without it")
     a, b, scales = ctx.input(0), ctx.input(1), ctx.input(2)
@@ -281,6 +282,14 @@ def _code(packed: T, row, i, bits: int) -> K.Expr:
     return K.binary("bitand", K.binary("shr", byte, K.cast((i % per_byte) * bits, "int32")), K.const((1 << bits) - 1, "int32"))
 
 
+def _check_block(ctx, block: int):
+    """onnxruntime's block-quantized ops (MatMulNBits, GatherBlockQuantized) take blocks of a power of
+    two of at least 16, as their spec says; the unpacking kernels assume whole bytes per block."""
+    if block < 16 or block & (block - 1):
+        ctx.fail(f"block_size={block} is not supported: blocks are a power of two of at least 16 "
+                 "(onnxruntime's contrib op spec; its quantizer and model builder write 16 to 256)")
+
+
 def _block_dequant(ctx, codes: T, scale: T, zp: T | None, bits: int, block: int, rows: int, blocks: int):
     """(row, i) -> float32 (code - zero point) * scale of code i of `row`, for block-quantized rows:
     scale [rows, blocks]; zp absent (2^(bits-1)), uint8 packed like the codes (each row padded to
@@ -320,6 +329,7 @@ def gather_block_quantized(ctx):
                  "only a uint8 table [N, packed K] gathered on axis 0 and quantized on axis 1 is supported")
     if bits not in NBITS:
         ctx.fail(f"bits={bits} is not supported (supported: {', '.join(map(str, NBITS))})")
+    _check_block(ctx, block)
     rows, k_dim = data.shape[0], data.shape[1] * 8 // bits
     blocks = -(-k_dim // block)
     if scales.size != rows * blocks:
