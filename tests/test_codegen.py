@@ -34,10 +34,10 @@ class HostCodegenRunner(CpuPlanRunner):
         self.half = bundle.manifest.get("precision") in ("fp16", "bf16")
         self.worst = 0.0
 
-    def exec_steps(self, steps, v):
+    def exec_steps(self, steps, v, progress=None):
         for st in steps:
             if st.op != "kernel":
-                super().exec_steps([st], v)
+                super().exec_steps([st], v, progress)
                 continue
             k = self.kernels[st.kernel]
             ins = [v[a] for a in st.args]

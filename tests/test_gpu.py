@@ -107,11 +107,11 @@ class GpuStepChecker:
         checker = self
 
         class Runner(CpuPlanRunner):
-            def exec_steps(self, steps, v):
+            def exec_steps(self, steps, v, progress=None):
                 for st in steps:
                     # inputs as the step found them: a Loop-carried update runs in place over its input
                     ins = [v[a].copy() if a >= 0 else None for a in getattr(st, "args", [])]
-                    super().exec_steps([st], v)
+                    super().exec_steps([st], v, progress)
                     if st.op in ("kernel", "library"):
                         checker.compare(st, ins, v[st.out])
         self.cpu = Runner(bundle)
