@@ -3,6 +3,7 @@
     python models/real.py --out models/real                # the torch and onnxruntime ones
     /path/to/tf-venv/bin/python models/real.py keras_cnn   # the Keras one (tensorflow-cpu, tf2onnx)
     /path/to/genai-venv/bin/python models/real.py llama_genai   # onnxruntime-genai's builder (2 files)
+    /path/to/optimum-venv/bin/python models/real.py llama_optimum   # optimum's exporter (optimum-onnx)
 
 | model          | made by                                                    | what it exercises                      |
 |----------------|------------------------------------------------------------|----------------------------------------|
@@ -18,6 +19,9 @@
 | fp32, _int4,   | -p fp16 / int4 -e cuda) of a tiny Llama-shaped decoder     | SkipSimplifiedLayerNormalization,      |
 | cuda_fp16, ... | (save_pretrained)                                          |                                        |
 |                |                                                            | MatMulNBits, GatherBlockQuantized      |
+| llama_optimum  | optimum-cli export onnx --task text-generation-with-past   | the same decoder as torch.onnx writes  |
+|                | (torch.onnx underneath) of the same Llama shape            | it: RoPE, GQA and RMSNorm as plain ops,|
+|                |                                                            | a past grown by Concat, position_ids   |
 
 Weights are seeded random; every file is committed (each well under 1 MB). The models are
 written as the tools write them: no cleanup, whatever opset and naming the tool chose.
@@ -163,6 +167,29 @@ def llama_genai(path):
             onnx.save(onnx.load(os.path.join(built, "model.onnx")), os.path.join(out, f"llama_genai_{name}.onnx"))
 
 
+def llama_optimum(path):
+    """The same Llama-3 shape as llama_genai (its weights drawn with std 0.2, so that greedy tokens vary
+    at this size), exported by optimum's ONNX exporter (`optimum-cli export onnx --task
+    text-generation-with-past`, torch.onnx underneath): past_key_values.N.key/value in, each present
+    the past with the new keys concatenated (HF's DynamicCache), position_ids an input."""
+    import subprocess
+    import tempfile
+
+    import onnx
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    with tempfile.TemporaryDirectory() as tmp:
+        src, built = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
+        torch.manual_seed(0)
+        LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=256,
+                                     rope_theta=500000.0, tie_word_embeddings=True,
+                                     initializer_range=0.2)).save_pretrained(src)
+        subprocess.run([os.path.join(os.path.dirname(sys.executable), "optimum-cli"), "export", "onnx", "--model", src,
+                        "--task", "text-generation-with-past", built], check=True)
+        onnx.save(onnx.load(os.path.join(built, "model.onnx")), path)
+
+
 def _calibrated(model, x):
     """BatchNorm running statistics from a few forward passes (random init leaves them at 0/1)."""
     import torch
@@ -174,8 +201,10 @@ def _calibrated(model, x):
 
 
 MODELS = {"textdet_head": textdet_head, "lstm_tagger": lstm_tagger, "bert_int8": bert_int8,
-          "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn, "llama_genai": llama_genai}
-# keras_cnn needs tensorflow, llama_genai onnxruntime-genai (and onnx_ir, onnxscript, its builder's)
+          "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn, "llama_genai": llama_genai,
+          "llama_optimum": llama_optimum}
+# keras_cnn needs tensorflow, llama_genai onnxruntime-genai (and onnx_ir, onnxscript, its builder's),
+# llama_optimum optimum-onnx (with torch and transformers)
 DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]
 
 

@@ -48,7 +48,9 @@ def reference_greedy(path: str, prompts: list, n: int, eos: int = -1, choose=Non
     with _float_accuracy(path) as source:
         sess = ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    kv_type = np.float16 if sess.get_inputs()[2].type == "tensor(float16)" else np.float32
+    inputs = {i.name for i in sess.get_inputs()}
+    kv_type = np.float16 if next(i for i in sess.get_inputs() if i.name.startswith("past")).type == "tensor(float16)" \
+        else np.float32
     out = []
     for row, p in enumerate(prompts):
         past = {f"past_key_values.{l}.{kv}": np.zeros((1, KV_HEADS, 0, HEAD), kv_type)
@@ -56,7 +58,10 @@ def reference_greedy(path: str, prompts: list, n: int, eos: int = -1, choose=Non
         ids, toks = np.array([p], np.int64), []
         while len(toks) < n:
             total = past["past_key_values.0.key"].shape[2] + ids.shape[1]
-            got = dict(zip(names, sess.run(None, {"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **past})))
+            feeds = {"input_ids": ids, "attention_mask": np.ones((1, total), np.int64), **past}
+            if "position_ids" in inputs:   # torch.onnx's and optimum's decoders take the positions
+                feeds["position_ids"] = np.arange(total - ids.shape[1], total, dtype=np.int64)[None]
+            got = dict(zip(names, sess.run(None, feeds)))
             logits = got["logits"][0, -1]
             toks.append(int(logits.argmax()) if choose is None else int(choose(logits, len(toks), row)))
             if toks[-1] == eos:
@@ -212,6 +217,36 @@ def test_a_generations_tokens_have_bytes_of_their_own_from_the_first_step(tmp_pa
         tokens_slot(Plan.from_json(old))   # a plan from before grapec recorded a Loop's slots
 
 
+OPTIMUM = os.path.join(REAL, "llama_optimum.onnx")   # optimum's export: presents grow by Concat, position_ids
+
+
+def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(tmp_path):
+    """optimum's export (torch.onnx underneath) of the same Llama shape: each present is Concat(past,
+    new keys). --generate keeps its cache as a window of prompt + N - 1 positions sliding by what each
+    pass fed, the positions from position_ids: the tokens of onnxruntime running the decoder with a
+    growing past, for rows of 1 to 8 tokens in one bucket, one row stopping at its eos."""
+    prompts = prompts_of([6, 3, 8, 1], seed=8)
+    free = reference_greedy(OPTIMUM, prompts, 12)
+    assert len({t for row in free for t in row}) > 8, "the model's weights give varied tokens"
+    eos = free[1][next(k for k in range(2, 12) if free[1][k] not in free[1][:k])]
+    want = reference_greedy(OPTIMUM, prompts, 12, eos)
+    assert len(want[1]) < 12 and any(len(row) == 12 for row in want)
+    bundle = Bundle.from_bytes(grapec.compile(OPTIMUM, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}],
+                                              targets=[]).to_bytes())
+    only_float32_attention_notes(bundle)   # the whole loop in the graph
+    plan = bundle.plans[0]
+    loop = next(st for st in plan.steps if st.op == "loop")
+    caches = {plan.buffers[b].shape for b in loop.carried if plan.buffers[b].name.startswith("past/")}
+    assert caches == {(4, KV_HEADS, 8 + 12 - 1, HEAD)}   # the window: prompt + N - 1 positions
+    sess = grapec.load(bundle)
+    assert grapec.generate(sess, prompts).tokens == free
+    assert grapec.generate(sess, prompts, eos_token_id=eos).tokens == want
+    assert grapec.generate(sess, [prompts[2]], max_new_tokens=5).tokens == [free[2][:5]]
+    r = _cli("generate", OPTIMUM, "--prompt-ids", " ".join(map(str, prompts[0])), "--max-new-tokens", "6",
+             "--backend", "cpu")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:6]))}", r.stderr
+
+
 def test_bad_calls_name_what_is_wrong(tmp_path):
     sess = grapec.load(compiled(os.path.join(REAL, "llama_genai_fp32.onnx"), 4, [(1, 4)], targets=[]))
     with pytest.raises(grapec.errors.InputError, match="1 to 4 tokens"):
@@ -227,8 +262,8 @@ def test_bad_calls_name_what_is_wrong(tmp_path):
 
 
 def _growing_decoder(path: str):
-    """A one-layer decoder whose present is its past with the new keys concatenated (torch.onnx's
-    DynamicCache form): its cache cannot stay one buffer."""
+    """A one-layer decoder whose present key is its past with the new keys concatenated (torch.onnx's
+    DynamicCache form) but whose present value is not its past value's continuation: refused by name."""
     e = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
     nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["h"]),
              helper.make_node("Unsqueeze", ["h", "one"], ["k"]),
@@ -285,7 +320,8 @@ def test_the_generate_command(tmp_path):
     grow = str(tmp_path / "grow.onnx")
     _growing_decoder(grow)
     r = _cli("compile", grow, "--generate", "4", "--dim", "batch=1,prompt=3", "--no-gpu", "-o", out, "-q")
-    assert r.returncode == 2 and "present.0.key" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and "present.0.key grow(s) by concatenating the new keys to the past, present.0.value " \
+        "not" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 @pytest.mark.gpu
@@ -307,6 +343,18 @@ def test_generation_on_the_gpu_gives_onnxruntimes_greedy_tokens(name, tmp_path):
     tokens = grapec.stream(sess, other)
     items = list(tokens)
     assert items and [sum((item[r] for item in items), []) for r in range(4)] == want_other == tokens.result.tokens
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() == 0, reason="needs a CUDA GPU")
+def test_a_growing_cache_decoder_generates_on_the_gpu():
+    prompts = prompts_of([6, 3, 8, 1], seed=8)
+    want = reference_greedy(OPTIMUM, prompts, 12)
+    bundle = Bundle.from_bytes(grapec.compile(OPTIMUM, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}]).to_bytes())
+    only_float32_attention_notes(bundle)
+    sess = grapec.load(bundle, backend="cuda")
+    for _ in range(2):
+        assert grapec.generate(sess, prompts).tokens == want
 
 
 @pytest.mark.gpu

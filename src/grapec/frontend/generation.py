@@ -8,9 +8,16 @@ grapec compiles it to one CUDA graph whose conditional WHILE node runs every ste
 
 The KV cache is one buffer per past input, [batch, kv_heads, prompt + N, head_dim], allocated once:
 the decoder is called as onnxruntime-genai calls its CUDA builds, with a past as long as the whole
-generation and an attention mask whose ones say how much of it is filled. The decoder must then
-give a present as long as its past (GroupQueryAttention does: onnxruntime's shared past/present
-buffer); a decoder whose present grows by concatenation is refused by name.
+generation and an attention mask whose ones say how much of it is filled. The decoder then gives a
+present as long as its past (GroupQueryAttention does: onnxruntime's shared past/present buffer).
+
+A decoder whose present is Concat(past, new keys) on the sequence axis (torch.onnx's and optimum's,
+with a position_ids input) keeps its cache as a window of S = prompt + N - 1 positions instead: the
+prompt's pass gets S empty positions (masked out) as its past, and each pass's present, longer by
+what it fed, drops as many of its oldest positions to be the next past. The empty ones go first, so
+no token ever leaves the window; the attention mask says where the prompt's and the generated
+tokens sit in it (_window_mask), and the positions come from position_ids. Each step copies the
+window (the Concat and the Slice), where GroupQueryAttention's buffer is written in place.
 
     inputs : prompt_ids      int64 [batch, prompt]  each row's prompt, right-padded (any id past its length)
              prompt_lengths  int64 [batch]          each row's prompt length, 1..prompt
@@ -45,6 +52,7 @@ from onnx import TensorProto, helper
 from .proto import NodeBuilder, Unsupported, subgraphs
 
 _PAST = re.compile(r"^past(_key_values)?[._]")
+_END = 2**62   # a Slice end past any length
 
 
 @dataclass
@@ -65,6 +73,7 @@ class Decoder:
     position_ids: str | None
     kv: list
     logits: str
+    growing: bool = False   # each present is Concat(past, new keys) (torch.onnx, optimum): a sliding window
 
 
 def _dims(v: onnx.ValueInfoProto) -> list:
@@ -101,7 +110,33 @@ def find_decoder(graph: onnx.GraphProto, where: str) -> Decoder:
     if extra:
         raise Unsupported(f"{where}: --generate does not know how to feed input(s) {', '.join(extra)}")
     logits = "logits" if "logits" in outputs else outputs[0]
-    return Decoder("input_ids", "attention_mask", "position_ids" if "position_ids" in inputs else None, kv, logits)
+    growing = [_grows(graph, k) for k in kv]
+    if any(growing) and not all(growing):
+        grown = ", ".join(k.present for k, g in zip(kv, growing) if g)
+        kept = ", ".join(k.present for k, g in zip(kv, growing) if not g)
+        raise Unsupported(f"{where}: {grown} grow(s) by concatenating the new keys to the past, {kept} not; "
+                          "--generate needs every present in one form (all Concat(past, new), or all as long as "
+                          "their past)")
+    if any(growing) and "position_ids" not in inputs:
+        raise Unsupported(f"{where}: its presents grow by concatenation, so --generate keeps the cache as a window "
+                          "whose length never changes, and the positions must come from a position_ids input, "
+                          "which this decoder does not have")
+    return Decoder("input_ids", "attention_mask", "position_ids" if "position_ids" in inputs else None, kv, logits,
+                   any(growing))
+
+
+def _grows(graph: onnx.GraphProto, k: KVInput) -> bool:
+    """Is k's present its past with the new positions concatenated along the sequence axis (torch.onnx's
+    and optimum's form), rather than a buffer as long as the past (GroupQueryAttention's)?"""
+    made = {o: n for n in graph.node for o in n.output}
+    name = k.present
+    while name in made and made[name].op_type == "Identity":
+        name = made[name].input[0]
+    n = made.get(name)
+    if n is None or n.op_type != "Concat" or not n.input or n.input[0] != k.past:
+        return False
+    axis = next((a.i for a in n.attribute if a.name == "axis"), None)
+    return axis in (2, -2)
 
 
 def _renamed_nodes(graph: onnx.GraphProto, prefix: str, keep: set, feeds: dict) -> list:
@@ -178,10 +213,14 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
 
     # the prompt's pass: an empty cache as long as the whole generation, the prompt at 0..P-1
     batch, prompt = b.dim("prompt_ids", 0), b.dim("prompt_ids", 1)
-    room = b.node("Add", [prompt, b.const(n_new)], "cache_length")
+    # a growing decoder's past is a window of P + N - 1 positions: its present, one longer, slides by one
+    room = b.node("Add", [prompt, b.const(n_new - 1 if dec.growing else n_new)], "cache_length")
     lengths = b.node("Clip", ["prompt_lengths", b.const(1), prompt], "lengths")   # a row holds 1..P tokens
     positions = b.unsqueeze(b.node("Range", [b.const(0), prompt, b.const(1)]), 0)                  # [1, P]
     filled = b.node("Cast", [b.node("Less", [positions, b.unsqueeze(lengths, 1)])], to=TensorProto.INT64)   # [B, P]
+    if dec.growing:   # the empty window masked out, then the prompt: [B, window + P]
+        empty = b.node("Expand", [b.const(0), b.node("Concat", [b.unsqueeze(batch, 0), b.unsqueeze(room, 0)], axis=0)])
+        filled = b.node("Concat", [empty, filled], axis=1)
     feeds = {dec.input_ids: "prompt_ids", dec.attention_mask: filled}
     if dec.position_ids:
         feeds[dec.position_ids] = b.node("Expand", [positions, b.node("Concat", [b.unsqueeze(batch, 0),
@@ -205,8 +244,10 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     steps = b.node("Sub", [b.node("Clip", ["max_new_tokens", b.const(1), b.const(n_new)]), b.const(1)])
     body = _step_body(g, dec, keep, n_new, opset, room, column, lengths, top_k)
     caches = [f"cache/{k.past}" for k in dec.kv]
-    b.out.append(helper.make_node("Loop", [steps, _not_all(b, done), first, done, generated, count]
-                                  + ["prompt/" + k.present for k in dec.kv],
+    # a growing decoder's window drops the P oldest (empty) positions the prompt pushed in
+    presents = [b.node("Slice", ["prompt/" + k.present, b.unsqueeze(prompt, 0), b.const([_END]), b.const([2])])
+                if dec.growing else "prompt/" + k.present for k in dec.kv]
+    b.out.append(helper.make_node("Loop", [steps, _not_all(b, done), first, done, generated, count] + presents,
                                   ["last_token", "all_done", "generated", "num_generated"] + caches,
                                   name="generation", body=body))
     graph = helper.make_graph(
@@ -253,9 +294,9 @@ def growing_cache(problem: str) -> str | None:
         return None
     past, before, after = m.groups()
     return (f"--generate: the decoder's '{_PAST.sub('present.', past)}' is longer than its '{past}' ({before} -> "
-            f"{after}): its cache grows by concatenation. The generation loop keeps one cache buffer, prompt + N "
-            "long, so it needs a decoder whose present is as long as its past, as GroupQueryAttention's is "
-            "(onnxruntime-genai's model builder)")
+            f"{after}), but not as Concat(past, new keys) on the sequence axis, the growing form --generate turns "
+            "into a sliding window (torch.onnx's, optimum's). It needs that form, or a present as long as its past, "
+            "as GroupQueryAttention's is (onnxruntime-genai's model builder)")
 
 
 def _not_all(b: NodeBuilder, done: str) -> str:
@@ -269,14 +310,19 @@ def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: i
     """The Loop body: one decode step of every row, its token written into `generated`."""
     b = NodeBuilder("step", opset)
     at = b.node("Add", [lengths, "in/iteration"], "position")                                  # [B]
-    keys = b.unsqueeze(b.node("Range", [b.const(0), room, b.const(1)]), 0)                          # [1, L]
-    mask = b.node("Cast", [b.node("LessOrEqual", [keys, b.unsqueeze(at, 1)])], to=TensorProto.INT64)   # [B, L]
+    if dec.growing:
+        mask = _window_mask(b, room, lengths, n_new)                                          # [B, L + 1]
+    else:
+        keys = b.unsqueeze(b.node("Range", [b.const(0), room, b.const(1)]), 0)                      # [1, L]
+        mask = b.node("Cast", [b.node("LessOrEqual", [keys, b.unsqueeze(at, 1)])], to=TensorProto.INT64)   # [B, L]
     feeds = {dec.input_ids: "in/token", dec.attention_mask: mask}
     if dec.position_ids:
         feeds[dec.position_ids] = b.unsqueeze(at, 1)
     feeds.update({k.past: f"past/{k.past}" for k in dec.kv})
     before = len(b.out)
     decoder = _renamed_nodes(g, "step/", keep, feeds)
+    presents = [b.span("step/" + k.present, 1, _END, axis=2) if dec.growing else "step/" + k.present
+                for k in dec.kv]   # a growing decoder's window drops its oldest position
     row = b.node("Squeeze", ["step/" + dec.logits, b.const([1])])                                   # [B, V]
     token = _chosen(b, row, b.node("Add", ["in/iteration", b.const(1)]), top_k)                    # [B, 1]
     flat = b.node("Squeeze", [token, b.const([1])])
@@ -301,7 +347,21 @@ def _step_body(g: onnx.GraphProto, dec: Decoder, keep: set, n_new: int, opset: i
          helper.make_tensor_value_info(done, TensorProto.BOOL, None),
          helper.make_tensor_value_info(generated, TensorProto.INT64, None),
          helper.make_tensor_value_info(count, TensorProto.INT64, None)]
-        + [helper.make_tensor_value_info("step/" + k.present, kv_type[k.past], None) for k in dec.kv])
+        + [helper.make_tensor_value_info(p, kv_type[k.past], None) for k, p in zip(dec.kv, presents)])
+
+
+def _window_mask(b: NodeBuilder, window: str, lengths: str, n_new: int) -> str:
+    """Decode step i of a growing decoder: which of the S + 1 positions of its present (the window of
+    S = P + N - 1 past positions, then the new one) hold a token, [B, S + 1] int64. The prompt pass
+    laid out S empty positions, then the P prompt positions (row b's first lengths[b] real); it and
+    every step since dropped the oldest, so the prompt's real positions now start at N - 1 - i, and
+    the i tokens generated since sit just before the new one, at S - i..S."""
+    keys = b.unsqueeze(b.node("Range", [b.const(0), b.node("Add", [window, b.const(1)]), b.const(1)]), 0)   # [1, S+1]
+    first = b.node("Sub", [b.const(n_new - 1), "in/iteration"])
+    prompt = b.node("And", [b.node("GreaterOrEqual", [keys, first]),
+                            b.node("Less", [keys, b.unsqueeze(b.node("Add", [lengths, first]), 1)])])
+    made = b.node("GreaterOrEqual", [keys, b.node("Sub", [window, "in/iteration"])])
+    return b.node("Cast", [b.node("Or", [prompt, made])], to=TensorProto.INT64)
 
 
 # the hash behind each sampled token: rounds of a multiplicative generator modulo the prime 2^31 - 1
