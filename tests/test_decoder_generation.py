@@ -224,7 +224,8 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(tmp
     """optimum's export (torch.onnx underneath) of the same Llama shape: each present is Concat(past,
     new keys). --generate keeps its cache as a window of prompt + N - 1 positions sliding by what each
     pass fed, the positions from position_ids: the tokens of onnxruntime running the decoder with a
-    growing past, for rows of 1 to 8 tokens in one bucket, one row stopping at its eos."""
+    growing past, for rows of 1 to 8 tokens in one bucket, one row stopping at its eos; and from the
+    command line, the model's weights in an external data file."""
     prompts = prompts_of([6, 3, 8, 1], seed=8)
     free = reference_greedy(OPTIMUM, prompts, 12)
     assert len({t for row in free for t in row}) > 8, "the model's weights give varied tokens"
@@ -242,7 +243,10 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(tmp
     assert grapec.generate(sess, prompts).tokens == free
     assert grapec.generate(sess, prompts, eos_token_id=eos).tokens == want
     assert grapec.generate(sess, [prompts[2]], max_new_tokens=5).tokens == [free[2][:5]]
-    r = _cli("generate", OPTIMUM, "--prompt-ids", " ".join(map(str, prompts[0])), "--max-new-tokens", "6",
+    external = str(tmp_path / "model.onnx")   # as optimum writes a model over 2 GB: weights in a file beside it
+    onnx.save(onnx.load(OPTIMUM), external, save_as_external_data=True, location="model.onnx_data", size_threshold=0)
+    assert os.path.getsize(external) < os.path.getsize(OPTIMUM) / 4
+    r = _cli("generate", external, "--prompt-ids", " ".join(map(str, prompts[0])), "--max-new-tokens", "6",
              "--backend", "cpu")
     assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:6]))}", r.stderr
 
