@@ -251,6 +251,20 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(tmp
     assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:6]))}", r.stderr
 
 
+def test_a_decoder_exported_for_one_sequence_length_is_refused_by_name(tmp_path):
+    """torch.onnx's dynamo exporter specializes a dim left without a Dim to its example's size: a
+    decoder whose input_ids is [1, 1] cannot take a prompt."""
+    m = onnx.load(OPTIMUM)
+    seq = m.graph.input[0].type.tensor_type.shape.dim[1]
+    seq.Clear()
+    seq.dim_value = 1
+    path = str(tmp_path / "fixed.onnx")
+    onnx.save(m, path)
+    r = _cli("compile", path, "--generate", "4", "--dim", "batch=1,prompt=3", "--no-gpu", "-o", str(tmp_path / "f.grape"))
+    assert r.returncode == 2 and "its sequence length fixed at 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "f.grape")
+
+
 def test_bad_calls_name_what_is_wrong(tmp_path):
     sess = grapec.load(compiled(os.path.join(REAL, "llama_genai_fp32.onnx"), 4, [(1, 4)], targets=[]))
     with pytest.raises(grapec.errors.InputError, match="1 to 4 tokens"):

@@ -109,6 +109,11 @@ def find_decoder(graph: onnx.GraphProto, where: str) -> Decoder:
     extra = [n for n in inputs if n not in fed]
     if extra:
         raise Unsupported(f"{where}: --generate does not know how to feed input(s) {', '.join(extra)}")
+    seq = _dims(inputs["input_ids"])[1:2]
+    if seq and isinstance(seq[0], int) and seq[0] > 0:
+        raise Unsupported(f"{where}: input_ids is declared {_dims(inputs['input_ids'])}, its sequence length fixed at "
+                          f"{seq[0]}; --generate feeds it the prompt, then one token a row: export the decoder with a "
+                          "dynamic sequence length (torch.onnx.export's dynamic_shapes / dynamic_axes)")
     logits = "logits" if "logits" in outputs else outputs[0]
     growing = [_grows(graph, k) for k in kv]
     if any(growing) and not all(growing):
