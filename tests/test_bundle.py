@@ -151,3 +151,30 @@ def test_bundle_travels_without_weights_and_is_restored_byte_for_byte(tmp_path):
     grapec.compile(m, dims={"batch": 1, "seq": 8}, targets=[]).write(str(tmp_path / "other.grape"))
     r = run("restore", tmp_path / "a.nw", tmp_path / "d.grape", "--donor", tmp_path / "other.grape")
     assert r.returncode != 0 and "not the ones" in r.stderr and not (tmp_path / "d.grape").exists()
+
+
+def test_a_value_range_bounded_by_another_inputs_dim():
+    """grapec.input_range.<name> = "lo:NAME[axis]": at most NAME's size along axis in the same run (a
+    generation's prompt lengths within its prompt's width, whatever bucket runs)."""
+    from onnx import TensorProto
+    from grapec.bundle.inputs import random_inputs, value_ranges
+    from grapec.bundle.value_range import ValueRange
+    from grapec.errors import InputError
+    r = ValueRange(1, None, "m", ("ids", 1))
+    assert ValueRange.from_json(json.loads(json.dumps(r.to_json()))) == r
+    assert r.bounded({"ids": (2, 6)}).hi == 6 and ValueRange(1, 4, "m", ("ids", 1)).bounded({"ids": (2, 9)}).hi == 4
+    for bad in (["ids"], ["ids", -1], [3, 1], ["ids", True]):
+        with pytest.raises(ValueError, match="malformed value_range"):
+            ValueRange.from_json({"lo": 1, "hi": None, "source": "", "hi_dim": bad})
+    m = model([helper.make_node("Add", ["n", "ids"], ["y"])],
+              [tinfo("ids", TensorProto.INT64, [2, "w"]), tinfo("n", TensorProto.INT64, [2, 1])], [tinfo("y", TensorProto.INT64)])
+    m.metadata_props.add(key="grapec.input_range.n", value="1:ids[1]")
+    assert value_ranges(m)["n"] == ValueRange(1, None, "model metadata grapec.input_range.n", ("ids", 1))
+    feeds = random_inputs({"n": (2, 1)}, {"n": "int64"}, value_ranges(m), seed=3, run_shapes={"n": (2, 1), "ids": (2, 3)})
+    assert 1 <= feeds["n"].min() and feeds["n"].max() <= 3
+    sess = grapec.load(grapec.compile(m, dims={"w": 3}, targets=[]))
+    with pytest.raises(InputError, match=r"input 'n' holds 4, outside the valid range 1\.\.3"):
+        sess.run({"ids": np.zeros((2, 3), np.int64), "n": np.array([[1], [4]])})
+    m.metadata_props[0].value = "1:idz[1]"
+    with pytest.raises(InputError, match="expected 'lo:hi' with integers lo <= hi, hi possibly an input's dim"):
+        value_ranges(m)

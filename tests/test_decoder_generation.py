@@ -273,6 +273,14 @@ def test_bad_calls_name_what_is_wrong(tmp_path):
         grapec.generate(sess, [[1, 2, 3, 4, 5]])
     with pytest.raises(grapec.errors.InputError, match="prompt_ids.*outside the valid range 0..255"):
         grapec.generate(sess, [[1, 256]])
+    # the raw inputs: a row's length is at most the prompt's width (it was clipped to it, silently)
+    raw = {"prompt_ids": np.array([[1, 2, 3, 4]]), "prompt_lengths": np.array([5]), "max_new_tokens": np.array(2),
+           "eos_token_id": np.array(-1)}
+    with pytest.raises(grapec.errors.InputError, match=r"input 'prompt_lengths' = 5, outside the valid range "
+                       r"1\.\.4 \(.*at most the size of dim 1 of 'prompt_ids', 4 in this run\)"):
+        sess.run(raw)
+    raw["prompt_lengths"] = np.array([4])
+    assert sess.run(raw)["num_generated"].tolist() == [2]
     plain = grapec.load(grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims={"batch": 1, "seq": 4},
                                        targets=[]))
     with pytest.raises(grapec.errors.BundleError, match="not compiled with --generate"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import onnx
@@ -60,15 +61,23 @@ def _declared_ranges(model: onnx.ModelProto, inputs: set) -> dict:
         if name not in inputs:
             raise InputError(f"model metadata '{p.key}' names no graph input (inputs: {', '.join(sorted(inputs))})")
         lo, sep, hi = p.value.partition(":")
+        dim = _DIM_BOUND.fullmatch(hi.strip())
         try:
-            lo_v, hi_v = (int(lo) if lo.strip() else None), (int(hi) if hi.strip() else None)
+            lo_v, hi_v = (int(lo) if lo.strip() else None), (int(hi) if hi.strip() and not dim else None)
         except ValueError:
             lo_v = hi_v = None
             sep = ""
+        if dim and dim.group(1) not in inputs:
+            sep = ""
         if not sep or (lo_v is not None and hi_v is not None and lo_v > hi_v):
-            raise InputError(f"model metadata '{p.key}' = '{p.value}': expected 'lo:hi' with integers lo <= hi")
-        out[name] = ValueRange(lo_v, hi_v, f"model metadata {p.key}")
+            raise InputError(f"model metadata '{p.key}' = '{p.value}': expected 'lo:hi' with integers lo <= hi, hi "
+                             "possibly an input's dim as NAME[axis]")
+        out[name] = ValueRange(lo_v, hi_v, f"model metadata {p.key}",
+                               (dim.group(1), int(dim.group(2))) if dim else None)
     return out
+
+
+_DIM_BOUND = re.compile(r"(.+)\[(\d+)\]")   # "prompt_ids[1]": at most that input's size along axis 1
 
 
 def _narrow(found: dict, name: str, r: ValueRange):
@@ -78,7 +87,7 @@ def _narrow(found: dict, name: str, r: ValueRange):
         return
     lo = r.lo if old.lo is None else old.lo if r.lo is None else max(old.lo, r.lo)
     hi = r.hi if old.hi is None else old.hi if r.hi is None else min(old.hi, r.hi)
-    found[name] = ValueRange(lo, hi, f"{old.source}; {r.source}")
+    found[name] = ValueRange(lo, hi, f"{old.source}; {r.source}", old.hi_dim or r.hi_dim)
 
 
 def bundle_inputs(manifest: dict, bucket: int = 0, seed: int = 0) -> dict:
@@ -88,15 +97,19 @@ def bundle_inputs(manifest: dict, bucket: int = 0, seed: int = 0) -> dict:
                          manifest_ranges(manifest), seed)
 
 
-def random_inputs(shapes: dict, input_dtypes: dict, ranges: dict, seed: int = 0) -> dict:
+def random_inputs(shapes: dict, input_dtypes: dict, ranges: dict, seed: int = 0, run_shapes: dict | None = None) -> dict:
     """Fresh random inputs: floats ~ N(0, 1); integers within their ValueRange (token ids within the
-    vocabulary), else in [0, 8); masks (names containing 'mask') all ones but the last position."""
+    vocabulary), else in [0, 8); masks (names containing 'mask') all ones but the last position.
+    run_shapes: every input's shape in the run, where `shapes` (what to make) leaves some out (a range
+    bounded by another input's dim reads it there)."""
     rng = np.random.default_rng(seed)
+    run_shapes = shapes if run_shapes is None else run_shapes
     feeds = {}
     for name, shape in shapes.items():
         dt = input_dtypes[name]
         npdt = dtypes.np_dtype(dt)
         r = ranges.get(name)
+        r = None if r is None else r.bounded(run_shapes)
         if dtypes.is_float(dt):
             feeds[name] = rng.standard_normal(shape).astype(npdt)
         elif dt == "bool":

@@ -279,7 +279,7 @@ def _metadata(g: onnx.GraphProto, dec: Decoder, n_new: int, where: str, config: 
     """What the bundle says of the generation: N, the default eos, the tokens and count outputs (grapec
     bench reports ms per generated token by them), and the inputs' valid values."""
     meta = [("grapec.generate.max_new_tokens", str(n_new)), ("grapec.generate.decoder", where),
-            ("grapec.input_range.prompt_lengths", "1:"),
+            ("grapec.input_range.prompt_lengths", "1:prompt_ids[1]"),
             ("grapec.generated_tokens_output", "generated"), ("grapec.generated_count_output", "num_generated")]
     if top_k is not None:
         meta.append(("grapec.generate.top_k", str(top_k)))

@@ -213,6 +213,8 @@ class Session:
                 parts.append(f"missing input(s) {', '.join(repr(m) for m in missing)}")
             raise InputError("; ".join(parts) + f" (the model's inputs: {', '.join(repr(n) for n in names)})")
         arrays = {}
+        # a range may be bounded by another input's dim
+        shapes = {n: tuple(_shape(a) if hasattr(a, "__cuda_array_interface__") else np.shape(a)) for n, a in feeds.items()}
         for info in self._inputs:
             a = feeds[info.name]
             cai = getattr(a, "__cuda_array_interface__", None)
@@ -230,7 +232,7 @@ class Session:
             if got != want:
                 raise InputError(f"input '{info.name}': expected dtype {info.dtype}, got {got}")
             if cai is None and info.name in self._ranges:   # a device array is not read back to check it
-                check_value_range(info.name, a, self._ranges[info.name])
+                check_value_range(info.name, a, self._ranges[info.name].bounded(shapes))
             arrays[info.name] = a
         return arrays
 

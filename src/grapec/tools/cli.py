@@ -211,7 +211,7 @@ def _feeds(sess, inputs, seed, bucket=0):
     given = load_npy_inputs(list(inputs), {i["name"]: i["dtype"] for i in infos})
     shapes = {i["name"]: tuple(sess.buckets[bucket][i["name"]]) for i in infos}
     rand = random_inputs({k: v for k, v in shapes.items() if k not in given}, {i["name"]: i["dtype"] for i in infos},
-                         manifest_ranges(sess.bundle.manifest), seed)
+                         manifest_ranges(sess.bundle.manifest), seed, run_shapes=shapes)
     return {**rand, **given}
 
 
