@@ -82,7 +82,8 @@ def main():
     if not os.path.exists(path):
         zm.export(path)
     feeds = zm.random_inputs(0)
-    bundle = Bundle.read(args.bundle) if args.bundle else grapec.compile(path, precision=args.precision, strict=True)
+    bundle = Bundle.read(args.bundle) if args.bundle else grapec.compile(path, precision=args.precision,
+                                                                                strict=args.precision != "fp32")
     sess = grapec.load(bundle, backend="cuda")
     r = sess._runner
     bucket = sess.select_bucket({k: np.asarray(v).shape for k, v in feeds.items()})

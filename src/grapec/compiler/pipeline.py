@@ -67,7 +67,7 @@ from ..passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
 from ..passes.mappings import choose_mappings
 from ..cost.device import DeviceProfile
 from ..cost.model import NODE_UPDATE_US
-from ..cost.report import plan_report
+from ..cost.report import plan_report, top_level_us
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
 from .shared_layout import share_layouts
 from ..passes.predicate import form_regions, regions
@@ -113,7 +113,12 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
         g = merge_sibling_matmuls(g)
-    g = lower_graph(g, options={"conv": conv, "notes": notes if notes is not None else [],
+    notes = notes if notes is not None else []
+    # an If/Loop body (a generation's decode step) is compiled as this graph is: the same fusion,
+    # cost model, weight layouts and engines, and its notes reported with this graph's
+    body = dict(fusion=level, profile=profile, fold_limit=fold_limit, shared_weights=shared_weights, conv=conv,
+                attention=attention, switch_us=switch_us, clusters=clusters, notes=notes)
+    g = lower_graph(g, options={"conv": conv, "notes": notes, "body": body,
                                 "predicated": predicated if predicated is not None else []})
     if level != "none":
         if shared_weights:
@@ -256,7 +261,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     schedule = streams.to_json()
     meta = {"shapes": {k: list(v) for k, v in ishapes.items() if k not in ctx.fixed},
             "arena_bytes": plan.arena_bytes, "steps": dict(counts),
-            "estimated_us": round(sum(r["us"] for r in report), 1)}
+            "estimated_us": round(top_level_us(report), 1)}
     if predicated:
         meta["predicated"] = predicated
     if ctx.brief:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..codegen.launch import mapped_launch, plan_launch
 from ..ir.kinds import kernel_from_json
-from ..plan import KernelStep
+from ..plan import IfStep, KernelStep, LoopStep
 from .device import DeviceProfile
 from .model import estimate, price_mappings, price_small_gemm
 from .work import step_work
@@ -17,12 +17,35 @@ SMALL_GEMM_PLANS = {"prologue": "one small GEMM kernel, A computed in it",
 
 
 def plan_report(kernels: list, plan, profile: DeviceProfile, alternatives: bool = True) -> list:
-    """[{step, kind, ops, origin, scheme, mapping, us, bound, alternatives}] for every top-level
-    step the model prices (kernels: the bundle's kernel JSON entries). alternatives=False: no
-    losing mappings (a range of sizes keeps only each size's estimate)."""
-    rows = []
-    priced: dict = {}   # kernel index -> (work, estimate): a model's layers run the same kernels
-    for i, st in enumerate(plan.steps):
+    """[{step, kind, ops, origin, scheme, mapping, us, bound, alternatives}] for every step the model
+    prices (kernels: the bundle's kernel JSON entries). A top-level step's `step` is its index; a
+    step inside a region is labelled by its path, as "2/5" (step 5 of the body of the Loop at step 2)
+    or "3/then/0" (an If's branch), so a generation's decode step is shown too. alternatives=False:
+    no losing mappings (a range of sizes keeps only each size's estimate)."""
+    rows: list = []
+    _report_steps(plan.steps, None, kernels, plan, profile, alternatives, {}, rows)
+    return rows
+
+
+def top_level_us(rows: list) -> float:
+    """The estimate of one run's top-level steps (a region's body runs an unknown number of times)."""
+    return sum(r["us"] for r in rows if isinstance(r["step"], int))
+
+
+def _regions(st) -> list:
+    """(name, steps) of a region step's nested lists, as labels show them."""
+    if isinstance(st, LoopStep):
+        return [("enter", st.enter), ("", st.body.steps), ("exit", st.exit)]
+    if isinstance(st, IfStep):
+        return [("then", st.then.steps), ("else", st.else_.steps)]
+    return []
+
+
+def _report_steps(steps, prefix, kernels, plan, profile, alternatives, priced, rows):
+    for i, st in enumerate(steps):
+        label = i if prefix is None else f"{prefix}/{i}"
+        for name, sub in _regions(st):
+            _report_steps(sub, f"{label}/{name}" if name else str(label), kernels, plan, profile, alternatives, priced, rows)
         if isinstance(st, KernelStep) and st.kernel in priced:
             work, est = priced[st.kernel]
         else:
@@ -32,30 +55,31 @@ def plan_report(kernels: list, plan, profile: DeviceProfile, alternatives: bool 
             est = estimate(work, profile)
             if isinstance(st, KernelStep):
                 priced[st.kernel] = work, est
-        row = {"step": i, "kind": work.kind, "ops": len(st.origin), "origin": st.origin[:3],
+        row = {"step": label, "kind": work.kind, "ops": len(st.origin), "origin": st.origin[:3],
                "scheme": _scheme(work, st), "mapping": work.mapping, "us": round(est.us, 2), "bound": est.bound,
                "alternatives": []}
-        if not alternatives:
-            rows.append(row)
-            continue
-        if isinstance(st, KernelStep) and work.kind == "small_gemm" and profile.coefficients.get("small_gemm"):
-            k = kernel_from_json(kernels[st.kernel])
-            plans = price_small_gemm(k, profile)
-            chosen = "prologue" if k.prologue is not None else "kernel"
-            # priced with the node gap of each node; shown less one, like this row's own estimate
-            row["alternatives"] = [{"mapping": p, "scheme": SMALL_GEMM_PLANS[p], "us": round(us - profile.node_gap_us, 2)}
-                                   for p, us in plans if p != chosen]
-        if work.kind == "sdpa" and "kernel" in (st.attrs.get("priced") or {}):
-            us = st.attrs["priced"]["kernel"] - profile.node_gap_us   # priced with its node gap
-            row["alternatives"] = [{"mapping": "generated kernel", "scheme": _ATTENTION_KERNEL, "us": round(us, 2)}]
-        if isinstance(st, KernelStep) and work.kind == "kernel":
-            k = kernel_from_json(kernels[st.kernel])
-            chosen = plan_launch(k)
-            row["alternatives"] = [{"mapping": e.work.mapping, "scheme": _scheme(e.work, st), "us": round(e.us, 2)}
-                                   for m, e in price_mappings(k, profile)
-                                   if mapped_launch(k, *m) != chosen][:MAX_ALTERNATIVES]
+        if alternatives:
+            row["alternatives"] = _alternatives(kernels, st, work, profile)
         rows.append(row)
-    return rows
+
+
+def _alternatives(kernels, st, work, profile) -> list:
+    """The mappings (or plans) that lost to the step's, each with its estimate."""
+    if isinstance(st, KernelStep) and work.kind == "small_gemm" and profile.coefficients.get("small_gemm"):
+        k = kernel_from_json(kernels[st.kernel])
+        chosen = "prologue" if k.prologue is not None else "kernel"
+        # priced with the node gap of each node; shown less one, like this row's own estimate
+        return [{"mapping": p, "scheme": SMALL_GEMM_PLANS[p], "us": round(us - profile.node_gap_us, 2)}
+                for p, us in price_small_gemm(k, profile) if p != chosen]
+    if work.kind == "sdpa" and "kernel" in (st.attrs.get("priced") or {}):
+        us = st.attrs["priced"]["kernel"] - profile.node_gap_us   # priced with its node gap
+        return [{"mapping": "generated kernel", "scheme": _ATTENTION_KERNEL, "us": round(us, 2)}]
+    if isinstance(st, KernelStep) and work.kind == "kernel":
+        k = kernel_from_json(kernels[st.kernel])
+        chosen = plan_launch(k)
+        return [{"mapping": e.work.mapping, "scheme": _scheme(e.work, st), "us": round(e.us, 2)}
+                for m, e in price_mappings(k, profile) if mapped_launch(k, *m) != chosen][:MAX_ALTERNATIVES]
+    return []
 
 
 _ATTENTION_KERNEL = "flash attention: scores in registers, keys and values through shared memory"

@@ -25,7 +25,8 @@ def compile_body(ctx, body, input_shapes: dict):
     # pipeline, reached from lowering and from specialize's constant folding alike.
     from ..compiler.pipeline import compile_graph
     try:
-        return compile_graph(body, input_shapes, parent=ctx.graph, predicated=ctx.options.get("predicated"))
+        return compile_graph(body, input_shapes, parent=ctx.graph, predicated=ctx.options.get("predicated"),
+                             **ctx.options.get("body", {}))
     except NeedsValueError as e:   # keep the kind: the enclosing graph may trace it to its own inputs
         raise NeedsValueError(f"in the body of node '{ctx.node.name}' ({ctx.node.op}): {e.problems[0]}",
                               e.value_name, (), e.depends_on + _outer_sources(body, e.value_name)) from None

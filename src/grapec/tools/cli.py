@@ -256,7 +256,8 @@ def run(bundle, backend, inputs, seed, save, device, shapes, dims, values, bound
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest and plan summaries as JSON.")
 @click.option("--fusion", "fusion", is_flag=True, help="Show the planner's account instead: every fusion group "
-              "(step) with its stitch scheme, thread mapping and estimated time, and the mappings that lost.")
+              "(step; a/b: step b of the body of the If/Loop at step a) with its stitch scheme, thread mapping and "
+              "estimated time, and the mappings that lost.")
 @click.option("--schedule", "schedule", is_flag=True, help="Show the stream scheduler's account instead: the "
               "parallel branches and launch order it chose, why, the schedules it weighed, and a picture of the "
               "simulated timeline (grapec bench --timeline measures it on a GPU).")

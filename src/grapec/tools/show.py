@@ -253,20 +253,41 @@ def print_fusion_report(manifest: dict, as_json: bool):
     for i, bk in enumerate(buckets):
         shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in bk["shapes"].items())
         rows = bk.get("fusion_report", [])
-        click.echo(f"bucket {i} ({shp}): {len(rows)} groups, estimated {bk.get('estimated_us', 0):.1f} us in all")
-        click.echo(f"  {'step':>4}  {'kind':<9} {'ops':>3}  {'estimated':>9}  {'bound':<12} scheme; mapping  <- ONNX nodes")
+        top = [r for r in rows if isinstance(r["step"], int)]
+        click.echo(f"bucket {i} ({shp}): {len(top)} groups, estimated {bk.get('estimated_us', 0):.1f} us in all"
+                   + (f", and {len(rows) - len(top)} in If/Loop bodies (step a/b: step b of the body of step a)"
+                      if len(rows) > len(top) else ""))
+        click.echo(f"  {'step':>6}  {'kind':<9} {'ops':>3}  {'estimated':>9}  {'bound':<12} scheme; mapping  <- ONNX nodes")
         for r in rows:
-            click.echo(f"  {r['step']:>4}  {r['kind']:<9} {r['ops']:>3}  {r['us']:>6.2f} us  {r['bound']:<12} "
+            click.echo(f"  {r['step']!s:>6}  {r['kind']:<9} {r['ops']:>3}  {r['us']:>6.2f} us  {r['bound']:<12} "
                        f"{r['scheme']}; {r['mapping']}  <- {', '.join(r['origin'])}")
             if r["alternatives"]:
-                click.echo("        lost: " + "; ".join(f"{a['mapping']} ({a['scheme']}) {a['us']:.2f} us"
-                                                   for a in r["alternatives"]))
+                click.echo("          lost: " + "; ".join(f"{a['mapping']} ({a['scheme']}) {a['us']:.2f} us"
+                                                     for a in r["alternatives"]))
+        for region, (n, us) in _bodies(rows).items():
+            click.echo(f"  step {region}: its body, {n} groups, estimated {us:.1f} us a pass (an If branch or a Loop "
+                       "iteration; the body's own Ifs and Loops counted once)")
         for st in bk.get("stitches", []):
             first, end = st["steps"]
             saved = st["saved_us"]
             click.echo(f"  steps {first}..{end - 1}: global-barrier stitching, one cooperative kernel of {st['block']} "
                        f"threads a block, {end - first} stages ({st['stages_us']:.2f} us), a grid barrier between each two: "
                        f"estimated {abs(saved):.2f} us {'faster' if saved > 0 else 'slower'} than a node each")
+
+
+def _bodies(rows: list) -> dict:
+    """region label -> (groups, estimated us) of the steps directly in its body or branches."""
+    out: dict = {}
+    for r in rows:
+        if isinstance(r["step"], str):
+            region, _, rest = r["step"].rpartition("/")
+            if region.split("/")[-1] in ("enter", "exit"):
+                continue
+            if region.split("/")[-1] in ("then", "else"):
+                region = region.rsplit("/", 1)[0] + "/" + region.split("/")[-1]
+            n, us = out.get(region, (0, 0.0))
+            out[region] = (n + 1, us + r["us"])
+    return out
 
 
 def library_ops(plan) -> dict:
