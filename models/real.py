@@ -3,7 +3,7 @@
     python models/real.py --out models/real                # the torch and onnxruntime ones
     /path/to/tf-venv/bin/python models/real.py keras_cnn   # the Keras one (tensorflow-cpu, tf2onnx)
     /path/to/genai-venv/bin/python models/real.py llama_genai   # onnxruntime-genai's builder (2 files)
-    /path/to/optimum-venv/bin/python models/real.py llama_optimum   # optimum's exporter (optimum-onnx)
+    /path/to/optimum-venv/bin/python models/real.py llama_optimum phi3_optimum   # optimum's exporter
 
 | model          | made by                                                    | what it exercises                      |
 |----------------|------------------------------------------------------------|----------------------------------------|
@@ -22,6 +22,7 @@
 | llama_optimum  | optimum-cli export onnx --task text-generation-with-past   | the same decoder as torch.onnx writes  |
 |                | (torch.onnx underneath) of the same Llama shape            | it: RoPE, GQA and RMSNorm as plain ops,|
 |                |                                                            | a past grown by Concat, position_ids   |
+| phi3_optimum   | the same exporter, a Phi-3-shaped decoder                  | fused qkv_proj and gate_up_proj, Split |
 
 Weights are seeded random; every file is committed (each well under 1 MB). The models are
 written as the tools write them: no cleanup, whatever opset and naming the tool chose.
@@ -172,19 +173,34 @@ def llama_optimum(path):
     at this size), exported by optimum's ONNX exporter (`optimum-cli export onnx --task
     text-generation-with-past`, torch.onnx underneath): past_key_values.N.key/value in, each present
     the past with the new keys concatenated (HF's DynamicCache), position_ids an input."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    _optimum_export(lambda: LlamaForCausalLM(LlamaConfig(**_DECODER, head_dim=16, rope_theta=500000.0,
+                                                         tie_word_embeddings=True)), path)
+
+
+def phi3_optimum(path):
+    """A Phi-3-shaped decoder through the same exporter: one fused qkv_proj and one gate_up_proj a layer
+    (Split by the graph), untied embeddings."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    _optimum_export(lambda: Phi3ForCausalLM(Phi3Config(**_DECODER, pad_token_id=0)), path)
+
+
+# 2 layers of hidden 64, 4 query heads on 2 key/value heads, a vocabulary of 256; weights with std 0.2
+_DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                vocab_size=256, max_position_embeddings=256, initializer_range=0.2)
+
+
+def _optimum_export(make, path):
+    """The transformers model make() builds under seed 0, saved, exported by optimum-cli, written to path."""
     import subprocess
     import tempfile
 
     import onnx
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
     with tempfile.TemporaryDirectory() as tmp:
         src, built = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
         torch.manual_seed(0)
-        LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                     num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=256,
-                                     rope_theta=500000.0, tie_word_embeddings=True,
-                                     initializer_range=0.2)).save_pretrained(src)
+        make().save_pretrained(src)
         subprocess.run([os.path.join(os.path.dirname(sys.executable), "optimum-cli"), "export", "onnx", "--model", src,
                         "--task", "text-generation-with-past", built], check=True)
         onnx.save(onnx.load(os.path.join(built, "model.onnx")), path)
@@ -202,9 +218,9 @@ def _calibrated(model, x):
 
 MODELS = {"textdet_head": textdet_head, "lstm_tagger": lstm_tagger, "bert_int8": bert_int8,
           "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn, "llama_genai": llama_genai,
-          "llama_optimum": llama_optimum}
+          "llama_optimum": llama_optimum, "phi3_optimum": phi3_optimum}
 # keras_cnn needs tensorflow, llama_genai onnxruntime-genai (and onnx_ir, onnxscript, its builder's),
-# llama_optimum optimum-onnx (with torch and transformers)
+# llama_optimum and phi3_optimum optimum-onnx (with torch and transformers)
 DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]
 
 

@@ -220,19 +220,22 @@ def test_a_generations_tokens_have_bytes_of_their_own_from_the_first_step(tmp_pa
 OPTIMUM = os.path.join(REAL, "llama_optimum.onnx")   # optimum's export: presents grow by Concat, position_ids
 
 
-def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(tmp_path):
-    """optimum's export (torch.onnx underneath) of the same Llama shape: each present is Concat(past,
-    new keys). --generate keeps its cache as a window of prompt + N - 1 positions sliding by what each
-    pass fed, the positions from position_ids: the tokens of onnxruntime running the decoder with a
-    growing past, for rows of 1 to 8 tokens in one bucket, one row stopping at its eos; and from the
-    command line, the model's weights in an external data file."""
+@pytest.mark.parametrize("name", ["llama_optimum", "phi3_optimum"])
+def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(name, tmp_path):
+    """optimum's export (torch.onnx underneath) of the same Llama shape, and of a Phi-3 one (fused
+    qkv and gate_up projections): each present is Concat(past, new keys). --generate keeps its cache
+    as a window of prompt + N - 1 positions sliding by what each pass fed, the positions from
+    position_ids: the tokens of onnxruntime running the decoder with a growing past, for rows of 1 to
+    8 tokens in one bucket, one row stopping at its eos; and from the command line, the model's
+    weights in an external data file."""
+    path = os.path.join(REAL, f"{name}.onnx")
     prompts = prompts_of([6, 3, 8, 1], seed=8)
-    free = reference_greedy(OPTIMUM, prompts, 12)
+    free = reference_greedy(path, prompts, 12)
     assert len({t for row in free for t in row}) > 8, "the model's weights give varied tokens"
     eos = free[1][next(k for k in range(2, 12) if free[1][k] not in free[1][:k])]
-    want = reference_greedy(OPTIMUM, prompts, 12, eos)
+    want = reference_greedy(path, prompts, 12, eos)
     assert len(want[1]) < 12 and any(len(row) == 12 for row in want)
-    bundle = Bundle.from_bytes(grapec.compile(OPTIMUM, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}],
+    bundle = Bundle.from_bytes(grapec.compile(path, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}],
                                               targets=[]).to_bytes())
     only_float32_attention_notes(bundle)   # the whole loop in the graph
     plan = bundle.plans[0]
@@ -244,8 +247,8 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(tmp
     assert grapec.generate(sess, prompts, eos_token_id=eos).tokens == want
     assert grapec.generate(sess, [prompts[2]], max_new_tokens=5).tokens == [free[2][:5]]
     external = str(tmp_path / "model.onnx")   # as optimum writes a model over 2 GB: weights in a file beside it
-    onnx.save(onnx.load(OPTIMUM), external, save_as_external_data=True, location="model.onnx_data", size_threshold=0)
-    assert os.path.getsize(external) < os.path.getsize(OPTIMUM) / 4
+    onnx.save(onnx.load(path), external, save_as_external_data=True, location="model.onnx_data", size_threshold=0)
+    assert os.path.getsize(external) < os.path.getsize(path) / 4
     r = _cli("generate", external, "--prompt-ids", " ".join(map(str, prompts[0])), "--max-new-tokens", "6",
              "--backend", "cpu")
     assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:6]))}", r.stderr
