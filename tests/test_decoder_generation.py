@@ -252,6 +252,12 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(nam
     r = _cli("generate", external, "--prompt-ids", " ".join(map(str, prompts[0])), "--max-new-tokens", "6",
              "--backend", "cpu")
     assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:6]))}", r.stderr
+    # the folder optimum writes: the eos from HF's generation_config.json beside the model (the first of a list)
+    stop = next(k for k in range(1, 6) if free[0][k] not in free[0][:k])
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [free[0][stop], VOCAB + 5]}))
+    r = _cli("generate", str(tmp_path), "--prompt-ids", " ".join(map(str, prompts[0])), "--max-new-tokens", "6",
+             "--backend", "cpu")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:stop + 1]))}", r.stderr
 
 
 def test_a_decoder_exported_for_one_sequence_length_is_refused_by_name(tmp_path):
@@ -342,6 +348,10 @@ def test_the_generate_command(tmp_path):
                       (["--prompt-ids", "1 999"], "prompt_ids' holds 999, outside the valid range 0..255")):
         r = _cli("generate", out, *bad, "--backend", "cpu")
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = _cli("generate", str(empty), "--prompt-ids", "1 2", "--backend", "cpu")
+    assert r.returncode == 2 and "a folder without a model.onnx" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = _cli("generate", os.path.join(ROOT, "models", "tiny", "bert.onnx"), "--prompt-ids", "1 2", "--backend", "cpu")
     assert r.returncode == 2 and "needs a decoder with past key/value inputs" in r.stderr, r.stderr
     r = _cli("compile", path, "--generate", "4", "--dim", "batch=1,prompt=4", "--no-gpu", "-o", out, "-q")

@@ -519,9 +519,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
 
 
 def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int | None):
-    from ..frontend.generation import genai_config, generation_model
+    from ..frontend.generation import decoder_config, generation_model
     from ..frontend.proto import Unsupported
-    config = genai_config(where) if os.path.isfile(where) else {}
+    config = decoder_config(where) if os.path.isfile(where) else {}
     try:
         return generation_model(proto, generate, dims, os.path.basename(where), config, top_k)
     except Unsupported as e:

@@ -177,29 +177,42 @@ def _dim_value(d, dims: dict, known: int | None, what: str) -> int:
     raise Unsupported(f"the KV cache's {what} is the named dim '{d}': give it with --dim {d}=N")
 
 
-def genai_config(model_path: str) -> dict:
-    """onnxruntime-genai's genai_config.json beside the model (its builder writes one), or {}: what it
-    says of the decoder sizes the KV cache where the ONNX leaves a dim named (the builder's
-    kv_cache_dim) and gives the eos token."""
+def decoder_config(model_path: str) -> dict:
+    """What the files beside the model say of the decoder, or {}: onnxruntime-genai's genai_config.json
+    (its builder writes one) sizes the KV cache where the ONNX leaves a dim named (the builder's
+    kv_cache_dim) and gives the eos token; without one, HF's generation_config.json or config.json
+    (optimum's export writes both) give the eos token. Of several eos ids, the first."""
     import json
     import os
-    path = os.path.join(os.path.dirname(os.path.abspath(model_path)), "genai_config.json")
-    try:
-        with open(path) as f:
-            model = json.load(f).get("model", {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-    decoder = model.get("decoder", {}) if isinstance(model.get("decoder"), dict) else {}
-    eos = model.get("eos_token_id")
-    return {"heads": decoder.get("num_key_value_heads"), "head_dim": decoder.get("head_size"),
-            "eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}
+    folder = os.path.dirname(os.path.abspath(model_path))
+
+    def read(name: str) -> dict:
+        try:
+            with open(os.path.join(folder, name)) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        return d if isinstance(d, dict) else {}
+
+    def first(eos):
+        return eos[0] if isinstance(eos, list) and eos else eos if isinstance(eos, int) else None
+    model = read("genai_config.json").get("model")
+    if isinstance(model, dict):
+        decoder = model.get("decoder", {}) if isinstance(model.get("decoder"), dict) else {}
+        return {"heads": decoder.get("num_key_value_heads"), "head_dim": decoder.get("head_size"),
+                "eos_token_id": first(model.get("eos_token_id"))}
+    for name in ("generation_config.json", "config.json"):
+        eos = first(read(name).get("eos_token_id"))
+        if eos is not None:
+            return {"eos_token_id": eos}
+    return {}
 
 
 def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | None = None,
                      where: str = "model", config: dict | None = None, top_k: int | None = None) -> tuple:
     """-> (the decoder `model` wrapped in its generation loop (see the module docstring), the names in
     `dims` it used). N = max_new_tokens, the cache's room past the prompt. dims: values of the
-    decoder's named dims that size its KV cache (kv_cache_dim); config: genai_config()'s, for those
+    decoder's named dims that size its KV cache (kv_cache_dim); config: decoder_config()'s, for those
     dims not given and the default eos token; top_k: sample from the top_k logits (None: greedy)."""
     if max_new_tokens < 1:
         raise Unsupported(f"--generate {max_new_tokens}: the number of new tokens must be at least 1")

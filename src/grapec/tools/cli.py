@@ -531,14 +531,15 @@ def _parse(shapes, dims, values=()):
 
 
 @main.command()
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model", type=click.Path())
 @click.option("--prompt-ids", "prompts", multiple=True, required=True, metavar="'ID ID ..'",
               help="A prompt's token ids (repeat for a batch; rows may differ in length).")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, metavar="N",
               help="Tokens to generate per row [default: the bundle's --generate N; 32 for an .onnx].")
 @click.option("--eos-token-id", type=int, default=None,
               help="A row stops after this id; -1: never [default: the model's, from the genai_config.json "
-                   "onnxruntime-genai's builder writes beside it, else never].")
+                   "onnxruntime-genai's builder writes beside it, or HF's generation_config.json / config.json "
+                   "(optimum's export), else never].")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="auto: the GPU when there is one, else the CPU backend (it says which).")
 @click.option("--device", default=0, show_default=True, type=click.IntRange(min=0), help="GPU ordinal.")
@@ -562,7 +563,8 @@ def _parse(shapes, dims, values=()):
 def generate(model, prompts, max_new_tokens, eos_token_id, backend, device, dims, top_k, temperature, top_p, seed,
              repeat, stream, as_json, quiet):
     """Greedy or sampled generation from token-id prompts with MODEL: a bundle compiled with --generate,
-    or a decoder .onnx (onnxruntime-genai's builder, optimum), compiled here for these prompts.
+    or a decoder .onnx (onnxruntime-genai's builder, optimum, torch.onnx), or the folder either writes
+    (its model.onnx), compiled here for these prompts.
 
     
     The whole loop (prompt, then a decode step per token into a KV cache allocated once, until

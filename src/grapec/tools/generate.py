@@ -53,6 +53,10 @@ def load_generator(model: str, prompts: list, max_new_tokens: int | None, backen
     number, prompt = the longest, N = max_new_tokens; sampled from the top_k where given)."""
     import grapec
     from ..bundle.format import MAGIC
+    if os.path.isdir(model):   # onnxruntime-genai's builder and optimum write a folder: its model.onnx
+        if not os.path.isfile(os.path.join(model, "model.onnx")):
+            raise InputError(f"{model}: a folder without a model.onnx; give the decoder's .onnx file or a bundle")
+        model = os.path.join(model, "model.onnx")
     if not os.path.isfile(model):
         raise GrapecError(f"{model}: no such file")
     with open(model, "rb") as f:
