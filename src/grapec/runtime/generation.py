@@ -74,9 +74,10 @@ def generate(session, prompts: list, max_new_tokens: int | None = None, eos_toke
     """Generation for each prompt (a list of token ids) with a bundle compiled with --generate: greedy,
     or sampled where it was compiled with --top-k (temperature, top_p and seed apply then).
     max_new_tokens: at most the bundle's N [default: N]; eos_token_id: a row stops after it (-1: none)
-    [default: the model's, from onnxruntime-genai's genai_config.json where there was one, else none]."""
-    call = _Call(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed)
-    return call.result(session.run(call.feeds))
+    [default: the model's, from onnxruntime-genai's genai_config.json or HF's generation_config.json where
+    one was beside the decoder, else none]."""
+    request = _Request(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed)
+    return request.result(session.run(request.feeds))
 
 
 def stream(session, prompts: list, max_new_tokens: int | None = None, eos_token_id: int | None = None,
@@ -90,11 +91,11 @@ def stream(session, prompts: list, max_new_tokens: int | None = None, eos_token_
 
     The CPU backend hands over the tokens after every step; on the GPU they are read beside the
     running graph (runtime/cuda/watcher.py), so an item may hold a few steps' tokens at once."""
-    return TokenStream(session, _Call(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed))
+    return TokenStream(session, _Request(session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed))
 
 
-class _Call:
-    """One generation's feeds, checked, and how its outputs read back."""
+class _Request:
+    """One generation asked of a bundle: its feeds, checked, and how its outputs read back."""
 
     def __init__(self, session, prompts, max_new_tokens, eos_token_id, temperature, top_p, seed):
         n = room(session)
@@ -161,8 +162,8 @@ class TokenStream:
     """stream()'s iterator. The run goes on in a thread of its own, which hands over copies of the
     tokens slot; an abandoned iterator still waits for its run to end when it is closed."""
 
-    def __init__(self, session, call: _Call):
-        self.session, self.call = session, call
+    def __init__(self, session, request: _Request):
+        self.session, self.request = session, request
         self.result: Generation | None = None
 
     def __iter__(self):
@@ -170,24 +171,24 @@ class TokenStream:
 
         def work():
             try:
-                updates.put(("done", self.session.run_watching(self.call.feeds, tokens_slot,
+                updates.put(("done", self.session.run_watching(self.request.feeds, tokens_slot,
                                                                lambda a: updates.put(("tokens", a)))))
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                 updates.put(("error", e))
 
         worker = threading.Thread(target=work, name="grapec-stream", daemon=True)
         worker.start()
-        sent = [[] for _ in range(self.call.rows)]
+        sent = [[] for _ in range(self.request.rows)]
         try:
             while True:
                 kind, value = updates.get()
                 if kind == "error":
                     raise value
                 if kind == "done":
-                    self.result = self.call.result(value)
+                    self.result = self.request.result(value)
                     rows = self.result.tokens
                 else:
-                    rows = _so_far(value, self.call.rows)
+                    rows = _so_far(value, self.request.rows)
                 new = []
                 for r, got in enumerate(rows):
                     if got[:len(sent[r])] != sent[r]:
