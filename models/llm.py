@@ -6,7 +6,9 @@ users export them. Too large for the repository or CI: build them where they are
     /path/to/genai-venv/bin/python models/llm.py llama1b --out /tmp/llm --precision int4
 
 writes OUT/llama1b_{precision}/ (model.onnx + model.onnx.data, genai_config.json, ...) and
-OUT/llama1b_hf/ (the transformers checkpoint the peers load). The builder needs onnxruntime-genai,
+OUT/llama1b_hf/ (the transformers checkpoint the peers load). With --exporter optimum (optimum-onnx
+installed) the same checkpoint goes through optimum's exporter instead, into
+OUT/llama1b_optimum_{precision}/: the decoder as torch.onnx writes it, its past grown by Concat. The builder needs onnxruntime-genai,
 onnx_ir and onnxscript; --builder-dir runs the builder from an unpacked wheel's
 onnxruntime_genai/models folder without importing the package's native library (the GPU machine
 has no onnxruntime the wheel's library links against).
@@ -78,6 +80,22 @@ def export(name: str, out: str, precision: str, provider: str = "cuda", builder_
     return dst
 
 
+def export_optimum(name: str, out: str, precision: str, provider: str = "cuda") -> str:
+    """optimum's ONNX exporter (torch.onnx underneath) on the same checkpoint, as HF users export a
+    decoder with its past: OUT/NAME_optimum_PRECISION/model.onnx (+ external data past 2 GB). Its
+    presents grow by Concat, which grapec --generate runs as a sliding window (frontend/generation.py)."""
+    if precision == "int4":
+        raise SystemExit("optimum exports fp32 or fp16; int4 is onnxruntime-genai's builder's")
+    src = save_checkpoint(name, out)
+    dst = os.path.join(out, f"{name}_optimum_{precision}")
+    if os.path.exists(os.path.join(dst, "model.onnx")):
+        return dst
+    cli = os.path.join(os.path.dirname(sys.executable), "optimum-cli")
+    subprocess.run([cli, "export", "onnx", "--model", src, "--task", "text-generation-with-past", "--dtype", precision,
+                    "--device", "cuda" if provider == "cuda" else "cpu", dst], check=True)
+    return dst
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("name", choices=sorted(CONFIGS))
@@ -85,8 +103,13 @@ def main():
     ap.add_argument("--precision", default="fp16", choices=["fp16", "int4", "fp32"])
     ap.add_argument("--provider", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--builder-dir", help="an unpacked onnxruntime_genai/models folder to run the builder from")
+    ap.add_argument("--exporter", default="builder", choices=["builder", "optimum"],
+                    help="onnxruntime-genai's model builder, or optimum's exporter (optimum-onnx installed)")
     a = ap.parse_args()
-    print(export(a.name, a.out, a.precision, a.provider, a.builder_dir))
+    if a.exporter == "optimum":
+        print(export_optimum(a.name, a.out, a.precision, a.provider))
+    else:
+        print(export(a.name, a.out, a.precision, a.provider, a.builder_dir))
 
 
 if __name__ == "__main__":
