@@ -260,6 +260,60 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(nam
     assert r.returncode == 0 and r.stdout.splitlines()[0] == f"row 0: {' '.join(map(str, free[0][:stop + 1]))}", r.stderr
 
 
+def _merged_decoder(path: str):
+    """llama_optimum as optimum's merged decoder is laid out (decoder_model_merged.onnx: optimum 1.x's
+    legacy export, transformers.js): one If on a use_cache_branch input, its then branch the graph with
+    a past, its else branch a copy of it under other names, the branches' outputs named as the If's."""
+    m = onnx.load(OPTIMUM)
+    g = m.graph
+    outer = {i.name for i in g.input} | {t.name for t in g.initializer}
+    renamed = []
+    for n in g.node:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.input[:] = [x if not x or x in outer else "nopast/" + x for x in n.input]
+        c.output[:] = ["nopast/" + x for x in n.output]
+        renamed.append(c)
+    nopast = [helper.make_tensor_value_info("nopast/" + o.name, o.type.tensor_type.elem_type, None) for o in g.output]
+    branch = helper.make_node("If", ["use_cache_branch"], [o.name for o in g.output], name="optimum::if",
+                              then_branch=helper.make_graph(list(g.node), "with_past", [], list(g.output)),
+                              else_branch=helper.make_graph(renamed, "without_past", [], nopast))
+    inputs = list(g.input) + [helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1])]
+    merged = helper.make_model(helper.make_graph([branch], g.name, inputs, list(g.output), list(g.initializer)),
+                               opset_imports=list(m.opset_import))
+    merged.ir_version = m.ir_version
+    onnx.save(merged, path)
+
+
+def test_optimums_merged_decoder_runs_its_with_past_branch(tmp_path):
+    """A merged decoder's If on use_cache_branch gives way to its with-past branch (the loop always
+    feeds a past): the tokens of the decoder it was made of."""
+    path = str(tmp_path / "decoder_model_merged.onnx")
+    _merged_decoder(path)
+    prompts = prompts_of([6, 3, 8, 1], seed=8)
+    bundle = Bundle.from_bytes(grapec.compile(path, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}],
+                                              targets=[]).to_bytes())
+    assert [i["name"] for i in bundle.manifest["inputs"]] == ["prompt_ids", "prompt_lengths", "max_new_tokens",
+                                                              "eos_token_id"]
+    assert grapec.generate(grapec.load(bundle), prompts).tokens == reference_greedy(OPTIMUM, prompts, 12)
+
+
+def test_a_growing_decoder_without_position_ids_is_refused_by_name(tmp_path):
+    """optimum's Gemma export, and its legacy merged decoders, take no position_ids: the model counts
+    positions from the past's length, which the window keeps fixed."""
+    m = onnx.load(OPTIMUM)
+    keep = [i for i in m.graph.input if i.name != "position_ids"]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.node.insert(0, helper.make_node("Constant", [], ["position_ids"],
+                                            value=numpy_helper.from_array(np.zeros((1, 1), np.int64))))
+    path = str(tmp_path / "nopos.onnx")
+    onnx.save(m, path)
+    r = _cli("compile", path, "--generate", "4", "--dim", "batch=1,prompt=3", "--no-gpu", "-o", str(tmp_path / "n.grape"))
+    assert r.returncode == 2 and "the positions must come from a position_ids input" in r.stderr \
+        and "Traceback" not in r.stderr, r.stderr
+
+
 def test_a_decoder_exported_for_one_sequence_length_is_refused_by_name(tmp_path):
     """torch.onnx's dynamo exporter specializes a dim left without a Dim to its example's size: a
     decoder whose input_ids is [1, 1] cannot take a prompt."""

@@ -49,10 +49,11 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
-from .proto import NodeBuilder, Unsupported, subgraphs
+from .proto import NodeBuilder, Unsupported, inline_if, subgraphs
 
 _PAST = re.compile(r"^past(_key_values)?[._]")
 _END = 2**62   # a Slice end past any length
+_CACHE_BRANCH = "use_cache_branch"   # optimum's merged decoder: which of its two graphs runs
 
 
 @dataclass
@@ -128,6 +129,28 @@ def find_decoder(graph: onnx.GraphProto, where: str) -> Decoder:
                           "which this decoder does not have")
     return Decoder("input_ids", "attention_mask", "position_ids" if "position_ids" in inputs else None, kv, logits,
                    any(growing))
+
+
+def _with_past_branch(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """optimum's merged decoder (decoder_model_merged.onnx: optimum 1.x, transformers.js) is an If on a
+    use_cache_branch input between its graph with a past (then) and without one. The generation loop
+    always feeds a past (the prompt's pass an empty one), so the If gives way to its then branch and
+    the input goes; a decoder without that input is returned as it is."""
+    g = model.graph
+    if _CACHE_BRANCH not in {i.name for i in g.input}:
+        return model
+    ifs = [i for i, n in enumerate(g.node) if n.op_type == "If" and n.input and n.input[0] == _CACHE_BRANCH]
+    readers = [n.name or n.op_type for n in g.node if _CACHE_BRANCH in n.input]
+    if len(ifs) != 1 or len(readers) != 1:
+        raise Unsupported(f"{where}: its {_CACHE_BRANCH} input is read by {', '.join(readers) or 'nothing'}; "
+                          f"--generate knows optimum's merged decoder, one If on it")
+    inlined = inline_if(model, ifs[0], take_then=True)
+    if inlined is None:
+        raise Unsupported(f"{where}: the with-past branch of its If on {_CACHE_BRANCH} reuses names of the graph")
+    kept = [i for i in inlined.graph.input if i.name != _CACHE_BRANCH]
+    del inlined.graph.input[:]
+    inlined.graph.input.extend(kept)
+    return inlined
 
 
 def _grows(graph: onnx.GraphProto, k: KVInput) -> bool:
@@ -219,6 +242,7 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     if top_k is not None and top_k < 1:
         raise Unsupported(f"--top-k {top_k}: sampling needs at least 1 candidate token")
     dims = dims or {}
+    model = _with_past_branch(model, where)
     g = model.graph
     dec = find_decoder(g, where)
     opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] + [13])

@@ -104,12 +104,14 @@ def inline_if(model: onnx.ModelProto, index: int, take_then: bool) -> onnx.Model
     g = m.graph
     node = g.node[index]
     branch = next(a.g for a in node.attribute if a.name == ("then_branch" if take_then else "else_branch"))
-    taken = {t.name for t in g.initializer} | {i.name for i in g.input} | {o for n in g.node for o in n.output}
+    # the If's own outputs are not taken: a branch may define them by name (optimum's merged decoder)
+    taken = {t.name for t in g.initializer} | {i.name for i in g.input} | \
+        {o for i, n in enumerate(g.node) if i != index for o in n.output}
     if {t.name for t in branch.initializer} & taken or {o for n in branch.node for o in n.output} & taken:
         return None
     g.initializer.extend(branch.initializer)
     body = list(branch.node) + [helper.make_node("Identity", [src.name], [dst], name=f"{node.name or 'If'}/out{k}")
-                                for k, (src, dst) in enumerate(zip(branch.output, node.output)) if dst]
+                                for k, (src, dst) in enumerate(zip(branch.output, node.output)) if dst and dst != src.name]
     nodes = list(g.node[:index]) + body + list(g.node[index + 1:])
     del g.node[:]
     g.node.extend(nodes)
