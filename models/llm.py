@@ -90,8 +90,8 @@ def export_optimum(name: str, out: str, precision: str, provider: str = "cuda") 
     dst = os.path.join(out, f"{name}_optimum_{precision}")
     if os.path.exists(os.path.join(dst, "model.onnx")):
         return dst
-    cli = os.path.join(os.path.dirname(sys.executable), "optimum-cli")
-    subprocess.run([cli, "export", "onnx", "--model", src, "--task", "text-generation-with-past", "--dtype", precision,
+    cli = [sys.executable, "-m", "optimum.commands.optimum_cli"]   # also where pip --target put it (no script)
+    subprocess.run(cli + ["export", "onnx", "--model", src, "--task", "text-generation-with-past", "--dtype", precision,
                     "--device", "cuda" if provider == "cuda" else "cpu", dst], check=True)
     return dst
 

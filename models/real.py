@@ -201,7 +201,7 @@ def _optimum_export(make, path):
         src, built = os.path.join(tmp, "hf"), os.path.join(tmp, "onnx")
         torch.manual_seed(0)
         make().save_pretrained(src)
-        subprocess.run([os.path.join(os.path.dirname(sys.executable), "optimum-cli"), "export", "onnx", "--model", src,
+        subprocess.run([sys.executable, "-m", "optimum.commands.optimum_cli", "export", "onnx", "--model", src,
                         "--task", "text-generation-with-past", built], check=True)
         onnx.save(onnx.load(os.path.join(built, "model.onnx")), path)
 

@@ -246,6 +246,8 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(nam
     assert grapec.generate(sess, prompts).tokens == free
     assert grapec.generate(sess, prompts, eos_token_id=eos).tokens == want
     assert grapec.generate(sess, [prompts[2]], max_new_tokens=5).tokens == [free[2][:5]]
+    if name != "llama_optimum":   # the command line once (a process each call)
+        return
     external = str(tmp_path / "model.onnx")   # as optimum writes a model over 2 GB: weights in a file beside it
     onnx.save(onnx.load(path), external, save_as_external_data=True, location="model.onnx_data", size_threshold=0)
     assert os.path.getsize(external) < os.path.getsize(path) / 4
@@ -307,11 +309,8 @@ def test_a_growing_decoder_without_position_ids_is_refused_by_name(tmp_path):
     m.graph.input.extend(keep)
     m.graph.node.insert(0, helper.make_node("Constant", [], ["position_ids"],
                                             value=numpy_helper.from_array(np.zeros((1, 1), np.int64))))
-    path = str(tmp_path / "nopos.onnx")
-    onnx.save(m, path)
-    r = _cli("compile", path, "--generate", "4", "--dim", "batch=1,prompt=3", "--no-gpu", "-o", str(tmp_path / "n.grape"))
-    assert r.returncode == 2 and "the positions must come from a position_ids input" in r.stderr \
-        and "Traceback" not in r.stderr, r.stderr
+    with pytest.raises(grapec.errors.ModelError, match="the positions must come from a position_ids input"):
+        grapec.compile(m, generate=4, dims={"batch": 1, "prompt": 3}, targets=[])
 
 
 def test_a_decoder_exported_for_one_sequence_length_is_refused_by_name(tmp_path):
