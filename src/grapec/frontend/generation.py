@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import onnx
 from onnx import TensorProto, helper
 
+from .onnx_import import without_weight_data
 from .proto import NodeBuilder, Unsupported, inline_if, subgraphs
 
 _PAST = re.compile(r"^past(_key_values)?[._]")
@@ -131,26 +132,29 @@ def find_decoder(graph: onnx.GraphProto, where: str) -> Decoder:
                    any(growing))
 
 
-def _with_past_branch(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
-    """optimum's merged decoder (decoder_model_merged.onnx: optimum 1.x, transformers.js) is an If on a
-    use_cache_branch input between its graph with a past (then) and without one. The generation loop
-    always feeds a past (the prompt's pass an empty one), so the If gives way to its then branch and
-    the input goes; a decoder without that input is returned as it is."""
+def _with_past_branch(model: onnx.ModelProto, where: str) -> tuple:
+    """-> (the decoder's graph, its initializers). optimum's merged decoder (decoder_model_merged.onnx:
+    optimum 1.x's legacy export, transformers.js) is an If on a use_cache_branch input between its
+    graph with a past (then) and without one. The generation loop always feeds a past (the prompt's
+    pass an empty one), so the If gives way to its then branch and the input goes. The graph is then
+    inlined in a copy without the weights' values (a 1 B decoder's would double the compile's
+    memory); the initializers come from the model as they are."""
     g = model.graph
     if _CACHE_BRANCH not in {i.name for i in g.input}:
-        return model
+        return g, g.initializer
     ifs = [i for i, n in enumerate(g.node) if n.op_type == "If" and n.input and n.input[0] == _CACHE_BRANCH]
     readers = [n.name or n.op_type for n in g.node if _CACHE_BRANCH in n.input]
     if len(ifs) != 1 or len(readers) != 1:
         raise Unsupported(f"{where}: its {_CACHE_BRANCH} input is read by {', '.join(readers) or 'nothing'}; "
                           f"--generate knows optimum's merged decoder, one If on it")
-    inlined = inline_if(model, ifs[0], take_then=True)
+    inlined = inline_if(without_weight_data(model), ifs[0], take_then=True)
     if inlined is None:
         raise Unsupported(f"{where}: the with-past branch of its If on {_CACHE_BRANCH} reuses names of the graph")
     kept = [i for i in inlined.graph.input if i.name != _CACHE_BRANCH]
     del inlined.graph.input[:]
     inlined.graph.input.extend(kept)
-    return inlined
+    then = next(a.g for a in g.node[ifs[0]].attribute if a.name == "then_branch")
+    return inlined.graph, list(g.initializer) + list(then.initializer)
 
 
 def _grows(graph: onnx.GraphProto, k: KVInput) -> bool:
@@ -242,8 +246,7 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     if top_k is not None and top_k < 1:
         raise Unsupported(f"--top-k {top_k}: sampling needs at least 1 candidate token")
     dims = dims or {}
-    model = _with_past_branch(model, where)
-    g = model.graph
+    g, weights = _with_past_branch(model, where)
     dec = find_decoder(g, where)
     opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] + [13])
     keep = {t.name for t in g.initializer}
@@ -304,7 +307,7 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
         [helper.make_tensor_value_info("generated", TensorProto.INT64, ["batch", n_new]),
          helper.make_tensor_value_info("num_generated", TensorProto.INT64, ["batch"])])
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-    out.graph.initializer.extend(g.initializer)   # the weights copied once, not again by make_model
+    out.graph.initializer.extend(weights)   # the weights copied once, not again by make_model
     out.metadata_props.extend(model.metadata_props)
     for key, value in _metadata(g, dec, n_new, where, config, top_k):
         out.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
