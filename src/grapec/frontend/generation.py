@@ -256,7 +256,8 @@ def generation_model(model: onnx.ModelProto, max_new_tokens: int, dims: dict | N
     shapes = [(_dim_value(k.heads, dims, config.get("heads"), f"heads of '{k.past}'"),
                _dim_value(k.head_dim, dims, config.get("head_dim"), f"head size of '{k.past}'")) for k in dec.kv]
 
-    # the prompt's pass: an empty cache as long as the whole generation, the prompt at 0..P-1
+    # the prompt's pass: an empty cache as long as the whole generation (a growing decoder's: its
+    # window), the prompt at its first (the window's last) P positions
     batch, prompt = b.dim("prompt_ids", 0), b.dim("prompt_ids", 1)
     # a growing decoder's past is a window of P + N - 1 positions: its present, one longer, slides by one
     room = b.node("Add", [prompt, b.const(n_new - 1 if dec.growing else n_new)], "cache_length")

@@ -276,15 +276,14 @@ def print_fusion_report(manifest: dict, as_json: bool):
 
 
 def _bodies(rows: list) -> dict:
-    """region label -> (groups, estimated us) of the steps directly in its body or branches."""
+    """region label ("2", or "3/then") -> (groups, estimated us) of the steps directly in that Loop body
+    or If branch; a Loop's enter and exit copies are left out."""
     out: dict = {}
     for r in rows:
         if isinstance(r["step"], str):
-            region, _, rest = r["step"].rpartition("/")
-            if region.split("/")[-1] in ("enter", "exit"):
+            region = r["step"].rpartition("/")[0]
+            if region.rpartition("/")[2] in ("enter", "exit"):
                 continue
-            if region.split("/")[-1] in ("then", "else"):
-                region = region.rsplit("/", 1)[0] + "/" + region.split("/")[-1]
             n, us = out.get(region, (0, 0.0))
             out[region] = (n + 1, us + r["us"])
     return out
