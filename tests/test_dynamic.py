@@ -220,7 +220,7 @@ def test_sizes_of_one_launch_structure_share_its_largest_layout(ranged):
     random sizes in random order still match onnxruntime (test above); a plan with a buffer larger
     than its counterpart keeps its own layout."""
     from dataclasses import replace
-    from grapec.compiler.shared_layout import _take_layout
+    from grapec.compiler.shared_layout import take_layout
     from grapec.passes.hazards import unordered_conflicts
     plans = [ranged.plans[i] for i in range(len(ranged.plans))]
     groups = {}
@@ -242,7 +242,7 @@ def test_sizes_of_one_launch_structure_share_its_largest_layout(ranged):
     i = next(i for i, b in enumerate(grown.buffers) if b.space == "arena")
     grown.buffers[i] = replace(grown.buffers[i], nbytes=big.buffers[i].nbytes + 4)
     before = list(grown.buffers)
-    assert not _take_layout(grown, big) and grown.buffers == before
+    assert not take_layout(grown, big) and grown.buffers == before
 
 
 def test_build_graphs_has_nothing_to_build_on_the_cpu_and_refuses_a_closed_session(ranged):

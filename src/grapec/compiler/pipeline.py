@@ -69,7 +69,8 @@ from ..cost.device import DeviceProfile
 from ..cost.model import NODE_UPDATE_US
 from ..cost.report import plan_report, top_level_us
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
-from .shared_layout import share_layouts
+from .shared_layout import share_layouts, take_layout
+from .structures import SAMPLE_OVER, compile_range
 from ..passes.predicate import form_regions, regions
 from ..passes.schedule import schedule
 from ..passes.streams import MAX_BRANCHES, schedule_streams
@@ -79,7 +80,7 @@ from ..passes.small_gemm import small_gemms
 from ..passes.simplify import simplify
 from ..passes.aligned_rows import aligned_rows
 from ..passes.strided_operands import strided_operands
-from ..passes.specialize import FOLD_LIMIT_BYTES, RANGE_FOLD_LIMIT_BYTES, specialize
+from ..passes.specialize import FOLD_LIMIT_BYTES, SIZED_FOLD_LIMIT_BYTES, specialize
 from ..passes.weight_layout import weights_as_nk
 from ..passes.bounds import apply_user_bounds
 from ..passes.rows_read import cap_nms_at_rows_read
@@ -90,9 +91,10 @@ FUSION_LEVELS = ("full", "rules", "none")
 
 def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None, fusion: bool | str = "full",
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
-                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES, shared_weights: bool = False,
+                  profile=None, fold_limit: int = FOLD_LIMIT_BYTES, sized_fold_limit: int | None = None,
+                  shared_weights: bool = False,
                   conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0,
-                  predicated: list | None = None, clusters: bool = False) -> Graph:
+                  predicated: list | None = None, clusters: bool = False, chosen: dict | None = None) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -100,15 +102,19 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     input_values: graph inputs fixed to these values (constants from here on); notes: where
     to report what fusion left alone; profile: the target's DeviceProfile, for the cost model
     (fusion "full" only: it picks every kernel's thread mapping); fold_limit: the largest constant
-    folding stores (smaller in a range of sizes, where each size stores its own); shared_weights:
+    folding stores; sized_fold_limit: the largest for a value computed from the inputs (a range of sizes:
+    each size would store its own); shared_weights:
     one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
     conv: how convolutions run (ops/conv.py conv_path); regions: False leaves the top level's If and
     Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
     attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES); switch_us: what a node whose
     launch differs by size costs each switch between the buckets of the compile (0 for one bucket);
     predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py);
-    clusters: the GPU code targets sm_90+ only, whose thread-block clusters the split small GEMMs use."""
-    g = specialize(graph, input_shapes, parent, input_values, fold_limit)
+    clusters: the GPU code targets sm_90+ only, whose thread-block clusters the split small GEMMs use;
+    chosen: the cost-based choices, filled in as they are made: {"mappings": passes/mappings.py's,
+    "fusion": passes/fuse.py's}; a choice already in it is repeated where it fits (a size of a range
+    taking its launch structure's: compiler/structures.py)."""
+    g = specialize(graph, input_shapes, parent, input_values, fold_limit, sized_fold_limit)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
@@ -116,16 +122,18 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     notes = notes if notes is not None else []
     # an If/Loop body (a generation's decode step) is compiled as this graph is: the same fusion,
     # cost model, weight layouts and engines, and its notes reported with this graph's
-    body = dict(fusion=level, profile=profile, fold_limit=fold_limit, shared_weights=shared_weights, conv=conv,
+    body = dict(fusion=level, profile=profile, fold_limit=fold_limit, sized_fold_limit=sized_fold_limit,
+                shared_weights=shared_weights, conv=conv,
                 attention=attention, switch_us=switch_us, clusters=clusters, notes=notes)
     g = lower_graph(g, options={"conv": conv, "notes": notes, "body": body,
-                                "predicated": predicated if predicated is not None else []})
+                                "predicated": predicated if predicated is not None else [],
+                                **({"sized_fold_limit": sized_fold_limit} if sized_fold_limit is not None else {})})
     if level != "none":
         if shared_weights:
             g = weights_as_nk(g)
         g = small_matmuls_as_kernels(g, small_gemms=level == "full")
         g = fold_epilogues(g)
-        g = fuse(g)
+        g = fuse(g, chosen.setdefault("fusion", {}) if chosen is not None else None)
         g = channels_last(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
         g = strided_operands(g)
@@ -137,7 +145,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = fold_output_casts(g)
         g = aligned_rows(g)
         if level == "full" and profile is not None:
-            g = choose_mappings(g, profile)
+            g = choose_mappings(g, profile, chosen.setdefault("mappings", {}) if chosen is not None else None)
     g = schedule(g)
     return form_regions(g, host_control) if parent is None and regions else g
 
@@ -148,12 +156,12 @@ def _check_range_fits(graph: Graph, fixed: dict, bucket_shapes: list, bucket_dim
     size that does (found by bisection over the sizes, specializing only)."""
     def fits(i: int) -> bool:
         try:
-            specialize(graph, bucket_shapes[i], None, fixed, RANGE_FOLD_LIMIT_BYTES)
+            specialize(graph, bucket_shapes[i], None, fixed, sized_fold_limit=SIZED_FOLD_LIMIT_BYTES)
             return True
         except ShapeError:
             return False
     try:
-        specialize(graph, bucket_shapes[-1], None, fixed, RANGE_FOLD_LIMIT_BYTES)
+        specialize(graph, bucket_shapes[-1], None, fixed, sized_fold_limit=SIZED_FOLD_LIMIT_BYTES)
         return
     except ShapeError as e:
         first = e
@@ -193,7 +201,7 @@ class BucketContext:
     profile: DeviceProfile
     max_branches: int
     brief: bool = False   # many buckets: per-bucket reports kept short
-    fold_limit: int = FOLD_LIMIT_BYTES   # smaller in a --dynamic range, where each size stores its own constants
+    sized_fold_limit: int | None = None   # a --dynamic range: constants computed from the inputs fold up to this
     shared_weights: bool = False   # several buckets, or a generation loop (prompt and decode step): one layout per weight
     conv: str = "auto"             # ops/conv.py conv_path
     attention: str = "auto"        # passes/sdpa.py ATTENTION_ENGINES
@@ -204,12 +212,22 @@ class BucketContext:
 
 
 @dataclass
+class Choices:
+    """What the cost model chose for a bucket, which a smaller size of its launch structure repeats
+    (compiler/structures.py): its fusion and thread mappings, its plan (arena layout) and its schedule."""
+    chosen: dict          # compile_graph's `chosen`
+    plan: object
+    schedule: tuple       # passes/streams.py StreamSchedule.applied
+
+
+@dataclass
 class BucketResult:
     plan: object
     meta: dict            # the manifest's entry for the bucket
     outputs: list         # the manifest's outputs (dtype, dims)
     notes: list = field(default_factory=list)
     log: list = field(default_factory=list)
+    choices: Choices | None = None
 
 
 def streamed_outputs(proto) -> tuple:
@@ -233,16 +251,20 @@ def lowered_model(proto, input_shapes: dict, fixed: dict, bounds: dict | None = 
                              notes=[], profile=load_profile(None), regions=False)
 
 
-def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kernels: KernelStore) -> BucketResult:
-    """One bucket: the passes, its plan (weights and kernels added to the stores) and its report."""
+def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kernels: KernelStore,
+                   like: Choices | None = None) -> BucketResult:
+    """One bucket: the passes, its plan (weights and kernels added to the stores) and its report.
+    like: the choices of a larger size of its launch structure, repeated where they fit this size."""
     t1 = time.perf_counter()
     notes: list = []
     predicated: list = []
     Graph.restart_names()
+    chosen = {k: dict(v) for k, v in like.chosen.items()} if like is not None else {}
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
-                        fusion=ctx.fusion, profile=ctx.profile, fold_limit=ctx.fold_limit, shared_weights=ctx.shared_weights,
+                        fusion=ctx.fusion, profile=ctx.profile, sized_fold_limit=ctx.sized_fold_limit,
+                        shared_weights=ctx.shared_weights,
                         conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us, predicated=predicated,
-                        clusters=ctx.dependent_launch)
+                        clusters=ctx.dependent_launch, chosen=chosen)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -250,7 +272,10 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
                 notes.append(note)
     plan = PlanBuilder(weights, kernels).build(low, held=ctx.held_outputs)
     check_plan_fits(plan, weights, ctx.profile, ishapes)
-    streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches)
+    if like is not None:
+        take_layout(plan, like.plan)
+    streams = schedule_streams(plan, kernels.kernels, ctx.profile, ctx.max_branches,
+                               like.schedule if like is not None else ())
     stitched = plan_stitches(plan, kernels.kernels, ctx.profile, ctx.grid_stitch, ctx.dependent_launch)
     unordered = unordered_conflicts(plan.steps, plan.buffers)
     if unordered:   # the scheduler's edges must order every reuse of bytes: a bug here, never the model's
@@ -280,7 +305,8 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
         saved = sum(r.saved_us for r in stitched)
         log.append(f"grid stitching: {sum(r.end - r.first for r in stitched)} steps in {len(stitched)} cooperative "
                    f"kernel(s), estimated {abs(saved):.1f} us {'faster' if saved > 0 else 'slower'} than a node each")
-    return BucketResult(plan, meta, [_io_meta_out(low, n) for n in low.outputs], notes, log)
+    return BucketResult(plan, meta, [_io_meta_out(low, n) for n in low.outputs], notes, log,
+                        Choices(chosen, plan, streams.applied))
 
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -296,7 +322,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                   max_branches: int = MAX_BRANCHES, dynamic: dict | None = None, jobs: int | None = None,
                   conv: str = "auto", grid_stitch: str = "auto", half_outputs: bool = False,
                   attention: str = "auto", generate: int | None = None, top_k: int | None = None,
-                  bounds: dict | None = None) -> Bundle:
+                  bounds: dict | None = None, every_size: bool = False) -> Bundle:
     """Compile an ONNX model (path or ModelProto) into a Bundle.
 
     shapes:  input name -> shape for the (single) bucket; dims: dim_param -> value.
@@ -336,6 +362,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
              `dims`; several dims give every combination). Each size is compiled exactly, so it runs as fast as a
              bundle made for it alone; the plans share kernels (sizes passed as arguments), weights and one
              arena, and are stored as templates plus deltas (bundle/templates.py).
+             A range of more than SAMPLE_OVER sizes is compiled per launch structure (structures.py): a
+             sample of its sizes is compiled, every other size's plan derived from its structure's.
+    every_size: compile every size of a range, however many.
     jobs:    processes compiling buckets at once (fanout.py) [default: one per core, up to 16].
     conv:    "auto" (default: 1-D and 2-D floating-point convolutions as one channels-last `conv` library
              node each, cuDNN on the GPU), "cudnn" (the same) or "gemm" (an im2col gather + GEMM each:
@@ -448,14 +477,18 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     weights, kernels = WeightStore(), KernelStore()
     ctx = BucketContext(graph, fixed, host_control, fusion, profile, max_branches,
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
-                        fold_limit=RANGE_FOLD_LIMIT_BYTES if dynamic else FOLD_LIMIT_BYTES,
+                        sized_fold_limit=SIZED_FOLD_LIMIT_BYTES if dynamic else None,
                         shared_weights=len(bucket_shapes) > 1 or generate is not None, conv=conv, attention=attention, grid_stitch=grid_stitch,
                         switch_us=NODE_UPDATE_US if len(bucket_shapes) > 1 else 0.0,
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]),
                         held_outputs=streamed_outputs(proto))
+    sampled = bool(dynamic) and len(bucket_shapes) > SAMPLE_OVER and not every_size
     try:
         with derived.sharing():   # the buckets (and a generation's prompt and decode step) derive a weight's copies once
-            results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
+            if sampled:
+                results = _compile_range(ctx, dynamic, bucket_dims, bucket_shapes, weights, kernels, jobs, say)
+            else:
+                results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     except UnsupportedError as e:
         if generate is None:
             raise
@@ -463,7 +496,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         raise UnsupportedError([growing_cache(p) or p for p in e.problems]) from None
     plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
     relocate_weights(plans, weights.share_prefixes())
-    if len(plans) > 1:
+    if len(plans) > 1 and not sampled:   # a sampled range's plans come at their structures' layouts
         shared = share_layouts(plans)
         for meta, plan in zip(bucket_meta, plans):
             meta["arena_bytes"] = plan.arena_bytes
@@ -496,7 +529,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                    for n in graph.inputs if n not in fixed],
         "fixed_inputs": [{"name": n, "dtype": graph.values[n].dtype, "shape": list(a.shape), "value": a.tolist()}
                          for n, a in fixed.items()],
-        "outputs": results[-1].outputs,
+        "outputs": next(r.outputs for r in reversed(results) if r.outputs is not None),
         "buckets": bucket_meta,
         "dynamic": {n: list(r) for n, r in (dynamic or {}).items()} or None,
         "targets": list(targets),
@@ -516,6 +549,23 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         say(f"note: {n}")
     # the weights stay the store's entries (no joined copy): Bundle.write streams them into the file
     return Bundle(manifest, weights.parts(), kernels.kernels, plans, gpu_sections)
+
+
+def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, weights, kernels, jobs, say) -> list:
+    """A range's buckets compiled per launch structure (structures.py), in bucket order."""
+    names = list(dynamic)
+    sizes = [tuple(bd[n] for n in names) for bd in bucket_dims]
+    shapes_at = dict(zip(sizes, bucket_shapes))
+
+    def derived_result(plan, size):
+        meta = {"shapes": {k: list(v) for k, v in shapes_at[size].items() if k not in ctx.fixed},
+                "arena_bytes": plan.arena_bytes, "steps": dict(Counter(st.op for st in walk_steps(plan.steps))),
+                "derived": True}
+        return BucketResult(plan, meta, None)
+    results, report = compile_range(partial(compile_bucket, ctx), sizes, shapes_at.__getitem__, weights, kernels,
+                                    jobs, say, derived_result)
+    say(f"--dynamic {', '.join(f'{n}={lo}:{hi}' for n, (lo, hi) in dynamic.items())}: {report.summary()}")
+    return results
 
 
 def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int | None):

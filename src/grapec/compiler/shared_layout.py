@@ -32,12 +32,14 @@ def share_layouts(plans: list) -> int:
     for members in groups.values():
         largest = plans[max(members, key=lambda i: plans[i].arena_bytes)]
         for i in members:
-            if plans[i] is not largest and _take_layout(plans[i], largest):
+            if plans[i] is not largest and take_layout(plans[i], largest):
                 moved += 1
     return moved
 
 
-def _take_layout(plan, largest) -> bool:
+def take_layout(plan, largest) -> bool:
+    """plan's arena buffers at largest's offsets, where each fits and every reuse of bytes stays ordered
+    by plan's edges. -> whether it did."""
     if len(plan.buffers) != len(largest.buffers):
         return False
     moved = []

@@ -419,7 +419,7 @@ def _scan(ctx, rop: str, identity):
 
 def _forward_scan(ctx, xs: T, axis: int, rop: str, ident: E, cmp: str) -> T:
     """out[i] = rop of xs[j] over j with `j cmp i` along axis. Short axes loop over the whole axis
-    per element; longer ones go through blocks of B ~ sqrt(n): block totals, an exclusive scan of
+    per element; longer ones go through blocks of B ~ 1-2 sqrt(n): block totals, an exclusive scan of
     those, then each element adds its block's prefix to a loop within its block, O(n sqrt n)."""
     n = xs.shape[axis]
     last = K.const(n - 1, "int64")
@@ -435,7 +435,9 @@ def _forward_scan(ctx, xs: T, axis: int, rop: str, ident: E, cmp: str) -> T:
     zero = K.const(0, "int64")
     if n <= 64:
         return T(xs.shape, xs.dtype, lambda ix: window(ix, zero, n, lambda j: K.binary(cmp, j, ix[axis])))
-    size = math.isqrt(n - 1) + 1
+    # a power of two past sqrt(n): one block size over a wide span of lengths, so the sizes of a range
+    # (--dynamic) keep one launch structure between powers of four (compiler/structures.py)
+    size = 1 << math.isqrt(n - 1).bit_length()
     nb = -(-n // size)
     blocks = tuple(nb if a == axis else d for a, d in enumerate(xs.shape))
     clamp = lambda j: K.binary("min", j, last)  # noqa: E731

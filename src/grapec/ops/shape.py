@@ -105,7 +105,9 @@ def range_(ctx):
     if delta == 0:
         raise ShapeError(f"Range node '{ctx.node.name}': delta is 0")
     n = max(0, math.ceil((limit.item() - start.item()) / delta.item()))
-    if n > RANGE_CONST_MAX_ELEMENTS:   # a kernel, not a constant: a huge length must not fill host memory
+    # a kernel, not a constant: a huge length must not fill host memory, and in a range of sizes
+    # (--dynamic) a length that follows the size must not be a constant stored per size
+    if n > RANGE_CONST_MAX_ELEMENTS or n * start.itemsize > ctx.options.get("sized_fold_limit", math.inf):
         dt = dtypes.from_numpy(start.dtype)
         return [T((n,), dt, lambda ix: K.const(start.item(), dt) + K.cast(ix[0], dt) * K.const(delta.item(), dt))]
     return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]

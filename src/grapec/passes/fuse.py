@@ -47,7 +47,10 @@ MIN_STITCH_ROWS = 8
 MAX_STITCH_READERS = 2
 
 
-def fuse(g: Graph) -> Graph:
+def fuse(g: Graph, chosen: dict | None = None) -> Graph:
+    """chosen: (kernel node name, producer value) -> whether it was inlined, filled in as fusion goes;
+    a pair already in it is decided as it says (a size of a range repeating its launch structure's
+    fusion: compiler/structures.py)."""
     producers = {n.outputs[0]: n for n in g.nodes if K.is_kernel_node(n)}
     view_source = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
     pinned = set(g.outputs)
@@ -83,8 +86,11 @@ def fuse(g: Graph) -> Graph:
                     # the producer inlined, each reader would write its own copy of it, where one stored
                     # value can be read by all of them in place (passes/channels_last.py)
                     continue
+                key = (node.name, src)
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
-                                    list(p.inputs), readers[src])
+                                    list(p.inputs), readers[src], chosen.get(key) if chosen is not None else None)
+                if chosen is not None:
+                    chosen[key] = fused is not None
                 if fused is not None:
                     before = reads(node)
                     node.attrs["kernel"], node.inputs = fused
@@ -110,35 +116,44 @@ def _is_pinned(src, name, view_source, pinned) -> bool:
         n = view_source[n]
 
 
-def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs: list, readers: int):
-    """-> (fused kernel, its input names), or None when inlining would not pay."""
-    view_shape = kc.inputs[slot][0]
+def _reads(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> tuple:
+    """-> (the consumer's loads of the slot, the loop trips around each, how many times it reads each
+    produced element, whether the producer reduces, whether it is an epilogue: the consumer reads each
+    reduced element once, as a bias add or activation after a gemv)."""
     memo: dict = {}
     loads = [e for e in K.walk(kc.body) if e.op == "load" and e.args[0] == slot]
     in_loops = [math.prod(v.args[1] for v in _loop_vars(e, memo)) for e in loads]
-    reads = kc.size * sum(in_loops)
+    dup = kc.size * sum(in_loops) / max(kp.size, 1)
     has_reduce = any(e.op == "reduce" for e in K.walk(kp.body))
-    dup = reads / max(kp.size, 1)
-    # an epilogue: the consumer reads each reduced element once (a bias add or activation after a gemv)
     epilogue = has_reduce and readers == 1 and dup <= 1.01 and all(n == 1 for n in in_loops)
+    return loads, in_loops, dup, has_reduce, epilogue
+
+
+def _stitch_kind(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> tuple:
+    return _reads(kc, slot, kp, readers)[3:]
+
+
+def _pays(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> bool:
+    """Whether inlining producer kp into consumer kc's input `slot` saves more than it recomputes."""
+    loads, in_loops, dup, has_reduce, epilogue = _reads(kc, slot, kp, readers)
     if has_reduce and dup <= 1.01 and not epilogue and kp.size > 1:
-        return None   # a per-element reduction (a gemv) that several kernels read stays one kernel
+        return False   # a per-element reduction (a gemv) that several kernels read stays one kernel
     if has_reduce and not epilogue:
         if any(n > 1 for n in in_loops):
-            return None   # the reduction would be redone in every iteration of the consumer's loop
+            return False   # the reduction would be redone in every iteration of the consumer's loop
         if readers > 1 and any(e.op == "reduce" and e.args[0].startswith("arg") for e in K.walk(kp.body)):
             # a decision (the next token's ArgMax over the vocabulary) read by several kernels (the
             # tokens written, the stop condition): each would redo the whole reduction (GPT-2's decode
             # step ran its 50257-logit ArgMax twice, 15 us each on an H200)
-            return None
+            return False
         if readers > MAX_STITCH_READERS:
             # a statistic many kernels read (the sequence lengths every layer's attention masks and
             # rotates by): computed once and read, not redone inside each of them
-            return None
+            return False
         if _elements_read(loads) > 1 and kp.size > 1:
             # read at several indices (a rotary embedding's x[i] and x[i ± half] of a projection's
             # output): each load would redo its own reduction, a gemv's rows computed twice
-            return None
+            return False
     elif not has_reduce and not is_gather(kp):
         cost = sum(1 for e in K.walk(kp.body) if e.op not in ("const", "idx", "ridx", "load"))
         # a gather through loaded indices (an embedding lookup) is a chain of dependent reads:
@@ -147,8 +162,19 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         shared = readers > 1 and _recompute_bytes(kp, readers) > RECOMPUTE_BYTES
         if shared or not ((dup <= 1.01 and (readers == 1 or cheap)) or
                           (cost <= RECOMPUTE_OPS and dup <= MAX_RECOMPUTE)):
-            return None
+            return False
+    return True
 
+
+def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs: list, readers: int,
+                decided: bool | None = None):
+    """-> (fused kernel, its input names), or None when inlining would not pay (or `decided` is False;
+    True inlines whether or not it pays)."""
+    if decided is False:
+        return None
+    if not decided and not _pays(kc, slot, kp, readers):
+        return None
+    view_shape = kc.inputs[slot][0]
     names = [n for i, n in enumerate(c_inputs) if i != slot]
     c_map = {i: (i if i < slot else i - 1) for i in range(len(c_inputs)) if i != slot}
     p_map = {}
@@ -183,6 +209,9 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     fused = K.Kernel(kc.shape, kc.dtype, body, tuple(shapes[i] for i in range(len(names))))
     if len(K.walk(body)) > MAX_BODY_NODES:
         return None
+    if decided:
+        return fused, names
+    has_reduce, epilogue = _stitch_kind(kc, slot, kp, readers)
     if has_reduce and not (epilogue and _per_element(kp)):
         # the producer's reductions are shared by a row of its elements (a norm's statistics, not a
         # gemv's dot products): they stay once per row only where the fused kernel's rows are theirs

@@ -20,7 +20,10 @@ from ..ir.graph import Graph
 from ..ir.kernel import Kernel, is_kernel_node
 
 
-def choose_mappings(g: Graph, profile: DeviceProfile) -> Graph:
+def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None) -> Graph:
+    """chosen: kernel node name -> mapping, filled in as the mappings are picked; a name already in it
+    keeps that mapping where it is one of the kernel's (a size of a range taking its launch
+    structure's choices: compiler/structures.py)."""
     for node in g.nodes:
         if not is_kernel_node(node):
             continue
@@ -29,5 +32,11 @@ def choose_mappings(g: Graph, profile: DeviceProfile) -> Graph:
             continue
         priced = price_mappings(k, profile)
         if len(priced) > 1:
-            node.attrs["kernel"] = replace(k, mapping=priced[0][0])
+            mapping = priced[0][0]
+            if chosen is not None:
+                pinned = chosen.get(node.name)
+                if pinned is not None and any(m == pinned for m, *_ in priced):
+                    mapping = pinned
+                chosen[node.name] = mapping
+            node.attrs["kernel"] = replace(k, mapping=mapping)
     return g

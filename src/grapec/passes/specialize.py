@@ -18,9 +18,11 @@ from .lower import NONDETERMINISTIC, lower_node
 
 # Constant folding stops at this size: bigger results stay computed at run time, not stored.
 FOLD_LIMIT_BYTES = 64 << 20
-# ... and at this size in a range of sizes (--dynamic), where a constant that depends on the size is
-# stored once per size: position embeddings gathered for seq 1..512 would add 200 MiB to GPT-2.
-RANGE_FOLD_LIMIT_BYTES = 64 << 10
+# ... and at this size, in a range of sizes (--dynamic), for a value computed from the graph's inputs
+# (their shapes): it would be stored once per size (position embeddings gathered for seq 1..512
+# would add 200 MiB to GPT-2), and a size whose plan is derived from its launch structure's
+# (compiler/structures.py) has no constants of its own. A shape tensor still folds.
+SIZED_FOLD_LIMIT_BYTES = 64
 # A graph input this small that feeds a shape parameter is a "shape input" (as TensorRT calls it):
 # its value can be fixed at compile time. A bigger one is data.
 SHAPE_INPUT_MAX_ELEMENTS = 64
@@ -31,11 +33,12 @@ TYPE_ONLY_INPUTS = {"CastLike": {1}}
 
 
 def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, input_values: dict | None = None,
-               fold_limit: int = FOLD_LIMIT_BYTES) -> Graph:
+               fold_limit: int = FOLD_LIMIT_BYTES, sized_fold_limit: int | None = None) -> Graph:
     """A copy of `graph` with concrete shapes. input_shapes: name -> tuple of ints (all inputs).
     input_values: inputs whose values are fixed at compile time (--value); they become constants
     and are no longer inputs of the specialized graph. fold_limit: the largest result (bytes)
-    constant folding stores."""
+    constant folding stores; sized_fold_limit: the largest for a value that depends on the graph's
+    inputs (a body's inputs included), where it is not fold_limit."""
     fixed = input_values or {}
     spec = Graph(list(graph.nodes), [n for n in graph.inputs if n not in fixed], list(graph.outputs), {},
                  graph.name, parent if parent is not None else graph.parent, graph.opset)
@@ -51,6 +54,7 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, in
         spec.values[name] = Value(name, v.dtype, shape, arr)
     todo = list(reversed(graph.nodes))
     spec.nodes = []
+    sized = set(spec.inputs) if sized_fold_limit is not None else None   # values computed from the inputs
     while todo:
         node = todo.pop()
         taken = _taken_branch(node, spec)
@@ -59,7 +63,13 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, in
             continue
         spec.nodes.append(node)
         try:
-            specialize_node(node, spec, fold_limit)
+            limit = fold_limit
+            if sized is not None:
+                reads = set(node.inputs) | outer_reads(node)
+                if reads & sized:
+                    sized.update(o for o in node.outputs if o)
+                    limit = min(fold_limit, sized_fold_limit)
+            specialize_node(node, spec, limit, {"sized_fold_limit": sized_fold_limit} if sized is not None else None)
         except NeedsValueError as e:   # a body's inputs cannot be fixed: the top level names what can
             raise (e if parent is not None else _with_input_hint(e, spec)) from None
     for o in spec.outputs:
@@ -82,9 +92,9 @@ def _taken_branch(node, spec: Graph) -> list | None:
                                  for src, dst in zip(branch.outputs, node.outputs) if dst]
 
 
-def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES):
+def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES, options: dict | None = None):
     scratch = Graph([], [], [], {}, "scratch", spec, spec.opset)
-    emitted = lower_node(node, scratch, scratch.nodes)
+    emitted = lower_node(node, scratch, scratch.nodes, options)
     type_only = TYPE_ONLY_INPUTS.get(node.op, ())
     reads = [i for j, i in enumerate(node.inputs) if i and j not in type_only] + sorted(outer_reads(node))
     foldable = (node.op not in NONDETERMINISTIC and not node.subgraphs

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from ..cost.model import estimate
 from ..cost.simulate import Task, Timeline, simulate
 from ..cost.work import step_work
-from .hazards import conflict_deps, reduce_deps
+from .hazards import conflict_deps, reduce_deps, unordered_conflicts
 from ..plan import REGIONS, chain_deps, child_step_lists, dependents, walk_steps
 
 MAX_BRANCHES = 4
@@ -51,6 +51,7 @@ class StreamSchedule:
     reason: str                 # why this choice, in words
     timeline: list = field(default_factory=list)   # [[start, end, branch]] per step, microseconds
     candidates: list = field(default_factory=list)  # [{order, branches, us}] every simulated choice
+    applied: tuple = ()         # (order, branch, deps) as applied to the plan's steps in their built order
 
     def to_json(self) -> dict:
         return {"branches": self.branches, "order": self.order, "serial_us": round(self.serial_us, 2),
@@ -103,8 +104,10 @@ def apply_candidate(plan, cand: Candidate):
         st.deps, st.branch = cand.deps[j], cand.branch[cand.order[j]]
 
 
-def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANCHES) -> StreamSchedule:
-    """Order the plan's steps and give them edges and branches (in place); the report says why."""
+def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANCHES, like: tuple = ()) -> StreamSchedule:
+    """Order the plan's steps and give them edges and branches (in place); the report says why.
+    like: another size's `applied` (order, branch, deps), taken where the plan's steps are as many
+    and it orders every reuse of their bytes (a size of a range repeating its launch structure's)."""
     for st in walk_steps(plan.steps):
         for sub in child_step_lists(st):
             _as_chain(sub)
@@ -112,10 +115,16 @@ def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANC
     tasks = [step_task(kernels, plan, st, profile) for st in steps]
     gap = profile.node_gap_us
     serial_line = simulate(tasks, chain_deps(len(steps)), gap)
+    if like and len(like[0]) == len(steps) and _replayed(plan, Candidate("pinned", *like, None)):
+        cand = Candidate("pinned", *like, simulate([tasks[i] for i in like[0]], like[2], gap))
+        sched = _report(plan.steps, "pinned", serial_line, cand.line, "its launch structure's schedule", [])
+        sched.applied = like
+        return sched
+    serial = (list(range(len(steps))), {i: 0 for i in range(len(steps))}, chain_deps(len(steps)))
     if max_branches <= 1 or any(isinstance(st, REGIONS) and not st.graphed for st in steps):
         _as_chain(steps)
         why = "--serial: one chain" if max_branches <= 1 else "host-driven control flow cuts the graph: one chain"
-        return _report(steps, "serial", serial_line, serial_line, why, [])
+        return _applied(_report(steps, "serial", serial_line, serial_line, why, []), serial)
     weighed = candidates(steps, plan.buffers, tasks, gap, max_branches)
     table = [{"order": c.order_name, "branches": len(set(c.branch.values())), "us": round(c.line.makespan, 2)}
              for c in weighed]
@@ -123,14 +132,33 @@ def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANC
     gain = 1 - best.line.makespan / serial_line.makespan if serial_line.makespan else 0.0
     if gain < MIN_GAIN:
         _as_chain(steps)
-        return _report(steps, "serial", serial_line, serial_line,
-                       f"no parallel schedule beats one chain by {MIN_GAIN:.0%} in simulation "
-                       f"(best: {best.order_name}, {gain:+.1%})", table)
+        return _applied(_report(steps, "serial", serial_line, serial_line,
+                                f"no parallel schedule beats one chain by {MIN_GAIN:.0%} in simulation "
+                                f"(best: {best.order_name}, {gain:+.1%})", table), serial)
     apply_candidate(plan, best)
     used = len(set(best.branch.values()))
-    return _report(plan.steps, best.order_name, serial_line, best.line,
-                   f"{best.order_name} order on {used} branches: {gain:.0%} shorter than one chain in simulation",
-                   table)
+    return _applied(_report(plan.steps, best.order_name, serial_line, best.line,
+                            f"{best.order_name} order on {used} branches: {gain:.0%} shorter than one chain in "
+                            f"simulation", table), (best.order, best.branch, best.deps))
+
+
+def _applied(sched: StreamSchedule, applied: tuple) -> StreamSchedule:
+    sched.applied = applied
+    return sched
+
+
+def _replayed(plan, cand: Candidate) -> bool:
+    """Apply cand where it orders every reuse of the plan's bytes; else leave the plan as it was."""
+    steps, kept = list(plan.steps), [(st.deps, st.branch) for st in plan.steps]
+    if sorted(cand.order) != list(range(len(steps))):
+        return False
+    apply_candidate(plan, cand)
+    if not unordered_conflicts(plan.steps, plan.buffers):
+        return True
+    plan.steps = steps
+    for st, (deps, branch) in zip(steps, kept):
+        st.deps, st.branch = deps, branch
+    return False
 
 
 def _as_chain(steps: list):

@@ -79,7 +79,8 @@ def main():
 def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", precision="fp32", buckets=(),
              host_control=False, values=(), calibration_inputs=(), precision_tolerance=None, fusion="full",
              device_profile=None, max_branches=None, dynamic=(), jobs=None, calibration_dims=(), conv="auto",
-             grid_stitch="auto", half_outputs=False, attention="auto", generate=None, top_k=None, bounds=()):
+             grid_stitch="auto", half_outputs=False, attention="auto", generate=None, top_k=None, bounds=(),
+             every_size=False):
     from ..compiler import compile_model
     from ..frontend.shapes import parse_bounds, parse_dims, parse_ranges
     from ..bundle.inputs import load_calibration_inputs
@@ -94,7 +95,7 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                          bucket_dims=[parse_dims(b, "--bucket") for b in buckets] or None,
                          max_branches=max_branches or MAX_BRANCHES, dynamic=parse_ranges(dynamic) or None, jobs=jobs,
                          conv=conv, grid_stitch=grid_stitch, half_outputs=half_outputs, attention=attention,
-                         generate=generate, top_k=top_k, bounds=parse_bounds(bounds) or None)
+                         generate=generate, top_k=top_k, bounds=parse_bounds(bounds) or None, every_size=every_size)
 
 
 @main.command()
@@ -113,6 +114,9 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
                    "--bucket seq=128). Each bucket gets its own plan; kernels that differ only in sizes "
                    "share one GPU function.")
 @click.option("--dynamic", "dynamic", multiple=True, metavar="NAME=LO:HI,..", help=DYNAMIC_HELP)
+@click.option("--every-size", is_flag=True,
+              help="Compile every size of a --dynamic range (slow for thousands of sizes) instead of a sample of "
+                   "each launch structure's, the other sizes' plans derived from it.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None, metavar="N",
               help="Processes compiling buckets at once [default: one per core, up to 16].")
 @precision_option
@@ -139,9 +143,9 @@ def _compile(model, shapes, dims, strict=False, quiet=False, targets="auto", pre
 @branch_options
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists and is not a grapec bundle.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress messages.")
-def compile(model, output, shapes, dims, values, bounds, buckets, strict, host_control, targets, no_gpu, dynamic, jobs,
-            precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv, attention, grid_stitch,
-            half_outputs, generate, top_k, device_profile, serial, max_branches, force, quiet):
+def compile(model, output, shapes, dims, values, bounds, buckets, strict, host_control, targets, no_gpu, dynamic,
+            every_size, jobs, precision, calibration_inputs, calibration_dims, precision_tolerance, fusion, conv,
+            attention, grid_stitch, half_outputs, generate, top_k, device_profile, serial, max_branches, force, quiet):
     """Compile an ONNX MODEL into a .grape bundle (no GPU needed).
 
     Every dynamic dim needs a value: from --shapes (whole input shapes), --dim (named dims),
@@ -164,7 +168,7 @@ def compile(model, output, shapes, dims, values, bounds, buckets, strict, host_c
     bundle = _compile(model, shapes, dims, strict, quiet, [] if no_gpu else (list(targets) or "auto"), precision,
                       buckets, host_control, values, calibration_inputs, precision_tolerance, fusion, device_profile,
                       branch_count(serial, max_branches), dynamic, jobs, calibration_dims, conv, grid_stitch, half_outputs,
-                      attention, generate, top_k, bounds)
+                      attention, generate, top_k, bounds, every_size)
     bundle.write(out)
     if not quiet:
         click.echo(f"[grapec] wrote {out} ({os.path.getsize(out) / 2**20:.2f} MiB) in {time.perf_counter() - t0:.1f}s", err=True)

@@ -65,11 +65,12 @@ GRID_STITCH_HELP = ("Where a plan is one chain of short kernels (a decode step, 
                     "barrier costs 1.6 us on an H100, a node joined by a programmatic edge 0.95 us). on: every run "
                     "that can be (the compile log and grapec inspect --fusion show them). off: every kernel its own node.")
 DYNAMIC_HELP = ("A range of a named dim, both ends included (e.g. seq=1:512; repeatable, several dims give every "
-                "combination). Every size gets a plan compiled for it exactly, so it runs as fast as a bundle made for "
-                "that size alone; the plans share one arena (the largest size's), the kernels (sizes are passed as "
-                "arguments) and the weights, and are stored as templates plus deltas. Compile time grows with the "
-                "range (spread over --jobs processes); memory at run time does not. A run outside the range is refused "
-                "with an error naming it.")
+                "combination). Every size gets its own plan, as fast as a bundle made for that size alone; the plans "
+                "share one arena (the largest size's), the kernels (sizes are passed as arguments) and the weights. "
+                "Sizes fall into a few launch structures: past 64 sizes, a sample of each structure's is compiled "
+                "and the others' plans are derived from it (numbers as formulas of the sizes, checked against "
+                "compiled sizes drawn at random; --every-size compiles them all). Memory at run time does not grow "
+                "with the range. A run outside the range is refused with an error naming it.")
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
                   "fp16: weights and activations float16, accumulation (GEMMs, reductions, softmax and "
                   "normalisation statistics) float32; inputs and outputs keep their types. fp16 keeps in float32 "

@@ -1,0 +1,576 @@
+"""A --dynamic range compiled per launch structure (issue 33): a sample of its sizes is compiled, and
+every other size's plan and kernels are derived from its structure's.
+
+Sizes fall into a few launch structures: plans (with their kernels) that differ only in numbers
+(bundle/templates.py). Within one, the numbers follow the sizes: element and byte counts are
+polynomials in the dims (b * s * 64 * 4), a pitch rounds a dim up (round_up(s, 4)) and a count over
+a pitch is a polynomial in both; arena offsets are the structure's largest size's
+(shared_layout.py). So a range of many sizes is compiled as follows.
+
+1. Boxes. Each dim's first HEAD values are classes of their own (a 1 broadcasts; a few rows take
+   kernels of their own); beyond, a value's class is its remainder modulo MODULUS (the alignment of
+   rows and vectors). A box is one class per dim: every combination of their values.
+2. Probes. A box's largest size is compiled, then its smallest and its centre, repeating the
+   largest's cost-based choices (fusion, thread mappings, arena layout, schedule: pipeline.py
+   Choices), so that sizes differ only where a choice cannot carry over. A box whose probes share a
+   structure is taken to be that structure's throughout; else it is cut along its longest dim where
+   its largest size's structure ends (found by bisection), down to boxes of SMALL_BOX sizes, which
+   are compiled whole.
+3. Formulas (`fit_numbers`). Every number of a structure is fitted over its compiled sizes: a
+   constant, a polynomial with integer coefficients in the dims and the round-ups found so far, or a
+   round-up or rounded-up division of one. A polynomial is kept only where it holds at more compiled
+   sizes than it has terms. A structure whose numbers step inside it (a block size doubling at a
+   threshold) is cut where they do, and each side fitted on its own.
+4. Derivation. Every other size's plan and kernels are its structure's template with the formulas'
+   numbers, each arena buffer within its bytes at the largest compiled size. A box with numbers no
+   formula fits is compiled whole.
+5. Check. CHECKS derived sizes, drawn at random, are compiled too and compared number for number; a
+   box with one that differs goes back to step 2, split.
+
+The result is what compiling each size with its box's choices gives (tests/test_range_structures.py
+compares the two), at a fraction of the compiles; `--every-size` compiles every size on its own.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..bundle.templates import join, split
+from ..plan import KernelStep, Plan, walk_steps
+from .fanout import map_buckets
+from .shared_layout import share_layouts
+
+HEAD = 8          # a dim's first values: each a class of its own
+MODULUS = 8       # beyond them, values of one remainder modulo this share a class
+SMALL_BOX = 4     # a box of no more sizes than this whose probes disagree: every size compiled
+CHECKS = 16       # derived sizes compiled again and compared, per round
+ROUNDS = 4        # rounds of check and split before a box that still differs is compiled whole
+ROUND_UPS = (2, 4, 8, 16, 32, 64, 128, 256)
+MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
+SAMPLE_OVER = 64  # ranges of more sizes than this are compiled this way (fewer: every size)
+BOX_FIT_SIZES = 8  # a part of a structure fitted on its own has at least this many sizes compiled
+MIN_FIT_SIZES = 4  # no formula is fitted over fewer sizes
+
+
+@dataclass
+class Box:
+    """Sizes: every combination of one value list per dim. rep: the size whose choices its sizes
+    repeat (the largest of a box it was cut from, of the same structure), else its own largest."""
+    axes: tuple
+    rep: tuple | None = None
+
+    @property
+    def count(self) -> int:
+        return int(np.prod([len(a) for a in self.axes]))
+
+    @property
+    def top(self) -> tuple:
+        return tuple(a[-1] for a in self.axes)
+
+    @property
+    def like(self) -> tuple:
+        return self.rep or self.top
+
+    def members(self):
+        return itertools.product(*self.axes)
+
+    def probes(self) -> list:
+        corners = itertools.product(*[sorted({a[0], a[-1]}) for a in self.axes])
+        centre = tuple(a[len(a) // 2] for a in self.axes)
+        return sorted(set(corners) | {centre})
+
+    def longest(self) -> int:
+        return max(range(len(self.axes)), key=lambda i: len(self.axes[i]))
+
+    def split_at(self, d: int, k: int, same_structure: bool = True) -> list:
+        """[values of dim d before index k, from k on]; the lower part keeps repeating this box's
+        choices where it is of the same structure."""
+        a = self.axes[d]
+        return [Box(self.axes[:d] + (a[:k],) + self.axes[d + 1:], self.like if same_structure else None),
+                Box(self.axes[:d] + (a[k:],) + self.axes[d + 1:], self.like)]
+
+    def halves(self) -> list:
+        d = self.longest()
+        return self.split_at(d, len(self.axes[d]) // 2)
+
+
+def initial_boxes(ranges: list) -> list:
+    """ranges: (lo, hi) per dim -> the boxes of step 1 (a head value or a remainder class per dim)."""
+    per_dim = []
+    for lo, hi in ranges:
+        classes = [(v,) for v in range(lo, min(hi, lo + HEAD - 1) + 1)]
+        for r in range(MODULUS):
+            vals = tuple(range(lo + HEAD + r, hi + 1, MODULUS))
+            if vals:
+                classes.append(vals)
+        per_dim.append(classes)
+    return [Box(axes) for axes in itertools.product(*per_dim)]
+
+
+# --- a structure's numbers as formulas of its sizes ---------------------------------------------
+
+def _monomials(nvars: int, degree: int) -> list:
+    """Exponent tuples of total degree <= `degree`, each exponent <= 2, lowest degree first."""
+    out = [e for e in itertools.product(range(3), repeat=nvars) if sum(e) <= degree]
+    return sorted(out, key=lambda e: (sum(e), [-x for x in e]))
+
+
+def _design(cols: np.ndarray, monos: list) -> np.ndarray:
+    """cols: n x m int64 variable values -> n x len(monos) int64 monomial values."""
+    out = np.ones((cols.shape[0], len(monos)), np.int64)
+    for j, e in enumerate(monos):
+        for v, p in enumerate(e):
+            if p:
+                out[:, j] *= cols[:, v] ** p
+    return out
+
+
+@dataclass
+class Rounded:
+    """A variable beside the dims: P's values rounded up to a multiple of `to` (or divided by it,
+    rounding up), P a polynomial in the variables before it."""
+    monos: list
+    coefs: np.ndarray
+    to: int
+    divide: bool
+
+    def values(self, cols: np.ndarray) -> np.ndarray:
+        q = -(-(_design(cols, self.monos) @ self.coefs) // self.to)
+        return q if self.divide else q * self.to
+
+
+@dataclass
+class NumberFit:
+    """Every int of one structure's documents as a function of its sizes: slots[j] is (monomials over
+    the variables, integer coefficients), or None where no formula fits."""
+    extra: list = field(default_factory=list)   # Rounded variables, each over the ones before it
+    slots: list = field(default_factory=list)
+
+    def columns(self, sizes: np.ndarray) -> np.ndarray:
+        cols = np.asarray(sizes, np.int64)
+        for r in self.extra:
+            cols = np.column_stack([cols, r.values(cols)])
+        return cols
+
+    @property
+    def complete(self) -> bool:
+        return all(s is not None for s in self.slots)
+
+    def numbers(self, sizes: np.ndarray) -> np.ndarray:
+        """len(sizes) x slots: the ints at each size (complete fits only)."""
+        cols = self.columns(sizes)
+        out = np.empty((len(cols), len(self.slots)), np.int64)
+        by_basis: dict = {}
+        for j, (monos, coefs) in enumerate(self.slots):
+            by_basis.setdefault(tuple(monos), []).append((j, coefs))
+        for monos, group in by_basis.items():
+            out[:, [j for j, _ in group]] = _design(cols, list(monos)) @ np.column_stack([c for _, c in group])
+        return out
+
+
+def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:
+    """sizes: n x dims, ints: n x slots (the compiled sizes of one structure) -> their formulas."""
+    sizes = np.asarray(sizes, np.int64)
+    n, slots = ints.shape
+    fit = NumberFit(slots=[None] * slots)
+    todo = list(range(slots))
+    for _ in range(3):   # polynomials; round-ups of what failed; polynomials in those too
+        cols = fit.columns(sizes)
+        todo = _fit_polynomials(fit, cols, ints, todo, n)
+        if not todo or not _fit_round_ups(fit, cols, ints, todo):
+            break
+    return fit
+
+
+def _fit_polynomials(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, n: int) -> list:
+    for degree in range(0, 4):
+        if not todo:
+            break
+        monos = _independent(cols, _monomials(cols.shape[1], degree))
+        if len(monos) >= n and degree:   # as many terms as sizes: any numbers would fit
+            break
+        a = _design(cols, monos)
+        y = ints[:, todo]
+        coefs = np.rint(np.linalg.lstsq(a.astype(np.float64), y.astype(np.float64), rcond=None)[0]).astype(np.int64)
+        exact = (a @ coefs == y).all(axis=0)
+        rest = []
+        for k, j in enumerate(todo):
+            if exact[k]:
+                fit.slots[j] = (monos, coefs[:, k])
+            else:
+                rest.append(j)
+        todo = rest
+    return todo
+
+
+def _independent(cols: np.ndarray, monos: list) -> list:
+    """The monomials, lowest first, that are not combinations of earlier ones over these sizes (a
+    round-up of s is s plus one of a few offsets: its square adds nothing), so that an exact fit is
+    the only one, and integer where the numbers are."""
+    a = _design(cols, monos).astype(np.float64)
+    a /= np.maximum(np.abs(a).max(axis=0), 1.0)
+    kept: list = []
+    for j in range(len(monos)):
+        if np.linalg.matrix_rank(a[:, kept + [j]]) > len(kept):
+            kept.append(j)
+    return [monos[j] for j in kept]
+
+
+def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list) -> bool:
+    """Each unfitted slot that is a round-up (or rounded-up division) of a variable or of a fitted
+    polynomial makes that a new variable. -> whether any did."""
+    candidates = [([tuple(int(i == v) for i in range(cols.shape[1]))], np.array([1], np.int64))
+                  for v in range(cols.shape[1])]
+    seen = set()
+    for slot in fit.slots:
+        if slot is not None and len(slot[0]) > 1 and len(candidates) < MAX_ROUNDED_CANDIDATES:
+            k = (tuple(slot[0]), tuple(slot[1].tolist()))
+            if k not in seen:
+                seen.add(k)
+                candidates.append(slot)
+    y = ints[:, todo]
+    left = np.ones(len(todo), bool)
+    found = False
+    for monos, coefs in candidates:
+        p = _design(cols, monos) @ coefs
+        if (p == p[0]).all():
+            continue
+        for to in ROUND_UPS:
+            q = -(-p // to)
+            for divide in (False, True):
+                hit = left & (y == (q if divide else q * to)[:, None]).all(axis=0)
+                if hit.any():
+                    fit.extra.append(Rounded(list(monos), coefs, to, divide))
+                    left &= ~hit
+                    found = True
+        if not left.any():
+            break
+    return found
+
+
+# --- a size's document: its plan and kernels ------------------------------------------------------
+
+@dataclass
+class Compiled:
+    """A compiled size's document split into its template (the structure's key) and numbers."""
+    key: str
+    ints: list
+    floats: list
+
+
+# a kernel's numbers that are choices, not sizes: part of its structure's template, not fitted
+CHOICE_FIELDS = ("mapping",)
+
+
+def bucket_document(plan: Plan, kernels: list) -> dict:
+    """The plan with its kernels inline (indices local to it), without what derived plans recompute
+    (arena_bytes) or do not have (the memory planner's report)."""
+    local: dict = {}
+    doc = Plan.from_json(plan.to_json())
+    for st in walk_steps(doc.steps):
+        if isinstance(st, KernelStep):
+            st.kernel = local.setdefault(st.kernel, len(local))
+    d = doc.to_json()
+    del d["memory"], d["arena_bytes"]
+    return {"plan": d, "kernels": [{k: json.dumps(v) if k in CHOICE_FIELDS else v for k, v in kernels[i].items()}
+                                   for i in local]}
+
+
+def _document(plan: Plan, kernels: list) -> Compiled:
+    t, ints, floats = split(bucket_document(plan, kernels))
+    return Compiled(json.dumps(t, separators=(",", ":")), ints, floats)
+
+
+def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan) -> Plan | None:
+    """The size's plan from its structure's template and formulas, its kernels added to the store;
+    None where an arena buffer would pass its bytes at the structure's largest compiled size."""
+    nf, floats = fit
+    doc = join(json.loads(key), nf.numbers(np.array([size]))[0].tolist(), floats)
+    plan = Plan.from_json(dict(doc["plan"], arena_bytes=0, memory={}))
+    for b, big in zip(plan.buffers, largest.buffers):
+        if b.space == "arena" and (b.offset != big.offset or b.nbytes > big.nbytes):
+            return None
+    plan.arena_bytes = max([0] + [b.offset + b.nbytes for b in plan.buffers if b.space == "arena"])
+    for st in walk_steps(plan.steps):
+        if isinstance(st, KernelStep):
+            k = doc["kernels"][st.kernel]
+            st.kernel = kernels.add_json({f: json.loads(v) if f in CHOICE_FIELDS else v for f, v in k.items()})
+    return plan
+
+
+# --- the compile ----------------------------------------------------------------------------------
+
+@dataclass
+class RangeCompile:
+    """What compile_range did, for the log."""
+    sizes: int = 0
+    compiled: int = 0
+    checked: int = 0
+    derived: int = 0
+    structures: int = 0
+    whole: list = field(default_factory=list)   # boxes compiled size by size, and why
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        s = (f"{self.sizes} sizes in {self.structures} launch structures: {self.compiled} compiled "
+             f"({self.checked} of them to check derived plans), {self.derived} derived from their "
+             f"structure's formulas, {self.seconds:.1f}s")
+        if self.whole:
+            s += f"; compiled size by size: {'; '.join(self.whole[:3])}" + (" ..." if len(self.whole) > 3 else "")
+        return s
+
+
+class _Compiles:
+    """The compiled sizes of a range, their documents, and the compiling of more."""
+
+    def __init__(self, compile_one, shapes_of, order: dict, weights, kernels, jobs, say):
+        self.compile_one, self.shapes_of, self.order = compile_one, shapes_of, order
+        self.weights, self.kernels, self.jobs, self.say = weights, kernels, jobs, say
+        self.results: dict = {}   # size -> BucketResult
+        self.docs: dict = {}      # size -> Compiled
+        self.shared: set = set()  # the sizes share_layouts has seen
+        self.t0 = time.perf_counter()
+
+    def add(self, sizes, like: dict | None = None):
+        """Compile these sizes; like: size -> the compiled size whose choices it repeats."""
+        todo = sorted(set(sizes) - set(self.results), key=self.order.__getitem__)
+        if not todo:
+            return
+        like = like or {}
+
+        def one(s, w, k):
+            rep = self.results.get(like.get(s))
+            return self.compile_one(self.shapes_of(s), w, k, rep.choices if rep is not None else None)
+        for s, r in zip(todo, map_buckets(one, todo, self.weights, self.kernels, self.jobs)):
+            self.results[s] = r
+            self.docs[s] = _document(r.plan, self.kernels.kernels)
+        self.say(f"range: {len(self.results)} of {len(self.order)} sizes compiled, {time.perf_counter() - self.t0:.1f}s")
+
+    def share_layouts(self):
+        """Each structure's plans at its largest compiled size's arena offsets, for the structures with
+        sizes compiled since the last call; the documents of the plans that moved anew."""
+        fresh = [s for s in self.results if s not in self.shared]
+        if not fresh:
+            return
+        touched = {self.docs[s].key for s in fresh}
+        self.shared.update(fresh)
+        plans = {s: self.results[s].plan for s in sorted(self.results, key=self.order.__getitem__)
+                 if self.docs[s].key in touched}
+        before = {s: [b.offset for b in p.buffers] for s, p in plans.items()}
+        share_layouts(list(plans.values()))
+        for s, p in plans.items():
+            if [b.offset for b in p.buffers] != before[s]:
+                self.docs[s] = _document(p, self.kernels.kernels)
+
+
+def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weights, kernels, jobs, say,
+                  derived_result: Callable) -> tuple:
+    """sizes: every size of the range (tuples, one value per dim), in bucket order. compile_one(ishapes,
+    weights, kernels, like) -> BucketResult; shapes_of(size) -> its input shapes; derived_result(plan,
+    size) -> the BucketResult of a derived plan. -> (results in bucket order, RangeCompile). The plans
+    come back at their structure's arena layout (shared_layout.py)."""
+    ranges = [(min(s[d] for s in sizes), max(s[d] for s in sizes)) for d in range(len(sizes[0]))]
+    done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say)
+    report = RangeCompile(sizes=len(sizes))
+    rng = random.Random(0)
+    queue, settled = initial_boxes(ranges), []
+    for round_ in range(ROUNDS):
+        settled += _probe(queue, done)
+        queue = []
+        fit_of = _fits(done, settled, report)
+        derivable = [s for s in sizes if s not in done.results]
+        checks = rng.sample(derivable, min(CHECKS, len(derivable)))
+        if not checks:
+            break
+        done.add(checks, like=_likes(settled))
+        done.share_layouts()
+        report.checked += len(checks)
+        wrong = {s for s in checks if not _derives(fit_of[s], done.docs[s], s)}
+        if not wrong:
+            break
+        bad = [b for b in settled if any(m in wrong for m in b.members())]
+        settled = [b for b in settled if b not in bad]
+        if round_ == ROUNDS - 1:   # still wrong after the last split: those boxes compiled whole
+            done.add([m for b in bad for m in b.members()], like=_likes(bad))
+        else:
+            queue = [h for b in bad for h in b.halves()]
+        say(f"range: {len(wrong)} of {len(checks)} checked sizes differ from their derived plans; "
+            f"{len(bad)} box(es) {'split' if queue else 'compiled whole'}")
+    fit_of = _fits(done, settled, report)
+    largest = _largest_plans(done)
+    likes = _likes(settled)
+    results = []
+    for s in sizes:
+        plan = None
+        if s not in done.results:
+            fit, key = fit_of[s]
+            plan = _derive(fit, key, s, kernels, largest[key])
+            if plan is None:   # a buffer past its largest compiled size's bytes: compiled after all
+                done.add([s], like=likes)
+        results.append(done.results[s] if plan is None else derived_result(plan, s))
+        report.derived += plan is not None
+    report.compiled = len(done.results)
+    report.structures = len({d.key for d in done.docs.values()})
+    report.seconds = time.perf_counter() - done.t0
+    return results, report
+
+
+def _probe(queue: list, done: _Compiles) -> list:
+    """Step 2 over the boxes of `queue`: -> the boxes whose probes share a structure; those of at most
+    SMALL_BOX sizes whose probes differ are compiled whole."""
+    settled = []
+    while queue:
+        done.add([b.like for b in queue])
+        done.add([b.top for b in queue], like=_likes(queue))
+        done.add([p for b in queue for p in (b.members() if b.count <= SMALL_BOX else b.probes())],
+                 like=_likes(queue))
+        nxt = []
+        for b in queue:
+            if len({done.docs[p].key for p in b.probes()}) == 1:
+                settled.append(b)
+            elif b.count > SMALL_BOX:
+                nxt += _cut(b, done)
+        queue = nxt
+    return settled
+
+
+def _cut(box: Box, done: _Compiles) -> list:
+    """A box whose probes differ, cut along its longest dim where its largest size's structure ends:
+    the lowest value on the line through its largest size whose size repeats the largest's choices
+    into the same structure, found by bisection (a structure taken to hold from there up)."""
+    d = box.longest()
+    values, top = box.axes[d], box.top
+    at = lambda i: top[:d] + (values[i],) + top[d + 1:]   # noqa: E731
+    key = done.docs[top].key
+    good, bad = len(values) - 1, -1   # at(good) is in top's structure; at(bad) is not (or before the start)
+    if at(0) in done.docs and done.docs[at(0)].key != key:
+        bad = 0
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        done.add([at(mid)], like={at(mid): box.like})
+        good, bad = (mid, bad) if done.docs[at(mid)].key == key else (good, mid)
+    if good == 0:   # the line is top's throughout: the box differs along another dim
+        return box.halves()
+    return box.split_at(d, good, same_structure=False)
+
+
+def _likes(boxes: list) -> dict:
+    """size -> the size whose choices it repeats (Box.like)."""
+    return {m: b.like for b in boxes for m in b.members() if m != b.like}
+
+
+def _fits(done: _Compiles, settled: list, report: RangeCompile) -> dict:
+    """Step 3: -> {size not compiled: ((NumberFit, floats), structure key)}. A structure's formulas are
+    fitted over its compiled sizes; where none fit them all, the structure is cut where a number steps,
+    found by bisection over its compiled sizes, and each side fitted on its own; where no one step
+    explains it, each of its boxes is, then halves of them; a small box with numbers no formula fits
+    is compiled whole."""
+    done.share_layouts()
+    groups: dict = {}
+    for b in settled:
+        groups.setdefault(done.docs[b.top].key, []).append(b)
+    work = list(groups.items())
+    out, report.whole = {}, []
+    while work:
+        key, boxes = work.pop()
+        if all(m in done.results for b in boxes for m in b.members()):
+            continue
+        sizes = _group_sizes(done, boxes, key)
+        fit = _fit(done.docs, sizes)
+        if isinstance(fit, str):
+            sides = _split_at_step(boxes, sizes, done)
+            if sides is not None:
+                work += [(key, side) for side in sides]
+            elif len(boxes) > 1:
+                work += [(key, [b]) for b in boxes]
+            elif boxes[0].count > 2 * BOX_FIT_SIZES:
+                work += [(key, [h]) for h in boxes[0].halves()]
+            else:
+                report.whole.append(f"{boxes[0].count} sizes from {boxes[0].top} down ({fit})")
+                done.add(list(boxes[0].members()), like=_likes(boxes))
+            continue
+        for b in boxes:
+            for m in b.members():
+                if m not in done.results:
+                    out[m] = (fit, key)
+    return out
+
+
+def _group_sizes(done: _Compiles, boxes: list, key: str) -> list:
+    """The boxes' compiled sizes of their structure, at least BOX_FIT_SIZES where they have as many
+    (more compiled, spread over them)."""
+    def inside():
+        return [m for b in boxes for m in b.members() if m in done.results and done.docs[m].key == key]
+    found = inside()
+    if len(found) < BOX_FIT_SIZES:
+        every = [m for b in boxes for m in b.members()]
+        done.add(every[::max(1, len(every) // BOX_FIT_SIZES)], like=_likes(boxes))
+        done.share_layouts()
+        found = inside()
+    return found
+
+
+def _split_at_step(boxes: list, sizes: list, done: _Compiles) -> list | None:
+    """Where the sizes stop fitting one formula, going down from the largest along the dim with the
+    most values: -> [the boxes below, the boxes from there up] (a box across it cut), or None where
+    no such value is found."""
+    d = max(range(len(sizes[0])), key=lambda i: len({m[i] for m in sizes}))
+    starts = sorted({m[d] for m in sizes})
+
+    def fits_from(v):
+        upper = [m for m in sizes if m[d] >= v]
+        return len(upper) >= MIN_FIT_SIZES and not isinstance(_fit(done.docs, upper), str)
+    good, bad = len(starts), -1   # sizes from starts[good] up fit (none for len); from starts[bad] not
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits_from(starts[mid]) else (good, mid)
+    if good in (0, len(starts)):
+        return None
+    below, above = [], []
+    for b in boxes:
+        k = bisect.bisect_left(b.axes[d], starts[good])
+        if k == 0:
+            above.append(b)
+        elif k == len(b.axes[d]):
+            below.append(b)
+        else:
+            low, high = b.split_at(d, k)
+            below.append(low)
+            above.append(high)
+    return [side for side in (below, above) if side]
+
+
+def _fit(docs: dict, sizes: list):
+    """-> (NumberFit, floats) of the sizes' documents (one structure's), or why there is none."""
+    if len(sizes) < MIN_FIT_SIZES:
+        return f"{len(sizes)} compiled size(s)"
+    floats = docs[sizes[0]].floats
+    if any(docs[s].floats != floats for s in sizes):
+        return "a fractional number that differs between sizes"
+    fit = fit_numbers(np.array(sizes), np.array([docs[s].ints for s in sizes], np.int64).reshape(len(sizes), -1))
+    if not fit.complete:
+        return f"{sum(x is None for x in fit.slots)} numbers follow no formula"
+    return fit, floats
+
+
+def _derives(fit_key: tuple, doc: Compiled, size: tuple) -> bool:
+    """A checked size's compiled document is its structure's, with the formulas' numbers."""
+    (nf, floats), key = fit_key
+    return doc.key == key and doc.floats == floats and nf.numbers(np.array([size]))[0].tolist() == doc.ints
+
+
+def _largest_plans(done: _Compiles) -> dict:
+    """structure -> the plan of its compiled size with the largest arena (whose offsets it shares)."""
+    out = {}
+    for s, r in done.results.items():
+        key = done.docs[s].key
+        if key not in out or r.plan.arena_bytes > out[key].arena_bytes:
+            out[key] = r.plan
+    return out
