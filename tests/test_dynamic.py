@@ -76,14 +76,16 @@ def test_plans_are_stored_as_few_templates(ranged):
     read = Bundle.from_bytes(ranged.to_bytes())
     st = read.storage()
     assert st["plans"] == HI - LO + 1
-    # sizes that compile alike share a template (only alignment and the few-row GEMM choice split them)
-    assert st["plan_templates"] <= 6, st
+    # sizes that compile alike share a template (only alignment, the few-row GEMM choice and, at seq 8,
+    # positions folded as a constant of at most SIZED_FOLD_LIMIT_BYTES split them)
+    assert st["plan_templates"] <= 7, st
     one = compile_model(GPT2, dims={"batch": 1, "seq": HI}, targets=[])
     single = Bundle.from_bytes(one.to_bytes()).storage()["plan_bytes"]
-    # 24 plans in the room of 6 stored alone, and in under half of what zlib alone makes of them
+    # 24 plans in the room of 6 stored alone, and in little more than half of what zlib alone makes of
+    # them (under half with 6 templates; the 7th, seq 8's, costs its own template: 8006 against 15972)
     assert st["plan_bytes"] < 6 * single, (st, single)
     plain = len(zlib.compress(json.dumps([p.to_json() for p in ranged.plans], separators=(",", ":")).encode(), 6))
-    assert st["plan_bytes"] < plain / 2, (st, plain)
+    assert st["plan_bytes"] < 0.55 * plain, (st, plain)
     for i in (0, 9, HI - LO):
         assert read.plans[i].to_json() == ranged.plans[i].to_json()
 

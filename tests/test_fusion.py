@@ -157,3 +157,24 @@ def test_a_sum_inlined_into_a_mask_over_its_own_variable_keeps_its_own_variable(
     np.testing.assert_array_equal(run_kernel(kernel, [keys, at]), want)
     inner = [e for e in K.walk(expr) if e.op == "reduce" and e is not expr]
     assert inner and all(not set(e.args[2]) & set(expr.args[2]) for e in inner)
+
+
+def test_inlining_a_concat_read_at_both_of_its_parts():
+    """A GatherND's index pairs made by a Concat of two constants (GPT-2's mask at batch 4 x seq 2 in a
+    range): each read of the Concat at a constant position folds its masked loads to one part, and the
+    part it folds to was loaded once, from its own input (the second read took the first part's
+    input twice, and the range's logits were off by 0.13)."""
+    from grapec.ir.kinds import kernel_from_json
+    from grapec.ir.interpret import run_kernel
+    from grapec.passes.fuse import _try_inline
+    concat = kernel_from_json({"shape": [4, 1, 2, 1, 2], "dtype": "int64", "inputs": [[[4, 1, 2, 1, 1], "int64"], [[4, 1, 2, 1, 1], "int64"]], "body": [["idx", 0], ["const", "int64", 0], ["idx", 2], ["idx", 4], ["const", "int64", 1], ["lt", [3, 4]], ["const", "bool", True], ["and", [5, 6]], ["sub", [3, 4]], ["ge", [3, 4]], ["load", "int64", 0, [0, 1, 2, 1, 8], 9, 1], ["load", "int64", 1, [0, 1, 2, 1, 3], 7, 10]]})  # noqa: E501
+    gather = kernel_from_json({"shape": [4, 1, 2, 1], "dtype": "int64", "inputs": [[[4, 1, 2, 1, 2], "int64"], [[4, 2], "int64"]], "body": [["idx", 0], ["const", "int64", 0], ["idx", 2], ["load", "int64", 0, [0, 1, 2, 1, 1], None, None], ["lt", [3, 1]], ["const", "int64", 4], ["add", [3, 5]], ["where", [4, 6, 3]], ["const", "int64", 1], ["load", "int64", 0, [0, 1, 2, 1, 8], None, None], ["lt", [9, 1]], ["const", "int64", 2], ["add", [9, 11]], ["where", [10, 12, 9]], ["ge", [7, 1]], ["lt", [7, 5]], ["and", [14, 15]], ["const", "bool", True], ["and", [16, 17]], ["ge", [13, 1]], ["lt", [13, 11]], ["and", [19, 20]], ["and", [18, 21]], ["load", "int64", 1, [7, 13], 22, 1]]})  # noqa: E501
+    second = np.array([0, 1, 0, 1, 0, 1, 0, 1]).reshape(4, 1, 2, 1, 1)
+    first = np.array([0, 0, 1, 1, 2, 2, 3, 3]).reshape(4, 1, 2, 1, 1)
+    table = np.arange(8).reshape(4, 2) * 10
+    want = run_kernel(gather, [run_kernel(concat, [second, first]), table])
+    fused, names = _try_inline(gather, ["pairs", "table"], 0, concat, ["second", "first"], 1, True)
+    values = {"table": table, "second": second, "first": first}
+    got = run_kernel(fused, [values[n] for n in names])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want.reshape(-1), table.reshape(-1))

@@ -484,8 +484,10 @@ def rebuild(e: Expr, index: tuple | None = None, load_fn=None, ridx_map: dict | 
         elif node.op == "ridx":
             new = ridx_map.get(node, node) if ridx_map else node
         else:
-            new = with_children(node, [memo[c] for c in children(node)])
-            if node.op == "load" and new.op == "load" and load_fn is not None:
+            kids = [memo[c] for c in children(node)]
+            new = with_children(node, kids)
+            # a masked load whose mask folded to false is its `other`, already rebuilt: not loaded again
+            if node.op == "load" and new.op == "load" and load_fn is not None and not any(new is k for k in kids):
                 new = load_fn(new)
         memo[node] = new
     return memo[e]

@@ -51,6 +51,7 @@ def fuse(g: Graph, chosen: dict | None = None) -> Graph:
     """chosen: (kernel node name, producer value) -> whether it was inlined, filled in as fusion goes;
     a pair already in it is decided as it says (a size of a range repeating its launch structure's
     fusion: compiler/structures.py)."""
+    pinned_choices = dict(chosen or {})   # the choices given; `chosen` then records this graph's own
     producers = {n.outputs[0]: n for n in g.nodes if K.is_kernel_node(n)}
     view_source = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
     pinned = set(g.outputs)
@@ -88,7 +89,7 @@ def fuse(g: Graph, chosen: dict | None = None) -> Graph:
                     continue
                 key = (node.name, src)
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
-                                    list(p.inputs), readers[src], chosen.get(key) if chosen is not None else None)
+                                    list(p.inputs), readers[src], pinned_choices.get(key))
                 if chosen is not None:
                     chosen[key] = fused is not None
                 if fused is not None:

@@ -7,6 +7,8 @@ with concrete input shapes, Shape -> Gather -> Concat -> Reshape chains become c
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .. import dtypes
@@ -61,6 +63,10 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, in
         if taken is not None:   # the branch's nodes take the If's place, so its shapes need not match the other's
             todo.extend(reversed(taken))
             continue
+        # a copy: later passes rewrite a node's inputs in place, and the imported graph serves every
+        # bucket of the compile (a range's seq 1 once rewired the mask's reads of seq 2)
+        node = replace(node, inputs=list(node.inputs), outputs=list(node.outputs), attrs=dict(node.attrs),
+                       origin=list(node.origin))
         spec.nodes.append(node)
         try:
             limit = fold_limit

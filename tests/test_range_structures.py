@@ -1,0 +1,102 @@
+"""A --dynamic range compiled per launch structure (compiler/structures.py): a sample of the sizes is
+compiled, the others' plans derived from formulas fitted on it. The derived plans are what compiling
+those sizes gives (checked on every size of a range), they run and match onnxruntime in random order
+after a write and read, and the compile needs far fewer compiles than sizes."""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.compiler import compile_model, structures
+from grapec.compiler.structures import Box, fit_numbers, initial_boxes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+VOCAB = 256
+
+
+def test_numbers_are_fitted_as_polynomials_and_round_ups_of_the_sizes():
+    rng = np.random.default_rng(3)
+    sizes = np.array(sorted({(int(b), int(s)) for b, s in rng.integers(1, 40, (40, 2))}))
+    b, s = sizes[:, 0], sizes[:, 1]
+    pitch = -(-s // 4) * 4
+    ints = np.column_stack([np.full(len(b), 7), 4 * b * s * 64, b * s * s * 12 + 3 * s, pitch,
+                            16 * b * s * pitch, -(-(b * s) // 256), b * 0 + 1])
+    fit = fit_numbers(sizes, ints)
+    assert fit.complete
+    others = np.array([[50, 61], [64, 512], [3, 129]])
+    ob, os_ = others[:, 0], others[:, 1]
+    opitch = -(-os_ // 4) * 4
+    want = np.column_stack([np.full(3, 7), 4 * ob * os_ * 64, ob * os_ * os_ * 12 + 3 * os_, opitch,
+                            16 * ob * os_ * opitch, -(-(ob * os_) // 256), ob * 0 + 1])
+    assert (fit.numbers(others) == want).all()
+    # numbers that follow no formula are not given one
+    noise = np.column_stack([ints, rng.integers(0, 1 << 20, len(b))])
+    assert not fit_numbers(sizes, noise).complete
+    # nor are numbers fitted over no more sizes than the formula has terms
+    assert not fit_numbers(sizes[:2], np.column_stack([sizes[:2, 1] ** 2])).complete
+
+
+def test_boxes_cover_every_size_once():
+    ranges = [(1, 20), (3, 40)]
+    boxes = initial_boxes(ranges)
+    members = [m for b in boxes for m in b.members()]
+    assert sorted(members) == [(x, y) for x in range(1, 21) for y in range(3, 41)]
+    box = Box(((9, 17, 25, 33), (11, 19, 27)))
+    low, high = box.split_at(0, 2, same_structure=False)
+    assert sorted(list(low.members()) + list(high.members())) == sorted(box.members())
+    assert high.like == box.top and low.like == low.top
+    assert all(h.like == box.top for h in box.halves())
+
+
+def test_every_derived_plan_is_what_compiling_its_size_gives(monkeypatch):
+    """With as many checks as sizes, every size the first round would derive is also compiled (with its
+    box's choices) and compared number for number: none differs."""
+    monkeypatch.setattr(structures, "CHECKS", 10_000)
+    said = []
+    compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (1, 72)}, targets=[], progress=said.append)
+    summary = [m for m in said if m.startswith("--dynamic seq=1:72")]
+    assert summary and "72 sizes in" in summary[0], said
+    assert not [m for m in said if "differ from their derived plans" in m], said
+
+
+@pytest.fixture(scope="module")
+def sampled():
+    said = []
+    b = compile_model(GPT2, dynamic={"batch": (1, 5), "seq": (1, 40)}, targets=[], progress=said.append, jobs=2)
+    return b, said
+
+
+def test_a_sampled_range_compiles_a_part_and_derives_the_rest(sampled):
+    b, said = sampled
+    derived = [m for m in b.manifest["buckets"] if m.get("derived")]
+    assert len(b.plans) == 200 and len(derived) >= 40, len(derived)
+    line = next(m for m in said if m.startswith("--dynamic"))
+    assert f"{200 - len(derived)} compiled" in line and f"{len(derived)} derived" in line, line
+    assert not [m for m in said if "differ from their derived plans" in m], said
+
+
+def test_a_sampled_range_matches_onnxruntime_in_random_order_after_a_round_trip(sampled):
+    b, _ = sampled
+    sess = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu")
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    derived = [tuple(m["shapes"]["input_ids"]) for m in b.manifest["buckets"] if m.get("derived")]
+    picks = [derived[i] for i in rng.choice(len(derived), 12, replace=False)] + [(1, 1), (5, 40), (3, 17), (2, 8)]
+    for batch, seq in [picks[i] for i in rng.permutation(len(picks))]:
+        feeds = {"input_ids": rng.integers(0, VOCAB, (batch, seq)).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert got.shape == want.shape and rel < 1e-5 and np.abs(got - want).max() < 1e-4, (batch, seq, rel)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_every_size_compiles_each_size():
+    said = []
+    b = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (1, 70)}, targets=[], progress=said.append,
+                      every_size=True)
+    assert not [m for m in b.manifest["buckets"] if m.get("derived")]
+    assert not [m for m in said if m.startswith("--dynamic")]
