@@ -150,18 +150,23 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     return form_regions(g, host_control) if parent is None and regions else g
 
 
+# The range check folds what the compile keeps computed (positions): an index past a table's end
+# is then found at compile time, where the compile's own kernels would read past it at run time.
+RANGE_CHECK_FOLD_BYTES = 1 << 20
+
+
 def _check_range_fits(graph: Graph, fixed: dict, bucket_shapes: list, bucket_dims: list, dynamic: dict):
     """The largest size of a --dynamic range specializes (reads no table past its end, meets no
     shape a model fixed: BERT's token-type buffer of 64 positions), or the message names the largest
     size that does (found by bisection over the sizes, specializing only)."""
     def fits(i: int) -> bool:
         try:
-            specialize(graph, bucket_shapes[i], None, fixed, sized_fold_limit=SIZED_FOLD_LIMIT_BYTES)
+            specialize(graph, bucket_shapes[i], None, fixed, RANGE_CHECK_FOLD_BYTES)
             return True
         except ShapeError:
             return False
     try:
-        specialize(graph, bucket_shapes[-1], None, fixed, sized_fold_limit=SIZED_FOLD_LIMIT_BYTES)
+        specialize(graph, bucket_shapes[-1], None, fixed, RANGE_CHECK_FOLD_BYTES)
         return
     except ShapeError as e:
         first = e

@@ -224,13 +224,12 @@ def _independent(cols: np.ndarray, monos: list) -> list:
 
 
 def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list) -> bool:
-    """Each unfitted slot that is a round-up (or rounded-up division) of a variable or of a fitted
-    polynomial makes that a new variable. -> whether any did."""
-    candidates = [([tuple(int(i == v) for i in range(cols.shape[1]))], np.array([1], np.int64))
-                  for v in range(cols.shape[1])]
+    """Each unfitted slot that is a round-up (or rounded-up division) of a monomial (b, s, b * s) or
+    of a fitted polynomial makes that a new variable. -> whether any did."""
+    candidates = [([e], np.array([1], np.int64)) for e in _monomials(cols.shape[1], 2) if sum(e)]
     seen = set()
     for slot in fit.slots:
-        if slot is not None and len(slot[0]) > 1 and len(candidates) < MAX_ROUNDED_CANDIDATES:
+        if slot is not None and any(sum(e) for e in slot[0]) and len(candidates) < MAX_ROUNDED_CANDIDATES:
             k = (tuple(slot[0]), tuple(slot[1].tolist()))
             if k not in seen:
                 seen.add(k)
