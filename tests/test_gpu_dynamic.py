@@ -57,7 +57,9 @@ def test_sizes_of_one_structure_share_one_exec_and_match_onnxruntime(ranged, sha
         got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
         assert _close(got, want), n
     structures = {runner.shared.key_of[b] for b in range(len(ranged.plans))}
-    assert len(runner.shared.structures) == len(structures) < len(ranged.plans) // 4, runner.switches
+    # (<=: positions are computed, not folded per size, since a range's sized constants stop at 64
+    # bytes, and seq 8's stay a constant: one structure more than before, 10 for 40 sizes)
+    assert len(runner.shared.structures) == len(structures) <= len(ranged.plans) // 4, runner.switches
     assert made == runner.switches["instantiated"] == len(structures), runner.switches   # none on a request
     records = runner.shared.records
     assert runner.switches["patched"] > len(sizes) // 2, runner.switches
@@ -71,9 +73,10 @@ def test_sizes_of_one_structure_share_one_exec_and_match_onnxruntime(ranged, sha
 
 
 def test_fp16_sizes_share_execs_with_their_numbers_in_memory(shared_execs):
-    """fp16 fuses attention per size, reading the per-size causal mask: with shared execs the
-    attention node is one sized node reading the mask from a region its size's bytes are copied into.
-    Random sizes, each twice, match onnxruntime within fp16's accuracy."""
+    """fp16 fuses attention per size; the causal mask is computed, not a constant stored per size (a
+    range folds values computed from the inputs only up to 64 bytes), so with shared execs the
+    attention node is one sized node and no size copies constants of its own. Random sizes match
+    onnxruntime within fp16's accuracy."""
     b = compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (LO, HI)}, precision="fp16")
     sess = grapec.load(b, backend="cuda")
     runner = sess._runner
@@ -86,7 +89,7 @@ def test_fp16_sizes_share_execs_with_their_numbers_in_memory(shared_execs):
         rel = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert rel < 1e-2, (n, rel)   # the fp16 compile itself refuses above 1e-2 (mixed_precision.py)
     groups = runner.shared.records.groups.values()
-    assert any(g.regions for g in groups), [g.constants for g in groups]
+    assert any(g.slots for g in groups) and not any(g.regions for g in groups), [g.constants for g in groups]
     sess._runner.close()
 
 
