@@ -36,11 +36,18 @@ def test_the_corpus_is_what_the_issue_asks_for():
             f"{f.id}: a looser measure needs its reason"
 
 
+# In fp16, the two int8 files (their quantized GEMMs stay int8; the float parts around them in fp16) are
+# refused by the accuracy check after 45 s of calibration between them, a third of the fp16 run: CI keeps
+# the suite under 10 minutes without them (`python tools/corpus.py run --precision fp16` runs them).
+FP16_NOT_IN_CI = {"ddddocr_rec_int8", "minilm_l3_int8"}
+
+
 @pytest.mark.no_round_trip("tools/corpus.py compiles in worker processes; check_model loads every bundle from bytes")
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_every_file_passes_or_is_refused_by_name(fetched, precision):
-    results = corpus.run_all((precision,), "cpu", workers=2)
-    assert len(results) == len(corpus.FILES)
+    only = [f.id for f in corpus.FILES if precision == "fp32" or f.id not in FP16_NOT_IN_CI]
+    results = corpus.run_all((precision,), "cpu", only=only, workers=2)
+    assert len(results) == len(only)
     wrong = [f"{r.id}: {r.detail}" for r in results if r.status == "FAIL"]
     assert not wrong, "wrong answers:\n" + "\n".join(wrong)
     for r in results:

@@ -66,7 +66,7 @@ def test_every_derived_plan_is_what_compiling_its_size_gives(monkeypatch):
 @pytest.fixture(scope="module")
 def sampled():
     said = []
-    b = compile_model(GPT2, dynamic={"batch": (1, 3), "seq": (1, 64)}, targets=[], progress=said.append, jobs=2)
+    b = compile_model(GPT2, dynamic={"batch": (1, 2), "seq": (1, 64)}, targets=[], progress=said.append, jobs=2)
     return b, said
 
 
@@ -75,9 +75,9 @@ def test_a_sampled_range_compiles_a_part_and_derives_the_rest(sampled):
     compiled, as probes or to fit; some are derived."""
     b, said = sampled
     derived = [m for m in b.manifest["buckets"] if m.get("derived")]
-    assert len(b.plans) == 192 and len(derived) >= 10, len(derived)
+    assert len(b.plans) == 128 and len(derived) >= 10, len(derived)
     line = next(m for m in said if m.startswith("--dynamic"))
-    assert f"{192 - len(derived)} compiled" in line and f"{len(derived)} derived" in line, line
+    assert f"{128 - len(derived)} compiled" in line and f"{len(derived)} derived" in line, line
     assert not [m for m in said if "differ from their derived plans" in m], said
 
 
@@ -87,7 +87,7 @@ def test_a_sampled_range_matches_onnxruntime_in_random_order_after_a_round_trip(
     ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(5)
     derived = [tuple(m["shapes"]["input_ids"]) for m in b.manifest["buckets"] if m.get("derived")]
-    picks = [derived[i] for i in rng.choice(len(derived), 12, replace=False)] + [(1, 1), (3, 64), (1, 17), (2, 8)]
+    picks = [derived[i] for i in rng.choice(len(derived), 12, replace=False)] + [(1, 1), (2, 64), (1, 17), (2, 8)]
     for batch, seq in [picks[i] for i in rng.permutation(len(picks))]:
         feeds = {"input_ids": rng.integers(0, VOCAB, (batch, seq)).astype(np.int64)}
         got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
