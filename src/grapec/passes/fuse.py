@@ -130,10 +130,6 @@ def _reads(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> tuple:
     return loads, in_loops, dup, has_reduce, epilogue
 
 
-def _stitch_kind(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> tuple:
-    return _reads(kc, slot, kp, readers)[3:]
-
-
 def _pays(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> bool:
     """Whether inlining producer kp into consumer kc's input `slot` saves more than it recomputes."""
     loads, in_loops, dup, has_reduce, epilogue = _reads(kc, slot, kp, readers)
@@ -212,7 +208,7 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         return None
     if decided:
         return fused, names
-    has_reduce, epilogue = _stitch_kind(kc, slot, kp, readers)
+    has_reduce, epilogue = _reads(kc, slot, kp, readers)[3:]
     if has_reduce and not (epilogue and _per_element(kp)):
         # the producer's reductions are shared by a row of its elements (a norm's statistics, not a
         # gemv's dot products): they stay once per row only where the fused kernel's rows are theirs

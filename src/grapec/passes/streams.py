@@ -116,10 +116,8 @@ def schedule_streams(plan, kernels: list, profile, max_branches: int = MAX_BRANC
     gap = profile.node_gap_us
     serial_line = simulate(tasks, chain_deps(len(steps)), gap)
     if like and len(like[0]) == len(steps) and _replayed(plan, Candidate("pinned", *like, None)):
-        cand = Candidate("pinned", *like, simulate([tasks[i] for i in like[0]], like[2], gap))
-        sched = _report(plan.steps, "pinned", serial_line, cand.line, "its launch structure's schedule", [])
-        sched.applied = like
-        return sched
+        line = simulate([tasks[i] for i in like[0]], like[2], gap)
+        return _applied(_report(plan.steps, "pinned", serial_line, line, "its launch structure's schedule", []), like)
     serial = (list(range(len(steps))), {i: 0 for i in range(len(steps))}, chain_deps(len(steps)))
     if max_branches <= 1 or any(isinstance(st, REGIONS) and not st.graphed for st in steps):
         _as_chain(steps)
