@@ -37,9 +37,11 @@ def test_the_corpus_is_what_the_issue_asks_for():
 
 
 # In fp16, the two int8 files (their quantized GEMMs stay int8; the float parts around them in fp16) are
-# refused by the accuracy check after 45 s of calibration between them, a third of the fp16 run: CI keeps
-# the suite under 10 minutes without them (`python tools/corpus.py run --precision fp16` runs them).
-FP16_NOT_IN_CI = {"ddddocr_rec_int8", "minilm_l3_int8"}
+# refused by the accuracy check after 45 s of calibration between them, and layout_cdla (a detector at
+# 800x608: its calibration evaluates the float32 and half graphs on numpy) takes 50-75 s alone, more than
+# half of the rest: CI keeps the suite under 10 minutes without them (`python tools/corpus.py run
+# --precision fp16` runs them; all three stay in the fp32 run).
+FP16_NOT_IN_CI = {"ddddocr_rec_int8", "minilm_l3_int8", "layout_cdla"}
 
 
 @pytest.mark.no_round_trip("tools/corpus.py compiles in worker processes; check_model loads every bundle from bytes")

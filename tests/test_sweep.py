@@ -2,8 +2,9 @@
 compiled, written, loaded and run on the CPU backend, and compared with onnxruntime.
 
 Batches of one token (batch 5..64 at seq 1, a batch of decode steps) once crashed the compiler:
-a GEMM whose output copy was absorbed left a reshape reading a value nothing wrote. CI runs every
-batch at seq 1 and a seeded sample of the rest; GRAPEC_FULL_SWEEP=1 runs all 320 shapes per model.
+a GEMM whose output copy was absorbed left a reshape reading a value nothing wrote. CI runs batch 1..8
+at seq 1 (where kernels change with the batch), a seeded sample of 16 more decode batches and of 24
+other shapes; GRAPEC_FULL_SWEEP=1 runs all 320 shapes per model.
 """
 import os
 import random
@@ -22,7 +23,7 @@ def _grid(seed: int) -> list:
     if os.environ.get("GRAPEC_FULL_SWEEP") == "1":
         return every
     rng = random.Random(seed)
-    decode = [(b, 1) for b in BATCHES]
+    decode = [(b, 1) for b in BATCHES if b <= 8] + [(b, 1) for b in rng.sample(BATCHES[8:], 16)]
     rest = [bs for bs in every if bs[1] != 1]
     return decode + rng.sample(rest, 24)
 
