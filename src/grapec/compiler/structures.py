@@ -45,7 +45,7 @@ import numpy as np
 from ..bundle.templates import join, split
 from ..plan import KernelStep, Plan, walk_steps
 from .fanout import map_buckets
-from .shared_layout import share_layouts
+from .shared_layout import take_layout
 
 HEAD = 8          # a dim's first values: each a class of its own
 MODULUS = 8       # beyond them, values of one remainder modulo this share a class
@@ -335,6 +335,8 @@ class _Compiles:
         self.results: dict = {}   # size -> BucketResult
         self.docs: dict = {}      # size -> Compiled
         self.shared: set = set()  # the sizes share_layouts has seen
+        self.members: dict = {}   # structure key -> its compiled sizes share_layouts has seen
+        self.largest: dict = {}   # structure key -> the one with the largest arena (whose layout they take)
         self.t0 = time.perf_counter()
 
     def add(self, sizes, like: dict | None = None):
@@ -353,20 +355,29 @@ class _Compiles:
         self.say(f"range: {len(self.results)} of {len(self.order)} sizes compiled, {time.perf_counter() - self.t0:.1f}s")
 
     def share_layouts(self):
-        """Each structure's plans at its largest compiled size's arena offsets, for the structures with
-        sizes compiled since the last call; the documents of the plans that moved anew."""
-        fresh = [s for s in self.results if s not in self.shared]
-        if not fresh:
-            return
-        touched = {self.docs[s].key for s in fresh}
+        """Each structure's plans at its largest compiled size's arena offsets (shared_layout.py), for
+        the sizes compiled since the last call (every member again where a fresh one is the largest);
+        the documents of the plans that moved anew."""
+        fresh = sorted((s for s in self.results if s not in self.shared), key=self.order.__getitem__)
         self.shared.update(fresh)
-        plans = {s: self.results[s].plan for s in sorted(self.results, key=self.order.__getitem__)
-                 if self.docs[s].key in touched}
-        before = {s: [b.offset for b in p.buffers] for s, p in plans.items()}
-        share_layouts(list(plans.values()))
-        for s, p in plans.items():
-            if [b.offset for b in p.buffers] != before[s]:
-                self.docs[s] = _document(p, self.kernels.kernels)
+        by_key: dict = {}
+        for s in fresh:
+            by_key.setdefault(self.docs[s].key, []).append(s)
+        for key, new in by_key.items():
+            members = self.members.setdefault(key, [])
+            members += new
+            old = self.largest.get(key)
+            top = max(([old] if old is not None else []) + new, key=lambda s: self.results[s].plan.arena_bytes)
+            self.largest[key] = top
+            big = self.results[top].plan
+            for s in (members if top != old else new):
+                plan = self.results[s].plan
+                offsets = [b.offset for b in plan.buffers]
+                if s == top or offsets == [b.offset for b in big.buffers]:
+                    continue   # compiled repeating the largest's choices: at its layout already
+                take_layout(plan, big)
+                if [b.offset for b in plan.buffers] != offsets:
+                    self.docs[s] = _document(plan, self.kernels.kernels)
 
 
 def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weights, kernels, jobs, say,
@@ -567,9 +578,5 @@ def _derives(fit_key: tuple, doc: Compiled, size: tuple) -> bool:
 
 def _largest_plans(done: _Compiles) -> dict:
     """structure -> the plan of its compiled size with the largest arena (whose offsets it shares)."""
-    out = {}
-    for s, r in done.results.items():
-        key = done.docs[s].key
-        if key not in out or r.plan.arena_bytes > out[key].arena_bytes:
-            out[key] = r.plan
-    return out
+    done.share_layouts()
+    return {key: done.results[s].plan for key, s in done.largest.items()}

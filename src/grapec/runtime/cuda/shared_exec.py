@@ -98,7 +98,8 @@ class SharedExecs:
         self.r = runner
         self.limit = limit               # at most this many execs (a user's max_graphs), else one per structure
         self.structures: OrderedDict = OrderedDict()   # key -> Structure
-        self.key_of: dict = {}           # bucket -> key
+        self.key_of: dict = {}           # bucket -> key: a small int standing for its launch structure
+        self._key_ids: dict = {}         # the launch structure itself (a large tuple, slow to hash) -> key
         self._signatures: dict = {}      # bucket -> per-position launch signature
         self._params: dict = {}          # (bucket, position) -> what a switch sets (cached)
         self.switch_seconds = 0.0        # host time spent in switches, in all
@@ -137,7 +138,7 @@ class SharedExecs:
             self._signatures[bucket] = sig
         return sig
 
-    def key(self, bucket: int, seg) -> tuple:
+    def key(self, bucket: int, seg) -> int:
         from cuda.bindings import driver
         if bucket not in self.key_of:
             types, clusters = [], []
@@ -148,7 +149,8 @@ class SharedExecs:
                     v = call("cuGraphKernelNodeGetAttribute", node,
                              driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
                     clusters.append((v.clusterDim.x, v.clusterDim.y, v.clusterDim.z))
-            self.key_of[bucket] = (self.r.structure_of(bucket), tuple(types), tuple(clusters))
+            full = (self.r.structure_of(bucket), tuple(types), tuple(clusters))
+            self.key_of[bucket] = self._key_ids.setdefault(full, len(self._key_ids))
         return self.key_of[bucket]
 
     # --- GEMMs at the structure's widest M ---------------------------------------------------------
