@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from ..bundle.templates import join, split
-from ..plan import KernelStep, Plan, walk_steps
+from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .fanout import map_buckets
 from .shared_layout import take_layout
 
@@ -268,14 +268,21 @@ class Compiled:
 CHOICE_FIELDS = ("mapping",)
 
 
+# a library step's estimates for `grapec inspect` (passes/sdpa.py: cuDNN's attention against the generated
+# kernel's, in us): floats of every size, not part of what runs; derived plans go without them
+REPORT_ONLY = "priced"
+
+
 def bucket_document(plan: Plan, kernels: list) -> dict:
     """The plan with its kernels inline (indices local to it), without what derived plans recompute
-    (arena_bytes) or do not have (the memory planner's report)."""
+    (arena_bytes) or do not have (the memory planner's report, REPORT_ONLY estimates)."""
     local: dict = {}
     doc = Plan.from_json(plan.to_json())
     for st in walk_steps(doc.steps):
         if isinstance(st, KernelStep):
             st.kernel = local.setdefault(st.kernel, len(local))
+        elif isinstance(st, LibraryStep) and REPORT_ONLY in st.attrs:
+            st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
     d = doc.to_json()
     del d["memory"], d["arena_bytes"]
     return {"plan": d, "kernels": [{k: json.dumps(v) if k in CHOICE_FIELDS else v for k, v in kernels[i].items()}
@@ -441,34 +448,57 @@ def _probe(queue: list, done: _Compiles) -> list:
         done.add([b.top for b in queue], like=_likes(queue))
         done.add([p for b in queue for p in (b.members() if b.count <= SMALL_BOX else b.probes())],
                  like=_likes(queue))
-        nxt = []
+        mixed = []
         for b in queue:
             if len({done.docs[p].key for p in b.probes()}) == 1:
                 settled.append(b)
             elif b.count > SMALL_BOX:
-                nxt += _cut(b, done)
-        queue = nxt
+                mixed.append(b)
+        queue = _cut(mixed, done)
     return settled
 
 
-def _cut(box: Box, done: _Compiles) -> list:
-    """A box whose probes differ, cut along its longest dim where its largest size's structure ends:
-    the lowest value on the line through its largest size whose size repeats the largest's choices
-    into the same structure, found by bisection (a structure taken to hold from there up)."""
-    d = box.longest()
-    values, top = box.axes[d], box.top
-    at = lambda i: top[:d] + (values[i],) + top[d + 1:]   # noqa: E731
-    key = done.docs[top].key
-    good, bad = len(values) - 1, -1   # at(good) is in top's structure; at(bad) is not (or before the start)
-    if at(0) in done.docs and done.docs[at(0)].key != key:
-        bad = 0
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        done.add([at(mid)], like={at(mid): box.like})
-        good, bad = (mid, bad) if done.docs[at(mid)].key == key else (good, mid)
-    if good == 0:   # the line is top's throughout: the box differs along another dim
-        return box.halves()
-    return box.split_at(d, good, same_structure=False)
+class _Line:
+    """A mixed box's bisection (_cut): the line along its longest dim through its largest size."""
+
+    def __init__(self, box: Box, done: _Compiles):
+        self.box, self.d = box, box.longest()
+        self.key = done.docs[box.top].key
+        at0 = self.at(0)
+        # at(good) is in the top's structure; at(bad) is not (or is before the start)
+        self.good, self.bad = len(box.axes[self.d]) - 1, 0 if at0 in done.docs and done.docs[at0].key != self.key else -1
+
+    def at(self, i: int) -> tuple:
+        top = self.box.top
+        return top[:self.d] + (self.box.axes[self.d][i],) + top[self.d + 1:]
+
+    @property
+    def mid(self) -> int:
+        return (self.good + self.bad) // 2
+
+    def pieces(self) -> list:
+        if self.good == 0:   # the line is the top's throughout: the box differs along another dim
+            return self.box.halves()
+        return self.box.split_at(self.d, self.good, same_structure=False)
+
+
+def _cut(boxes: list, done: _Compiles) -> list:
+    """Boxes whose probes differ, each cut along its longest dim where its largest size's structure
+    ends: the lowest value on the line through its largest size whose size repeats the largest's
+    choices into the same structure, found by bisection (a structure taken to hold from there up). The
+    boxes are bisected side by side, each step's sizes compiled together."""
+    lines = [_Line(b, done) for b in boxes]
+    while True:
+        active = [ln for ln in lines if ln.good - ln.bad > 1]
+        if not active:
+            return [p for ln in lines for p in ln.pieces()]
+        done.add([ln.at(ln.mid) for ln in active], like={ln.at(ln.mid): ln.box.like for ln in active})
+        for ln in active:
+            m = ln.mid
+            if done.docs[ln.at(m)].key == ln.key:
+                ln.good = m
+            else:
+                ln.bad = m
 
 
 def _likes(boxes: list) -> dict:
@@ -481,7 +511,7 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> dict:
     fitted over its compiled sizes; where none fit them all, the structure is cut where a number steps,
     found by bisection over its compiled sizes, and each side fitted on its own; where no one step
     explains it, each of its boxes is, then halves of them; a small box with numbers no formula fits
-    is compiled whole."""
+    is compiled whole. The parts are worked in waves, each wave's compiles made together."""
     done.share_layouts()
     groups: dict = {}
     for b in settled:
@@ -489,42 +519,50 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> dict:
     work = list(groups.items())
     out, report.whole = {}, []
     while work:
-        key, boxes = work.pop()
-        if all(m in done.results for b in boxes for m in b.members()):
-            continue
-        sizes = _group_sizes(done, boxes, key)
-        fit = _fit(done.docs, sizes)
-        if isinstance(fit, str):
-            sides = _split_at_step(boxes, sizes, done)
-            if sides is not None:
-                work += [(key, side) for side in sides]
-            elif len(boxes) > 1:
-                work += [(key, [b]) for b in boxes]
-            elif boxes[0].count > 2 * BOX_FIT_SIZES:
-                work += [(key, [h]) for h in boxes[0].halves()]
-            else:
-                report.whole.append(f"{boxes[0].count} sizes from {boxes[0].top} down ({fit})")
-                done.add(list(boxes[0].members()), like=_likes(boxes))
-            continue
-        for b in boxes:
-            for m in b.members():
-                if m not in done.results:
-                    out[m] = (fit, key)
+        work = [(key, boxes) for key, boxes in work
+                if not all(m in done.results for b in boxes for m in b.members())]
+        _fill(done, work)
+        nxt, whole = [], []
+        for key, boxes in work:
+            sizes = _inside(done, boxes, key)
+            fit = _fit(done.docs, sizes)
+            if isinstance(fit, str):
+                sides = _split_at_step(boxes, sizes, done)
+                if sides is not None:
+                    nxt += [(key, side) for side in sides]
+                elif len(boxes) > 1:
+                    nxt += [(key, [b]) for b in boxes]
+                elif boxes[0].count > 2 * BOX_FIT_SIZES:
+                    nxt += [(key, [h]) for h in boxes[0].halves()]
+                else:
+                    report.whole.append(f"{boxes[0].count} sizes from {boxes[0].top} down ({fit})")
+                    whole.append(boxes[0])
+                continue
+            for b in boxes:
+                for m in b.members():
+                    if m not in done.results:
+                        out[m] = (fit, key)
+        done.add([m for b in whole for m in b.members()], like=_likes(whole))
+        work = nxt
     return out
 
 
-def _group_sizes(done: _Compiles, boxes: list, key: str) -> list:
-    """The boxes' compiled sizes of their structure, at least BOX_FIT_SIZES where they have as many
-    (more compiled, spread over them)."""
-    def inside():
-        return [m for b in boxes for m in b.members() if m in done.results and done.docs[m].key == key]
-    found = inside()
-    if len(found) < BOX_FIT_SIZES:
-        every = [m for b in boxes for m in b.members()]
-        done.add(every[::max(1, len(every) // BOX_FIT_SIZES)], like=_likes(boxes))
-        done.share_layouts()
-        found = inside()
-    return found
+def _inside(done: _Compiles, boxes: list, key: str) -> list:
+    """The boxes' compiled sizes of their structure."""
+    return [m for b in boxes for m in b.members() if m in done.results and done.docs[m].key == key]
+
+
+def _fill(done: _Compiles, work: list):
+    """Each part's compiled sizes of its structure made at least BOX_FIT_SIZES where it has as many
+    (more compiled, spread over it), all parts' compiles together."""
+    more, like = [], {}
+    for key, boxes in work:
+        if len(_inside(done, boxes, key)) < BOX_FIT_SIZES:
+            every = [m for b in boxes for m in b.members()]
+            more += every[::max(1, len(every) // BOX_FIT_SIZES)]
+            like.update(_likes(boxes))
+    done.add(more, like=like)
+    done.share_layouts()
 
 
 def _split_at_step(boxes: list, sizes: list, done: _Compiles) -> list | None:
