@@ -81,6 +81,20 @@ def test_a_sampled_range_compiles_a_part_and_derives_the_rest(sampled):
     assert not [m for m in said if "differ from their derived plans" in m], said
 
 
+def test_compiled_and_derived_plans_of_a_structure_share_its_template(sampled):
+    """The runtime gives each plan template an exec of its own (runtime/cuda/shared_exec.py): a derived
+    plan whose template differed from its compiled siblings' (a memory report or an estimate that only
+    the compiled ones carry) would double the execs and their memory. It once did (GPT-2 full, 1..512:
+    73 execs instead of 26, over the memory the issue allows)."""
+    b, _ = sampled
+    rb = Bundle.from_bytes(b.to_bytes())
+    kinds: dict = {}
+    for i, (template, _) in enumerate(rb.plans.docs.where):
+        kinds.setdefault(template, set()).add(bool(b.manifest["buckets"][i].get("derived")))
+    assert any(k == {True, False} for k in kinds.values())
+    assert not [k for k in kinds.values() if k == {True}], "a template only derived plans have"
+
+
 def test_a_sampled_range_matches_onnxruntime_in_random_order_after_a_round_trip(sampled):
     b, _ = sampled
     sess = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu")

@@ -294,6 +294,15 @@ def _document(plan: Plan, kernels: list) -> Compiled:
     return Compiled(json.dumps(t, separators=(",", ":")), ints, floats)
 
 
+def _without_reports(plan: Plan):
+    """A compiled plan without what its derived siblings do not have (bucket_document): the memory
+    planner's report and REPORT_ONLY estimates, so that plans of one structure share one template."""
+    plan.memory = {}
+    for st in walk_steps(plan.steps):
+        if isinstance(st, LibraryStep) and REPORT_ONLY in st.attrs:
+            st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
+
+
 def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan) -> Plan | None:
     """The size's plan from its structure's template and formulas, its kernels added to the store;
     None where an arena buffer would pass its bytes at the structure's largest compiled size."""
@@ -431,8 +440,12 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
             plan = _derive(fit, key, s, kernels, largest[key])
             if plan is None:   # a buffer past its largest compiled size's bytes: compiled after all
                 done.add([s], like=likes)
-        results.append(done.results[s] if plan is None else derived_result(plan, s))
-        report.derived += plan is not None
+        if plan is None:   # as the derived plans of its structure are (the runtime groups plans by template)
+            _without_reports(done.results[s].plan)
+            results.append(done.results[s])
+        else:
+            report.derived += 1
+            results.append(derived_result(plan, s))
     report.compiled = len(done.results)
     report.structures = len({d.key for d in done.docs.values()})
     report.seconds = time.perf_counter() - done.t0
