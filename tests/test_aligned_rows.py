@@ -184,19 +184,19 @@ def test_a_gemm_writing_an_odd_graph_output_writes_padded_rows_the_output_their_
 
 def test_a_padded_output_is_checked_when_a_bundle_loads():
     from dataclasses import replace
-    from grapec.bundle.format import _validate_plan
+    from grapec.bundle.format import validate_plan
     from grapec.errors import BundleError
     m, feeds = _linear_to_output((2, 40))
     b = grapec.compile(m, shapes={"x": feeds["x"].shape}, targets=[])
     plan = b.plans[0]
     out = dict(plan.outputs)["y"]
-    _validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
+    validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
     plan.buffers[out] = replace(plan.buffers[out], pitch=48)
     with pytest.raises(BundleError, match="row pitch 48 is shorter than its rows"):
-        _validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
+        validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
     plan.buffers[out] = replace(plan.buffers[out], pitch=60)
     with pytest.raises(BundleError, match="does not match float32.* in rows of 60"):
-        _validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
+        validate_plan(plan, len(b.weights), b.kernels, len(b.kernels))
 
 
 @pytest.mark.gpu

@@ -240,7 +240,7 @@ class Bundle:
             largest = self.largest_arena()
             if plan.arena_bytes > largest:
                 raise BundleError(f"arena of {plan.arena_bytes} bytes, the manifest's largest is {largest}")
-            _validate_plan(plan, self.weights_nbytes, self.kernels, len(self.kernels))
+            validate_plan(plan, self.weights_nbytes, self.kernels, len(self.kernels))
         except BundleError as e:
             raise BundleError(f"{where}: bucket {bi}: {e}") from None
         except (KeyError, TypeError, ValueError, IndexError) as e:
@@ -342,7 +342,8 @@ def _check_conv(st, bufs, what):
         raise BundleError(f"{what}: conv of x{[n, h, w, c]} w{[k, r, s, cg]} with {a} cannot write {list(out)}")
 
 
-def _validate_plan(plan: Plan, weight_bytes, kernels, nk):
+def validate_plan(plan: Plan, weight_bytes, kernels, nk):
+    """Every buffer within its space and every step's operands its kernel's: raises BundleError."""
     arena = plan.arena_bytes
     bufs = plan.buffers
     for i, b in enumerate(bufs):

@@ -9,21 +9,27 @@ a pitch is a polynomial in both; arena offsets are the structure's largest size'
 
 1. Boxes. Each dim's first HEAD values are classes of their own (a 1 broadcasts; a few rows take
    kernels of their own); beyond, a value's class is its remainder modulo MODULUS (the alignment of
-   rows and vectors). A box is one class per dim: every combination of their values.
+   rows and vectors). Each class's largest value is compiled (the other dims at their largest,
+   repeating the largest size's choices), and a dim's classes that give one structure are one class:
+   a batch that only repeats rows is one or two classes, not sixteen. A box is one class per dim:
+   every combination of their values.
 2. Probes. A box's largest size is compiled, then its smallest and its centre, repeating the
    largest's cost-based choices (fusion, thread mappings, arena layout, schedule: pipeline.py
    Choices), so that sizes differ only where a choice cannot carry over. A box whose probes share a
    structure is taken to be that structure's throughout; else it is cut along its longest dim where
    its largest size's structure ends (found by bisection), down to boxes of SMALL_BOX sizes, which
    are compiled whole.
-3. Formulas (`fit_numbers`). Every number of a structure is fitted over its compiled sizes: a
+3. Formulas (`fit_numbers`). Every number of a structure is fitted over its compiled sizes (drawn at
+   random from it, enough that the cubics in the dims have the rank over them they have over the
+   structure's sizes: `_spans`): a
    constant, a polynomial with integer coefficients in the dims and the round-ups found so far, or a
    round-up or rounded-up division of one. A polynomial is kept only where it holds at more compiled
    sizes than it has terms. A structure whose numbers step inside it (a block size doubling at a
    threshold) is cut where they do, and each side fitted on its own.
 4. Derivation. Every other size's plan and kernels are its structure's template with the formulas'
-   numbers, each arena buffer within its bytes at the largest compiled size. A box with numbers no
-   formula fits is compiled whole.
+   numbers, each arena buffer within its bytes at the largest compiled size, the plan passing the
+   checks a bundle's plans pass at load (bundle/format.py validate_plan); a size that fails either is
+   compiled. A box with numbers no formula fits is compiled whole.
 5. Check. CHECKS derived sizes, drawn at random, are compiled too and compared number for number; a
    box with one that differs goes back to step 2, split.
 
@@ -42,7 +48,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..bundle.format import validate_plan
 from ..bundle.templates import join, split
+from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .fanout import map_buckets
 from .shared_layout import take_layout
@@ -57,6 +65,7 @@ MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
 SAMPLE_OVER = 64  # ranges of more sizes than this are compiled this way (fewer: every size)
 BOX_FIT_SIZES = 8  # a part of a structure fitted on its own has at least this many sizes compiled
 MIN_FIT_SIZES = 4  # no formula is fitted over fewer sizes
+SPARE_SIZES = 1    # a polynomial is fitted over at least this many sizes more than it has terms
 
 
 @dataclass
@@ -101,16 +110,33 @@ class Box:
         return self.split_at(d, len(self.axes[d]) // 2)
 
 
-def initial_boxes(ranges: list) -> list:
-    """ranges: (lo, hi) per dim -> the boxes of step 1 (a head value or a remainder class per dim)."""
-    per_dim = []
-    for lo, hi in ranges:
-        classes = [(v,) for v in range(lo, min(hi, lo + HEAD - 1) + 1)]
-        for r in range(MODULUS):
-            vals = tuple(range(lo + HEAD + r, hi + 1, MODULUS))
-            if vals:
-                classes.append(vals)
-        per_dim.append(classes)
+def dim_classes(lo: int, hi: int) -> list:
+    """A dim's classes of step 1: each of its first HEAD values, then its values by remainder."""
+    classes = [(v,) for v in range(lo, min(hi, lo + HEAD - 1) + 1)]
+    for r in range(MODULUS):
+        vals = tuple(range(lo + HEAD + r, hi + 1, MODULUS))
+        if vals:
+            classes.append(vals)
+    return classes
+
+
+def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
+    """ranges: (lo, hi) per dim -> the boxes of step 1 (one class per dim). key_at(sizes) -> their
+    structures: where given, the classes of a dim whose largest values give one structure (the other
+    dims at their largest, the choices the largest size's) are one class, so that a dim that changes
+    little (a batch that only repeats rows; the remainders of a length that align alike) does not
+    multiply the boxes. (The sizes a merged class's formulas are fitted on are drawn at random, _fill,
+    so that they do not all share one remainder.)"""
+    per_dim = [dim_classes(lo, hi) for lo, hi in ranges]
+    if key_at is not None:
+        tops = tuple(hi for _, hi in ranges)
+        scan = [tops[:d] + (c[-1],) + tops[d + 1:] for d, classes in enumerate(per_dim) for c in classes]
+        keys = iter(key_at(scan))
+        for d, classes in enumerate(per_dim):
+            by_key: dict = {}
+            for c in classes:
+                by_key.setdefault(next(keys), []).extend(c)
+            per_dim[d] = [tuple(sorted(v)) for v in by_key.values()]
     return [Box(axes) for axes in itertools.product(*per_dim)]
 
 
@@ -194,7 +220,7 @@ def _fit_polynomials(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: l
         if not todo:
             break
         monos = _independent(cols, _monomials(cols.shape[1], degree))
-        if len(monos) >= n and degree:   # as many terms as sizes: any numbers would fit
+        if len(monos) + SPARE_SIZES > n and degree:   # as many terms as sizes: any numbers would fit
             break
         a = _design(cols, monos)
         y = ints[:, todo]
@@ -303,9 +329,12 @@ def _without_reports(plan: Plan):
             st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
 
 
-def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan) -> Plan | None:
+def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan, weight_bytes: int) -> Plan | None:
     """The size's plan from its structure's template and formulas, its kernels added to the store;
-    None where an arena buffer would pass its bytes at the structure's largest compiled size."""
+    None where an arena buffer would pass its bytes at the structure's largest compiled size, or where
+    the plan fails the checks a bundle's plans pass at load (bytes that do not match a buffer's shape,
+    a kernel whose operands are not its step's buffers: a formula that the checks of compile_range
+    missed)."""
     nf, floats = fit
     doc = join(json.loads(key), nf.numbers(np.array([size]))[0].tolist(), floats)
     plan = Plan.from_json(dict(doc["plan"], arena_bytes=0, memory={}))
@@ -313,6 +342,10 @@ def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan) -> Plan |
         if b.space == "arena" and (b.offset != big.offset or b.nbytes > big.nbytes):
             return None
     plan.arena_bytes = max([0] + [b.offset + b.nbytes for b in plan.buffers if b.space == "arena"])
+    try:
+        validate_plan(plan, weight_bytes, doc["kernels"], len(doc["kernels"]))
+    except BundleError:
+        return None
     for st in walk_steps(plan.steps):
         if isinstance(st, KernelStep):
             k = doc["kernels"][st.kernel]
@@ -406,7 +439,13 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say)
     report = RangeCompile(sizes=len(sizes))
     rng = random.Random(0)
-    queue, settled = initial_boxes(ranges), []
+    top = tuple(hi for _, hi in ranges)
+
+    def key_at(scan):   # repeating the largest size's choices: a structure differs where they cannot carry over
+        done.add([top])
+        done.add(scan, like={s: top for s in scan})
+        return [done.docs[s].key for s in scan]
+    queue, settled = initial_boxes(ranges, key_at), []
     for round_ in range(ROUNDS):
         settled += _probe(queue, done)
         queue = []
@@ -437,8 +476,8 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         plan = None
         if s not in done.results:
             fit, key = fit_of[s]
-            plan = _derive(fit, key, s, kernels, largest[key])
-            if plan is None:   # a buffer past its largest compiled size's bytes: compiled after all
+            plan = _derive(fit, key, s, kernels, largest[key], weights.size)
+            if plan is None:   # past its largest compiled size's bytes, or failing the checks: compiled after all
                 done.add([s], like=likes)
         if plan is None:   # as the derived plans of its structure are (the runtime groups plans by template)
             _without_reports(done.results[s].plan)
@@ -565,14 +604,30 @@ def _inside(done: _Compiles, boxes: list, key: str) -> list:
     return [m for b in boxes for m in b.members() if m in done.results and done.docs[m].key == key]
 
 
+def _spans(sizes: list, members: list) -> bool:
+    """Whether a formula fitted over `sizes` is determined over `members`: the cubics in the dims
+    (b * s * round_up(s, 4): a score matrix's bytes) have the same rank over both (sizes compiled along one line, as a bisection makes them, would take
+    b * s for a multiple of s)."""
+    monos = _monomials(len(members[0]), 3)
+
+    def rank(points):
+        a = _design(np.array(points, np.int64), monos).astype(np.float64)
+        return np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0))
+    return rank(sizes) == rank(members)
+
+
 def _fill(done: _Compiles, work: list):
-    """Each part's compiled sizes of its structure made at least BOX_FIT_SIZES where it has as many
-    (more compiled, spread over it), all parts' compiles together."""
+    """Each part's compiled sizes of its structure made at least BOX_FIT_SIZES where it has as many,
+    and spanning it (_spans): more compiled, drawn from it, all parts' compiles together."""
     more, like = [], {}
     for key, boxes in work:
-        if len(_inside(done, boxes, key)) < BOX_FIT_SIZES:
-            every = [m for b in boxes for m in b.members()]
-            more += every[::max(1, len(every) // BOX_FIT_SIZES)]
+        inside = _inside(done, boxes, key)
+        every = [m for b in boxes for m in b.members()]
+        if len(inside) < BOX_FIT_SIZES or not _spans(inside, every):
+            # drawn, not strided: a stride that is a multiple of a dim's alignment would show a
+            # round-up as a polynomial (every drawn size one remainder)
+            pool = [m for m in every if m not in done.results]
+            more += random.Random(len(every)).sample(pool, min(len(pool), BOX_FIT_SIZES))
             like.update(_likes(boxes))
     done.add(more, like=like)
     done.share_layouts()
