@@ -11,7 +11,8 @@ import pytest
 import grapec
 from grapec.bundle.format import Bundle
 from grapec.compiler import compile_model, structures
-from grapec.compiler.structures import Box, fit_numbers, initial_boxes
+from grapec.compiler.formulas import fit_numbers
+from grapec.compiler.structures import Box, initial_boxes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")

@@ -1,0 +1,167 @@
+"""A launch structure's numbers as formulas of its sizes (compiler/structures.py, step 3): integer
+polynomials in the dims and in round-ups of them, fitted exactly over the sizes compiled.
+
+    fit_numbers(sizes, ints) -> NumberFit: per number, (monomials, integer coefficients) or None
+    NumberFit.numbers(sizes) -> every number at those sizes
+    spans(sizes, members) -> whether a fit over `sizes` is determined over `members`
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ROUND_UPS = (2, 4, 8, 16, 32, 64, 128, 256)
+MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
+SPARE_SIZES = 1    # a polynomial is fitted over at least this many sizes more than it has terms
+
+
+def _monomials(nvars: int, degree: int) -> list:
+    """Exponent tuples of total degree <= `degree`, each exponent <= 2, lowest degree first."""
+    out = [e for e in itertools.product(range(3), repeat=nvars) if sum(e) <= degree]
+    return sorted(out, key=lambda e: (sum(e), [-x for x in e]))
+
+
+def _design(cols: np.ndarray, monos: list) -> np.ndarray:
+    """cols: n x m int64 variable values -> n x len(monos) int64 monomial values."""
+    out = np.ones((cols.shape[0], len(monos)), np.int64)
+    for j, e in enumerate(monos):
+        for v, p in enumerate(e):
+            if p:
+                out[:, j] *= cols[:, v] ** p
+    return out
+
+
+@dataclass
+class Rounded:
+    """A variable beside the dims: P's values rounded up to a multiple of `to` (or divided by it,
+    rounding up), P a polynomial in the variables before it."""
+    monos: list
+    coefs: np.ndarray
+    to: int
+    divide: bool
+
+    def values(self, cols: np.ndarray) -> np.ndarray:
+        q = -(-(_design(cols, self.monos) @ self.coefs) // self.to)
+        return q if self.divide else q * self.to
+
+
+@dataclass
+class NumberFit:
+    """Every int of one structure's documents as a function of its sizes: slots[j] is (monomials over
+    the variables, integer coefficients), or None where no formula fits."""
+    extra: list = field(default_factory=list)   # Rounded variables, each over the ones before it
+    slots: list = field(default_factory=list)
+
+    def columns(self, sizes: np.ndarray) -> np.ndarray:
+        cols = np.asarray(sizes, np.int64)
+        for r in self.extra:
+            cols = np.column_stack([cols, r.values(cols)])
+        return cols
+
+    @property
+    def complete(self) -> bool:
+        return all(s is not None for s in self.slots)
+
+    def numbers(self, sizes: np.ndarray) -> np.ndarray:
+        """len(sizes) x slots: the ints at each size (complete fits only)."""
+        cols = self.columns(sizes)
+        out = np.empty((len(cols), len(self.slots)), np.int64)
+        by_basis: dict = {}
+        for j, (monos, coefs) in enumerate(self.slots):
+            by_basis.setdefault(tuple(monos), []).append((j, coefs))
+        for monos, group in by_basis.items():
+            out[:, [j for j, _ in group]] = _design(cols, list(monos)) @ np.column_stack([c for _, c in group])
+        return out
+
+
+def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:
+    """sizes: n x dims, ints: n x slots (the compiled sizes of one structure) -> their formulas."""
+    sizes = np.asarray(sizes, np.int64)
+    n, slots = ints.shape
+    fit = NumberFit(slots=[None] * slots)
+    todo = list(range(slots))
+    for _ in range(3):   # polynomials; round-ups of what failed; polynomials in those too
+        cols = fit.columns(sizes)
+        todo = _fit_polynomials(fit, cols, ints, todo, n)
+        if not todo or not _fit_round_ups(fit, cols, ints, todo):
+            break
+    return fit
+
+
+def _fit_polynomials(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, n: int) -> list:
+    for degree in range(0, 4):
+        if not todo:
+            break
+        monos = _independent(cols, _monomials(cols.shape[1], degree))
+        if len(monos) + SPARE_SIZES > n and degree:   # as many terms as sizes: any numbers would fit
+            break
+        a = _design(cols, monos)
+        y = ints[:, todo]
+        coefs = np.rint(np.linalg.lstsq(a.astype(np.float64), y.astype(np.float64), rcond=None)[0]).astype(np.int64)
+        exact = (a @ coefs == y).all(axis=0)
+        rest = []
+        for k, j in enumerate(todo):
+            if exact[k]:
+                fit.slots[j] = (monos, coefs[:, k])
+            else:
+                rest.append(j)
+        todo = rest
+    return todo
+
+
+def _independent(cols: np.ndarray, monos: list) -> list:
+    """The monomials, lowest first, that are not combinations of earlier ones over these sizes (a
+    round-up of s is s plus one of a few offsets: its square adds nothing), so that an exact fit is
+    the only one, and integer where the numbers are."""
+    a = _design(cols, monos).astype(np.float64)
+    a /= np.maximum(np.abs(a).max(axis=0), 1.0)
+    kept: list = []
+    for j in range(len(monos)):
+        if np.linalg.matrix_rank(a[:, kept + [j]]) > len(kept):
+            kept.append(j)
+    return [monos[j] for j in kept]
+
+
+def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list) -> bool:
+    """Each unfitted slot that is a round-up (or rounded-up division) of a monomial (b, s, b * s) or
+    of a fitted polynomial makes that a new variable. -> whether any did."""
+    candidates = [([e], np.array([1], np.int64)) for e in _monomials(cols.shape[1], 2) if sum(e)]
+    seen = set()
+    for slot in fit.slots:
+        if slot is not None and any(sum(e) for e in slot[0]) and len(candidates) < MAX_ROUNDED_CANDIDATES:
+            k = (tuple(slot[0]), tuple(slot[1].tolist()))
+            if k not in seen:
+                seen.add(k)
+                candidates.append(slot)
+    y = ints[:, todo]
+    left = np.ones(len(todo), bool)
+    found = False
+    for monos, coefs in candidates:
+        p = _design(cols, monos) @ coefs
+        if (p == p[0]).all():
+            continue
+        for to in ROUND_UPS:
+            q = -(-p // to)
+            for divide in (False, True):
+                hit = left & (y == (q if divide else q * to)[:, None]).all(axis=0)
+                if hit.any():
+                    fit.extra.append(Rounded(list(monos), coefs, to, divide))
+                    left &= ~hit
+                    found = True
+        if not left.any():
+            break
+    return found
+
+
+def spans(sizes: list, members: list) -> bool:
+    """Whether a formula fitted over `sizes` is determined over `members`: the cubics in the dims
+    (b * s * round_up(s, 4): a score matrix's bytes) have the same rank over both (sizes compiled along one line, as a bisection makes them, would take
+    b * s for a multiple of s)."""
+    monos = _monomials(len(members[0]), 3)
+
+    def rank(points):
+        a = _design(np.array(points, np.int64), monos).astype(np.float64)
+        return np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0))
+    return rank(sizes) == rank(members)
