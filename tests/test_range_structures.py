@@ -3,6 +3,8 @@ compiled, the others' plans derived from formulas fitted on it. The derived plan
 those sizes gives (checked on every size of a range), they run and match onnxruntime in random order
 after a write and read, and the compile needs far fewer compiles than sizes."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -122,3 +124,16 @@ def test_every_size_compiles_each_size(monkeypatch):
     said.clear()
     compile_model(GPT2, dims={"batch": 1}, dynamic={"seq": (9, 16)}, targets=[], progress=said.append)
     assert [m for m in said if m.startswith("--dynamic seq=9:16: 8 sizes in")], said
+
+
+def test_inspect_shows_a_sampled_range(sampled, tmp_path):
+    """The plans of a sampled range carry no memory report (derived ones have none to carry): inspect
+    shows their arenas without it, as it does every other bundle."""
+    b, _ = sampled
+    path = tmp_path / "range.grape"
+    b.write(str(path))
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "inspect", str(path)], capture_output=True, text=True,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert "128 sizes" in r.stdout and "no memory report per size" in r.stdout, r.stdout

@@ -38,7 +38,8 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     shown = range(len(m["buckets"])) if as_json or len(m["buckets"]) <= 16 else \
         [0, 1, 2, len(m["buckets"]) - 2, len(m["buckets"]) - 1]
     plans = [{"shapes": m["buckets"][i]["shapes"], "steps": m["buckets"][i]["steps"], "library_ops": library_ops(p),
-              "regions": describe_regions(p.steps), **p.memory} for i, p in ((i, b.plans[i]) for i in shown)]
+              "regions": describe_regions(p.steps), "arena_bytes": p.arena_bytes, **p.memory}
+             for i, p in ((i, b.plans[i]) for i in shown)]
     if as_json:
         click.echo(json.dumps({**summary, "inputs": m["inputs"], "outputs": m["outputs"], "buckets": plans,
                                "onnx_ops": m.get("onnx_ops"), "notes": m.get("notes", []),
@@ -87,9 +88,12 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
             click.echo(f"  ... {len(m['buckets']) - len(shown)} more buckets (--json lists them all)")
         shp = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in p["shapes"].items())
         click.echo(f"  bucket {i} ({shp}): steps {p['steps']}, library {p['library_ops']}")
-        click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
-                   f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x; "
-                   f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
+        if "live_lower_bound_bytes" in p:
+            click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB; sum of intermediates {p['sum_intermediate_bytes'] / 2**20:.3f} MiB; "
+                       f"live-set lower bound {p['live_lower_bound_bytes'] / 2**20:.3f} MiB ({p['ratio_to_lower_bound']}x; "
+                       f"peak in the schedule's own order {p['schedule_order_peak_bytes'] / 2**20:.3f} MiB)")
+        else:   # a range compiled per launch structure keeps no memory report per size (compiler/structures.py)
+            click.echo(f"    arena {p['arena_bytes'] / 2**20:.3f} MiB (the structure's layout; no memory report per size)")
         for r in p["regions"]:
             click.echo(f"    {'  ' * r['depth']}{r['text']}")
         for b in m.get("bounds", []) if i == shown[0] else ():
