@@ -49,7 +49,7 @@ from typing import Callable
 import numpy as np
 
 from ..bundle.format import validate_plan
-from ..bundle.templates import join, split
+from ..bundle.templates import JoinText, split
 from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .fanout import map_buckets
@@ -187,14 +187,12 @@ def _without_reports(plan: Plan):
             st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
 
 
-def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan, weight_bytes: int) -> Plan | None:
-    """The size's plan from its structure's template and formulas, its kernels added to the store;
-    None where an arena buffer would pass its bytes at the structure's largest compiled size, or where
-    the plan fails the checks a bundle's plans pass at load (bytes that do not match a buffer's shape,
-    a kernel whose operands are not its step's buffers: a formula that the checks of compile_range
-    missed)."""
-    nf, floats = fit
-    doc = join(json.loads(key), nf.numbers(np.array([size]))[0].tolist(), floats)
+def _derive(doc: dict, kernels, largest: Plan, weight_bytes: int) -> Plan | None:
+    """A size's plan from its document (its structure's template with the formulas' numbers), its
+    kernels added to the store; None where an arena buffer would pass its bytes at the structure's
+    largest compiled size, or where the plan fails the checks a bundle's plans pass at load (bytes that
+    do not match a buffer's shape, a kernel whose operands are not its step's buffers: a formula that
+    the checks of compile_range missed)."""
     plan = Plan.from_json(dict(doc["plan"], arena_bytes=0, memory={}))
     for b, big in zip(plan.buffers, largest.buffers):
         if b.space == "arena" and (b.offset != big.offset or b.nbytes > big.nbytes):
@@ -209,6 +207,20 @@ def _derive(fit: tuple, key: str, size: tuple, kernels, largest: Plan, weight_by
             k = doc["kernels"][st.kernel]
             st.kernel = kernels.add_json({f: json.loads(v) if f in CHOICE_FIELDS else v for f, v in k.items()})
     return plan
+
+
+def _derived_documents(fit_of: dict):
+    """size -> its document, for the sizes of fit_of in order: each structure's numbers evaluated for
+    all its sizes at once, each document joined from its template's text (JoinText)."""
+    by_fit: dict = {}
+    for s, (fit, key) in fit_of.items():
+        by_fit.setdefault(id(fit), (fit, key, []))[2].append(s)
+    rows, joiners = {}, {}
+    for (nf, floats), key, members in by_fit.values():
+        rows.update(zip(members, nf.numbers(np.array(members)).tolist()))
+        joiners.setdefault(key, JoinText(key))
+    for s, (fit, key) in fit_of.items():
+        yield s, joiners[key](rows[s], fit[1])
 
 
 # --- the compile ----------------------------------------------------------------------------------
@@ -330,11 +342,12 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     largest = _largest_plans(done)
     likes = _likes(settled)
     results = []
+    docs = _derived_documents({s: fit_of[s] for s in sizes if s not in done.results})   # one at a time, in order
     for s in sizes:
         plan = None
         if s not in done.results:
-            fit, key = fit_of[s]
-            plan = _derive(fit, key, s, kernels, largest[key], weights.size)
+            _, doc = next(docs)
+            plan = _derive(doc, kernels, largest[fit_of[s][1]], weights.size)
             if plan is None:   # past its largest compiled size's bytes, or failing the checks: compiled after all
                 done.add([s], like=likes)
         if plan is None:   # as the derived plans of its structure are (the runtime groups plans by template)
