@@ -30,8 +30,8 @@ a pitch is a polynomial in both; arena offsets are the structure's largest size'
    numbers, each arena buffer within its bytes at the largest compiled size, the plan passing the
    checks a bundle's plans pass at load (bundle/format.py validate_plan); a size that fails either is
    compiled. A box with numbers no formula fits is compiled whole.
-5. Check. CHECKS derived sizes, drawn at random, are compiled too and compared number for number; a
-   box with one that differs goes back to step 2, split.
+5. Check. CHECKS derived sizes (in a large range, one in CHECK_ONE_IN), drawn at random, are compiled
+   too and compared number for number; a box with one that differs goes back to step 2, split.
 
 The result is what compiling each size with its box's choices gives (tests/test_range_structures.py
 compares the two), at a fraction of the compiles; `--every-size` compiles every size on its own.
@@ -59,7 +59,8 @@ from .shared_layout import take_layout
 HEAD = 8          # a dim's first values: each a class of its own
 MODULUS = 8       # beyond them, values of one remainder modulo this share a class
 SMALL_BOX = 4     # a box of no more sizes than this whose probes disagree: every size compiled
-CHECKS = 16       # derived sizes compiled again and compared, per round
+CHECKS = 16       # derived sizes compiled again and compared, per round, at least
+CHECK_ONE_IN = 128  # ... and one in this many of the derived sizes
 ROUNDS = 4        # rounds of check and split before a box that still differs is compiled whole
 SAMPLE_OVER = 64  # ranges of more sizes than this are compiled this way (fewer: every size)
 BOX_FIT_SIZES = 8  # a part of a structure fitted on its own has at least this many sizes compiled
@@ -321,7 +322,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         queue = []
         fit_of = _fits(done, settled, report)
         derivable = [s for s in sizes if s not in done.results]
-        checks = rng.sample(derivable, min(CHECKS, len(derivable)))
+        checks = rng.sample(derivable, min(max(CHECKS, len(derivable) // CHECK_ONE_IN), len(derivable)))
         if not checks:
             break
         done.add(checks, like=_likes(settled))
