@@ -15,6 +15,7 @@ would not give the same float back).
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -72,25 +73,27 @@ def join(template, ints, floats):
 
 
 class JoinText:
-    """join() for one template, over its JSON text: the numbers are written into the text between its
-    stand-ins, parsed once by the json module (a range's thousands of derived plans each joined in C,
-    not walked in Python)."""
+    """join() for one template, over its JSON text: the numbers are formatted into the text in C (`%`)
+    and parsed once by the json module (a range's thousands of derived plans and kernels each joined
+    without a walk in Python)."""
 
     def __init__(self, template_json: str):
-        self.pieces = re.split(_TOKENS, template_json)   # text, stand-in, text, stand-in, ..., text
+        pieces = re.split(_TOKENS, template_json)   # text, stand-in, text, stand-in, ..., text
+        self.kinds = [p == _INT_JSON for p in pieces[1::2]]   # True: an int's place, False: a float's
+        self.n_ints = sum(self.kinds)
+        self.format = "%s".join(p.replace("%", "%%") for p in pieces[0::2])
 
     def __call__(self, ints, floats):
-        it, ft = iter(ints), iter(floats)
-        out = [self.pieces[0]]
-        try:
-            for k in range(1, len(self.pieces), 2):
-                out.append(str(int(next(it))) if self.pieces[k] == _INT_JSON else json.dumps(float(next(ft))))
-                out.append(self.pieces[k + 1])
-        except StopIteration:
-            raise ValueError("a template has more numbers than its row") from None
-        if next(it, None) is not None or next(ft, None) is not None:
-            raise ValueError("a template has fewer numbers than its row")
-        return json.loads("".join(out))
+        if len(ints) != self.n_ints or len(floats) != len(self.kinds) - self.n_ints:
+            raise ValueError(f"a template of {self.n_ints} ints and {len(self.kinds) - self.n_ints} floats "
+                             f"has a row of {len(ints)} and {len(floats)}")
+        if floats:
+            it, ft = iter(map(int, ints)), iter([repr(float(f)) if math.isfinite(f) else json.dumps(float(f))
+                                                 for f in floats])
+            values = tuple(next(it) if k else next(ft) for k in self.kinds)
+        else:
+            values = tuple(map(int, ints))
+        return json.loads(self.format % values)
 
 
 _INT_JSON, _FLOAT_JSON = json.dumps(_INT), json.dumps(_FLOAT)
@@ -129,6 +132,8 @@ class TemplatedDocs:
 
     def __init__(self, enc: dict):
         self.templates = [json.loads(t) for t in enc["templates"]]
+        self._joins = [None] * len(self.templates)   # JoinText per template, made when first used
+        self._texts = enc["templates"]
         self.ints = [r["raw"] if isinstance(r, dict) else
                      np.cumsum(np.array(r, dtype=np.int64).reshape(len(r), -1), axis=0) for r in enc["ints"]]
         self.floats = enc["floats"]
@@ -150,7 +155,9 @@ class TemplatedDocs:
     def __getitem__(self, i: int):
         k, j = self.where[i]
         row = self.ints[k][j]
-        return join(self.templates[k], row.tolist() if hasattr(row, "tolist") else row, self.floats[k][j])
+        if self._joins[k] is None:
+            self._joins[k] = JoinText(self._texts[k])
+        return self._joins[k](row.tolist() if hasattr(row, "tolist") else row, self.floats[k][j])
 
 
 def decode(enc: dict) -> list:
