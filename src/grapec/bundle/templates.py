@@ -11,6 +11,7 @@ would not give the same float back).
     encode(docs) -> {"templates": [template JSON..], "docs": [template index per doc],
                      "ints": [[first row, differences..] per template], "floats": [[row..] per template]}
     decode(that) -> docs, equal to the ones encoded
+    JoinText(template JSON)(ints, floats) -> one document
 """
 from __future__ import annotations
 
@@ -49,33 +50,10 @@ def split(doc) -> tuple:
     return walk(doc), ints, floats
 
 
-def join(template, ints, floats):
-    """The document back from its template and numbers."""
-    it, ft = iter(ints), iter(floats)
-
-    def walk(x):
-        if x == _INT:
-            return int(next(it))
-        if x == _FLOAT:
-            return float(next(ft))
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        return x
-    try:
-        doc = walk(template)
-    except StopIteration:
-        raise ValueError("a template has more numbers than its row") from None
-    if next(it, None) is not None or next(ft, None) is not None:
-        raise ValueError("a template has fewer numbers than its row")
-    return doc
-
-
 class JoinText:
-    """join() for one template, over its JSON text: the numbers are formatted into the text in C (`%`)
-    and parsed once by the json module (a range's thousands of derived plans and kernels each joined
-    without a walk in Python)."""
+    """A template's documents back from their numbers, over the template's JSON text: each row is
+    formatted into the text in C (`%`) and parsed by the json module (a range's thousands of derived
+    plans and kernels each joined without a walk in Python)."""
 
     def __init__(self, template_json: str):
         pieces = re.split(_TOKENS, template_json)   # text, stand-in, text, stand-in, ..., text
