@@ -1,79 +1,19 @@
 """A launch structure's numbers as formulas of its sizes (compiler/structures.py, step 3): integer
 polynomials in the dims and in round-ups of them, fitted exactly over the sizes compiled.
 
-    fit_numbers(sizes, ints) -> NumberFit: per number, (monomials, integer coefficients) or None
-    NumberFit.numbers(sizes) -> every number at those sizes
+    fit_numbers(sizes, ints) -> NumberFit (bundle/formulas.py): per number, (monomials, integer
+                               coefficients) or None
     spans(sizes, members) -> whether a fit over `sizes` is determined over `members`
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
-
 import numpy as np
+
+from ..bundle.formulas import NumberFit, Rounded, design as _design, monomials as _monomials
 
 ROUND_UPS = (2, 4, 8, 16, 32, 64, 128, 256)
 MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
 SPARE_SIZES = 1    # a polynomial is fitted over at least this many sizes more than it has terms
-
-
-def _monomials(nvars: int, degree: int) -> list:
-    """Exponent tuples of total degree <= `degree`, each exponent <= 2, lowest degree first."""
-    out = [e for e in itertools.product(range(3), repeat=nvars) if sum(e) <= degree]
-    return sorted(out, key=lambda e: (sum(e), [-x for x in e]))
-
-
-def _design(cols: np.ndarray, monos: list) -> np.ndarray:
-    """cols: n x m int64 variable values -> n x len(monos) int64 monomial values."""
-    out = np.ones((cols.shape[0], len(monos)), np.int64)
-    for j, e in enumerate(monos):
-        for v, p in enumerate(e):
-            if p:
-                out[:, j] *= cols[:, v] ** p
-    return out
-
-
-@dataclass
-class Rounded:
-    """A variable beside the dims: P's values rounded up to a multiple of `to` (or divided by it,
-    rounding up), P a polynomial in the variables before it."""
-    monos: list
-    coefs: np.ndarray
-    to: int
-    divide: bool
-
-    def values(self, cols: np.ndarray) -> np.ndarray:
-        q = -(-(_design(cols, self.monos) @ self.coefs) // self.to)
-        return q if self.divide else q * self.to
-
-
-@dataclass
-class NumberFit:
-    """Every int of one structure's documents as a function of its sizes: slots[j] is (monomials over
-    the variables, integer coefficients), or None where no formula fits."""
-    extra: list = field(default_factory=list)   # Rounded variables, each over the ones before it
-    slots: list = field(default_factory=list)
-
-    def columns(self, sizes: np.ndarray) -> np.ndarray:
-        cols = np.asarray(sizes, np.int64)
-        for r in self.extra:
-            cols = np.column_stack([cols, r.values(cols)])
-        return cols
-
-    @property
-    def complete(self) -> bool:
-        return all(s is not None for s in self.slots)
-
-    def numbers(self, sizes: np.ndarray) -> np.ndarray:
-        """len(sizes) x slots: the ints at each size (complete fits only)."""
-        cols = self.columns(sizes)
-        out = np.empty((len(cols), len(self.slots)), np.int64)
-        by_basis: dict = {}
-        for j, (monos, coefs) in enumerate(self.slots):
-            by_basis.setdefault(tuple(monos), []).append((j, coefs))
-        for monos, group in by_basis.items():
-            out[:, [j for j, _ in group]] = _design(cols, list(monos)) @ np.column_stack([c for _, c in group])
-        return out
 
 
 def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:

@@ -1,0 +1,104 @@
+"""A launch structure's numbers as formulas of its sizes: the records a range bundle stores for each
+family of sizes (bundle/families.py) and their evaluation. compiler/formulas.py fits them.
+
+    NumberFit.numbers(sizes) -> every number at those sizes (an int64 matrix, a row per size)
+    NumberFit.to_json() / NumberFit.from_json(doc)
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def monomials(nvars: int, degree: int) -> list:
+    """Exponent tuples of total degree <= `degree`, each exponent <= 2, lowest degree first."""
+    out = [e for e in itertools.product(range(3), repeat=nvars) if sum(e) <= degree]
+    return sorted(out, key=lambda e: (sum(e), [-x for x in e]))
+
+
+def design(cols: np.ndarray, monos: list) -> np.ndarray:
+    """cols: n x m int64 variable values -> n x len(monos) int64 monomial values."""
+    out = np.ones((cols.shape[0], len(monos)), np.int64)
+    for j, e in enumerate(monos):
+        for v, p in enumerate(e):
+            if p:
+                out[:, j] *= cols[:, v] ** p
+    return out
+
+
+@dataclass
+class Rounded:
+    """A variable beside the dims: P's values rounded up to a multiple of `to` (or divided by it,
+    rounding up), P a polynomial in the variables before it."""
+    monos: list
+    coefs: np.ndarray
+    to: int
+    divide: bool
+
+    def values(self, cols: np.ndarray) -> np.ndarray:
+        q = -(-(design(cols, self.monos) @ self.coefs) // self.to)
+        return q if self.divide else q * self.to
+
+
+@dataclass
+class NumberFit:
+    """Every int of one structure's documents as a function of its sizes: slots[j] is (monomials over
+    the variables, integer coefficients), or None where no formula fits."""
+    extra: list = field(default_factory=list)   # Rounded variables, each over the ones before it
+    slots: list = field(default_factory=list)
+
+    def columns(self, sizes: np.ndarray) -> np.ndarray:
+        cols = np.asarray(sizes, np.int64)
+        for r in self.extra:
+            cols = np.column_stack([cols, r.values(cols)])
+        return cols
+
+    @property
+    def complete(self) -> bool:
+        return all(s is not None for s in self.slots)
+
+    def numbers(self, sizes: np.ndarray) -> np.ndarray:
+        """len(sizes) x slots: the ints at each size (complete fits only)."""
+        cols = self.columns(np.asarray(sizes, np.int64).reshape(len(sizes), -1))
+        out = np.empty((len(cols), len(self.slots)), np.int64)
+        by_basis: dict = {}
+        for j, (monos, coefs) in enumerate(self.slots):
+            by_basis.setdefault(tuple(map(tuple, monos)), []).append((j, coefs))
+        for monos, group in by_basis.items():
+            out[:, [j for j, _ in group]] = design(cols, list(monos)) @ np.column_stack([c for _, c in group])
+        return out
+
+    # --- stored ------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """Each distinct monomial list once ("bases"); a slot is [basis, coefficients]."""
+        bases: dict = {}
+        slots = []
+        for monos, coefs in self.slots:
+            k = bases.setdefault(tuple(map(tuple, monos)), len(bases))
+            slots.append([k, [int(c) for c in coefs]])
+        return {"bases": [[list(e) for e in b] for b in bases],
+                "extra": [{"monos": [list(e) for e in r.monos], "coefs": [int(c) for c in r.coefs], "to": int(r.to),
+                           "divide": bool(r.divide)} for r in self.extra],
+                "slots": slots}
+
+    @staticmethod
+    def from_json(d: dict) -> "NumberFit":
+        """Raises KeyError/TypeError/ValueError/IndexError on a malformed record."""
+        nvars_of = []   # each basis' exponent count, checked against the variables when evaluated
+        bases = [[tuple(int(p) for p in e) for e in b] for b in d["bases"]]
+        for b in bases:
+            if len({len(e) for e in b}) > 1 or any(p < 0 or p > 3 for e in b for p in e):
+                raise ValueError("malformed monomials")
+            nvars_of.append(len(b[0]) if b else 0)
+        extra = [Rounded([tuple(int(p) for p in e) for e in r["monos"]], np.array(r["coefs"], np.int64), int(r["to"]),
+                         bool(r["divide"])) for r in d["extra"]]
+        if any(r.to < 1 or len(r.monos) != len(r.coefs) for r in extra):
+            raise ValueError("malformed round-up")
+        slots = []
+        for k, coefs in d["slots"]:
+            if not isinstance(k, int) or not 0 <= k < len(bases) or len(coefs) != len(bases[k]):
+                raise ValueError("malformed formula")
+            slots.append((bases[k], np.array(coefs, np.int64)))
+        return NumberFit(extra, slots)
