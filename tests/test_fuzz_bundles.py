@@ -233,10 +233,10 @@ def test_the_cli_exits_2_on_mutants(bundles, tmp_path):
 def test_an_arena_larger_than_the_machine_is_refused_before_allocating(bundles, arena):
     """The manifest's arena (hash recomputed) is checked against the host's available memory before
     anything is allocated: no MemoryError, no swap storm."""
-    manifest, sections = _split(bundles["embed"])
-    manifest["buckets"][1]["arena_bytes"] = arena
+    b = Bundle.from_bytes(bundles["embed"])
+    b.manifest["buckets"][1]["arena_bytes"] = arena   # written into the tables section, its hash recomputed
     with pytest.raises(GrapecError, match=r"needs .* MiB of host memory \(activation arena .*\); .* MiB is available"):
-        grapec.load(Bundle.from_bytes(_join(manifest, sections)), backend="cpu")
+        grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu")
 
 
 def test_json_nested_deeper_than_a_bundle_may_is_refused_by_name(bundles):

@@ -45,11 +45,30 @@ def _weights_span(data: bytes) -> tuple:
     return start, start + s["size"], s["sha256"]
 
 
+def _full_manifest(rest: bytes, weights_at: int, weights_bytes: int) -> dict:
+    """The manifest of a stripped bundle's bytes, its tables section put back (bundle/tables.py)."""
+    import zlib
+    from grapec.bundle.tables import join_tables
+    manifest, end = _manifest(rest)
+    if not manifest.get("tables"):
+        return manifest
+    s = next(s for s in manifest["sections"] if s["name"] == "tables")
+    start = end + s["offset"] - (weights_bytes if end + s["offset"] >= weights_at else 0)
+    return join_tables(manifest, json.loads(zlib.decompress(rest[start:start + s["size"]])))
+
+
 def _compile_donor(manifest: dict, models: str) -> bytes:
-    """The bundle's model, shapes and precision, compiled without GPU code (only its weights are used)."""
+    """The bundle's model, shapes and precision, compiled without GPU code (only its weights are used):
+    a --dynamic range as the same range (its sampled sizes' per-size constants are among the weights)."""
     import grapec
-    buckets = [{i["name"]: i["shapes"][b] for i in manifest["inputs"]} for b in range(len(manifest["buckets"]))]
     path = os.path.join(models, manifest["model"])
+    if manifest.get("dynamic"):
+        dynamic = {n: tuple(r) for n, r in manifest["dynamic"].items()}
+        dims = {d: i["shapes"][0][a] for i in manifest["inputs"] for a, d in enumerate(i["dims"] or [])
+                if isinstance(d, str) and d not in dynamic}
+        print(f"compiling the donor {path} ({manifest['precision']}, --dynamic {dynamic})", flush=True)
+        return grapec.compile(path, dims=dims, dynamic=dynamic, precision=manifest["precision"], targets=[]).to_bytes()
+    buckets = [{i["name"]: i["shapes"][b] for i in manifest["inputs"]} for b in range(len(manifest["buckets"]))]
     print(f"compiling the donor {path} ({manifest['precision']}, {len(buckets)} bucket(s))", flush=True)
     return grapec.compile(path, buckets=buckets, precision=manifest["precision"], targets=[]).to_bytes()
 
@@ -74,7 +93,7 @@ def restore(stripped: str, dst: str, donor: str | None = None, models: str | Non
     rest = raw[n + 8 + hlen:]
     at = head["weights_at"]
     _, _, want_weights = _weights_span(rest[:at])   # the manifest written on the compiling machine
-    d = open(donor, "rb").read() if donor else _compile_donor(_manifest(rest)[0], models)
+    d = open(donor, "rb").read() if donor else _compile_donor(_full_manifest(rest, at, head["weights_bytes"]), models)
     donor = donor or "the donor compiled here"
     ds, de, _ = _weights_span(d)
     weights = d[ds:de]

@@ -15,6 +15,9 @@
                               than one
         cubin.<target>        machine code per target (codegen/build.py); ptx.<arch>, cuda.source
         control.<target>      the conditional-node setter kernels, linked with the device runtime
+        tables                zlib(JSON) of the manifest's per-bucket records, the inputs' shapes per bucket and
+                              the CUDA entry's per-kernel rows (tables.py), put back into the
+                              manifest when read
 
 Loading checks the magic, the format version, each section's bounds and hash, and then every
 buffer, offset and size in every plan against its allocation, so a truncated, corrupted or foreign
@@ -42,10 +45,11 @@ from ..errors import BundleError
 from . import templates
 from .value_range import manifest_ranges
 from .schema import MAX_JSON_DEPTH, check_manifest, json_depth
+from .tables import split_tables, join_tables
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
-FORMAT_VERSION = 3   # v3: plans and kernels as templates plus deltas; v2: typed plan steps, If/Loop regions
+FORMAT_VERSION = 4   # v4: per-bucket and per-kernel manifest rows in a "tables" section; v3: plans and kernels as templates plus deltas; v2: typed plan steps, If/Loop regions
 EAGER_CHECK_UP_TO = 16   # plans checked at load; beyond, each when first used
 MAX_INFLATED = 1 << 30   # a JSON section's bytes once inflated (512 sizes of GPT-2 take 2 MiB)
 
@@ -92,8 +96,10 @@ class Bundle:
     def _parts(self) -> list:
         """The file as a list of byte strings (header, then each section): write() sends them one by
         one, so the weights are never copied into one whole-file buffer."""
+        lean, tables = split_tables(self.manifest)
         sections = [("weights", self._weights, "none"), ("kernels", _packed(self.kernels), "zlib"),
-                    ("plans", _packed([p.to_json() for p in self.plans]), "zlib")]
+                    ("plans", _packed([p.to_json() for p in self.plans]), "zlib"),
+                    ("tables", zlib.compress(json.dumps(tables, separators=(",", ":")).encode(), 6), "zlib")]
         for name, data in self.extra_sections.items():
             sections.append((name, data, "none"))
         table, off = [], 0
@@ -103,7 +109,7 @@ class Bundle:
             table.append({"name": name, "offset": off, "size": size, "compression": comp,
                           "sha256": data.sha256() if parts else hashlib.sha256(data).hexdigest()})
             off += size
-        manifest = dict(self.manifest, format_version=FORMAT_VERSION, sections=table)
+        manifest = dict(lean, format_version=FORMAT_VERSION, sections=table)
         mbytes = json.dumps(manifest, indent=1).encode()
         out = [MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes]
         for _, d, _ in sections:
@@ -176,10 +182,8 @@ class Bundle:
         if ver < FORMAT_VERSION:
             raise BundleError(f"{where}: bundle format v{ver} was written by an older grapec "
                               f"({manifest.get('grapec_version', '?')}); this grapec reads v{FORMAT_VERSION}: recompile the model")
-        try:
-            check_manifest(manifest)
-        except ValueError as e:
-            raise BundleError(f"{where}: corrupted manifest ({e})") from None
+        if not isinstance(manifest.get("sections"), list):
+            raise BundleError(f"{where}: corrupted manifest (no sections)")
         body = memoryview(data)[HEADER + mlen:]
         sections = {}
         try:
@@ -198,6 +202,11 @@ class Bundle:
             missing = [n for n in ("weights", "kernels", "plans") if n not in sections]
             if missing:
                 raise ValueError(f"no section {missing}")
+            manifest = join_tables(manifest, _json(sections.pop("tables"), "the tables")) if manifest.get("tables") else manifest
+            try:
+                check_manifest(manifest)
+            except ValueError as e:
+                raise BundleError(f"{where}: corrupted manifest ({e})") from None
             kernels = templates.decode(_json(sections["kernels"], "the kernels"))
             docs = templates.TemplatedDocs(_json(sections["plans"], "the plans"))
             if len(docs) != len(manifest["buckets"]):
@@ -206,7 +215,7 @@ class Bundle:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, zlib.error) as e:
             raise BundleError(f"{where}: corrupted bundle ({type(e).__name__}: {e})") from None
-        extra = {k: v for k, v in sections.items() if k not in ("weights", "kernels", "plans")}
+        extra = {k: v for k, v in sections.items() if k not in ("weights", "kernels", "plans", "tables")}
         b = Bundle(manifest, sections["weights"], kernels, [], extra)
         b.plans = StoredPlans(docs, b, where)
         b.validate(where)
