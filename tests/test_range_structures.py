@@ -97,6 +97,13 @@ def test_compiled_and_derived_plans_of_a_structure_share_its_template(sampled):
     assert any(k == {True, False} for k in kinds.values())
     assert not [k for k in kinds.values() if k == {True}], "a template only derived plans have"
 
+    # ... and one arena layout: a plan at other offsets would leave every kernel touching a buffer it
+    # moved unsized among its structure's (GPT-2 full, 97..320: 97 nodes set at each switch)
+    layouts: dict = {}
+    for i, (template, _) in enumerate(rb.plans.docs.where):
+        layouts.setdefault(template, set()).add(tuple(x.offset for x in rb.plans[i].buffers if x.space == "arena"))
+    assert all(len(v) == 1 for v in layouts.values()), [len(v) for v in layouts.values()]
+
 
 def test_a_sampled_range_matches_onnxruntime_in_random_order_after_a_round_trip(sampled):
     b, _ = sampled

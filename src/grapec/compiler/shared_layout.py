@@ -30,25 +30,41 @@ def share_layouts(plans: list) -> int:
         groups.setdefault(json.dumps(split(p.to_json())[0], separators=(",", ":")), []).append(i)
     moved = 0
     for members in groups.values():
-        largest = plans[max(members, key=lambda i: plans[i].arena_bytes)]
+        largest = plans[max(members, key=lambda i: buffer_bytes(plans[i]))]
         for i in members:
             if plans[i] is not largest and take_layout(plans[i], largest):
                 moved += 1
     return moved
 
 
+def buffer_bytes(plan) -> int:
+    """The bytes of its arena buffers: what grows with the sizes of a structure. Its largest size is the
+    one whose layout the others take; not the largest arena (a smaller size may pack into a larger
+    one, and a larger size's buffers would not fit its layout)."""
+    return sum(b.nbytes for b in plan.buffers if b.space == "arena")
+
+
 def take_layout(plan, largest) -> bool:
     """plan's arena buffers at largest's offsets, where each fits and every reuse of bytes stays ordered
     by plan's edges. -> whether it did."""
+    return layout_misfit(plan, largest, move=True) is None
+
+
+def layout_misfit(plan, largest, move: bool = False) -> str | None:
+    """Why plan cannot take largest's arena offsets, or None where it can (and, with move, has)."""
     if len(plan.buffers) != len(largest.buffers):
-        return False
+        return f"{len(plan.buffers)} buffers against {len(largest.buffers)}"
     moved = []
     for b, big in zip(plan.buffers, largest.buffers):
-        if b.space != big.space or b.name != big.name or b.nbytes > big.nbytes:
-            return False
+        if b.space != big.space or b.name != big.name:
+            return f"buffer {b.name} is {big.name} there"
+        if b.nbytes > big.nbytes:
+            return f"buffer {b.name} takes {b.nbytes} bytes, {big.nbytes} there"
         moved.append(replace(b, offset=big.offset) if b.space == "arena" else b)
-    if unordered_conflicts(plan.steps, moved):
-        return False
-    plan.buffers[:] = moved
-    plan.arena_bytes = max([plan.arena_bytes] + [b.offset + b.nbytes for b in moved if b.space == "arena"])
-    return True
+    conflicts = unordered_conflicts(plan.steps, moved)
+    if conflicts:
+        return f"{len(conflicts)} reuse(s) of bytes its steps do not order"
+    if move:
+        plan.buffers[:] = moved
+        plan.arena_bytes = max([plan.arena_bytes] + [b.offset + b.nbytes for b in moved if b.space == "arena"])
+    return None

@@ -54,7 +54,7 @@ from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .fanout import map_buckets
 from .formulas import fit_numbers, spans
-from .shared_layout import take_layout
+from .shared_layout import buffer_bytes, layout_misfit
 
 HEAD = 8          # a dim's first values: each a class of its own
 MODULUS = 8       # beyond them, values of one remainder modulo this share a class
@@ -235,6 +235,7 @@ class RangeCompile:
     derived: int = 0
     structures: int = 0
     whole: list = field(default_factory=list)   # boxes compiled size by size, and why
+    misfits: list = field(default_factory=list)   # compiled sizes that keep their own arena layout, and why
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -243,6 +244,9 @@ class RangeCompile:
              f"structure's formulas, {self.seconds:.1f}s")
         if self.whole:
             s += f"; compiled size by size: {'; '.join(self.whole[:3])}" + (" ..." if len(self.whole) > 3 else "")
+        if self.misfits:
+            s += (f"; {len(self.misfits)} compiled size(s) keep their own arena layout: {'; '.join(self.misfits[:3])}"
+                  + (" ..." if len(self.misfits) > 3 else ""))
         return s
 
 
@@ -256,7 +260,8 @@ class _Compiles:
         self.docs: dict = {}      # size -> Compiled
         self.shared: set = set()  # the sizes share_layouts has seen
         self.members: dict = {}   # structure key -> its compiled sizes share_layouts has seen
-        self.largest: dict = {}   # structure key -> the one with the largest arena (whose layout they take)
+        self.largest: dict = {}   # structure key -> the one whose buffers are largest (whose layout they take)
+        self.misfits: dict = {}   # size -> why it could not take its structure's largest layout
         self.t0 = time.perf_counter()
 
     def add(self, sizes, like: dict | None = None):
@@ -287,15 +292,22 @@ class _Compiles:
             members = self.members.setdefault(key, [])
             members += new
             old = self.largest.get(key)
-            top = max(([old] if old is not None else []) + new, key=lambda s: self.results[s].plan.arena_bytes)
+            # the one whose buffers hold the most bytes (buffers grow with the sizes), not the largest arena:
+            # a smaller size may pack into a larger arena, and the larger size's buffers would not fit its layout
+            top = max(([old] if old is not None else []) + new, key=lambda s: buffer_bytes(self.results[s].plan))
             self.largest[key] = top
             big = self.results[top].plan
             for s in (members if top != old else new):
                 plan = self.results[s].plan
                 offsets = [b.offset for b in plan.buffers]
                 if s == top or offsets == [b.offset for b in big.buffers]:
+                    self.misfits.pop(s, None)
                     continue   # compiled repeating the largest's choices: at its layout already
-                take_layout(plan, big)
+                why = layout_misfit(plan, big, move=True)
+                if why is not None:   # its own layout: at run time a structure of its own (shared_exec.py)
+                    self.misfits[s] = f"{s} keeps its own arena layout ({why} at {top})"
+                else:
+                    self.misfits.pop(s, None)
                 if [b.offset for b in plan.buffers] != offsets:
                     self.docs[s] = _document(plan, self.kernels.kernels)
 
@@ -358,6 +370,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
             report.derived += 1
             results.append(derived_result(plan, s))
     report.compiled = len(done.results)
+    report.misfits = [done.misfits[s] for s in sizes if s in done.misfits]
     report.structures = len({d.key for d in done.docs.values()})
     report.seconds = time.perf_counter() - done.t0
     return results, report

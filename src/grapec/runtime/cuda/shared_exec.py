@@ -61,7 +61,7 @@ def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
     """A bucket's launch structure: its plan's template (bundle/templates.py; the sizes of one share their
     arena offsets, compiler/shared_layout.py), its graph shape, and the GPU function and block of each
     kernel step (sizes whose kernels differ, such as an attention kernel that splits its keys over two
-    warps from 33 keys on, are structures of their own)."""
+    warps from 33 keys on, are structures of their own), and its arena offsets."""
     plan = bundle.plans[bucket]
     docs = getattr(bundle.plans, "docs", None)
     if docs is not None:
@@ -73,7 +73,10 @@ def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
     cuda = bundle.manifest["cuda"]
     kernels = tuple((cuda["kernels"][st.kernel], cuda["launch"][st.kernel][2]) for st in plan.steps
                     if isinstance(st, KernelStep))
-    return template, shape, kernels
+    # a size that kept its own arena layout (compiler/structures.py reports it) is a structure of its
+    # own: among the others it would leave unsized every kernel that touches a buffer it moved
+    layout = tuple(b.offset for b in plan.buffers if b.space == "arena")
+    return template, shape, kernels, layout
 
 
 def enabled() -> bool:
