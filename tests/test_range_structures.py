@@ -144,3 +144,17 @@ def test_inspect_shows_a_sampled_range(sampled, tmp_path):
                        env=env)
     assert r.returncode == 0, r.stderr
     assert "128 sizes" in r.stdout and "no memory report per size" in r.stdout, r.stdout
+
+
+def test_a_buffer_fits_its_slot_of_the_largest_layout_up_to_the_planners_alignment():
+    """A structure's layout is its largest member's; a member's buffer that holds a few bytes more there
+    (GPT-2 full: a count of blocks' partial sums, 88 bytes at seq 161, 80 at seq 320) still fits the
+    256 bytes the planner gave it, but not past them, nor where it is a view inside another buffer."""
+    from grapec.compiler.shared_layout import fits_slot
+    from grapec.plan import Buffer
+    slot = Buffer("t", "arena", 512, 80, "int32", (20,))
+    assert fits_slot(Buffer("t", "arena", 0, 88, "int32", (22,)), slot)
+    assert not fits_slot(Buffer("t", "arena", 0, 260, "int32", (65,)), slot)
+    view = Buffer("t", "arena", 520, 80, "int32", (20,))
+    assert not fits_slot(Buffer("t", "arena", 0, 88, "int32", (22,)), view)
+    assert fits_slot(Buffer("t", "arena", 0, 80, "int32", (20,)), view)

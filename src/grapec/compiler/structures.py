@@ -54,7 +54,7 @@ from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .fanout import map_buckets
 from .formulas import fit_numbers, spans
-from .shared_layout import buffer_bytes, layout_misfit
+from .shared_layout import buffer_bytes, fits_slot, layout_misfit
 
 HEAD = 8          # a dim's first values: each a class of its own
 MODULUS = 8       # beyond them, values of one remainder modulo this share a class
@@ -196,7 +196,7 @@ def _derive(doc: dict, kernels, largest: Plan, weight_bytes: int) -> Plan | None
     the checks of compile_range missed)."""
     plan = Plan.from_json(dict(doc["plan"], arena_bytes=0, memory={}))
     for b, big in zip(plan.buffers, largest.buffers):
-        if b.space == "arena" and (b.offset != big.offset or b.nbytes > big.nbytes):
+        if b.space == "arena" and (b.offset != big.offset or not fits_slot(b, big)):
             return None
     plan.arena_bytes = max([0] + [b.offset + b.nbytes for b in plan.buffers if b.space == "arena"])
     try:

@@ -27,7 +27,7 @@ from ..ir.kernel import Kernel, walk
 ALIGN = 256
 
 
-def _align(n: int) -> int:
+def aligned_bytes(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
@@ -51,8 +51,8 @@ class MemoryPlan:
 def _place(order, conflicts, size, best_fit: bool):
     offsets: dict = {}
     for s in order:
-        sz = _align(max(size[s], 1))
-        busy = sorted((offsets[c], offsets[c] + _align(max(size[c], 1))) for c in conflicts[s] if c in offsets)
+        sz = aligned_bytes(max(size[s], 1))
+        busy = sorted((offsets[c], offsets[c] + aligned_bytes(max(size[c], 1))) for c in conflicts[s] if c in offsets)
         off, best, best_gap = 0, None, None
         for o, e in busy:
             if off + sz <= o:
@@ -62,7 +62,7 @@ def _place(order, conflicts, size, best_fit: bool):
                     best, best_gap = off, o - off
             off = max(off, e)
         offsets[s] = best if best_fit and best is not None else off
-    arena = max((offsets[s] + _align(max(size[s], 1)) for s in order), default=0)
+    arena = max((offsets[s] + aligned_bytes(max(size[s], 1)) for s in order), default=0)
     return offsets, arena
 
 
@@ -108,7 +108,7 @@ def _peak_live(order, storages, writer, readers, size, sink) -> int:
     for s in storages:
         start = pos[writer[s]] if writer[s] >= 0 else 0
         end = max((pos[r] for r in readers.get(s, ()) if r >= 0), default=start)
-        sz = _align(max(size[s], 1))
+        sz = aligned_bytes(max(size[s], 1))
         events[start] = events.get(start, 0) + sz
         events[end + 1] = events.get(end + 1, 0) - sz
     live = peak = 0
