@@ -92,7 +92,8 @@ def test_compiled_and_derived_plans_of_a_structure_share_its_template(sampled):
     b, _ = sampled
     rb = Bundle.from_bytes(b.to_bytes())
     kinds: dict = {}
-    for i, (template, _) in enumerate(rb.plans.docs.where):
+    for i in range(len(rb.plans)):
+        template = rb.plans.docs.template_of(i)
         kinds.setdefault(template, set()).add(bool(b.manifest["buckets"][i].get("derived")))
     assert any(k == {True, False} for k in kinds.values())
     assert not [k for k in kinds.values() if k == {True}], "a template only derived plans have"
@@ -100,7 +101,8 @@ def test_compiled_and_derived_plans_of_a_structure_share_its_template(sampled):
     # ... and one arena layout: a plan at other offsets would leave every kernel touching a buffer it
     # moved unsized among its structure's (GPT-2 full, 97..320: 97 nodes set at each switch)
     layouts: dict = {}
-    for i, (template, _) in enumerate(rb.plans.docs.where):
+    for i in range(len(rb.plans)):
+        template = rb.plans.docs.template_of(i)
         layouts.setdefault(template, set()).add(tuple(x.offset for x in rb.plans[i].buffers if x.space == "arena"))
     assert all(len(v) == 1 for v in layouts.values()), [len(v) for v in layouts.values()]
 
@@ -118,6 +120,41 @@ def test_a_sampled_range_matches_onnxruntime_in_random_order_after_a_round_trip(
         rel = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert got.shape == want.shape and rel < 1e-5 and np.abs(got - want).max() < 1e-4, (batch, seq, rel)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_derived_sizes_are_stored_as_their_structures_formulas_and_joined_when_run(sampled):
+    """bundle/families.py: a structure's derived sizes are written as its template and formulas (no plan,
+    kernel or launch row per size), joined when a size is first run, in process and after a write and
+    read alike; a joined size's plan is the one the range compile derived for it, number for number."""
+    from grapec.bundle.families import BucketDocs
+    from grapec.compiler.families import numbered_template
+    b, said = sampled
+    line = next(m for m in said if m.startswith("--dynamic"))
+    assert "stored as the formulas of" in line, line
+    docs = b.plans.docs
+    assert isinstance(docs, BucketDocs) and docs.families
+    members = [bk for f in docs.families for bk in f.buckets]
+    assert len(members) >= 16 and len(docs.stored) + len(members) == len(b.plans) == 128
+    data = b.to_bytes()
+    rb = Bundle.from_bytes(data)
+    assert "families" in {s["name"] for s in rb.manifest["sections"]}
+    assert len(rb.kernels) == rb.plans.docs.stored_kernels   # nothing joined yet: no kernel per member stored
+    rng = np.random.default_rng(8)
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    sessions = [grapec.load(b, backend="cpu"), grapec.load(rb, backend="cpu")]
+    for bk in rng.permutation(members)[:10]:
+        batch, seq = b.manifest["buckets"][bk]["shapes"]["input_ids"]
+        feeds = {"input_ids": rng.integers(0, VOCAB, (batch, seq)).astype(np.int64)}
+        want = ref.run(None, feeds)[0]
+        for sess in sessions:
+            got = sess.run(feeds)["logits"]
+            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+            assert rel < 1e-5 and np.abs(got - want).max() < 1e-4, (batch, seq, rel)
+    assert len(rb.kernels) > rb.plans.docs.stored_kernels   # the members run joined their kernels
+    assert Bundle.from_bytes(rb.to_bytes()).to_bytes() == data   # joined members are not written back
+    fam = docs.families[0]
+    numbered = numbered_template(fam.plan.template)
+    assert numbered["plan"]["buffers"][0][2:4] == [0, 1]   # the first buffer's offset and bytes: the first numbers
 
 
 def test_every_size_compiles_each_size(monkeypatch):

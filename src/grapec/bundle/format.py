@@ -46,6 +46,7 @@ from . import templates
 from .value_range import manifest_ranges
 from .schema import MAX_JSON_DEPTH, check_manifest, json_depth
 from .tables import split_tables, join_tables
+from .families import BucketDocs, Family
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
@@ -96,10 +97,17 @@ class Bundle:
     def _parts(self) -> list:
         """The file as a list of byte strings (header, then each section): write() sends them one by
         one, so the weights are never copied into one whole-file buffer."""
-        lean, tables = split_tables(self.manifest)
-        sections = [("weights", self._weights, "none"), ("kernels", _packed(self.kernels), "zlib"),
-                    ("plans", _packed([p.to_json() for p in self.plans]), "zlib"),
-                    ("tables", zlib.compress(json.dumps(tables, separators=(",", ":")).encode(), 6), "zlib")]
+        docs = getattr(self.plans, "docs", None)
+        if isinstance(docs, BucketDocs):   # a family's members joined since: not written (their formulas are)
+            stored, kernels, manifest = docs.stored_docs(), self.kernels[:docs.stored_kernels], docs.stored_manifest()
+        else:
+            stored, kernels, manifest = [p.to_json() for p in self.plans], self.kernels, self.manifest
+        lean, tables = split_tables(manifest)
+        sections = [("weights", self._weights, "none"), ("kernels", _packed(kernels), "zlib"),
+                    ("plans", _packed(stored), "zlib"),
+                    ("tables", _zipped(tables), "zlib")]
+        if isinstance(docs, BucketDocs):
+            sections.append(("families", _zipped(docs.families_json()), "zlib"))
         for name, data in self.extra_sections.items():
             sections.append((name, data, "none"))
         table, off = [], 0
@@ -110,7 +118,7 @@ class Bundle:
                           "sha256": data.sha256() if parts else hashlib.sha256(data).hexdigest()})
             off += size
         manifest = dict(lean, format_version=FORMAT_VERSION, sections=table)
-        mbytes = json.dumps(manifest, indent=1).encode()
+        mbytes = json.dumps(manifest, indent=1, sort_keys=True).encode()   # a read manifest lists its keys in another order
         out = [MAGIC + struct.pack("<Q", len(mbytes)) + hashlib.sha256(mbytes).digest() + mbytes]
         for _, d, _ in sections:
             out += list(d.pieces()) if isinstance(d, WeightParts) else [d]
@@ -209,14 +217,20 @@ class Bundle:
                 raise BundleError(f"{where}: corrupted manifest ({e})") from None
             kernels = templates.decode(_json(sections["kernels"], "the kernels"))
             docs = templates.TemplatedDocs(_json(sections["plans"], "the plans"))
-            if len(docs) != len(manifest["buckets"]):
-                raise ValueError(f"{len(docs)} plans for {len(manifest['buckets'])} buckets")
+            families = _json(sections.pop("families"), "the families") if "families" in sections else None
         except BundleError:
             raise
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, zlib.error) as e:
             raise BundleError(f"{where}: corrupted bundle ({type(e).__name__}: {e})") from None
         extra = {k: v for k, v in sections.items() if k not in ("weights", "kernels", "plans", "tables")}
         b = Bundle(manifest, sections["weights"], kernels, [], extra)
+        try:
+            if families is not None:
+                docs = BucketDocs(docs, families["buckets"], [Family.from_json(f) for f in families["families"]], b)
+            if len(docs) != len(manifest["buckets"]):
+                raise ValueError(f"{len(docs)} plans for {len(manifest['buckets'])} buckets")
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError) as e:
+            raise BundleError(f"{where}: corrupted bundle ({type(e).__name__}: {e})") from None
         b.plans = StoredPlans(docs, b, where)
         b.validate(where)
         return b
@@ -225,6 +239,7 @@ class Bundle:
         """What the plans and kernels take in the file: their sections' bytes and the plans' templates."""
         size = {s["name"]: s["size"] for s in self.manifest.get("sections", [])}
         docs = getattr(self.plans, "docs", None)
+        docs = getattr(docs, "stored", docs)
         return {"plans": len(self.plans), "plan_templates": len(docs.templates) if docs else None,
                 "plan_bytes": size.get("plans"), "kernel_bytes": size.get("kernels")}
 
@@ -320,7 +335,11 @@ def _inflate(chunk: bytes, name: str) -> bytes:
 
 
 def _packed(docs: list) -> bytes:
-    return zlib.compress(json.dumps(templates.encode(docs), separators=(",", ":")).encode(), 6)
+    return _zipped(templates.encode(docs))
+
+
+def _zipped(doc) -> bytes:
+    return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
 
 
 def _check_view(view, buf, what):

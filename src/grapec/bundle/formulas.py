@@ -59,16 +59,38 @@ class NumberFit:
     def complete(self) -> bool:
         return all(s is not None for s in self.slots)
 
-    def numbers(self, sizes: np.ndarray) -> np.ndarray:
-        """len(sizes) x slots: the ints at each size (complete fits only)."""
+    def numbers(self, sizes: np.ndarray, slots: list | None = None) -> np.ndarray:
+        """len(sizes) x slots: the ints at each size (complete fits only); `slots`: only these, in order."""
         cols = self.columns(np.asarray(sizes, np.int64).reshape(len(sizes), -1))
-        out = np.empty((len(cols), len(self.slots)), np.int64)
+        chosen = range(len(self.slots)) if slots is None else slots
+        out = np.empty((len(cols), len(chosen)), np.int64)
         by_basis: dict = {}
-        for j, (monos, coefs) in enumerate(self.slots):
-            by_basis.setdefault(tuple(map(tuple, monos)), []).append((j, coefs))
+        for i, j in enumerate(chosen):
+            monos, coefs = self.slots[j]
+            by_basis.setdefault(tuple(map(tuple, monos)), []).append((i, coefs))
         for monos, group in by_basis.items():
-            out[:, [j for j, _ in group]] = design(cols, list(monos)) @ np.column_stack([c for _, c in group])
+            out[:, [i for i, _ in group]] = design(cols, list(monos)) @ np.column_stack([c for _, c in group])
         return out
+
+    def constant(self, j: int) -> int | None:
+        """Slot j's value where its formula is a constant, else None."""
+        monos, coefs = self.slots[j]
+        return int(coefs[0]) if len(monos) == 1 and not any(monos[0]) else None
+
+    def add_constant(self, j: int, value: int):
+        """Slot j's formula plus a constant."""
+        monos, coefs = self.slots[j]
+        zero = tuple(0 for _ in monos[0]) if monos else None
+        if monos and zero in [tuple(m) for m in monos]:
+            coefs = coefs.copy()
+            coefs[[tuple(m) for m in monos].index(zero)] += value
+            self.slots[j] = (monos, coefs)
+        else:
+            self.slots[j] = ([zero] + list(monos), np.concatenate([[value], coefs]).astype(np.int64))
+
+    def set_constant(self, j: int, value: int):
+        monos, _ = self.slots[j]
+        self.slots[j] = (monos, np.array([value], np.int64))
 
     # --- stored ------------------------------------------------------------------------------------
     def to_json(self) -> dict:

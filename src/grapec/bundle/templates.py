@@ -130,6 +130,10 @@ class TemplatedDocs:
     def __len__(self) -> int:
         return len(self.where)
 
+    def template_of(self, i: int) -> int:
+        """Document i's template (an index)."""
+        return self.where[i][0]
+
     def __getitem__(self, i: int):
         k, j = self.where[i]
         row = self.ints[k][j]

@@ -29,9 +29,13 @@ from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
 
 
-def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: bool = True) -> tuple:
-    """-> (sections {name: bytes}, manifest entry)."""
-    module = build_module(kernels_json, kernel_users(plans, len(kernels_json)))
+def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: bool = True, shared: set = frozenset()) -> tuple:
+    """-> (sections {name: bytes}, manifest entry). shared: kernels whose functions also run sizes stored as
+    formulas (bundle/families.py), merged as if their plans were several."""
+    users = kernel_users(plans, len(kernels_json))
+    for k in shared:
+        users[k].add(-1)
+    module = build_module(kernels_json, users)
     source = module.source
     if any(isinstance(st, ScanStoreStep) for p in plans for st in walk_steps(p.steps)):
         source += SCAN_STORE

@@ -27,7 +27,30 @@ def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:
         todo = _fit_polynomials(fit, cols, ints, todo, n)
         if not todo or not _fit_round_ups(fit, cols, ints, todo):
             break
+    if todo:
+        _fit_lines(fit, fit.columns(sizes), ints, todo, n)
     return fit
+
+
+def _fit_lines(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, n: int):
+    """What is left, as a constant plus a multiple of one variable (a grid of ceil(s / 4) blocks): where
+    many round-ups were found, a polynomial in all the variables has more terms than there are sizes."""
+    nvars = cols.shape[1]
+    zero = tuple([0] * nvars)
+    for v in range(nvars):
+        if not todo:
+            return
+        monos = _independent(cols, [zero, tuple(int(i == v) for i in range(nvars))])
+        if len(monos) + SPARE_SIZES > n:
+            continue
+        a = _design(cols, monos)
+        y = ints[:, todo]
+        coefs = np.rint(np.linalg.lstsq(a.astype(np.float64), y.astype(np.float64), rcond=None)[0]).astype(np.int64)
+        exact = (a @ coefs == y).all(axis=0)
+        for k, j in enumerate(todo):
+            if exact[k]:
+                fit.slots[j] = (monos, coefs[:, k])
+        todo[:] = [j for k, j in enumerate(todo) if not exact[k]]
 
 
 def _fit_polynomials(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, n: int) -> list:

@@ -70,7 +70,8 @@ from ..cost.model import NODE_UPDATE_US
 from ..cost.report import plan_report, top_level_us
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
 from .shared_layout import share_layouts, take_layout
-from .structures import SAMPLE_OVER, compile_range
+from .families import RangeFamilies
+from .structures import SAMPLE_OVER, compile_range, derive_sizes
 from ..passes.predicate import form_regions, regions
 from ..passes.schedule import schedule
 from ..passes.streams import MAX_BRANCHES, schedule_streams
@@ -490,8 +491,9 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     sampled = bool(dynamic) and len(bucket_shapes) > SAMPLE_OVER and not every_size
     try:
         with derived.sharing():   # the buckets (and a generation's prompt and decode step) derive a weight's copies once
+            families = RangeFamilies(bucket_shapes)   # a sampled range's sizes stored as formulas (families.py)
             if sampled:
-                results = _compile_range(ctx, dynamic, bucket_dims, bucket_shapes, weights, kernels, jobs, say)
+                results = _compile_range(ctx, dynamic, bucket_dims, bucket_shapes, weights, kernels, jobs, say, families)
             else:
                 results = map_buckets(partial(compile_bucket, ctx), bucket_shapes, weights, kernels, jobs, say)
     except UnsupportedError as e:
@@ -499,8 +501,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             raise
         from ..frontend.generation import growing_cache
         raise UnsupportedError([growing_cache(p) or p for p in e.problems]) from None
-    plans, bucket_meta, notes = [r.plan for r in results], [r.meta for r in results], []
-    relocate_weights(plans, weights.share_prefixes())
+    plans, bucket_meta, notes = [r.plan for r in results], families.bucket_meta([r.meta for r in results]), []
+    moved = weights.share_prefixes()
+    relocate_weights(plans, moved)
+    if families.relocate(moved):
+        plans = families.stored_plans()
     if len(plans) > 1 and not sampled:   # a sampled range's plans come at their structures' layouts
         shared = share_layouts(plans)
         for meta, plan in zip(bucket_meta, plans):
@@ -512,14 +517,17 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         if len(results) <= BRIEF_REPORTS_OVER:
             for line in r.log:
                 say(f"bucket {i} {line}")
-    if len(results) > BRIEF_REPORTS_OVER:
-        arenas = [p.arena_bytes for p in plans]
-        say(f"{len(results)} buckets: arena {min(arenas) / 2**20:.2f}..{max(arenas) / 2**20:.2f} MiB (one arena of "
-            f"the largest serves them all), {sum(len(list(walk_steps(p.steps))) for p in plans)} steps in all")
+    if len(bucket_meta) > BRIEF_REPORTS_OVER:
+        arenas = [m["arena_bytes"] for m in bucket_meta]
+        say(f"{len(bucket_meta)} buckets: arena {min(arenas) / 2**20:.2f}..{max(arenas) / 2**20:.2f} MiB (one arena of "
+            f"the largest serves them all), {sum(sum(m['steps'].values()) for m in bucket_meta)} steps in all")
     if strict and notes:
         raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
 
-    targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say)
+    targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels())
+    if gpu_entry and families.fit_launches(gpu_entry, say):   # some stored plan by plan after all: their kernels' code too
+        plans = families.stored_plans()
+        targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels())
 
     ranges = value_ranges(proto, user_bounds)
     op_counts = Counter(n.op_type for n in proto.graph.node)
@@ -553,11 +561,13 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     for n in notes:
         say(f"note: {n}")
     # the weights stay the store's entries (no joined copy): Bundle.write streams them into the file
-    return Bundle(manifest, weights.parts(), kernels.kernels, plans, gpu_sections)
+    return families.bundle(Bundle(manifest, weights.parts(), kernels.kernels, plans, gpu_sections))
 
 
-def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, weights, kernels, jobs, say) -> list:
-    """A range's buckets compiled per launch structure (structures.py), in bucket order."""
+def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, weights, kernels, jobs, say,
+                   families) -> list:
+    """A range's buckets compiled per launch structure (structures.py): the results of those stored as
+    plans, in bucket order; `families` takes the rest."""
     names = list(dynamic)
     sizes = [tuple(bd[n] for n in names) for bd in bucket_dims]
     shapes_at = dict(zip(sizes, bucket_shapes))
@@ -568,9 +578,20 @@ def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, w
                 "derived": True}
         return BucketResult(plan, meta, None)
     results, report = compile_range(partial(compile_bucket, ctx), sizes, shapes_at.__getitem__, weights, kernels,
-                                    jobs, say, derived_result)
+                                    jobs, say, derived_result, as_formulas=True)
     say(f"--dynamic {', '.join(f'{n}={lo}:{hi}' for n, (lo, hi) in dynamic.items())}: {report.summary()}")
-    return results
+    bucket_of = {s: i for i, s in enumerate(sizes)}
+
+    def derive(fam, weight_bytes):   # a family's members as plans after all
+        plans = derive_sizes(fam, kernels, weight_bytes or weights.size)
+        return {bucket_of[s]: derived_result(p, s) for s, p in plans.items()}
+
+    def meta(fam, i):
+        steps = results[fam.spots[0]].meta["steps"]
+        return {"shapes": {k: list(v) for k, v in shapes_at[fam.sizes[i]].items() if k not in ctx.fixed},
+                "arena_bytes": fam.arena_bytes[i], "steps": steps, "derived": True}
+    families.take(report.families, {bucket_of[s]: r for s, r in results.items()}, bucket_of, derive, meta, weights.size)
+    return list(results.values())
 
 
 def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int | None):
@@ -583,7 +604,7 @@ def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int |
         raise ModelError(str(e)) from None
 
 
-def _gpu_code(kernels, plans, targets, notes, say):
+def _gpu_code(kernels, plans, targets, notes, say, shared: set = frozenset()):
     from ..codegen.gpu_support import gpu_gaps
     from ..codegen.nvrtc import NvrtcUnavailable, nvrtc_version
     gaps = gpu_gaps(plans)
@@ -604,7 +625,7 @@ def _gpu_code(kernels, plans, targets, notes, say):
         return [], {}, None
     from ..codegen.build import build_gpu_code
     t0 = time.perf_counter()
-    sections, entry = build_gpu_code(kernels, plans, targets)
+    sections, entry = build_gpu_code(kernels, plans, targets, shared=shared)
     say(f"CUDA code: {len(set(entry['kernels']))} kernels for {', '.join(targets)} (+ PTX {entry['ptx']}), "
         f"NVRTC {entry['nvrtc']}, {time.perf_counter() - t0:.1f}s")
     return targets, sections, entry

@@ -48,11 +48,13 @@ from typing import Callable
 
 import numpy as np
 
+from ..bundle.families import kernel_from_document, kernel_to_document
 from ..bundle.format import validate_plan
 from ..bundle.templates import JoinText, split
 from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .fanout import map_buckets
+from .families import form_family
 from .formulas import fit_numbers, spans
 from .shared_layout import buffer_bytes, fits_slot, layout_misfit
 
@@ -149,10 +151,6 @@ class Compiled:
     floats: list
 
 
-# a kernel's numbers that are choices, not sizes: part of its structure's template, not fitted
-CHOICE_FIELDS = ("mapping",)
-
-
 # a library step's estimates for `grapec inspect` (passes/sdpa.py: cuDNN's attention against the generated
 # kernel's, in us): floats of every size, not part of what runs; derived plans go without them
 REPORT_ONLY = "priced"
@@ -170,8 +168,7 @@ def bucket_document(plan: Plan, kernels: list) -> dict:
             st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
     d = doc.to_json()
     del d["memory"], d["arena_bytes"]
-    return {"plan": d, "kernels": [{k: json.dumps(v) if k in CHOICE_FIELDS else v for k, v in kernels[i].items()}
-                                   for i in local]}
+    return {"plan": d, "kernels": [kernel_to_document(kernels[i]) for i in local]}
 
 
 def _document(plan: Plan, kernels: list) -> Compiled:
@@ -206,7 +203,7 @@ def _derive(doc: dict, kernels, largest: Plan, weight_bytes: int) -> Plan | None
     for st in walk_steps(plan.steps):
         if isinstance(st, KernelStep):
             k = doc["kernels"][st.kernel]
-            st.kernel = kernels.add_json({f: json.loads(v) if f in CHOICE_FIELDS else v for f, v in k.items()})
+            st.kernel = kernels.add_json(kernel_from_document(k))
     return plan
 
 
@@ -236,6 +233,8 @@ class RangeCompile:
     structures: int = 0
     whole: list = field(default_factory=list)   # boxes compiled size by size, and why
     misfits: list = field(default_factory=list)   # compiled sizes that keep their own arena layout, and why
+    families: list = field(default_factory=list)   # RangeFamily: derived sizes stored as formulas
+    not_families: list = field(default_factory=list)   # why a structure's derived sizes are stored as plans
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -244,6 +243,9 @@ class RangeCompile:
              f"structure's formulas, {self.seconds:.1f}s")
         if self.whole:
             s += f"; compiled size by size: {'; '.join(self.whole[:3])}" + (" ..." if len(self.whole) > 3 else "")
+        if self.families:
+            s += (f"; {sum(len(f.sizes) for f in self.families)} of the derived stored as the formulas of "
+                  f"{len(self.families)} families")
         if self.misfits:
             s += (f"; {len(self.misfits)} compiled size(s) keep their own arena layout: {'; '.join(self.misfits[:3])}"
                   + (" ..." if len(self.misfits) > 3 else ""))
@@ -313,11 +315,13 @@ class _Compiles:
 
 
 def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weights, kernels, jobs, say,
-                  derived_result: Callable) -> tuple:
+                  derived_result: Callable, as_formulas: bool = False) -> tuple:
     """sizes: every size of the range (tuples, one value per dim), in bucket order. compile_one(ishapes,
     weights, kernels, like) -> BucketResult; shapes_of(size) -> its input shapes; derived_result(plan,
-    size) -> the BucketResult of a derived plan. -> (results in bucket order, RangeCompile). The plans
-    come back at their structure's arena layout (shared_layout.py)."""
+    size) -> the BucketResult of a derived plan; as_formulas: derived sizes may be stored as their
+    structure's formulas (compiler/families.py). -> ({size: BucketResult} of the sizes stored as plans, in
+    bucket order, RangeCompile: report.families holds the rest). The plans come back at their
+    structure's arena layout (shared_layout.py)."""
     ranges = [(min(s[d] for s in sizes), max(s[d] for s in sizes)) for d in range(len(sizes[0]))]
     done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say)
     report = RangeCompile(sizes=len(sizes))
@@ -332,7 +336,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     for round_ in range(ROUNDS):
         settled += _probe(queue, done)
         queue = []
-        fit_of = _fits(done, settled, report)
+        fit_of, _ = _fits(done, settled, report)
         derivable = [s for s in sizes if s not in done.results]
         checks = rng.sample(derivable, min(max(CHECKS, len(derivable) // CHECK_ONE_IN), len(derivable)))
         if not checks:
@@ -351,29 +355,68 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
             queue = [h for b in bad for h in b.halves()]
         say(f"range: {len(wrong)} of {len(checks)} checked sizes differ from their derived plans; "
             f"{len(bad)} box(es) {'split' if queue else 'compiled whole'}")
-    fit_of = _fits(done, settled, report)
+    fit_of, evidence = _fits(done, settled, report)
     largest = _largest_plans(done)
     likes = _likes(settled)
-    results = []
-    docs = _derived_documents({s: fit_of[s] for s in sizes if s not in done.results})   # one at a time, in order
-    for s in sizes:
-        plan = None
-        if s not in done.results:
-            _, doc = next(docs)
-            plan = _derive(doc, kernels, largest[fit_of[s][1]], weights.size)
-            if plan is None:   # past its largest compiled size's bytes, or failing the checks: compiled after all
-                done.add([s], like=likes)
-        if plan is None:   # as the derived plans of its structure are (the runtime groups plans by template)
-            _without_reports(done.results[s].plan)
-            results.append(done.results[s])
+    families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes) if as_formulas else ([], None)
+    stored = {}
+    for fam in families:   # its spot members first: one that fails its checks and the family is stored plan by plan
+        derived = _derived_plans({s: fit_of[s] for s in fam.spots}, largest, kernels, weights.size)
+        if any(p is None for p in derived.values()):
+            as_plans |= set(fam.sizes + fam.spots)
+            report.not_families.append(f"{fam.sizes[0]}..: a spot size failed its checks")
+            continue
+        stored.update((s, derived_result(p, s)) for s, p in derived.items())
+        report.families.append(fam)
+    rest = [s for s in sizes if s not in done.results and (as_plans is None or s in as_plans)]
+    for s, plan in _derived_plans({s: fit_of[s] for s in rest}, largest, kernels, weights.size).items():
+        if plan is None:   # past its largest compiled size's bytes, or failing the checks: compiled after all
+            done.add([s], like=likes)
         else:
-            report.derived += 1
-            results.append(derived_result(plan, s))
+            stored[s] = derived_result(plan, s)
+    for s, r in done.results.items():   # as the derived plans of its structure are (the runtime groups plans by template)
+        _without_reports(r.plan)
+        stored.setdefault(s, r)
+    report.derived = len(sizes) - len(done.results)
+    results = {s: stored[s] for s in sizes if s in stored}
     report.compiled = len(done.results)
     report.misfits = [done.misfits[s] for s in sizes if s in done.misfits]
     report.structures = len({d.key for d in done.docs.values()})
     report.seconds = time.perf_counter() - done.t0
     return results, report
+
+
+def _families(fit_of: dict, evidence: dict, largest: dict, weight_bytes: int, rng, sizes: list) -> tuple:
+    """-> (RangeFamily per structure part whose derived sizes may be stored as formulas, the derived
+    sizes to store as plans)."""
+    groups: dict = {}
+    for s in sizes:
+        if s in fit_of:
+            fit, key = fit_of[s]
+            groups.setdefault(id(fit), (fit, key, []))[2].append(s)
+    families, as_plans = [], []
+    for fit, key, members in groups.values():
+        fam = form_family(key, fit, members, evidence[id(fit)], largest[key], weight_bytes, rng)
+        if isinstance(fam, str):
+            as_plans += members
+        else:
+            families.append(fam)
+    return families, set(as_plans)
+
+
+def derive_sizes(fam, kernels, weight_bytes: int) -> dict:
+    """A family's members (compiler/families.py) as plans: {size: plan}. Each passed its family's checks
+    on the numbers; one that fails a plan's is an internal error, not a plan stored wrong."""
+    plans = _derived_plans({s: (fam.fit, fam.key) for s in fam.sizes}, {fam.key: fam.largest}, kernels, weight_bytes)
+    bad = [s for s, p in plans.items() if p is None]
+    if bad:
+        raise AssertionError(f"sizes {bad[:4]} passed their family's checks but not a derived plan's")
+    return plans
+
+
+def _derived_plans(fit_of: dict, largest: dict, kernels, weight_bytes: int) -> dict:
+    """size -> its derived plan (its kernels added to the store), or None where it fails _derive's checks."""
+    return {s: _derive(doc, kernels, largest[fit_of[s][1]], weight_bytes) for s, doc in _derived_documents(fit_of)}
 
 
 def _probe(queue: list, done: _Compiles) -> list:
@@ -443,8 +486,9 @@ def _likes(boxes: list) -> dict:
     return {m: b.like for b in boxes for m in b.members() if m != b.like}
 
 
-def _fits(done: _Compiles, settled: list, report: RangeCompile) -> dict:
-    """Step 3: -> {size not compiled: ((NumberFit, floats), structure key)}. A structure's formulas are
+def _fits(done: _Compiles, settled: list, report: RangeCompile) -> tuple:
+    """Step 3: -> ({size not compiled: ((NumberFit, floats), structure key)}, {id(fit): the compiled sizes
+    it was fitted over}). A structure's formulas are
     fitted over its compiled sizes; where none fit them all, the structure is cut where a number steps,
     found by bisection over its compiled sizes, and each side fitted on its own; where no one step
     explains it, each of its boxes is, then halves of them; a small box with numbers no formula fits
@@ -454,7 +498,7 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> dict:
     for b in settled:
         groups.setdefault(done.docs[b.top].key, []).append(b)
     work = list(groups.items())
-    out, report.whole = {}, []
+    out, evidence, report.whole = {}, {}, []
     while work:
         work = [(key, boxes) for key, boxes in work
                 if not all(m in done.results for b in boxes for m in b.members())]
@@ -475,13 +519,14 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> dict:
                     report.whole.append(f"{boxes[0].count} sizes from {boxes[0].top} down ({fit})")
                     whole.append(boxes[0])
                 continue
+            evidence[id(fit)] = sizes
             for b in boxes:
                 for m in b.members():
                     if m not in done.results:
                         out[m] = (fit, key)
         done.add([m for b in whole for m in b.members()], like=_likes(whole))
         work = nxt
-    return out
+    return out, evidence
 
 
 def _inside(done: _Compiles, boxes: list, key: str) -> list:

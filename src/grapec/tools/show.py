@@ -130,7 +130,8 @@ def launch_structures(b) -> list:
     for d, name, a in axes:   # one input axis per dim is enough to read its value
         seen.setdefault(d, (name, a))
     out: dict = {}
-    for bucket, (template, _) in enumerate(docs.where):
+    for bucket in range(len(docs)):
+        template = docs.template_of(bucket)
         st = out.setdefault(template, {"template": template, "buckets": [], "sizes": {d: set() for d in seen}})
         st["buckets"].append(bucket)
         for d, (name, a) in seen.items():

@@ -20,6 +20,20 @@ from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region
 
 
+class DecodedKernels:
+    """The bundle's kernels decoded (checked) at load; those a range's joined sizes add later
+    (bundle/families.py) decoded when first run."""
+
+    def __init__(self, bundle):
+        self.bundle = bundle
+        self.decoded = [decode_kernel(bundle, k) for k in range(len(bundle.kernels))]
+
+    def __getitem__(self, k: int):
+        while k >= len(self.decoded):
+            self.decoded.append(decode_kernel(self.bundle, len(self.decoded)))
+        return self.decoded[k]
+
+
 class CpuPlanRunner:
     """kernels: another runner's decoded kernels, shared (the runners of one session); arenas: how
     many runners' arenas to check against the host's memory (the first of them checks all)."""
@@ -27,7 +41,7 @@ class CpuPlanRunner:
     def __init__(self, bundle, order_seed: int | None = None, kernels: list | None = None, arenas: int = 1):
         self.bundle = bundle
         self.rng = None if order_seed is None else np.random.default_rng(order_seed)
-        self.kernels = kernels if kernels is not None else [decode_kernel(bundle, k) for k in range(len(bundle.kernels))]
+        self.kernels = kernels if kernels is not None else DecodedKernels(bundle)
         self.weights = np.frombuffer(bundle.weights, np.uint8)
         arena_bytes = bundle.largest_arena()
         if kernels is None:

@@ -61,6 +61,23 @@ def uses_dependent_launch(bundle, code: str, cc: tuple) -> bool:
     return code_arch >= 90 and cc[0] >= 9 and call("cuDriverGetVersion") >= DEPENDENT_LAUNCH_DRIVER
 
 
+class _Functions:
+    """Per bundle kernel, its GPU function (identical kernels share one); a range's sizes joined from
+    their family's formulas (bundle/families.py) add kernels, and names, after load."""
+
+    def __init__(self, module, names: list):
+        self.module, self.names, self.by_name = module, names, {}
+        for k in range(len(names)):
+            self[k]
+
+    def __getitem__(self, k: int):
+        n = self.names[k]
+        f = self.by_name.get(n)
+        if f is None:
+            f = self.by_name[n] = call("cuModuleGetFunction", self.module, n.encode())
+        return f
+
+
 class CudaModel:
     """The bundle's code and weights on GPU `device` (its ordinal); `arenas`: how many activation
     arenas its runners will allocate, checked with the weights against the GPU's free memory."""
@@ -72,11 +89,7 @@ class CudaModel:
         image, self.code = select_code(bundle, self.dev)
         self.module = self._load(image, self.code)
         names = bundle.manifest["cuda"]["kernels"]
-        by_name: dict = {}
-        for n in names:   # identical kernels share one function
-            if n not in by_name:
-                by_name[n] = call("cuModuleGetFunction", self.module, n.encode())
-        self.functions = [by_name[n] for n in names]
+        self.functions = _Functions(self.module, names)
         self._extra: dict = {}
         self.launches = bundle.manifest["cuda"].get("launch")   # [mode, grid, block, split] per kernel
         if self.launches is None:

@@ -64,8 +64,8 @@ def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
     warps from 33 keys on, are structures of their own), and its arena offsets."""
     plan = bundle.plans[bucket]
     docs = getattr(bundle.plans, "docs", None)
-    if docs is not None:
-        template = docs.where[bucket][0]
+    if docs is not None:   # a read bundle's, or one with families (bundle/families.py BucketDocs)
+        template = docs.template_of(bucket)
     else:   # a bundle compiled in this process: its plan's template worked out here
         import json
         from ...bundle.templates import split

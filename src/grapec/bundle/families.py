@@ -1,0 +1,198 @@
+"""A range's sizes stored per launch structure (issue 33: Grape's compressed metadata, at the level of
+the plan): the plans that compiler/structures.py derives are not stored one by one, but as their
+structure's template and the formulas of its numbers (bundle/formulas.py), with the list of sizes
+they hold for. A size's plan, kernels and CUDA launch rows are joined from them when first used.
+
+A family's document for one size ("bucket document"):
+    {"plan": the plan's JSON, its kernel steps numbering the kernels below from 0, without
+             arena_bytes and memory (recomputed: arena_bytes, or left out: the planner's report),
+     "kernels": [the kernel IR of each],
+     "cuda": [[function, launch, scalars] per kernel] (the manifest CUDA entry's rows), where the
+             bundle has GPU code}
+stored as two templates (plan + kernels, and the CUDA rows: compiled apart) and their formulas.
+
+BucketDocs serves a bundle's plans by bucket: stored ones from the plans section, a family's joined,
+its kernels and CUDA rows appended to the bundle's lists once (their indices then fixed).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..plan import KernelStep, walk_steps
+from .formulas import NumberFit
+from .templates import JoinText, split
+
+
+# a kernel's numbers that are choices, not sizes: held in a bucket document as JSON text, so that they are
+# part of its structure's template and not fitted (a thread mapping)
+CHOICE_FIELDS = ("mapping",)
+
+
+def kernel_to_document(k: dict) -> dict:
+    return {f: json.dumps(v) if f in CHOICE_FIELDS else v for f, v in k.items()}
+
+
+def kernel_from_document(k: dict) -> dict:
+    return {f: json.loads(v) if f in CHOICE_FIELDS else v for f, v in k.items()}
+
+
+def kernel_order(plan) -> list:
+    """The plan's kernels (store indices) in the order a bucket document numbers them."""
+    local: dict = {}
+    for st in walk_steps(plan.steps):
+        if isinstance(st, KernelStep):
+            local.setdefault(st.kernel, len(local))
+    return list(local)
+
+
+@dataclass
+class Numbered:
+    """One template and the formulas of its numbers."""
+    template: str     # JSON text, numbers taken out (templates.split)
+    fit: NumberFit
+    floats: list
+
+    def join(self, sizes: np.ndarray) -> list:
+        joiner = JoinText(self.template)
+        return [joiner(row, self.floats) for row in self.fit.numbers(sizes).tolist()]
+
+    def to_json(self) -> dict:
+        return {"template": self.template, "fit": self.fit.to_json(), "floats": self.floats}
+
+    @staticmethod
+    def from_json(d: dict) -> "Numbered":
+        return Numbered(str(d["template"]), NumberFit.from_json(d["fit"]), list(d["floats"]))
+
+
+@dataclass
+class Family:
+    """The sizes of one launch structure joined from formulas: `plan` numbers the plan and its kernels,
+    `cuda` their CUDA rows (None without GPU code)."""
+    plan: Numbered
+    cuda: Numbered | None
+    sizes: np.ndarray      # n x dims
+    buckets: list          # the bucket index of each size
+
+    def document(self, i: int) -> dict:
+        """Member i's bucket document."""
+        size = self.sizes[i:i + 1]
+        doc = self.plan.join(size)[0]
+        if self.cuda is not None:
+            doc["cuda"] = self.cuda.join(size)[0]
+        return doc
+
+    def to_json(self) -> dict:
+        return {"plan": self.plan.to_json(), "cuda": self.cuda.to_json() if self.cuda else None,
+                "sizes": self.sizes.tolist(), "buckets": [int(b) for b in self.buckets]}
+
+    @staticmethod
+    def from_json(d: dict) -> "Family":
+        sizes = np.array(d["sizes"], np.int64)
+        buckets = [int(b) for b in d["buckets"]]
+        if sizes.ndim != 2 or len(sizes) != len(buckets):
+            raise ValueError("a family's sizes and buckets differ in number")
+        return Family(Numbered.from_json(d["plan"]), Numbered.from_json(d["cuda"]) if d["cuda"] else None,
+                      sizes, buckets)
+
+
+def cuda_rows(entry: dict, kernels: list) -> list:
+    """[function, launch, scalars] of each of these bundle kernels (codegen/build.py's manifest entry)."""
+    return [[entry["kernels"][k], entry["launch"][k], entry["scalars"][k]] for k in kernels]
+
+
+class BucketDocs:
+    """bucket -> its plan's JSON (kernel steps numbering the bundle's kernels): stored plans (`stored`,
+    a sequence, and `stored_buckets`, the bucket of each), and the families' members, each joined when
+    first asked for, its kernels (and CUDA rows, into manifest["cuda"]) appended to the bundle's once.
+    template_of(bucket): a small int per plan template (the runtime's launch structures)."""
+
+    def __init__(self, stored, stored_buckets: list, families: list, bundle):
+        self.stored, self.families, self.bundle = stored, families, bundle
+        self.stored_buckets = [int(b) for b in stored_buckets]
+        self.stored_kernels = len(bundle.kernels)   # kernels past these are joined members': not written
+        n = len(stored_buckets) + sum(len(f.buckets) for f in families)
+        self.at: list = [None] * n     # bucket -> ("stored", index) | (family, member)
+        for i, b in enumerate(stored_buckets):
+            self.at[b] = ("stored", i)
+        for f in families:
+            for m, b in enumerate(f.buckets):
+                if self.at[b] is not None:
+                    raise ValueError(f"bucket {b} stored twice")
+                self.at[b] = (f, m)
+        if any(x is None for x in self.at):
+            raise ValueError("a bucket has no plan")
+        self.base: dict = {}           # family bucket -> the bundle index of its first kernel
+        self._templates: dict = {}     # bucket -> template id
+        self._ids: dict = {}           # template text -> id
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def __getitem__(self, bucket: int) -> dict:
+        where, i = self.at[bucket]
+        if where == "stored":
+            return self.stored[i]
+        doc = where.document(i)
+        with self._lock:
+            if bucket not in self.base:
+                self.base[bucket] = self._append(doc)
+        base = self.base[bucket]
+        plan = doc["plan"]
+        _renumber(plan["steps"], base)
+        return dict(plan, memory={}, arena_bytes=_arena_bytes(plan["buffers"]))
+
+    def _append(self, doc: dict) -> int:
+        kernels = self.bundle.kernels
+        base = len(kernels)
+        kernels.extend(kernel_from_document(k) for k in doc["kernels"])
+        cuda = self.bundle.manifest.get("cuda")
+        if cuda and "cuda" in doc:
+            for key, col in zip(("kernels", "launch", "scalars"), zip(*doc["cuda"])):
+                cuda[key].extend(col)
+        return base
+
+    # --- written --------------------------------------------------------------------------------------
+    def stored_docs(self) -> list:
+        return [self.stored[i] for i in range(len(self.stored))]
+
+    def stored_manifest(self) -> dict:
+        """The bundle's manifest without the CUDA rows of joined members' kernels."""
+        m = self.bundle.manifest
+        cuda = m.get("cuda")
+        if not cuda or "kernels" not in cuda:
+            return m
+        n = self.stored_kernels
+        return dict(m, cuda=dict(cuda, **{k: cuda[k][:n] for k in ("kernels", "launch", "scalars")}))
+
+    def families_json(self) -> dict:
+        return {"buckets": self.stored_buckets, "families": [f.to_json() for f in self.families]}
+
+    def template_of(self, bucket: int) -> int:
+        t = self._templates.get(bucket)
+        if t is None:
+            # keys sorted: a joined member's plan and a stored one list their keys in another order
+            text = json.dumps(split(self[bucket])[0], sort_keys=True, separators=(",", ":"))
+            t = self._templates[bucket] = self._ids.setdefault(text, len(self._ids))
+        return t
+
+
+def _renumber(steps: list, base: int):
+    """Kernel steps' local kernel numbers -> the bundle's (steps as JSON, plan.py; regions' bodies too)."""
+    for st in steps:
+        if st["op"] == "kernel":
+            st["kernel"] += base
+        for key in _BODIES:
+            if key in st:
+                _renumber(st[key], base)
+
+
+_BODIES = ("then", "else", "enter", "body", "exit")   # plan.py's region step lists, as JSON
+
+
+def _arena_bytes(buffers: list) -> int:
+    return max([0] + [row[2] + row[3] for row in buffers if row[1] == "arena"])

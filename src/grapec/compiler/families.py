@@ -1,0 +1,231 @@
+"""Which derived sizes of a range are stored as their structure's formulas (bundle/families.py) instead
+of as plans, and the checks that let them.
+
+compiler/structures.py fits each structure's numbers over its compiled sizes and derives every other
+size from the fit. Joining and storing each derived plan (and rendering its kernels) costs per size:
+a range of 32768 sizes cannot afford it. So a structure's derived sizes become a family, stored as
+the fit, when:
+- every member's arena buffers sit at the structure's layout and fit their slots there, and its
+  weight buffers lie within the weights, at offsets that do not depend on the size: checked for all
+  members at once on the formulas' numbers (numpy, in chunks);
+- a few spot members, joined as plans and stored as such, pass every check a stored plan passes
+  (bundle/format.py validate_plan), and later show the CUDA rows the formulas give (pipeline.py).
+A family that fails either is stored plan by plan, as before.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..bundle.families import Family, Numbered, cuda_rows, kernel_order
+from ..bundle.templates import _INT, split
+from ..passes.plan_memory import ALIGN
+from ..plan import Plan
+from .formulas import fit_numbers
+
+FAMILY_MIN = 8      # structures with fewer derived sizes keep them as plans
+SPOTS = 3           # members of a family joined, checked and stored as plans (its smallest, largest, one drawn)
+CHUNK = 4096        # sizes whose numbers are evaluated at once
+
+
+@dataclass
+class RangeFamily:
+    """A structure's derived sizes stored as its formulas."""
+    key: str            # the structure's template (compiler/structures.py Compiled.key)
+    fit: tuple          # (NumberFit, floats) of its documents' numbers
+    sizes: list         # members stored as formulas
+    evidence: list      # compiled sizes the fit was made over
+    spots: list         # members stored as plans, checked
+    arena_bytes: list   # per member of `sizes`
+    largest: Plan       # the structure's plan whose arena layout its members take
+    weight_slots: list = field(default_factory=list)   # numbers that are weight offsets (relocated as weights move)
+    buckets: list = field(default_factory=list)        # the bucket of each of `sizes`
+    bucket_of: dict = field(default_factory=dict)      # size (evidence, spots) -> its bucket
+
+    def relocate(self, moved: dict) -> bool:
+        """The weight offsets as WeightStore.share_prefixes moved them (passes/build_plan.relocate_weights):
+        a constant mapped; an offset that depends on the size (a per-size constant's, one entry per batch)
+        shifted, or fitted again over the members. -> False where no formula gives the moved offsets."""
+        nf = self.fit[0]
+        sizes = np.array(self.sizes, np.int64)
+        for j in self.weight_slots:
+            c = nf.constant(j)
+            if c is not None:
+                nf.set_constant(j, moved[c])
+                continue
+            old = nf.numbers(sizes, [j])[:, 0]
+            try:
+                new = np.array([moved[v] for v in old.tolist()], np.int64)
+            except KeyError:
+                return False
+            if (new - old == new[0] - old[0]).all():
+                nf.add_constant(j, int(new[0] - old[0]))
+                continue
+            refit = fit_numbers(sizes, new[:, None])
+            if not refit.complete or refit.extra:
+                return False
+            nf.slots[j] = refit.slots[0]
+        return True
+
+    def stored(self, buckets: list, cuda: Numbered | None) -> Family:
+        nf, floats = self.fit
+        return Family(Numbered(self.key, nf, floats), cuda, np.array(self.sizes, np.int64), buckets)
+
+
+def numbered_template(key: str):
+    """The template (JSON text) with each number's place holding its index among the numbers."""
+    counter = iter(range(1 << 62))
+
+    def walk(x):
+        if x == _INT:
+            return next(counter)
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        return x
+    return walk(json.loads(key))
+
+
+def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Plan, weight_bytes: int,
+                rng: random.Random) -> RangeFamily | str:
+    """A family of these derived sizes, its spot members drawn; or why not (checked on the numbers)."""
+    if len(members) < FAMILY_MIN:
+        return f"{len(members)} derived sizes"
+    plan_t = numbered_template(key)["plan"]
+    if plan_t.get("stitches"):
+        return "stitched kernels (their launches are stored per size)"
+    nf = fit[0]
+    arena, weight = [], []
+    for i, row in enumerate(plan_t["buffers"]):
+        (arena if row[1] == "arena" else weight).append((i, row[2], row[3]))
+    slots = [s for _, off, nb in arena + weight for s in (off, nb)]
+    big_off = np.array([largest.buffers[i].offset for i, _, _ in arena], np.int64)
+    big_nb = np.array([largest.buffers[i].nbytes for i, _, _ in arena], np.int64)
+    aligned = big_off % ALIGN == 0
+    room = np.where(aligned, ALIGN * -(-big_nb // ALIGN), big_nb)   # a buffer's slot (shared_layout.fits_slot)
+    arena_bytes = []
+    for lo in range(0, len(members), CHUNK):
+        nums = nf.numbers(np.array(members[lo:lo + CHUNK], np.int64), slots)
+        a = nums[:, :2 * len(arena)]
+        off, nb = a[:, 0::2], a[:, 1::2]
+        if (off != big_off).any() or (nb > room).any() or (nb < 0).any():
+            return "an arena buffer off its structure's layout"
+        w = nums[:, 2 * len(arena):]
+        if ((w[:, 0::2] + w[:, 1::2]) > weight_bytes).any() or (w < 0).any():
+            return "a weight buffer past the weights"
+        arena_bytes += (off + nb).max(axis=1, initial=0).tolist()
+    pool = members[1:-1]
+    spots = sorted({members[0], members[-1], *rng.sample(pool, min(len(pool), SPOTS - 2))})
+    keep = [i for i, s in enumerate(members) if s not in spots]
+    return RangeFamily(key, fit, [members[i] for i in keep], evidence, spots, [arena_bytes[i] for i in keep],
+                       largest, [off for _, off, _ in weight])
+
+
+def fit_cuda_rows(family: RangeFamily, entry: dict, plan_of: dict) -> Numbered | str:
+    """The CUDA rows of a family's kernels as formulas of the sizes, fitted over its compiled sizes and
+    checked at its spot members (plan_of: size -> its stored plan); or why not."""
+    def rows(s):
+        return split(cuda_rows(entry, kernel_order(plan_of[s])))
+    fitted = [rows(s) for s in family.evidence]
+    key = json.dumps(fitted[0][0], separators=(",", ":"))
+    if any(json.dumps(t, separators=(",", ":")) != key or f != fitted[0][2] for t, _, f in fitted):
+        return "its compiled sizes run different functions or fractional arguments"
+    nf = fit_numbers(np.array(family.evidence, np.int64), np.array([i for _, i, _ in fitted], np.int64).reshape(len(fitted), -1))
+    if not nf.complete:
+        return "launch numbers that follow no formula"
+    numbered = Numbered(key, nf, fitted[0][2])
+    joined = numbered.join(np.array(family.spots, np.int64))
+    for s, got in zip(family.spots, joined):
+        if got != cuda_rows(entry, kernel_order(plan_of[s])):
+            return f"its size {s} launches otherwise than its formulas say"
+    return numbered
+
+
+class RangeFamilies:
+    """A compile's families, from the range compile to the bundle (empty for other compiles): the buckets
+    stored as plans, the families' records, their CUDA rows once the code is built."""
+
+    def __init__(self, bucket_shapes: list):
+        self.n = len(bucket_shapes)
+        self.families: list = []     # RangeFamily, each with .buckets
+        self.results: dict = {}      # bucket -> BucketResult of the buckets stored as plans
+        self.cuda: dict = {}         # id(family) -> Numbered CUDA rows
+        self.derive = None           # (family, weight bytes or None: today's) -> {bucket: BucketResult}: its members as plans
+        self.meta = None             # (family, member index) -> its bucket's manifest record
+
+    def take(self, families: list, results: dict, bucket_of: dict, derive, meta, weight_bytes: int):
+        for f in families:
+            f.buckets = [bucket_of[s] for s in f.sizes]
+            f.bucket_of = {s: bucket_of[s] for s in f.evidence + f.spots}
+        self.families, self.results, self.derive, self.meta = families, results, derive, meta
+        self.weight_bytes = weight_bytes   # the weights' bytes before WeightStore.share_prefixes
+
+    def bucket_meta(self, stored: list) -> list:
+        """Every bucket's manifest record: the stored plans' (in order), the families' members'."""
+        if not self.families:
+            return stored
+        out = [None] * self.n
+        for b, m in zip(sorted(self.results), stored):
+            out[b] = m
+        for f in self.families:
+            for i, b in enumerate(f.buckets):
+                out[b] = self.meta(f, i)
+        return out
+
+    def relocate(self, moved: dict) -> bool:
+        """Every family's weight offsets moved (RangeFamily.relocate); a family whose offsets follow no
+        formula after is stored plan by plan. -> whether any was."""
+        from ..passes.build_plan import relocate_weights
+        kept = []
+        for f in self.families:
+            if f.relocate(moved):
+                kept.append(f)
+                continue
+            derived = self.derive(f, self.weight_bytes)   # at the offsets before the move, then moved
+            relocate_weights([r.plan for r in derived.values()], moved)
+            self.results.update(derived)
+        fell = len(kept) < len(self.families)
+        self.families = kept
+        return fell
+
+    def evidence_kernels(self) -> set:
+        """Kernels of the compiled sizes the families were fitted over: their functions also run the
+        families' members, so they take their sizes as arguments (codegen/module.py merges them)."""
+        return {k for f in self.families for s in f.evidence for k in kernel_order(self._plan(f, s))}
+
+    def _plan(self, f: RangeFamily, size) -> Plan:
+        return self.results[f.bucket_of[size]].plan
+
+    def fit_launches(self, entry: dict, say) -> bool:
+        """Each family's CUDA rows as formulas (fit_cuda_rows); a family whose rows follow none is stored
+        plan by plan. -> whether any was (its members' kernels then need code)."""
+        kept, fell = [], False
+        for f in self.families:
+            cuda = fit_cuda_rows(f, entry, {s: self._plan(f, s) for s in f.evidence + f.spots})
+            if isinstance(cuda, str):
+                say(f"range: {len(f.sizes)} sizes from {f.sizes[0]} stored plan by plan: {cuda}")
+                self.results.update(self.derive(f, None))
+                fell = True
+            else:
+                self.cuda[id(f)] = cuda
+                kept.append(f)
+        self.families = kept
+        return fell
+
+    def stored_plans(self) -> list:
+        return [self.results[b].plan for b in sorted(self.results)]
+
+    def bundle(self, b):
+        """The compiled Bundle, its families' members served by BucketDocs (bundle/families.py)."""
+        if not self.families:
+            return b
+        from ..bundle.families import BucketDocs
+        from ..bundle.format import StoredPlans
+        stored = [p.to_json() for p in b.plans]
+        fams = [f.stored(f.buckets, self.cuda.get(id(f))) for f in self.families]
+        b.plans = StoredPlans(BucketDocs(stored, sorted(self.results), fams, b), b, "the compiled bundle")
+        return b
