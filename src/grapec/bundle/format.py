@@ -15,6 +15,9 @@
                               than one
         cubin.<target>        machine code per target (codegen/build.py); ptx.<arch>, cuda.source
         control.<target>      the conditional-node setter kernels, linked with the device runtime
+        families              zlib(JSON) of a range's sizes stored as their launch structure's template and
+                              formulas (families.py): the buckets the plans section holds, and per
+                              family its templates, formulas, sizes and buckets; absent otherwise
         tables                zlib(JSON) of the manifest's per-bucket records, the inputs' shapes per bucket and
                               the CUDA entry's per-kernel rows (tables.py), put back into the
                               manifest when read
@@ -50,7 +53,7 @@ from .families import BucketDocs, Family
 
 MAGIC = b"GRAPEC\0\n"
 HEADER = 8 + 8 + 32
-FORMAT_VERSION = 4   # v4: per-bucket and per-kernel manifest rows in a "tables" section; v3: plans and kernels as templates plus deltas; v2: typed plan steps, If/Loop regions
+FORMAT_VERSION = 4   # v4: per-bucket and per-kernel manifest rows in a "tables" section, families; v3: plans and kernels as templates plus deltas; v2: typed plan steps, If/Loop regions
 EAGER_CHECK_UP_TO = 16   # plans checked at load; beyond, each when first used
 MAX_INFLATED = 1 << 30   # a JSON section's bytes once inflated (512 sizes of GPT-2 take 2 MiB)
 
