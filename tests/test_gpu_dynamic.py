@@ -72,6 +72,31 @@ def test_sizes_of_one_structure_share_one_exec_and_match_onnxruntime(ranged, sha
     sess._runner.close()
 
 
+def test_sizes_stored_as_formulas_run_on_the_gpu_after_a_round_trip(shared_execs):
+    """A sampled 2-D range (bundle/families.py): sizes stored as their structure's formulas are joined at
+    their first run, their kernels and launch rows appended, and run in random order through their
+    structures' shared execs, equal to onnxruntime, beside sizes stored as plans."""
+    from grapec.bundle.format import Bundle
+    b = Bundle.from_bytes(compile_model(GPT2, dynamic={"batch": (1, 2), "seq": (1, 64)}).to_bytes())
+    docs = b.plans.docs
+    members = [bk for f in docs.families for bk in f.buckets]
+    assert members and docs.families[0].cuda is not None
+    sess = grapec.load(b, backend="cuda")
+    sess.build_graphs()
+    ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(12)
+    picks = [int(x) for x in rng.permutation(members)[:16]] + [int(x) for x in rng.permutation(docs.stored_buckets)[:8]]
+    rng.shuffle(picks)
+    for bk in picks * 2:
+        batch, seq = b.manifest["buckets"][bk]["shapes"]["input_ids"]
+        feeds = {"input_ids": rng.integers(0, 256, (batch, seq)).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        assert _close(got, want), (batch, seq)
+    runner = sess._runner
+    assert len(runner.shared.structures) < len(b.plans) // 4, runner.switches
+    sess._runner.close()
+
+
 def test_fp16_sizes_share_execs_with_their_numbers_in_memory(shared_execs):
     """fp16 fuses attention per size; the causal mask is computed, not a constant stored per size (a
     range folds values computed from the inputs only up to 64 bytes), so with shared execs the

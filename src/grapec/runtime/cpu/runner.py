@@ -20,18 +20,19 @@ from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region
 
 
-class DecodedKernels:
+class DecodedKernels(list):
     """The bundle's kernels decoded (checked) at load; those a range's joined sizes add later
     (bundle/families.py) decoded when first run."""
 
     def __init__(self, bundle):
+        super().__init__(decode_kernel(bundle, k) for k in range(len(bundle.kernels)))
         self.bundle = bundle
-        self.decoded = [decode_kernel(bundle, k) for k in range(len(bundle.kernels))]
 
-    def __getitem__(self, k: int):
-        while k >= len(self.decoded):
-            self.decoded.append(decode_kernel(self.bundle, len(self.decoded)))
-        return self.decoded[k]
+    def __getitem__(self, k):
+        if isinstance(k, int):
+            while k >= len(self):
+                self.append(decode_kernel(self.bundle, len(self)))
+        return super().__getitem__(k)
 
 
 class CpuPlanRunner:
