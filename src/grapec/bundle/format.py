@@ -243,7 +243,8 @@ class Bundle:
         size = {s["name"]: s["size"] for s in self.manifest.get("sections", [])}
         docs = getattr(self.plans, "docs", None)
         docs = getattr(docs, "stored", docs)
-        return {"plans": len(self.plans), "plan_templates": len(docs.templates) if docs else None,
+        templates_ = getattr(docs, "templates", None)   # a read bundle's stored plans (TemplatedDocs)
+        return {"plans": len(self.plans), "plan_templates": len(templates_) if templates_ is not None else None,
                 "plan_bytes": size.get("plans"), "kernel_bytes": size.get("kernels")}
 
     def largest_arena(self) -> int:
