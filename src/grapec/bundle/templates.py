@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 _INT, _FLOAT = "\0i", "\0f"   # stand-ins for numbers in a template; no string of a plan starts with NUL
+INT_PLACE = _INT   # what an int's place holds in a template (compiler/families.py numbers the places)
 
 
 def split(doc) -> tuple:

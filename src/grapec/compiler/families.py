@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..bundle.families import Family, Numbered, cuda_rows, kernel_order
-from ..bundle.templates import _INT, split
+from ..bundle.templates import INT_PLACE, split
 from ..passes.plan_memory import ALIGN
 from ..plan import Plan
 from .formulas import fit_numbers
@@ -80,7 +80,7 @@ def numbered_template(key: str):
     counter = iter(range(1 << 62))
 
     def walk(x):
-        if x == _INT:
+        if x == INT_PLACE:
             return next(counter)
         if isinstance(x, list):
             return [walk(v) for v in x]
