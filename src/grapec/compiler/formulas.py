@@ -33,14 +33,19 @@ def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:
 
 
 def _fit_lines(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, n: int):
-    """What is left, as a constant plus a multiple of one variable (a grid of ceil(s / 4) blocks): where
-    many round-ups were found, a polynomial in all the variables has more terms than there are sizes."""
-    nvars = cols.shape[1]
+    """What is left, in a constant and one variable, or one variable and a dim with their product (a grid
+    of ceil(s / 4) blocks, or b * ceil(s / 16)): where many round-ups were found, a polynomial in all the
+    variables has more terms than there are sizes."""
+    nvars, ndims = cols.shape[1], cols.shape[1] - len(fit.extra)
     zero = tuple([0] * nvars)
-    for v in range(nvars):
+    unit = [tuple(int(i == v) for i in range(nvars)) for v in range(nvars)]
+    bases = [[zero, unit[v]] for v in range(nvars)]
+    bases += [[zero, unit[d], unit[v], tuple(a + b for a, b in zip(unit[d], unit[v]))]
+              for v in range(ndims, nvars) for d in range(ndims)]
+    for basis in bases:
         if not todo:
             return
-        monos = _independent(cols, [zero, tuple(int(i == v) for i in range(nvars))])
+        monos = _independent(cols, basis)
         if len(monos) + SPARE_SIZES > n:
             continue
         a = _design(cols, monos)
@@ -101,6 +106,7 @@ def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: lis
     y = ints[:, todo]
     left = np.ones(len(todo), bool)
     found = False
+    dims = [np.ones(len(cols), np.int64)] + [cols[:, d] for d in range(cols.shape[1] - len(fit.extra))]
     for monos, coefs in candidates:
         p = _design(cols, monos) @ coefs
         if (p == p[0]).all():
@@ -108,7 +114,9 @@ def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: lis
         for to in ROUND_UPS:
             q = -(-p // to)
             for divide in (False, True):
-                hit = left & (y == (q if divide else q * to)[:, None]).all(axis=0)
+                v = (q if divide else q * to)[:, None]
+                # the round-up itself, or it times a dim (b * ceil(s / 16) blocks): a polynomial in it then fits
+                hit = left & np.logical_or.reduce([(y == v * f[:, None]).all(axis=0) for f in dims])
                 if hit.any():
                     fit.extra.append(Rounded(list(monos), coefs, to, divide))
                     left &= ~hit
