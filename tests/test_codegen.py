@@ -215,6 +215,22 @@ def test_a_short_row_is_read_once_into_registers(cols, precision, resident, tmp_
     assert np.abs(out - ref).max() < (0.05 if precision == "fp16" else 1e-4) * np.abs(ref).max()
 
 
+def test_rows_held_in_registers_stay_literal_sized_when_buckets_share_a_function():
+    """Softmax rows of 256 and 512 held in registers (2 and 4 vectors a lane) in two buckets: their
+    kernels differ only in numbers, but the register arrays' length must stay a literal, not become the
+    shared function's parameter (NVRTC: "expression must have a constant value"; seen at batch 1:64 x
+    seq 1:512 of GPT-2). The module compiles for sm_90."""
+    import re
+    from onnx import helper
+    from helpers import model, tinfo
+    m = model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [tinfo("x", shape=[300, "n"])], [tinfo("y")])
+    b = grapec.compile(m, dims={}, bucket_dims=[{"n": 256}, {"n": 512}], targets=["sm_90"], fusion="rules")
+    module = build_module(b.kernels, kernel_users(b.plans, len(b.kernels)))
+    held = re.findall(r"g_rv\d+\[\((\w+) \* 32 / G_WARP\)\]", module.source)
+    assert sorted(set(held)) == ["2u", "4u"], held
+    assert b.extra_sections["cubin.sm_90"][:4] == b"\x7fELF"
+
+
 def helper_init(m, name):
     from onnx import numpy_helper
     return next(numpy_helper.to_array(t) for t in m.graph.initializer if t.name == name)

@@ -420,7 +420,7 @@ class CudaRenderer:
         if rr:   # the columns in the order the registers hold them
             lines += ["  #pragma unroll", f"  for (int g_s = 0; g_s < {rr.count}; ++g_s) {{"]
             if vt:   # a lane's W columns are adjacent: gathered, then stored as one vector (a warp's stores coalesce)
-                lines.append(f"  union {{ {ctype(k.dtype)} e[{rr.width}]; {vt} v; }} g_ov;   /* the vector's alignment */")
+                lines.append(f"  union {{ {ctype(k.dtype)} e[{rr.width}u]; {vt} v; }} g_ov;   /* the vector's alignment */")
             lines += ["  #pragma unroll", f"  for (int g_u = 0; g_u < {rr.width}; ++g_u) {{",
                       f"    const i64 c = {rr.element(self._lane(), 'g_s', 'g_u')};"]
         else:

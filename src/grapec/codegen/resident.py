@@ -48,8 +48,10 @@ class ResidentRow:
     @property
     def count(self) -> str:
         """Vectors a lane holds, as C: `steps` on the GPU; G_WARP lanes of 1 hold them all on the host
-        (codegen/host.py runs a warp as one thread)."""
-        return f"({self.steps} * 32 / G_WARP)"
+        (codegen/host.py runs a warp as one thread). Written `4u`: it sizes register arrays, so it must
+        stay a literal, and a number with a suffix is not one that kernels differing only in sizes
+        merge into a parameter (codegen/module.py)."""
+        return f"({self.steps}u * 32 / G_WARP)"
 
     def element(self, lane: str, step: str, unit: str) -> str:
         """The row element a lane holds at vector `step`, element `unit`, as C."""
