@@ -42,11 +42,12 @@ def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = 
                           for i, it in enumerate(items[1:])]
     _WORK.update(fn=fn, items=items, weights=weights, kernels=kernels, base=(weights.size, len(kernels.kernels)))
     say(f"compiling {len(items) - 1} more buckets on {jobs} processes")
-    results = [first]
+    results, seen = [first], {}
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
             for i, packed in enumerate(pool.imap(_worker, range(1, len(items)), chunksize=1)):
-                results.append(_progress(merge_result(packed, weights, kernels), i + 2, len(items), t0, say))
+                merged = merge_result(packed, weights, kernels, _WORK["base"], seen)
+                results.append(_progress(merged, i + 2, len(items), t0, say))
     finally:
         _WORK.clear()
     return results
@@ -61,19 +62,25 @@ def _progress(result, done: int, total: int, t0: float, say):
 
 def _worker(i: int):
     weights, kernels = _WORK["weights"], _WORK["kernels"]
-    # a worker compiles several buckets: what it added for earlier ones is new to the parent too
-    w0, k0 = _WORK["base"]
+    # a worker compiles several buckets: it sends what it added since its last result (once each, not
+    # again with every later one), and the parent keeps its indices per worker (merge_result)
+    w_sent, k_sent = _WORK.setdefault("sent", _WORK["base"])
     result = _WORK["fn"](_WORK["items"][i], weights, kernels)
-    new_weights = [(off, data) for off, data in weights.entries if off >= w0]
-    return result, w0, new_weights, k0, kernels.kernels[k0:]
+    new_weights = [(off, data) for off, data in weights.entries if off >= w_sent]
+    _WORK["sent"] = (weights.size, len(kernels.kernels))
+    return os.getpid(), result, new_weights, k_sent, kernels.kernels[k_sent:]
 
 
-def merge_result(packed, weights, kernels):
+def merge_result(packed, weights, kernels, base: tuple, seen: dict):
     """A worker's result with its new weights and kernels added to this process's stores, and its
-    plan's offsets and indices rewritten to match."""
-    result, w0, new_weights, k0, new_kernels = packed
-    weight_at = {off: weights.add(np.frombuffer(data, np.uint8)) for off, data in new_weights}
-    kernel_at = {k0 + j: kernels.add_json(k) for j, k in enumerate(new_kernels)}
+    plan's offsets and indices rewritten to match. base: the stores' sizes at the fork (below them,
+    offsets and indices are the same in every process); seen: worker pid -> (its weight offsets,
+    its kernel indices) -> this process's, for what it sent with earlier results."""
+    pid, result, new_weights, k_sent, new_kernels = packed
+    w0, k0 = base
+    weight_at, kernel_at = seen.setdefault(pid, ({}, {}))
+    weight_at.update((off, weights.add(np.frombuffer(data, np.uint8))) for off, data in new_weights)
+    kernel_at.update((k_sent + j, kernels.add_json(k)) for j, k in enumerate(new_kernels))
     plan = result.plan
     for b in plan.buffers:
         if b.space == "weight" and b.offset >= w0:

@@ -441,9 +441,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     else:
         specs = [({**b, **fixed_shapes}, dims or {}) for b in (buckets or [shapes or {}])]
     bucket_shapes = [resolve_input_shapes(graph, s, d) for s, d in specs]
+    first_of: dict = {}   # a bucket's shapes -> its first index (a dict: a range has tens of thousands)
     for i, b in enumerate(bucket_shapes):
-        if b in bucket_shapes[:i]:
-            raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {bucket_shapes.index(b)}")
+        j = first_of.setdefault(tuple(sorted((k, tuple(v)) for k, v in b.items())), i)
+        if j != i:
+            raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {j}")
 
     if dynamic:
         _check_range_fits(graph, fixed, bucket_shapes, bucket_dims, dynamic)
