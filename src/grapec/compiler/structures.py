@@ -69,6 +69,16 @@ BOX_FIT_SIZES = 8  # a part of a structure fitted on its own has at least this m
 MIN_FIT_SIZES = 4  # no formula is fitted over fewer sizes
 
 
+def coincident(size: tuple) -> bool:
+    """Two dims of one value (batch == seq). The compile merges what is equal: two Range nodes of
+    one length are one node, two index constants of one value one expression node, so such a size's plan
+    has a template of its own (tiny GPT-2: batch == seq) though it runs as its neighbours' would. They lie
+    on lines through the range, across every box: a probe or a bisection that met them would cut boxes
+    for nothing. So they are never probed, bisected over, fitted or checked, and are all compiled
+    (compile_range), as few as a dim has values."""
+    return len(set(size)) < len(size)
+
+
 @dataclass
 class Box:
     """Sizes: every combination of one value list per dim. rep: the size whose choices its sizes
@@ -82,7 +92,9 @@ class Box:
 
     @property
     def top(self) -> tuple:
-        return tuple(a[-1] for a in self.axes)
+        """Its largest size (in order, the first dim first) that is not coincident, if any."""
+        largest = tuple(a[-1] for a in self.axes)
+        return next((m for m in itertools.product(*[a[::-1] for a in self.axes]) if not coincident(m)), largest)
 
     @property
     def like(self) -> tuple:
@@ -92,9 +104,10 @@ class Box:
         return itertools.product(*self.axes)
 
     def probes(self) -> list:
+        """Its corners and centre, but coincident ones; its top where all are."""
         corners = itertools.product(*[sorted({a[0], a[-1]}) for a in self.axes])
         centre = tuple(a[len(a) // 2] for a in self.axes)
-        return sorted(set(corners) | {centre})
+        return sorted({p for p in set(corners) | {centre} if not coincident(p)} or {self.top})
 
     def longest(self) -> int:
         return max(range(len(self.axes)), key=lambda i: len(self.axes[i]))
@@ -131,7 +144,7 @@ def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
     per_dim = [dim_classes(lo, hi) for lo, hi in ranges]
     if key_at is not None:
         tops = tuple(hi for _, hi in ranges)
-        scan = [tops[:d] + (c[-1],) + tops[d + 1:] for d, classes in enumerate(per_dim) for c in classes]
+        scan = [_apart(tops[:d] + (c[-1],) + tops[d + 1:], d, ranges) for d, classes in enumerate(per_dim) for c in classes]
         keys = iter(key_at(scan))
         for d, classes in enumerate(per_dim):
             by_key: dict = {}
@@ -139,6 +152,17 @@ def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
                 by_key.setdefault(next(keys), []).extend(c)
             per_dim[d] = [tuple(sorted(v)) for v in by_key.values()]
     return [Box(axes) for axes in itertools.product(*per_dim)]
+
+
+def _apart(size: tuple, d: int, ranges: list) -> tuple:
+    """size, where it is coincident with its other dims than d lowered by the fewest steps that make
+    it not (as it is where none do)."""
+    for step in range(int(coincident(size)), 4):
+        for e in range(len(size)):
+            m = size[:e] + (size[e] - step,) + size[e + 1:]
+            if (e != d or step == 0) and m[e] >= ranges[e][0] and not coincident(m):
+                return m
+    return size
 
 
 # --- a size's document: its plan and kernels ------------------------------------------------------
@@ -236,11 +260,14 @@ class RangeCompile:
     families: list = field(default_factory=list)   # RangeFamily: derived sizes stored as formulas
     not_families: list = field(default_factory=list)   # why a structure's derived sizes are stored as plans
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)   # phase -> [sizes compiled, seconds] (_Compiles.add)
 
     def summary(self) -> str:
         s = (f"{self.sizes} sizes in {self.structures} launch structures: {self.compiled} compiled "
              f"({self.checked} of them to check derived plans), {self.derived} derived from their "
              f"structure's formulas, {self.seconds:.1f}s")
+        if self.phases:
+            s += " (" + ", ".join(f"{n} {c} in {t:.0f}s" for n, (c, t) in self.phases.items()) + ")"
         if self.whole:
             s += f"; compiled size by size: {'; '.join(self.whole[:3])}" + (" ..." if len(self.whole) > 3 else "")
         if self.families:
@@ -265,6 +292,8 @@ class _Compiles:
         self.largest: dict = {}   # structure key -> the one whose buffers are largest (whose layout they take)
         self.misfits: dict = {}   # size -> why it could not take its structure's largest layout
         self.t0 = time.perf_counter()
+        self.phase = "scan"      # what the compiles are for, for the log
+        self.phases: dict = {}   # phase -> [sizes compiled, seconds]
 
     def add(self, sizes, like: dict | None = None):
         """Compile these sizes; like: size -> the compiled size whose choices it repeats."""
@@ -276,10 +305,15 @@ class _Compiles:
         def one(s, w, k):
             rep = self.results.get(like.get(s))
             return self.compile_one(self.shapes_of(s), w, k, rep.choices if rep is not None else None)
+        t = time.perf_counter()
         for s, r in zip(todo, map_buckets(one, todo, self.weights, self.kernels, self.jobs)):
             self.results[s] = r
             self.docs[s] = _document(r.plan, self.kernels.kernels)
-        self.say(f"range: {len(self.results)} of {len(self.order)} sizes compiled, {time.perf_counter() - self.t0:.1f}s")
+        tally = self.phases.setdefault(self.phase, [0, 0.0])
+        tally[0] += len(todo)
+        tally[1] += time.perf_counter() - t
+        self.say(f"range: {len(self.results)} of {len(self.order)} sizes compiled ({len(todo)} to {self.phase}), "
+                 f"{time.perf_counter() - self.t0:.1f}s")
 
     def share_layouts(self):
         """Each structure's plans at its largest compiled size's arena offsets (shared_layout.py), for
@@ -326,21 +360,24 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say)
     report = RangeCompile(sizes=len(sizes))
     rng = random.Random(0)
-    top = tuple(hi for _, hi in ranges)
+    top = Box(tuple(tuple(range(lo, hi + 1)) for lo, hi in ranges)).top
 
     def key_at(scan):   # repeating the largest size's choices: a structure differs where they cannot carry over
         done.add([top])
         done.add(scan, like={s: top for s in scan})
         return [done.docs[s].key for s in scan]
     queue, settled = initial_boxes(ranges, key_at), []
+    per_dim = [len({b.axes[d] for b in queue}) for d in range(len(ranges))]
+    say(f"range: {len(queue)} boxes, {' x '.join(map(str, per_dim))} classes of the dims' values")
     for round_ in range(ROUNDS):
         settled += _probe(queue, done)
         queue = []
         fit_of, _ = _fits(done, settled, report)
-        derivable = [s for s in sizes if s not in done.results]
+        derivable = [s for s in sizes if s not in done.results and not coincident(s)]
         checks = rng.sample(derivable, min(max(CHECKS, len(derivable) // CHECK_ONE_IN), len(derivable)))
         if not checks:
             break
+        done.phase = "check"
         done.add(checks, like=_likes(settled))
         done.share_layouts()
         report.checked += len(checks)
@@ -350,11 +387,14 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         bad = [b for b in settled if any(m in wrong for m in b.members())]
         settled = [b for b in settled if b not in bad]
         if round_ == ROUNDS - 1:   # still wrong after the last split: those boxes compiled whole
+            done.phase = "compile whole"
             done.add([m for b in bad for m in b.members()], like=_likes(bad))
         else:
             queue = [h for b in bad for h in b.halves()]
         say(f"range: {len(wrong)} of {len(checks)} checked sizes differ from their derived plans; "
             f"{len(bad)} box(es) {'split' if queue else 'compiled whole'}")
+    done.phase = "coincident"
+    done.add([s for s in sizes if coincident(s)], like=_likes(settled))
     fit_of, evidence = _fits(done, settled, report)
     largest = _largest_plans(done)
     likes = _likes(settled)
@@ -369,11 +409,14 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         stored.update((s, derived_result(p, s)) for s, p in derived.items())
         report.families.append(fam)
     rest = [s for s in sizes if s not in done.results and (as_plans is None or s in as_plans)]
+    redo = []
     for s, plan in _derived_plans({s: fit_of[s] for s in rest}, largest, kernels, weights.size).items():
         if plan is None:   # past its largest compiled size's bytes, or failing the checks: compiled after all
-            done.add([s], like=likes)
+            redo.append(s)
         else:
             stored[s] = derived_result(plan, s)
+    done.phase = "redo a derivation"
+    done.add(redo, like=likes)
     for s, r in done.results.items():   # as the derived plans of its structure are (the runtime groups plans by template)
         _without_reports(r.plan)
         stored.setdefault(s, r)
@@ -383,6 +426,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     report.misfits = [done.misfits[s] for s in sizes if s in done.misfits]
     report.structures = len({d.key for d in done.docs.values()})
     report.seconds = time.perf_counter() - done.t0
+    report.phases = done.phases
     return results, report
 
 
@@ -424,6 +468,7 @@ def _probe(queue: list, done: _Compiles) -> list:
     SMALL_BOX sizes whose probes differ are compiled whole."""
     settled = []
     while queue:
+        done.phase = "probe"
         done.add([b.like for b in queue])
         done.add([b.top for b in queue], like=_likes(queue))
         done.add([p for b in queue for p in (b.members() if b.count <= SMALL_BOX else b.probes())],
@@ -439,18 +484,24 @@ def _probe(queue: list, done: _Compiles) -> list:
 
 
 class _Line:
-    """A mixed box's bisection (_cut): the line along its longest dim through its largest size."""
+    """A mixed box's bisection (_cut): the line along its longest dim through its top, bisected over
+    its sizes that are not coincident (its top the last of them)."""
 
     def __init__(self, box: Box, done: _Compiles):
         self.box, self.d = box, box.longest()
         self.key = done.docs[box.top].key
+        n = len(box.axes[self.d])
+        self.index = [i for i in range(n) if not coincident(self.at_index(i))] or [n - 1]
         at0 = self.at(0)
         # at(good) is in the top's structure; at(bad) is not (or is before the start)
-        self.good, self.bad = len(box.axes[self.d]) - 1, 0 if at0 in done.docs and done.docs[at0].key != self.key else -1
+        self.good, self.bad = len(self.index) - 1, 0 if at0 in done.docs and done.docs[at0].key != self.key else -1
 
-    def at(self, i: int) -> tuple:
+    def at_index(self, i: int) -> tuple:
         top = self.box.top
         return top[:self.d] + (self.box.axes[self.d][i],) + top[self.d + 1:]
+
+    def at(self, k: int) -> tuple:
+        return self.at_index(self.index[k])
 
     @property
     def mid(self) -> int:
@@ -459,7 +510,7 @@ class _Line:
     def pieces(self) -> list:
         if self.good == 0:   # the line is the top's throughout: the box differs along another dim
             return self.box.halves()
-        return self.box.split_at(self.d, self.good, same_structure=False)
+        return self.box.split_at(self.d, self.index[self.good], same_structure=False)
 
 
 def _cut(boxes: list, done: _Compiles) -> list:
@@ -472,6 +523,7 @@ def _cut(boxes: list, done: _Compiles) -> list:
         active = [ln for ln in lines if ln.good - ln.bad > 1]
         if not active:
             return [p for ln in lines for p in ln.pieces()]
+        done.phase = "cut"
         done.add([ln.at(ln.mid) for ln in active], like={ln.at(ln.mid): ln.box.like for ln in active})
         for ln in active:
             m = ln.mid
@@ -524,6 +576,7 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> tuple:
                 for m in b.members():
                     if m not in done.results:
                         out[m] = (fit, key)
+        done.phase = "compile whole"
         done.add([m for b in whole for m in b.members()], like=_likes(whole))
         work = nxt
     return out, evidence
@@ -544,9 +597,10 @@ def _fill(done: _Compiles, work: list):
         if len(inside) < BOX_FIT_SIZES or not spans(inside, every):
             # drawn, not strided: a stride that is a multiple of a dim's alignment would show a
             # round-up as a polynomial (every drawn size one remainder)
-            pool = [m for m in every if m not in done.results]
+            pool = [m for m in every if m not in done.results and not coincident(m)]
             more += random.Random(len(every)).sample(pool, min(len(pool), BOX_FIT_SIZES))
             like.update(_likes(boxes))
+    done.phase = "fit"
     done.add(more, like=like)
     done.share_layouts()
 
