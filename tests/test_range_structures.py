@@ -55,6 +55,15 @@ def test_boxes_cover_every_size_once():
     assert all(h.like == box.top for h in box.halves())
 
 
+def test_coincident_sizes_are_never_probed_and_a_box_is_led_by_its_largest_other_size():
+    """batch == seq: the compile merges equal Range nodes and constants, so such a size's template is
+    its own though it runs as its neighbours' would; probing it would cut boxes for nothing."""
+    square = Box((tuple(range(1, 9)), tuple(range(1, 9))))
+    assert square.top == (8, 7)
+    assert square.probes() and not any(structures.coincident(p) for p in square.probes())
+    assert Box(((5,), (5,))).top == (5, 5) and Box(((5,), (5,))).probes() == [(5, 5)]
+
+
 def test_every_derived_plan_is_what_compiling_its_size_gives(monkeypatch):
     """With as many checks as sizes, every size the first round would derive is also compiled (with its
     box's choices) and compared number for number: none differs."""
@@ -81,6 +90,8 @@ def test_a_sampled_range_compiles_a_part_and_derives_the_rest(sampled):
     assert len(b.plans) == 128 and len(derived) >= 10, len(derived)
     line = next(m for m in said if m.startswith("--dynamic"))
     assert f"{128 - len(derived)} compiled" in line and f"{len(derived)} derived" in line, line
+    coincident = [m for m in b.manifest["buckets"] if len(set(m["shapes"]["input_ids"])) == 1]
+    assert len(coincident) == 2 and not any(m.get("derived") for m in coincident)
     assert not [m for m in said if "differ from their derived plans" in m], said
 
 
