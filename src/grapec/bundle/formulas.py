@@ -6,7 +6,7 @@ family of sizes (bundle/families.py) and their evaluation. compiler/formulas.py 
 """
 from __future__ import annotations
 
-import itertools
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,8 +14,21 @@ import numpy as np
 
 def monomials(nvars: int, degree: int) -> list:
     """Exponent tuples of total degree <= `degree`, each exponent <= 2, lowest degree first."""
-    out = [e for e in itertools.product(range(3), repeat=nvars) if sum(e) <= degree]
-    return sorted(out, key=lambda e: (sum(e), [-x for x in e]))
+    return list(_monomials(nvars, degree))
+
+
+@functools.lru_cache(maxsize=256)
+def _monomials(nvars: int, degree: int) -> tuple:
+    # built exponent by exponent within the degree: the fits' variables include every round-up found,
+    # and the 3 ** nvars tuples of all exponents were most of a 2-D range's fitting time
+    def within(n: int, left: int):
+        if n == 0:
+            yield ()
+            return
+        for p in range(min(2, left) + 1):
+            for rest in within(n - 1, left - p):
+                yield (p,) + rest
+    return tuple(sorted(within(nvars, degree), key=lambda e: (sum(e), [-x for x in e])))
 
 
 def design(cols: np.ndarray, monos: list) -> np.ndarray:

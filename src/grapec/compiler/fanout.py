@@ -2,10 +2,11 @@
 back into the one WeightStore and KernelStore of the bundle.
 
 A range (`--dynamic seq=1:512`) is hundreds of buckets, each compiled exactly (the passes take the
-decisions that suit its sizes), so the work is spread over processes. The first bucket is compiled
-here, before the fork, so the workers inherit the model's weights in the stores and send back only
-what they added: the constants that depend on the bucket's sizes and its kernels. A worker's plan
-names those by its own offsets and indices, which `merge_result` rewrites into the bundle's.
+decisions that suit its sizes), so the work is spread over processes. Where the stores are empty, the
+first bucket is compiled here, before the fork, so the workers inherit the model's weights in the
+stores and send back only what they added: the constants that depend on the bucket's sizes and its
+kernels, each once. A worker's plan names those by its own offsets and indices, which `merge_result`
+rewrites into the bundle's.
 """
 from __future__ import annotations
 
@@ -36,18 +37,19 @@ def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = 
         return []
     jobs = default_jobs(len(items)) if jobs is None else jobs
     t0 = time.perf_counter()
-    first = fn(items[0], weights, kernels)
     if jobs <= 1 or len(items) == 1:
-        return [first] + [_progress(fn(it, weights, kernels), i + 2, len(items), t0, say)
-                          for i, it in enumerate(items[1:])]
+        return [_progress(fn(it, weights, kernels), i + 1, len(items), t0, say) for i, it in enumerate(items)]
+    # the first compiled here where the stores are empty: the workers then inherit the model's weights
+    # (else each would send them all back); later calls (a range's rounds) fork at once
+    results = [fn(items[0], weights, kernels)] if weights.size == 0 else []
     _WORK.update(fn=fn, items=items, weights=weights, kernels=kernels, base=(weights.size, len(kernels.kernels)))
-    say(f"compiling {len(items) - 1} more buckets on {jobs} processes")
-    results, seen = [first], {}
+    say(f"compiling {len(items) - len(results)} more buckets on {jobs} processes")
+    seen: dict = {}
     try:
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            for i, packed in enumerate(pool.imap(_worker, range(1, len(items)), chunksize=1)):
+            for packed in pool.imap(_worker, range(len(results), len(items)), chunksize=1):
                 merged = merge_result(packed, weights, kernels, _WORK["base"], seen)
-                results.append(_progress(merged, i + 2, len(items), t0, say))
+                results.append(_progress(merged, len(results) + 1, len(items), t0, say))
     finally:
         _WORK.clear()
     return results
