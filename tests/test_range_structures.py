@@ -14,7 +14,7 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.compiler import compile_model, structures
 from grapec.compiler.formulas import fit_numbers
-from grapec.compiler.structures import Box, initial_boxes
+from grapec.compiler.boxes import Box, coincident, initial_boxes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
@@ -60,7 +60,7 @@ def test_coincident_sizes_are_never_probed_and_a_box_is_led_by_its_largest_other
     its own though it runs as its neighbours' would; probing it would cut boxes for nothing."""
     square = Box((tuple(range(1, 9)), tuple(range(1, 9))))
     assert square.top == (8, 7)
-    assert square.probes() and not any(structures.coincident(p) for p in square.probes())
+    assert square.probes() and not any(coincident(p) for p in square.probes())
     assert Box(((5,), (5,))).top == (5, 5) and Box(((5,), (5,))).probes() == [(5, 5)]
 
 

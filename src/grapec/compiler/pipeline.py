@@ -443,8 +443,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     bucket_shapes = [resolve_input_shapes(graph, s, d) for s, d in specs]
     first_of: dict = {}   # a bucket's shapes -> its first index (a dict: a range has tens of thousands)
     for i, b in enumerate(bucket_shapes):
-        j = first_of.setdefault(tuple(sorted((k, tuple(v)) for k, v in b.items())), i)
-        if j != i:
+        if (j := first_of.setdefault(repr(sorted(b.items())), i)) != i:
             raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {j}")
 
     if dynamic:

@@ -7,18 +7,8 @@ polynomials in the dims (b * s * 64 * 4), a pitch rounds a dim up (round_up(s, 4
 a pitch is a polynomial in both; arena offsets are the structure's largest size's
 (shared_layout.py). So a range of many sizes is compiled as follows.
 
-1. Boxes. Each dim's first HEAD values are classes of their own (a 1 broadcasts; a few rows take
-   kernels of their own); beyond, a value's class is its remainder modulo MODULUS (the alignment of
-   rows and vectors). Each class's largest value is compiled (the other dims at their largest,
-   repeating the largest size's choices), and a dim's classes that give one structure are one class:
-   a batch that only repeats rows is one or two classes, not sixteen. A box is one class per dim:
-   every combination of their values.
-2. Probes. A box's largest size is compiled, then its smallest and its centre, repeating the
-   largest's cost-based choices (fusion, thread mappings, arena layout, schedule: pipeline.py
-   Choices), so that sizes differ only where a choice cannot carry over. A box whose probes share a
-   structure is taken to be that structure's throughout; else it is cut along its longest dim where
-   its largest size's structure ends (found by bisection), down to boxes of SMALL_BOX sizes, which
-   are compiled whole.
+1-2. Boxes and probes (boxes.py): the sizes as boxes, each taken to be one structure's once its
+   probes agree.
 3. Formulas (`fit_numbers`). Every number of a structure is fitted over its compiled sizes (drawn at
    random from it, enough that the cubics in the dims have the rank over them they have over the
    structure's sizes: `formulas.spans`): a
@@ -39,7 +29,6 @@ compares the two), at a fraction of the compiles; `--every-size` compiles every 
 from __future__ import annotations
 
 import bisect
-import itertools
 import json
 import random
 import time
@@ -53,116 +42,18 @@ from ..bundle.format import validate_plan
 from ..bundle.templates import JoinText, split
 from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
+from .boxes import Box, coincident, initial_boxes, likes, probe
 from .fanout import map_buckets
 from .families import form_family
 from .formulas import fit_numbers, spans
 from .shared_layout import buffer_bytes, fits_slot, layout_misfit
 
-HEAD = 8          # a dim's first values: each a class of its own
-MODULUS = 8       # beyond them, values of one remainder modulo this share a class
-SMALL_BOX = 4     # a box of no more sizes than this whose probes disagree: every size compiled
 CHECKS = 16       # derived sizes compiled again and compared, per round, at least
 CHECK_ONE_IN = 128  # ... and one in this many of the derived sizes
 ROUNDS = 4        # rounds of check and split before a box that still differs is compiled whole
 SAMPLE_OVER = 64  # ranges of more sizes than this are compiled this way (fewer: every size)
 BOX_FIT_SIZES = 8  # a part of a structure fitted on its own has at least this many sizes compiled
 MIN_FIT_SIZES = 4  # no formula is fitted over fewer sizes
-
-
-def coincident(size: tuple) -> bool:
-    """Two dims of one value (batch == seq). The compile merges what is equal: two Range nodes of
-    one length are one node, two index constants of one value one expression node, so such a size's plan
-    has a template of its own (tiny GPT-2: batch == seq) though it runs as its neighbours' would. They lie
-    on lines through the range, across every box: a probe or a bisection that met them would cut boxes
-    for nothing. So they are never probed, bisected over, fitted or checked, and are all compiled
-    (compile_range), as few as a dim has values."""
-    return len(set(size)) < len(size)
-
-
-@dataclass
-class Box:
-    """Sizes: every combination of one value list per dim. rep: the size whose choices its sizes
-    repeat (the largest of a box it was cut from, of the same structure), else its own largest."""
-    axes: tuple
-    rep: tuple | None = None
-
-    @property
-    def count(self) -> int:
-        return int(np.prod([len(a) for a in self.axes]))
-
-    @property
-    def top(self) -> tuple:
-        """Its largest size (in order, the first dim first) that is not coincident, if any."""
-        largest = tuple(a[-1] for a in self.axes)
-        return next((m for m in itertools.product(*[a[::-1] for a in self.axes]) if not coincident(m)), largest)
-
-    @property
-    def like(self) -> tuple:
-        return self.rep or self.top
-
-    def members(self):
-        return itertools.product(*self.axes)
-
-    def probes(self) -> list:
-        """Its corners and centre, but coincident ones; its top where all are."""
-        corners = itertools.product(*[sorted({a[0], a[-1]}) for a in self.axes])
-        centre = tuple(a[len(a) // 2] for a in self.axes)
-        return sorted({p for p in set(corners) | {centre} if not coincident(p)} or {self.top})
-
-    def longest(self) -> int:
-        return max(range(len(self.axes)), key=lambda i: len(self.axes[i]))
-
-    def split_at(self, d: int, k: int, same_structure: bool = True) -> list:
-        """[values of dim d before index k, from k on]; the lower part keeps repeating this box's
-        choices where it is of the same structure."""
-        a = self.axes[d]
-        return [Box(self.axes[:d] + (a[:k],) + self.axes[d + 1:], self.like if same_structure else None),
-                Box(self.axes[:d] + (a[k:],) + self.axes[d + 1:], self.like)]
-
-    def halves(self) -> list:
-        d = self.longest()
-        return self.split_at(d, len(self.axes[d]) // 2)
-
-
-def dim_classes(lo: int, hi: int) -> list:
-    """A dim's classes of step 1: each of its first HEAD values, then its values by remainder."""
-    classes = [(v,) for v in range(lo, min(hi, lo + HEAD - 1) + 1)]
-    for r in range(MODULUS):
-        vals = tuple(range(lo + HEAD + r, hi + 1, MODULUS))
-        if vals:
-            classes.append(vals)
-    return classes
-
-
-def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
-    """ranges: (lo, hi) per dim -> the boxes of step 1 (one class per dim). key_at(sizes) -> their
-    structures: where given, the classes of a dim whose largest values give one structure (the other
-    dims at their largest, the choices the largest size's) are one class, so that a dim that changes
-    little (a batch that only repeats rows; the remainders of a length that align alike) does not
-    multiply the boxes. (The sizes a merged class's formulas are fitted on are drawn at random, _fill,
-    so that they do not all share one remainder.)"""
-    per_dim = [dim_classes(lo, hi) for lo, hi in ranges]
-    if key_at is not None:
-        tops = tuple(hi for _, hi in ranges)
-        scan = [_apart(tops[:d] + (c[-1],) + tops[d + 1:], d, ranges) for d, classes in enumerate(per_dim) for c in classes]
-        keys = iter(key_at(scan))
-        for d, classes in enumerate(per_dim):
-            by_key: dict = {}
-            for c in classes:
-                by_key.setdefault(next(keys), []).extend(c)
-            per_dim[d] = [tuple(sorted(v)) for v in by_key.values()]
-    return [Box(axes) for axes in itertools.product(*per_dim)]
-
-
-def _apart(size: tuple, d: int, ranges: list) -> tuple:
-    """size, where it is coincident with its other dims than d lowered by the fewest steps that make
-    it not (as it is where none do)."""
-    for step in range(int(coincident(size)), 4):
-        for e in range(len(size)):
-            m = size[:e] + (size[e] - step,) + size[e + 1:]
-            if (e != d or step == 0) and m[e] >= ranges[e][0] and not coincident(m):
-                return m
-    return size
 
 
 # --- a size's document: its plan and kernels ------------------------------------------------------
@@ -370,7 +261,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     per_dim = [len({b.axes[d] for b in queue}) for d in range(len(ranges))]
     say(f"range: {len(queue)} boxes, {' x '.join(map(str, per_dim))} classes of the dims' values")
     for round_ in range(ROUNDS):
-        settled += _probe(queue, done)
+        settled += probe(queue, done)
         queue = []
         fit_of, _ = _fits(done, settled, report)
         derivable = [s for s in sizes if s not in done.results and not coincident(s)]
@@ -378,7 +269,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         if not checks:
             break
         done.phase = "check"
-        done.add(checks, like=_likes(settled))
+        done.add(checks, like=likes(settled))
         done.share_layouts()
         report.checked += len(checks)
         wrong = {s for s in checks if not _derives(fit_of[s], done.docs[s], s)}
@@ -388,16 +279,16 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         settled = [b for b in settled if b not in bad]
         if round_ == ROUNDS - 1:   # still wrong after the last split: those boxes compiled whole
             done.phase = "compile whole"
-            done.add([m for b in bad for m in b.members()], like=_likes(bad))
+            done.add([m for b in bad for m in b.members()], like=likes(bad))
         else:
             queue = [h for b in bad for h in b.halves()]
         say(f"range: {len(wrong)} of {len(checks)} checked sizes differ from their derived plans; "
             f"{len(bad)} box(es) {'split' if queue else 'compiled whole'}")
     done.phase = "coincident"
-    done.add([s for s in sizes if coincident(s)], like=_likes(settled))
+    done.add([s for s in sizes if coincident(s)], like=likes(settled))
     fit_of, evidence = _fits(done, settled, report)
     largest = _largest_plans(done)
-    likes = _likes(settled)
+    liked = likes(settled)
     families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes) if as_formulas else ([], None)
     stored = {}
     for fam in families:   # its spot members first: one that fails its checks and the family is stored plan by plan
@@ -416,7 +307,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         else:
             stored[s] = derived_result(plan, s)
     done.phase = "redo a derivation"
-    done.add(redo, like=likes)
+    done.add(redo, like=liked)
     for s, r in done.results.items():   # as the derived plans of its structure are (the runtime groups plans by template)
         _without_reports(r.plan)
         stored.setdefault(s, r)
@@ -463,81 +354,6 @@ def _derived_plans(fit_of: dict, largest: dict, kernels, weight_bytes: int) -> d
     return {s: _derive(doc, kernels, largest[fit_of[s][1]], weight_bytes) for s, doc in _derived_documents(fit_of)}
 
 
-def _probe(queue: list, done: _Compiles) -> list:
-    """Step 2 over the boxes of `queue`: -> the boxes whose probes share a structure; those of at most
-    SMALL_BOX sizes whose probes differ are compiled whole."""
-    settled = []
-    while queue:
-        done.phase = "probe"
-        done.add([b.like for b in queue])
-        done.add([b.top for b in queue], like=_likes(queue))
-        done.add([p for b in queue for p in (b.members() if b.count <= SMALL_BOX else b.probes())],
-                 like=_likes(queue))
-        mixed = []
-        for b in queue:
-            if len({done.docs[p].key for p in b.probes()}) == 1:
-                settled.append(b)
-            elif b.count > SMALL_BOX:
-                mixed.append(b)
-        queue = _cut(mixed, done)
-    return settled
-
-
-class _Line:
-    """A mixed box's bisection (_cut): the line along its longest dim through its top, bisected over
-    its sizes that are not coincident (its top the last of them)."""
-
-    def __init__(self, box: Box, done: _Compiles):
-        self.box, self.d = box, box.longest()
-        self.key = done.docs[box.top].key
-        n = len(box.axes[self.d])
-        self.index = [i for i in range(n) if not coincident(self.at_index(i))] or [n - 1]
-        at0 = self.at(0)
-        # at(good) is in the top's structure; at(bad) is not (or is before the start)
-        self.good, self.bad = len(self.index) - 1, 0 if at0 in done.docs and done.docs[at0].key != self.key else -1
-
-    def at_index(self, i: int) -> tuple:
-        top = self.box.top
-        return top[:self.d] + (self.box.axes[self.d][i],) + top[self.d + 1:]
-
-    def at(self, k: int) -> tuple:
-        return self.at_index(self.index[k])
-
-    @property
-    def mid(self) -> int:
-        return (self.good + self.bad) // 2
-
-    def pieces(self) -> list:
-        if self.good == 0:   # the line is the top's throughout: the box differs along another dim
-            return self.box.halves()
-        return self.box.split_at(self.d, self.index[self.good], same_structure=False)
-
-
-def _cut(boxes: list, done: _Compiles) -> list:
-    """Boxes whose probes differ, each cut along its longest dim where its largest size's structure
-    ends: the lowest value on the line through its largest size whose size repeats the largest's
-    choices into the same structure, found by bisection (a structure taken to hold from there up). The
-    boxes are bisected side by side, each step's sizes compiled together."""
-    lines = [_Line(b, done) for b in boxes]
-    while True:
-        active = [ln for ln in lines if ln.good - ln.bad > 1]
-        if not active:
-            return [p for ln in lines for p in ln.pieces()]
-        done.phase = "cut"
-        done.add([ln.at(ln.mid) for ln in active], like={ln.at(ln.mid): ln.box.like for ln in active})
-        for ln in active:
-            m = ln.mid
-            if done.docs[ln.at(m)].key == ln.key:
-                ln.good = m
-            else:
-                ln.bad = m
-
-
-def _likes(boxes: list) -> dict:
-    """size -> the size whose choices it repeats (Box.like)."""
-    return {m: b.like for b in boxes for m in b.members() if m != b.like}
-
-
 def _fits(done: _Compiles, settled: list, report: RangeCompile) -> tuple:
     """Step 3: -> ({size not compiled: ((NumberFit, floats), structure key)}, {id(fit): the compiled sizes
     it was fitted over}). A structure's formulas are
@@ -577,7 +393,7 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> tuple:
                     if m not in done.results:
                         out[m] = (fit, key)
         done.phase = "compile whole"
-        done.add([m for b in whole for m in b.members()], like=_likes(whole))
+        done.add([m for b in whole for m in b.members()], like=likes(whole))
         work = nxt
     return out, evidence
 
@@ -599,7 +415,7 @@ def _fill(done: _Compiles, work: list):
             # round-up as a polynomial (every drawn size one remainder)
             pool = [m for m in every if m not in done.results and not coincident(m)]
             more += random.Random(len(every)).sample(pool, min(len(pool), BOX_FIT_SIZES))
-            like.update(_likes(boxes))
+            like.update(likes(boxes))
     done.phase = "fit"
     done.add(more, like=like)
     done.share_layouts()
