@@ -231,6 +231,31 @@ def test_rows_held_in_registers_stay_literal_sized_when_buckets_share_a_function
     assert b.extra_sections["cubin.sm_90"][:4] == b"\x7fELF"
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_a_kernel_of_several_buckets_holds_rows_in_all_or_none(tmp_path):
+    """Softmax rows of 68 and 256: only 256 is whole 128-element steps (codegen/resident.py). Rendered
+    each its own way they would be two functions, and a range's sizes of one launch structure, stored as
+    formulas, could not name theirs; one function runs both, and computes what numpy does."""
+    from onnx import helper
+    from helpers import model, tinfo
+    from grapec.bundle.format import Bundle
+    m = model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [tinfo("x", shape=[300, "n"])], [tinfo("y")])
+    b = Bundle.from_bytes(grapec.compile(m, dims={}, bucket_dims=[{"n": 68}, {"n": 256}], targets=[],
+                                         fusion="rules").to_bytes())
+    runner = HostCodegenRunner(b, tmp_path)
+    assert "g_rv0[" not in runner.module.source
+    assert len({runner.module.names[k] for k in range(len(b.kernels))}) == 1
+    alone = build_module(grapec.compile(m, dims={"n": 256}, targets=[], fusion="rules").kernels)
+    assert "g_rv0[" in alone.source   # a bundle of one size still holds its rows
+    rng = np.random.default_rng(4)
+    for bucket, n in enumerate((68, 256)):
+        x = rng.standard_normal((300, n)).astype(np.float32)
+        y = runner.run(bucket, {"x": x})["y"]
+        e = np.exp(x - x.max(1, keepdims=True))
+        ref = e / e.sum(1, keepdims=True)
+        assert np.abs(y - ref).max() < 1e-5, (n, np.abs(y - ref).max())
+
+
 def helper_init(m, name):
     from onnx import numpy_helper
     return next(numpy_helper.to_array(t) for t in m.graph.initializer if t.name == name)

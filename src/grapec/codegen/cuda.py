@@ -64,9 +64,10 @@ RESERVED_NAMES = frozenset({"i64", "f16", "bf16"})
 
 
 class CudaRenderer:
-    def __init__(self, kernel: Kernel, launch: Launch | None = None):
+    def __init__(self, kernel: Kernel, launch: Launch | None = None, hold_rows: bool = True):
         self.k = kernel
         self.launch = launch or plan_launch(kernel)
+        self.hold_rows = hold_rows     # warp mode may keep rows in registers (codegen/module.py says where not)
         self.names: dict = {}
         self.rnames: dict = {}
         self.deps: dict = {}
@@ -405,7 +406,7 @@ class CudaRenderer:
         self._prefetch_row_loads(split)
         if self.launch.mode == "row":
             root.lines += self._prefetch_column_loads(split)
-        rr = self.resident = resident_row(k, self.launch, self.deps)
+        rr = self.resident = resident_row(k, self.launch, self.deps) if self.hold_rows else None
         for i, (slot, prefix) in enumerate(rr.rows if rr else ()):   # every row in flight at once
             start = self.flat_offset(prefix + (const(0, "int64"),), k.inputs[slot][0])
             root.lines += fill_lines(rr, i, slot, start, self._lane())

@@ -73,6 +73,7 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
     kernels = [kernel_from_json(k) if isinstance(k, dict) else k for k in kernels]
     users = users or [{0}] * len(kernels)
     launches, texts = [], []
+    held: dict = {}   # kernel -> its text without rows held in registers, where it holds some
     for k in kernels:
         if isinstance(k, AttentionKernel):
             launch = attention_launch(k)
@@ -85,8 +86,12 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
             texts.append(render_selection(k, _NAME))
         else:
             launch = plan_launch(k)
-            texts.append(CudaRenderer(k, launch).render(_NAME)[1])
+            renderer = CudaRenderer(k, launch)
+            texts.append(renderer.render(_NAME)[1])
+            if renderer.resident is not None:
+                held[len(texts) - 1] = CudaRenderer(k, launch, hold_rows=False).render(_NAME)[1]
         launches.append(launch)
+    _one_way_per_kernel(texts, held, users)
 
     groups: dict = {}   # template (numbers blanked) -> kernel indices
     for i, (k, text) in enumerate(zip(kernels, texts)):
@@ -129,6 +134,21 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
                 add(name, texts[i], i)
                 m.names[i] = name
     return m
+
+
+def _one_way_per_kernel(texts: list, held: dict, users: list):
+    """Kernels that differ only in sizes, used by several buckets, render alike: where some of them
+    hold their rows in registers (codegen/resident.py: a softmax row of whole 128-element steps, seq 128
+    and 256 but not 68) and others do not, none does. Else one launch structure of a range would run two
+    functions, and its sizes stored as formulas (bundle/families.py) could not name theirs."""
+    plain: dict = {}   # the text without held rows, numbers blanked -> kernel indices
+    for i, text in enumerate(texts):
+        plain.setdefault(_NUMBER.sub("#", held.get(i, text)), []).append(i)
+    for members in plain.values():
+        holding = [i for i in members if i in held]
+        if holding and len(holding) < len(members) and len(set().union(*(users[i] for i in members))) > 1:
+            for i in holding:
+                texts[i] = held[i]
 
 
 def _merge(texts: list) -> tuple | None:
