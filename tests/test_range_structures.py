@@ -14,7 +14,7 @@ import grapec
 from grapec.bundle.format import Bundle
 from grapec.compiler import compile_model, structures
 from grapec.compiler.formulas import fit_numbers
-from grapec.compiler.boxes import Box, coincident, initial_boxes
+from grapec.compiler.boxes import Box, band, coincident, dim_classes, initial_boxes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
@@ -48,6 +48,10 @@ def test_boxes_cover_every_size_once():
     boxes = initial_boxes(ranges)
     members = [m for b in boxes for m in b.members()]
     assert sorted(members) == [(x, y) for x in range(1, 21) for y in range(3, 41)]
+    # no class straddles 64, 256 or 1024, where block sizes step (ops/reduce.py)
+    classes = dim_classes(1, 300)
+    assert sorted(v for c in classes for v in c) == list(range(1, 301))
+    assert all(len({band(v) for v in c}) == 1 for c in classes) and band(256) == 1 and band(257) == 2
     box = Box(((9, 17, 25, 33), (11, 19, 27)))
     low, high = box.split_at(0, 2, same_structure=False)
     assert sorted(list(low.members()) + list(high.members())) == sorted(box.members())

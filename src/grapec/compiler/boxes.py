@@ -2,9 +2,9 @@
 one launch structure's after its probes agree.
 
 1. Boxes. Each dim's first HEAD values are classes of their own (a 1 broadcasts; a few rows take
-   kernels of their own); beyond, a value's class is its remainder modulo MODULUS (the alignment of
-   rows and vectors). Each class's largest value is compiled (the other dims at their largest,
-   repeating the largest size's choices), and a dim's classes that give one structure are one class:
+   kernels of their own); beyond, a value's class is its span between powers of four (`band`: block
+   sizes step there) and its remainder modulo MODULUS (the alignment of rows and vectors). Each class's largest value is compiled (the other dims at their largest,
+   repeating the largest size's choices), and a dim's classes of one span that give one structure are one class:
    a batch that only repeats rows is one or two classes, not sixteen. A box is one class per dim:
    every combination of their values.
 2. Probes. A box's largest size is compiled, then its smallest and its centre, repeating the
@@ -87,14 +87,24 @@ class Box:
         return self.split_at(d, len(self.axes[d]) // 2)
 
 
+def band(v: int) -> int:
+    """Which of the spans 1..64, 65..256, 257..1024 (up by fours) holds v. Block sizes step at their
+    ends (ops/reduce.py's scans take a power of two past the root of the length: 16 up to 256, then 32),
+    so a box within one span is not cut for its numbers' steps."""
+    k = 0
+    while v > 64 * 4 ** k:
+        k += 1
+    return k
+
+
 def dim_classes(lo: int, hi: int) -> list:
-    """A dim's classes of step 1: each of its first HEAD values, then its values by remainder."""
+    """A dim's classes of step 1: each of its first HEAD values, then its values by span (band) and
+    remainder."""
     classes = [(v,) for v in range(lo, min(hi, lo + HEAD - 1) + 1)]
-    for r in range(MODULUS):
-        vals = tuple(range(lo + HEAD + r, hi + 1, MODULUS))
-        if vals:
-            classes.append(vals)
-    return classes
+    by_class: dict = {}
+    for v in range(lo + HEAD, hi + 1):
+        by_class.setdefault((band(v), (v - lo - HEAD) % MODULUS), []).append(v)
+    return classes + [tuple(vals) for _, vals in sorted(by_class.items())]
 
 
 def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
@@ -112,7 +122,7 @@ def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
         for d, classes in enumerate(per_dim):
             by_key: dict = {}
             for c in classes:
-                by_key.setdefault(next(keys), []).extend(c)
+                by_key.setdefault((band(c[-1]), next(keys)), []).extend(c)
             per_dim[d] = [tuple(sorted(v)) for v in by_key.values()]
     return [Box(axes) for axes in itertools.product(*per_dim)]
 

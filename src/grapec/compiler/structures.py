@@ -7,8 +7,8 @@ polynomials in the dims (b * s * 64 * 4), a pitch rounds a dim up (round_up(s, 4
 a pitch is a polynomial in both; arena offsets are the structure's largest size's
 (shared_layout.py). So a range of many sizes is compiled as follows.
 
-1-2. Boxes and probes (boxes.py): the sizes as boxes, each taken to be one structure's once its
-   probes agree.
+1-2. Boxes and probes (boxes.py): the sizes as boxes (by leading values, spans between powers of
+   four, remainders), each taken to be one structure's once its probes agree.
 3. Formulas (`fit_numbers`). Every number of a structure is fitted over its compiled sizes (drawn at
    random from it, enough that the cubics in the dims have the rank over them they have over the
    structure's sizes: `formulas.spans`): a
