@@ -3,10 +3,11 @@ one launch structure's after its probes agree.
 
 1. Boxes. Each dim's first HEAD values are classes of their own (a 1 broadcasts; a few rows take
    kernels of their own); beyond, a value's class is its span between powers of four (`band`: block
-   sizes step there) and its remainder modulo MODULUS (the alignment of rows and vectors). Each class's largest value is compiled (the other dims at their largest,
-   repeating the largest size's choices), and a dim's classes of one span that give one structure are one class:
-   a batch that only repeats rows is one or two classes, not sixteen. A box is one class per dim:
-   every combination of their values.
+   sizes step there) and its remainder modulo MODULUS (the alignment of rows and vectors). Each
+   class's largest value is compiled (the other dims at their largest, repeating the largest size's
+   choices), and a dim's classes of one span that give one structure are one class: a batch that only
+   repeats rows is one or two classes, not sixteen. A box is one class per dim: every combination of
+   their values.
 2. Probes. A box's largest size is compiled, then its smallest and its centre, repeating the
    largest's cost-based choices (fusion, thread mappings, arena layout, schedule: pipeline.py
    Choices), so that sizes differ only where a choice cannot carry over. A box whose probes share a
@@ -117,7 +118,8 @@ def initial_boxes(ranges: list, key_at: Callable | None = None) -> list:
     per_dim = [dim_classes(lo, hi) for lo, hi in ranges]
     if key_at is not None:
         tops = tuple(hi for _, hi in ranges)
-        scan = [_apart(tops[:d] + (c[-1],) + tops[d + 1:], d, ranges) for d, classes in enumerate(per_dim) for c in classes]
+        scan = [_apart(tops[:d] + (c[-1],) + tops[d + 1:], d, ranges)
+                for d, classes in enumerate(per_dim) for c in classes]
         keys = iter(key_at(scan))
         for d, classes in enumerate(per_dim):
             by_key: dict = {}
