@@ -22,6 +22,7 @@ def dbg(family, entry, plan_of):
     return r
 F.fit_cuda_rows = dbg
 import grapec.compiler.pipeline as P
-B, S = int(sys.argv[1]), int(sys.argv[2])
+rng = lambda a: tuple(int(x) for x in a.split(":")) if ":" in a else (1, int(a))
+B, S = rng(sys.argv[1]), rng(sys.argv[2])
 t = time.time()
-b = grapec.compile("/tmp/gpt2_512.onnx", dynamic={"batch": (1, B), "seq": (1, S)}, jobs=2, progress=lambda m: print(f"[{time.time()-t:6.1f}s] {m[:400]}", flush=True) if "sizes compiled" not in m else None)
+b = grapec.compile("/tmp/gpt2_512.onnx", dynamic={"batch": B, "seq": S}, jobs=2, progress=lambda m: print(f"[{time.time()-t:6.1f}s] {m[:400]}", flush=True) if "sizes compiled" not in m else None)

@@ -56,10 +56,15 @@ class Launch:
         return [self.mode, self.grid, self.block, self.split]
 
 
-def element_launch(kernel: Kernel, block: int) -> Launch:
+def element_launch(kernel: Kernel, block: int, per: int | None = None) -> Launch:
+    """per: elements a thread computes; None: by the kernel's size (per_thread_for)."""
     size = max(kernel.size, 1)
-    per = ELEMENTS_PER_THREAD if size >= ELEMENTS_PER_THREAD_FROM else 1
+    per = per_thread_for(size) if per is None else per
     return Launch("element", -(-size // (block * per)), block, per_thread=per)
+
+
+def per_thread_for(size: int) -> int:
+    return ELEMENTS_PER_THREAD if size >= ELEMENTS_PER_THREAD_FROM else 1
 
 
 def row_reductions(body: Expr, memo: dict | None = None) -> list:
@@ -101,11 +106,12 @@ def row_split(kernel: Kernel) -> tuple:
             max(extent(r.args[2]) for r in reds))
 
 
-def mapped_launch(kernel: Kernel, mode: str, n: int) -> Launch:
-    """mode "element" (n threads a block), "row" (a block of n threads per row) or "warp" (a warp
-    per row, n rows a block). ValueError for a mapping the kernel cannot take."""
-    if mode == "element" and n in BLOCK_SIZES:
-        return element_launch(kernel, n)
+def mapped_launch(kernel: Kernel, mode: str, n: int, per: int | None = None) -> Launch:
+    """mode "element" (n threads a block; per elements a thread, by size where None), "row" (a block
+    of n threads per row) or "warp" (a warp per row, n rows a block). ValueError for a mapping the
+    kernel cannot take."""
+    if mode == "element" and n in BLOCK_SIZES and per in (None, 1, ELEMENTS_PER_THREAD):
+        return element_launch(kernel, n, per)
     rs = row_split(kernel)
     if rs is None or mode not in ("row", "warp"):
         raise ValueError(f"mapping {mode}/{n}: the kernel has no row reduction to map rows of")

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..bundle.formulas import NumberFit, Rounded, design as _design, monomials as _monomials
 
-ROUND_UPS = (2, 4, 8, 16, 32, 64, 128, 256)
+ROUND_UPS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)   # 1024: element grids of 4 elements a thread
 MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
 SPARE_SIZES = 1    # a polynomial is fitted over at least this many sizes more than it has terms
 

@@ -263,8 +263,8 @@ def _eval_const(op, args, dtype):
 class Kernel:
     """out[idx] = body for idx in ndindex(shape). inputs[s] = (shape, dtype) of slot s.
     mapping: how threads cover the output, when the planner chose it (codegen/launch.py:
-    ("element", threads per block), ("row", threads per block), ("warp", rows per block));
-    empty: the default rules pick."""
+    ("element", threads per block[, elements per thread]), ("row", threads per block), ("warp", rows
+    per block)); empty: the default rules pick."""
 
     shape: tuple
     dtype: str
@@ -289,7 +289,7 @@ class Kernel:
         inputs = inputs_from_json(d["inputs"])
         check_table(d["body"], len(d["shape"]), inputs)
         return Kernel(tuple(d["shape"]), d["dtype"], expr_from_json(d["body"]),
-                      inputs, (str(mapping[0]), int(mapping[1])) if mapping else ())
+                      inputs, (str(mapping[0]), *(int(n) for n in mapping[1:])) if mapping else ())
 
 
 def inputs_to_json(inputs: tuple) -> list:

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from ..cost.device import DeviceProfile
 from ..cost.model import price_mappings
+from ..codegen.launch import per_thread_for
 from ..ir.graph import Graph
 from ..ir.kernel import Kernel, is_kernel_node
 
@@ -23,7 +24,9 @@ from ..ir.kernel import Kernel, is_kernel_node
 def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None) -> Graph:
     """chosen: kernel node name -> mapping, filled in as the mappings are picked; a name already in it
     keeps that mapping where it is one of the kernel's (a size of a range taking its launch
-    structure's choices: compiler/structures.py)."""
+    structure's choices: compiler/structures.py). There an element-mode mapping also records the
+    elements a thread computes, which a kernel's size picks (codegen/launch.py): a smaller size takes
+    its structure's, so that all its sizes run one function."""
     for node in g.nodes:
         if not is_kernel_node(node):
             continue
@@ -31,12 +34,19 @@ def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None
         if not isinstance(k, Kernel):   # a fused attention kernel has its own launch
             continue
         priced = price_mappings(k, profile)
-        if len(priced) > 1:
-            mapping = priced[0][0]
-            if chosen is not None:
-                pinned = chosen.get(node.name)
-                if pinned is not None and any(m == pinned for m, *_ in priced):
-                    mapping = pinned
-                chosen[node.name] = mapping
-            node.attrs["kernel"] = replace(k, mapping=mapping)
+        mapping = priced[0][0]
+        pinned = chosen.get(node.name) if chosen is not None else None
+        if pinned is not None and any(m == pinned[:2] for m, *_ in priced):
+            mapping = pinned[:2]
+        mapped = mapping if len(priced) > 1 else k.mapping
+        if mapping[0] == "element":
+            per = pinned[2] if pinned is not None and pinned[:2] == mapping and len(pinned) > 2 \
+                else per_thread_for(k.size)
+            if per > 1:   # in the kernel (so in its plan's template: another function)
+                mapped = (*mapping, per)
+            mapping = (*mapping, per)
+        if chosen is not None:
+            chosen[node.name] = mapping
+        if mapped != k.mapping:
+            node.attrs["kernel"] = replace(k, mapping=mapped)
     return g
