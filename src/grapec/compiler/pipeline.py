@@ -71,6 +71,7 @@ from ..cost.report import plan_report, top_level_us
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
 from .shared_layout import share_layouts, take_layout
 from .families import RangeFamilies
+from .range_check import check_range_fits
 from .structures import SAMPLE_OVER, compile_range, derive_sizes
 from ..passes.predicate import form_regions, regions
 from ..passes.schedule import schedule
@@ -95,7 +96,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, sized_fold_limit: int | None = None,
                   shared_weights: bool = False,
                   conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0,
-                  predicated: list | None = None, clusters: bool = False, chosen: dict | None = None) -> Graph:
+                  predicated: list | None = None, clusters: bool = False, chosen: dict | None = None,
+                  sizes: int = 1) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
     graph when compiling an If/Loop body (its regions are formed with the top level's);
     fusion: "full", "rules" (no fused attention) or "none" (one kernel per lowered op; False and
@@ -110,6 +112,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
     attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES); switch_us: what a node whose
     launch differs by size costs each switch between the buckets of the compile (0 for one bucket);
+    sizes: how many buckets the compile has (a library call planned per size costs memory per size);
     predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py);
     clusters: the GPU code targets sm_90+ only, whose thread-block clusters the split small GEMMs use;
     chosen: the cost-based choices, filled in as they are made: {"mappings": passes/mappings.py's,
@@ -125,7 +128,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     # cost model, weight layouts and engines, and its notes reported with this graph's
     body = dict(fusion=level, profile=profile, fold_limit=fold_limit, sized_fold_limit=sized_fold_limit,
                 shared_weights=shared_weights, conv=conv,
-                attention=attention, switch_us=switch_us, clusters=clusters, notes=notes)
+                attention=attention, switch_us=switch_us, sizes=sizes, clusters=clusters, notes=notes)
     g = lower_graph(g, options={"conv": conv, "notes": notes, "body": body,
                                 "predicated": predicated if predicated is not None else [],
                                 **({"sized_fold_limit": sized_fold_limit} if sized_fold_limit is not None else {})})
@@ -141,7 +144,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         if level == "full":
             g = fuse_attention(g, notes)
             g = attention_operands(g)
-            g = attention_engines(g, profile, attention, notes, switch_us)
+            g = attention_engines(g, profile, attention, notes, switch_us, sizes)
             g = small_gemms(g, profile, split=clusters)
         g = fold_output_casts(g)
         g = aligned_rows(g)
@@ -149,39 +152,6 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
             g = choose_mappings(g, profile, chosen.setdefault("mappings", {}) if chosen is not None else None)
     g = schedule(g)
     return form_regions(g, host_control) if parent is None and regions else g
-
-
-# The range check folds what the compile keeps computed (positions): an index past a table's end
-# is then found at compile time, where the compile's own kernels would read past it at run time.
-RANGE_CHECK_FOLD_BYTES = 1 << 20
-
-
-def _check_range_fits(graph: Graph, fixed: dict, bucket_shapes: list, bucket_dims: list, dynamic: dict):
-    """The largest size of a --dynamic range specializes (reads no table past its end, meets no
-    shape a model fixed: BERT's token-type buffer of 64 positions), or the message names the largest
-    size that does (found by bisection over the sizes, specializing only)."""
-    def fits(i: int) -> bool:
-        try:
-            specialize(graph, bucket_shapes[i], None, fixed, RANGE_CHECK_FOLD_BYTES)
-            return True
-        except ShapeError:
-            return False
-    try:
-        specialize(graph, bucket_shapes[-1], None, fixed, RANGE_CHECK_FOLD_BYTES)
-        return
-    except ShapeError as e:
-        first = e
-    spans = ", ".join(f"{n}={lo}:{hi}" for n, (lo, hi) in dynamic.items())
-    if len(dynamic) != 1 or not fits(0):
-        raise type(first)(f"--dynamic {spans}: {first}") from None
-    good, bad = 0, len(bucket_shapes) - 1    # sizes ascend: bisect for the last one that fits
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if fits(mid) else (good, mid)
-    (name, (lo, hi)), = dynamic.items()
-    largest = bucket_dims[good][name]
-    raise type(first)(f"--dynamic {spans}: at {name}={hi}, {first}. The largest {name} that "
-                      f"fits is {largest}: use --dynamic {name}={lo}:{largest}") from None
 
 
 def check_plan_fits(plan, weights: WeightStore, profile: DeviceProfile, ishapes: dict):
@@ -214,6 +184,7 @@ class BucketContext:
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
     dependent_launch: bool = True  # the GPU code targets sm_90+, where programmatic edges join kernel nodes
     switch_us: float = 0.0         # several buckets: a node whose launch differs by size costs this a switch
+    sizes: int = 1                 # how many buckets
     held_outputs: tuple = ()       # outputs a caller reads while a run goes on (a generation's tokens, streamed)
 
 
@@ -270,7 +241,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
                         fusion=ctx.fusion, profile=ctx.profile, sized_fold_limit=ctx.sized_fold_limit,
                         shared_weights=ctx.shared_weights,
                         conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us, predicated=predicated,
-                        clusters=ctx.dependent_launch, chosen=chosen)
+                        clusters=ctx.dependent_launch, chosen=chosen, sizes=ctx.sizes)
     for node in regions(low):
         if not node.attrs["graphed"]:
             note = f"{node.op} node '{node.name}': control flow runs on the host between graph launches ({node.attrs['host_reason']})"
@@ -447,7 +418,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             raise GrapecError(f"bucket {i} ({_fmt_shapes(b)}) repeats bucket {j}")
 
     if dynamic:
-        _check_range_fits(graph, fixed, bucket_shapes, bucket_dims, dynamic)
+        check_range_fits(graph, fixed, bucket_shapes, bucket_dims, dynamic)
 
     mixed = None
     if precision in HALF_PRECISIONS:
@@ -486,7 +457,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         sized_fold_limit=SIZED_FOLD_LIMIT_BYTES if dynamic else None,
                         shared_weights=len(bucket_shapes) > 1 or generate is not None, conv=conv, attention=attention, grid_stitch=grid_stitch,
-                        switch_us=NODE_UPDATE_US if len(bucket_shapes) > 1 else 0.0,
+                        switch_us=NODE_UPDATE_US if len(bucket_shapes) > 1 else 0.0, sizes=len(bucket_shapes),
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]),
                         held_outputs=streamed_outputs(proto))
     sampled = bool(dynamic) and len(bucket_shapes) > SAMPLE_OVER and not every_size

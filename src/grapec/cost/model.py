@@ -111,9 +111,13 @@ def price_small_gemm(kernel, profile: DeviceProfile) -> list:
     return sorted(options, key=lambda o: o[1])
 
 
-# Host time of one node updated in an instantiated graph (cuGraphExecKernelNodeSetParams), H200:
-# 3.4-3.6 us whether called through cuda.bindings or ctypes (benchmarks/results/2026-11-26-h200-shared-execs).
-NODE_UPDATE_US = 3.5
+# Host time of one node updated in an instantiated graph, H200: 3.4-3.6 us alone
+# (benchmarks/results/2026-11-26-h200-shared-execs), 5.3-5.9 us (kernel node) and 7.2 us (child graph)
+# inside a range's switches, through cuda.bindings or ctypes alike (2026-11-27-gpu-memory-switch).
+NODE_UPDATE_US = 6.0
+# Device memory cuDNN's SDPA takes per size (its plans built and timed at load, each engine's code):
+# GPT-2 full fp16, seq 321..512, 102 MiB over 192 sizes (2026-11-27-gpu-memory-switch/build_memory.log).
+CUDNN_SDPA_MIB_PER_SIZE = 0.55
 
 
 def price_attention(kernel, sdpa_attrs: dict, bias_kernel, profile: DeviceProfile, switch_us: float = 0.0) -> list:

@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cost.device import DeviceProfile
-from ..cost.model import price_attention
+from ..cost.model import CUDNN_SDPA_MIB_PER_SIZE, price_attention
 from ..ir import kernel as K
 from ..ir.attention import AttentionKernel, Operand
 from ..ir.graph import Graph, Node
@@ -40,13 +40,19 @@ ATTENTION_ENGINES = ("auto", "kernel", "cudnn")
 ALIGN = 8            # elements of a half type in 16 bytes: cuDNN's operand alignment
 MIN_QUERY_ROWS = 64  # auto: cuDNN's kernels tile 64-128 query rows; a decode step's few rows leave them empty
 MAX_HEAD_DIM = 128
-CAUSAL_HIDDEN = -1e4  # a mask value that hides a key: exporters write -inf, finfo.min (-65504 in half) or -1e4
+CAUSAL_HIDDEN = -1e4
+# A range's cuDNN plans may take this much device memory: issue 33 bounds a range bundle's memory by its
+# weights + 1.2 x its largest arena + 64 MiB, of which cuBLASLt's workspaces and the handles take ~52.
+RANGE_CUDNN_MIB = 8.0  # a mask value that hides a key: exporters write -inf, finfo.min (-65504 in half) or -1e4
 
 
 def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = "auto", notes: list | None = None,
-                      switch_us: float = 0.0) -> Graph:
+                      switch_us: float = 0.0, sizes: int = 1) -> Graph:
     """switch_us: the host time a switch between sizes spends on a node whose launch differs by size
-    (a bundle of several sizes, cost/model.py NODE_UPDATE_US; 0 for one size), added to cuDNN's price."""
+    (a bundle of several sizes, cost/model.py NODE_UPDATE_US; 0 for one size), added to cuDNN's price.
+    sizes: how many sizes the bundle holds. cuDNN builds a plan per size, each with device memory of its
+    own: past RANGE_CUDNN_MIB of them, "auto" keeps the generated kernel, which reads its sizes at run
+    time (one node for every size, no memory per size)."""
     out = []
     masks: dict = {}   # (kernel, inputs) -> the value that kernel writes: layers with one mask share it
     for node in g.nodes:
@@ -71,6 +77,13 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
         priced = price_attention(kernel, attrs, bias, profile, switch_us) \
             if profile is not None else []
         if attention == "auto" and (kernel.seq_q < MIN_QUERY_ROWS or not priced or priced[0][0] != "cuDNN"):
+            out.append(node)
+            continue
+        if attention == "auto" and sizes * CUDNN_SDPA_MIB_PER_SIZE > RANGE_CUDNN_MIB:
+            _note(notes, f"attention at '{_where(node)}' runs the generated kernel where cuDNN's SDPA is priced faster: "
+                         f"in a bundle of {sizes} sizes cuDNN would build a plan for each (about "
+                         f"{sizes * CUDNN_SDPA_MIB_PER_SIZE:.0f} MiB of device memory) and set its node at every "
+                         "switch between them; --attention cudnn takes it anyway")
             out.append(node)
             continue
         # grapec inspect --fusion shows the generated kernel's estimate as the alternative that lost
