@@ -112,8 +112,14 @@ def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Pl
         nums = nf.numbers(np.array(members[lo:lo + CHUNK], np.int64), slots)
         a = nums[:, :2 * len(arena)]
         off, nb = a[:, 0::2], a[:, 1::2]
-        if (off != big_off).any() or (nb > room).any() or (nb < 0).any():
-            return "an arena buffer off its structure's layout"
+        if (off != big_off).any():
+            i, j = np.argwhere(off != big_off)[0]
+            return (f"arena buffer {plan_t['buffers'][arena[j][0]][0]} at {members[lo + i]} lies elsewhere than at "
+                    "its structure's largest size")
+        if (nb > room).any() or (nb < 0).any():
+            i, j = np.argwhere((nb > room) | (nb < 0))[0]
+            return (f"arena buffer {plan_t['buffers'][arena[j][0]][0]} takes {nb[i, j]} bytes at {members[lo + i]}, "
+                    f"{room[j]} in its structure's largest size's layout")
         w = nums[:, 2 * len(arena):]
         if ((w[:, 0::2] + w[:, 1::2]) > weight_bytes).any() or (w < 0).any():
             return "a weight buffer past the weights"

@@ -164,6 +164,10 @@ class RangeCompile:
         if self.families:
             s += (f"; {sum(len(f.sizes) for f in self.families)} of the derived stored as the formulas of "
                   f"{len(self.families)} families")
+        if self.not_families:
+            why = sorted(self.not_families, key=lambda w: -int(w.split()[0]))   # each begins with its count
+            s += (f"; derived sizes stored as plans: {'; '.join(why[:4])}"
+                  + (f" (and {len(self.not_families) - 4} more)" if len(self.not_families) > 4 else ""))
         if self.misfits:
             s += (f"; {len(self.misfits)} compiled size(s) keep their own arena layout: {'; '.join(self.misfits[:3])}"
                   + (" ..." if len(self.misfits) > 3 else ""))
@@ -289,13 +293,15 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     fit_of, evidence = _fits(done, settled, report)
     largest = _largest_plans(done)
     liked = likes(settled)
-    families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes) if as_formulas else ([], None)
+    families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes, report) if as_formulas \
+        else ([], None)
     stored = {}
     for fam in families:   # its spot members first: one that fails its checks and the family is stored plan by plan
         derived = _derived_plans({s: fit_of[s] for s in fam.spots}, largest, kernels, weights.size)
         if any(p is None for p in derived.values()):
             as_plans |= set(fam.sizes + fam.spots)
-            report.not_families.append(f"{fam.sizes[0]}..: a spot size failed its checks")
+            report.not_families.append(f"{len(fam.sizes) + len(fam.spots)} sizes from {fam.sizes[0]}: a spot size "
+                                       "failed its checks")
             continue
         stored.update((s, derived_result(p, s)) for s, p in derived.items())
         report.families.append(fam)
@@ -321,9 +327,10 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     return results, report
 
 
-def _families(fit_of: dict, evidence: dict, largest: dict, weight_bytes: int, rng, sizes: list) -> tuple:
+def _families(fit_of: dict, evidence: dict, largest: dict, weight_bytes: int, rng, sizes: list,
+              report: RangeCompile) -> tuple:
     """-> (RangeFamily per structure part whose derived sizes may be stored as formulas, the derived
-    sizes to store as plans)."""
+    sizes to store as plans); why the others are not, in report.not_families."""
     groups: dict = {}
     for s in sizes:
         if s in fit_of:
@@ -334,6 +341,7 @@ def _families(fit_of: dict, evidence: dict, largest: dict, weight_bytes: int, rn
         fam = form_family(key, fit, members, evidence[id(fit)], largest[key], weight_bytes, rng)
         if isinstance(fam, str):
             as_plans += members
+            report.not_families.append(f"{len(members)} sizes from {members[0]}: {fam}")
         else:
             families.append(fam)
     return families, set(as_plans)
