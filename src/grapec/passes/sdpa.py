@@ -80,7 +80,7 @@ def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = 
             out.append(node)
             continue
         if attention == "auto" and sizes * CUDNN_SDPA_MIB_PER_SIZE > RANGE_CUDNN_MIB:
-            _note(notes, f"attention at '{_where(node)}' runs the generated kernel where cuDNN's SDPA is priced faster: "
+            _note(notes, "attention runs the generated kernel where cuDNN's SDPA is priced faster: "
                          f"in a bundle of {sizes} sizes cuDNN would build a plan for each (about "
                          f"{sizes * CUDNN_SDPA_MIB_PER_SIZE:.0f} MiB of device memory) and set its node at every "
                          "switch between them; --attention cudnn takes it anyway")
