@@ -210,3 +210,27 @@ def test_a_buffer_fits_its_slot_of_the_largest_layout_up_to_the_planners_alignme
     view = Buffer("t", "arena", 520, 80, "int32", (20,))
     assert not fits_slot(Buffer("t", "arena", 0, 88, "int32", (22,)), view)
     assert fits_slot(Buffer("t", "arena", 0, 80, "int32", (20,)), view)
+
+
+def test_a_structure_computes_as_many_elements_a_thread_in_all_its_sizes(monkeypatch):
+    """An element kernel of ELEMENTS_PER_THREAD_FROM elements or more gives each thread four
+    (codegen/launch.py), another function. A structure whose kernels crossed that size ran two, and its
+    derived sizes fell back from formulas to a plan each (GPT-2 64 x 512: 12355 sizes, most of the
+    compile's time). A size now takes its structure's largest size's choice, and the plan says it."""
+    from grapec.codegen import launch
+    from grapec.plan import KernelStep, walk_steps
+    monkeypatch.setattr(launch, "ELEMENTS_PER_THREAD_FROM", 2048)   # crossed inside tiny GPT-2's range
+    b = compile_model(GPT2, dynamic={"batch": (1, 2), "seq": (1, 64)}, targets=[], jobs=2)
+    rb = Bundle.from_bytes(b.to_bytes())
+    per: dict = {}   # plan template -> the elements a thread of each element-mode kernel step, per size
+    for i in range(len(rb.plans)):
+        steps = [st for st in walk_steps(rb.plans[i].steps) if isinstance(st, KernelStep)]
+        kernels = [rb.kernels[st.kernel] for st in steps]
+        row = tuple(k["mapping"][2] if len(k.get("mapping") or ()) > 2 else launch.per_thread_for(int(np.prod(k["shape"])))
+                    for k in kernels if "kind" not in k and (k.get("mapping") or ["element"])[0] == "element")
+        per.setdefault(rb.plans.docs.template_of(i), set()).add(row)
+    # (compiled sizes of one template may run other kernels: the runtime keys on them too, shared_exec.py)
+    derived = {rb.plans.docs.template_of(i) for i, m in enumerate(rb.manifest["buckets"]) if m.get("derived")}
+    assert derived and all(len(per[t]) == 1 for t in derived), [len(per[t]) for t in derived]
+    pinned = [k for k in rb.kernels if (k.get("mapping") or [])[2:] == [4] and np.prod(k["shape"]) < 2048]
+    assert pinned   # smaller sizes of a structure whose largest computes four a thread do so too

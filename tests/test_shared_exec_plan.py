@@ -153,27 +153,3 @@ def test_inspect_prints_the_nodes_a_switch_sets(bundle, tmp_path):
     for line, r in zip(lines, report):
         assert f"between its {len(r['buckets'])} sizes from bucket {r['buckets'][0]} sets {len(r['steps'])} node(s)" in line
 
-
-def test_a_structure_runs_one_function_where_its_sizes_would_pick_elements_per_thread(monkeypatch):
-    """An element kernel of ELEMENTS_PER_THREAD_FROM elements or more gives each thread four
-    (codegen/launch.py), another function. A structure whose kernels crossed that size ran two, and its
-    derived sizes fell back from formulas to a plan each (GPT-2 64 x 512: 12355 sizes, most of the
-    compile's time). A size now takes its structure's largest size's choice."""
-    from grapec.codegen import launch
-    from grapec.plan import walk_steps
-    monkeypatch.setattr(launch, "ELEMENTS_PER_THREAD_FROM", 2048)   # crossed inside tiny GPT-2's range
-    said = []
-    b = compile_model(GPT2, dynamic={"batch": (1, 2), "seq": (1, 64)}, targets=["sm_90"], progress=said.append, jobs=2)
-    assert not [m for m in said if "plan by plan" in m], said
-    assert [m for m in said if "stored as the formulas of" in m], said
-    rb = Bundle.from_bytes(b.to_bytes())
-    functions: dict = {}   # plan template -> the functions its plans' kernel steps run
-    derived = {rb.plans.docs.template_of(i) for i, m in enumerate(rb.manifest["buckets"]) if m.get("derived")}
-    for i in range(len(rb.plans)):
-        steps = [st for st in walk_steps(rb.plans[i].steps) if isinstance(st, KernelStep)]
-        names = tuple(rb.manifest["cuda"]["kernels"][st.kernel] for st in steps)
-        functions.setdefault(rb.plans.docs.template_of(i), set()).add(names)
-    # (compiled sizes of one template may run other functions: the runtime keys on them too, shared_exec.py)
-    assert derived and all(len(functions[t]) == 1 for t in derived), [len(functions[t]) for t in derived]
-    pinned = [k for k in rb.kernels if (k.get("mapping") or [])[2:] == [4] and np.prod(k["shape"]) < 2048]
-    assert pinned   # smaller sizes of a structure whose largest computes four a thread do so too
