@@ -154,6 +154,7 @@ def test_derived_sizes_are_stored_as_their_structures_formulas_and_joined_when_r
     rb = Bundle.from_bytes(data)
     assert "families" in {s["name"] for s in rb.manifest["sections"]}
     assert len(rb.kernels) == rb.plans.docs.stored_kernels   # nothing joined yet: no kernel per member stored
+    assert rb.kernels.joined == 0   # a read bundle's kernels are joined when a run needs them, not at read
     rng = np.random.default_rng(8)
     ref = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"])
     sessions = [grapec.load(b, backend="cpu"), grapec.load(rb, backend="cpu")]
@@ -170,6 +171,20 @@ def test_derived_sizes_are_stored_as_their_structures_formulas_and_joined_when_r
     fam = docs.families[0]
     numbered = numbered_template(fam.plan.template)
     assert numbered["plan"]["buffers"][0][2:4] == [0, 1]   # the first buffer's offset and bytes: the first numbers
+
+
+def test_a_cpu_session_of_a_large_bundle_decodes_only_the_kernels_it_runs(sampled, monkeypatch):
+    """A range of 32768 sizes holds 200k kernels: read and decoded all at load they took 60 s (1 s per
+    3500); past DecodedKernels.EAGER_KERNELS each is joined and decoded when a run first needs it."""
+    from grapec.runtime.cpu.runner import DecodedKernels
+    monkeypatch.setattr(DecodedKernels, "EAGER_KERNELS", 0)
+    b, _ = sampled
+    rb = Bundle.from_bytes(b.to_bytes())
+    sess = grapec.load(rb, backend="cpu")
+    feeds = {"input_ids": np.random.default_rng(2).integers(0, VOCAB, (2, 37)).astype(np.int64)}
+    want = ort.InferenceSession(GPT2, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(sess.run(feeds)["logits"], want, rtol=1e-4, atol=1e-5)
+    assert 0 < rb.kernels.joined < len(rb.kernels) / 10, (rb.kernels.joined, len(rb.kernels))
 
 
 def test_every_size_compiles_each_size(monkeypatch):

@@ -102,11 +102,11 @@ class Bundle:
         one, so the weights are never copied into one whole-file buffer."""
         docs = getattr(self.plans, "docs", None)
         if isinstance(docs, BucketDocs):   # a family's members joined since: not written (their formulas are)
-            stored, kernels, manifest = docs.stored_docs(), self.kernels[:docs.stored_kernels], docs.stored_manifest()
+            stored, nk, manifest = docs.stored_docs(), docs.stored_kernels, docs.stored_manifest()
         else:
-            stored, kernels, manifest = [p.to_json() for p in self.plans], self.kernels, self.manifest
+            stored, nk, manifest = [p.to_json() for p in self.plans], len(self.kernels), self.manifest
         lean, tables = split_tables(manifest)
-        sections = [("weights", self._weights, "none"), ("kernels", _packed(kernels), "zlib"),
+        sections = [("weights", self._weights, "none"), ("kernels", _kernel_section(self.kernels, nk), "zlib"),
                     ("plans", _packed(stored), "zlib"),
                     ("tables", _zipped(tables), "zlib")]
         if isinstance(docs, BucketDocs):
@@ -196,7 +196,7 @@ class Bundle:
         if not isinstance(manifest.get("sections"), list):
             raise BundleError(f"{where}: corrupted manifest (no sections)")
         body = memoryview(data)[HEADER + mlen:]
-        sections = {}
+        sections, packed_kernels = {}, None
         try:
             for s in manifest["sections"]:
                 lo, n = s["offset"], s["size"]
@@ -207,6 +207,8 @@ class Bundle:
                 if hashlib.sha256(chunk).hexdigest() != s["sha256"]:
                     raise BundleError(f"{where}: corrupted bundle (section '{s['name']}' fails its sha256 check)")
                 sections[s["name"]] = _inflate(chunk, s["name"]) if s["compression"] == "zlib" else chunk
+                if s["name"] == "kernels" and s["compression"] == "zlib":
+                    packed_kernels = chunk
             listed = sum(s["size"] for s in manifest["sections"])
             if listed != len(body):
                 raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists {listed})")
@@ -218,7 +220,7 @@ class Bundle:
                 check_manifest(manifest)
             except ValueError as e:
                 raise BundleError(f"{where}: corrupted manifest ({e})") from None
-            kernels = templates.decode(_json(sections["kernels"], "the kernels"))
+            kernels = templates.LazyDocuments(_json(sections["kernels"], "the kernels"), packed_kernels)
             docs = templates.TemplatedDocs(_json(sections["plans"], "the plans"))
             families = _json(sections.pop("families"), "the families") if "families" in sections else None
         except BundleError:
@@ -340,6 +342,13 @@ def _inflate(chunk: bytes, name: str) -> bytes:
 
 def _packed(docs: list) -> bytes:
     return _zipped(templates.encode(docs))
+
+
+def _kernel_section(kernels, n: int) -> bytes:
+    """The first n kernels packed: a read bundle's own section again where they are the ones it read."""
+    if isinstance(kernels, templates.LazyDocuments) and kernels.packed is not None and n == kernels.stored:
+        return kernels.packed
+    return _packed(kernels[:n])
 
 
 def _zipped(doc) -> bytes:

@@ -146,3 +146,48 @@ class TemplatedDocs:
 def decode(enc: dict) -> list:
     docs = TemplatedDocs(enc)
     return [docs[i] for i in range(len(docs))]
+
+
+class LazyDocuments:
+    """decode(enc) as a list whose documents are joined when first read: a range bundle's 200k kernels
+    took 60 s to join at read, where a run reads the few its sizes use. Documents appended after (a
+    range's joined sizes' kernels, bundle/families.py) are kept as given. `packed`: the encoding's bytes
+    as read, which writing reuses while the first `len(enc's documents)` are the ones read."""
+
+    def __init__(self, enc: dict, packed: bytes | None = None):
+        self._docs = TemplatedDocs(enc)
+        self._joined: dict = {}
+        self._added: list = []
+        self.packed = packed
+        self.stored = len(self._docs)
+
+    def __len__(self) -> int:
+        return self.stored + len(self._added)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"document {i} of {len(self)}")
+        if i >= self.stored:
+            return self._added[i - self.stored]
+        doc = self._joined.get(i)
+        if doc is None:
+            doc = self._joined[i] = self._docs[i]
+        return doc
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def joined(self) -> int:
+        """How many of the documents read have been joined so far."""
+        return len(self._joined)
+
+    def append(self, doc):
+        self._added.append(doc)
+
+    def extend(self, docs):
+        self._added.extend(docs)

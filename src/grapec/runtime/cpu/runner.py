@@ -20,19 +20,31 @@ from ...plan import KernelStep, LibraryStep, ScanStoreStep
 from ..walker import run_region
 
 
-class DecodedKernels(list):
-    """The bundle's kernels decoded (checked) at load; those a range's joined sizes add later
-    (bundle/families.py) decoded when first run."""
+class DecodedKernels:
+    """The bundle's kernels decoded (checked) at load, where it has up to EAGER_KERNELS; the others (a
+    range's: 200k kernels, most of which a run never meets) each decoded when first run. A sequence
+    as long as the bundle's kernels (a range's joined sizes add theirs: bundle/families.py)."""
+    EAGER_KERNELS = 4096
 
     def __init__(self, bundle):
-        super().__init__(decode_kernel(bundle, k) for k in range(len(bundle.kernels)))
-        self.bundle = bundle
+        self.bundle, self._decoded = bundle, {}
+        if len(bundle.kernels) <= self.EAGER_KERNELS:
+            for k in range(len(bundle.kernels)):
+                self[k]
 
-    def __getitem__(self, k):
-        if isinstance(k, int):
-            while k >= len(self):
-                self.append(decode_kernel(self.bundle, len(self)))
-        return super().__getitem__(k)
+    def __len__(self) -> int:
+        return len(self.bundle.kernels)
+
+    def __getitem__(self, k: int):
+        if k < 0 or k >= len(self):
+            raise IndexError(f"kernel {k} of {len(self)}")
+        got = self._decoded.get(k)
+        if got is None:
+            got = self._decoded[k] = decode_kernel(self.bundle, k)
+        return got
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
 
 
 class CpuPlanRunner:
