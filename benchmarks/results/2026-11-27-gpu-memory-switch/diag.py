@@ -82,13 +82,16 @@ seq = [int(x) for x in np.random.default_rng(0).integers(lo, hi + 1, 1000)]
 feeds = {n: feeds_for(n, 50257, rng) for n in set(seq)}
 for n in seq[:50]:
     sess.run(feeds[n], on_device=True)
-sh.reset_switch_time(); timing.clear(); counts.clear()
-for n in seq:
-    sess.run(feeds[n], on_device=True)
-ns = sh.switch_count
-print(f"switch_us {r.switch_us:.1f} over {ns} switches; per switch:",
-      {k: f"{v / max(ns, 1) * 1e6:.1f} us" for k, v in timing.items()},
-      "| per call:", {k: f"{timing[k] / counts[k] * 1e6:.2f} us x {counts[k] / max(ns, 1):.2f}" for k in counts})
+def timed_switches(label):
+    """The traffic's switches again, timed; prints the split by node kind."""
+    sh.reset_switch_time(); timing.clear(); counts.clear()
+    for n in seq:
+        sess.run(feeds[n], on_device=True)
+    ns = sh.switch_count
+    print(f"{label}switch_us {r.switch_us:.1f} over {ns} switches; per switch:",
+          {k: f"{v / max(ns, 1) * 1e6:.1f} us" for k, v in timing.items()},
+          "| per call:", {k: f"{timing[k] / counts[k] * 1e6:.2f} us x {counts[k] / max(ns, 1):.2f}" for k in counts})
+timed_switches("")
 print(f"memory at the end {(f0 - free()) / MIB:.0f} MiB, limit {memory_limit_mib(b):.0f} MiB")
 
 # the same sets through libcuda directly (the parameters' C structs as cuda.bindings holds them)
@@ -114,13 +117,7 @@ want = {}
 for n in check:
     want[n] = sess.run(feeds[n] if n in feeds else feeds.setdefault(n, feeds_for(n, 50257, rng)))["logits"]
 SE.SharedExecs._set = fast_set
-sh.reset_switch_time(); timing.clear(); counts.clear()
-for n in seq:
-    sess.run(feeds[n], on_device=True)
-ns = sh.switch_count
-print(f"ctypes: switch_us {r.switch_us:.1f} over {ns} switches; per switch:",
-      {k: f"{v / max(ns, 1) * 1e6:.1f} us" for k, v in timing.items()},
-      "| per call:", {k: f"{timing[k] / counts[k] * 1e6:.2f} us x {counts[k] / max(ns, 1):.2f}" for k in counts})
+timed_switches("ctypes: ")
 worst = 0.0
 for n in check:
     got = sess.run(feeds[n])["logits"]
