@@ -40,10 +40,10 @@ ATTENTION_ENGINES = ("auto", "kernel", "cudnn")
 ALIGN = 8            # elements of a half type in 16 bytes: cuDNN's operand alignment
 MIN_QUERY_ROWS = 64  # auto: cuDNN's kernels tile 64-128 query rows; a decode step's few rows leave them empty
 MAX_HEAD_DIM = 128
-CAUSAL_HIDDEN = -1e4
+CAUSAL_HIDDEN = -1e4  # a mask value that hides a key: exporters write -inf, finfo.min (-65504 in half) or -1e4
 # A range's cuDNN plans may take this much device memory: issue 33 bounds a range bundle's memory by its
 # weights + 1.2 x its largest arena + 64 MiB, of which cuBLASLt's workspaces and the handles take ~52.
-RANGE_CUDNN_MIB = 8.0  # a mask value that hides a key: exporters write -inf, finfo.min (-65504 in half) or -1e4
+RANGE_CUDNN_MIB = 8.0
 
 
 def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = "auto", notes: list | None = None,
