@@ -102,12 +102,14 @@ class Bundle:
         one, so the weights are never copied into one whole-file buffer."""
         docs = getattr(self.plans, "docs", None)
         if isinstance(docs, BucketDocs):   # a family's members joined since: not written (their formulas are)
-            stored, nk, manifest = docs.stored_docs(), docs.stored_kernels, docs.stored_manifest()
+            # a read bundle's stored plans are written back as read (their Plan objects are built from them)
+            packed = getattr(docs.stored, "packed", None)
+            plans, nk, manifest = packed or _packed(docs.stored_docs()), docs.stored_kernels, docs.stored_manifest()
         else:
-            stored, nk, manifest = [p.to_json() for p in self.plans], len(self.kernels), self.manifest
+            plans, nk, manifest = _packed([p.to_json() for p in self.plans]), len(self.kernels), self.manifest
         lean, tables = split_tables(manifest)
         sections = [("weights", self._weights, "none"), ("kernels", _kernel_section(self.kernels, nk), "zlib"),
-                    ("plans", _packed(stored), "zlib"),
+                    ("plans", plans, "zlib"),
                     ("tables", _zipped(tables), "zlib")]
         if isinstance(docs, BucketDocs):
             sections.append(("families", _zipped(docs.families_json()), "zlib"))
@@ -196,7 +198,7 @@ class Bundle:
         if not isinstance(manifest.get("sections"), list):
             raise BundleError(f"{where}: corrupted manifest (no sections)")
         body = memoryview(data)[HEADER + mlen:]
-        sections, packed_kernels = {}, None
+        sections, packed = {}, {}
         try:
             for s in manifest["sections"]:
                 lo, n = s["offset"], s["size"]
@@ -207,8 +209,8 @@ class Bundle:
                 if hashlib.sha256(chunk).hexdigest() != s["sha256"]:
                     raise BundleError(f"{where}: corrupted bundle (section '{s['name']}' fails its sha256 check)")
                 sections[s["name"]] = _inflate(chunk, s["name"]) if s["compression"] == "zlib" else chunk
-                if s["name"] == "kernels" and s["compression"] == "zlib":
-                    packed_kernels = chunk
+                if s["name"] in ("kernels", "plans") and s["compression"] == "zlib":
+                    packed[s["name"]] = chunk
             listed = sum(s["size"] for s in manifest["sections"])
             if listed != len(body):
                 raise BundleError(f"{where}: corrupted bundle ({len(body)} bytes of sections, manifest lists {listed})")
@@ -220,8 +222,9 @@ class Bundle:
                 check_manifest(manifest)
             except ValueError as e:
                 raise BundleError(f"{where}: corrupted manifest ({e})") from None
-            kernels = templates.LazyDocuments(_json(sections["kernels"], "the kernels"), packed_kernels)
+            kernels = templates.LazyDocuments(_json(sections["kernels"], "the kernels"), packed.get("kernels"))
             docs = templates.TemplatedDocs(_json(sections["plans"], "the plans"))
+            docs.packed = packed.get("plans")
             families = _json(sections.pop("families"), "the families") if "families" in sections else None
         except BundleError:
             raise

@@ -110,6 +110,7 @@ class TemplatedDocs:
     encoding, here or when a document is joined."""
 
     def __init__(self, enc: dict):
+        self.packed = None   # the section's bytes as read, where a bundle's reader keeps them
         self.templates = [json.loads(t) for t in enc["templates"]]
         self._joins = [None] * len(self.templates)   # JoinText per template, made when first used
         self._texts = enc["templates"]
