@@ -66,7 +66,6 @@ from ..ops.conv import CONV_PATHS
 from ..passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
 from ..passes.mappings import choose_mappings
 from ..cost.device import DeviceProfile
-from ..cost.model import NODE_UPDATE_US
 from ..cost.report import plan_report, top_level_us
 from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_weights
 from .shared_layout import share_layouts, take_layout
@@ -95,7 +94,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
                   host_control: bool = False, input_values: dict | None = None, notes: list | None = None,
                   profile=None, fold_limit: int = FOLD_LIMIT_BYTES, sized_fold_limit: int | None = None,
                   shared_weights: bool = False,
-                  conv: str = "auto", regions: bool = True, attention: str = "auto", switch_us: float = 0.0,
+                  conv: str = "auto", regions: bool = True, attention: str = "auto",
                   predicated: list | None = None, clusters: bool = False, chosen: dict | None = None,
                   sizes: int = 1) -> Graph:
     """One bucket through the passes, up to the scheduled lowered graph. `parent`: the enclosing
@@ -110,9 +109,9 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     one of several buckets, whose weights should have one layout in all of them (weight_layout.py);
     conv: how convolutions run (ops/conv.py conv_path); regions: False leaves the top level's If and
     Loop nodes as lowering made them (ir/evaluate.py runs that form), not yet in the form plans run;
-    attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES); switch_us: what a node whose
-    launch differs by size costs each switch between the buckets of the compile (0 for one bucket);
-    sizes: how many buckets the compile has (a library call planned per size costs memory per size);
+    attention: how fused attention runs (passes/sdpa.py ATTENTION_ENGINES);
+    sizes: how many buckets the compile has (a library call whose launch differs by size costs a node
+    update at each switch between them, and memory per size: passes/sdpa.py);
     predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py);
     clusters: the GPU code targets sm_90+ only, whose thread-block clusters the split small GEMMs use;
     chosen: the cost-based choices, filled in as they are made: {"mappings": passes/mappings.py's,
@@ -128,7 +127,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     # cost model, weight layouts and engines, and its notes reported with this graph's
     body = dict(fusion=level, profile=profile, fold_limit=fold_limit, sized_fold_limit=sized_fold_limit,
                 shared_weights=shared_weights, conv=conv,
-                attention=attention, switch_us=switch_us, sizes=sizes, clusters=clusters, notes=notes)
+                attention=attention, sizes=sizes, clusters=clusters, notes=notes)
     g = lower_graph(g, options={"conv": conv, "notes": notes, "body": body,
                                 "predicated": predicated if predicated is not None else [],
                                 **({"sized_fold_limit": sized_fold_limit} if sized_fold_limit is not None else {})})
@@ -144,7 +143,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         if level == "full":
             g = fuse_attention(g, notes)
             g = attention_operands(g)
-            g = attention_engines(g, profile, attention, notes, switch_us, sizes)
+            g = attention_engines(g, profile, attention, notes, sizes)
             g = small_gemms(g, profile, split=clusters)
         g = fold_output_casts(g)
         g = aligned_rows(g)
@@ -183,7 +182,6 @@ class BucketContext:
     attention: str = "auto"        # passes/sdpa.py ATTENTION_ENGINES
     grid_stitch: str = "auto"      # passes/grid_stitch.py MODES
     dependent_launch: bool = True  # the GPU code targets sm_90+, where programmatic edges join kernel nodes
-    switch_us: float = 0.0         # several buckets: a node whose launch differs by size costs this a switch
     sizes: int = 1                 # how many buckets
     held_outputs: tuple = ()       # outputs a caller reads while a run goes on (a generation's tokens, streamed)
 
@@ -240,7 +238,7 @@ def compile_bucket(ctx: BucketContext, ishapes: dict, weights: WeightStore, kern
     low = compile_graph(ctx.graph, ishapes, host_control=ctx.host_control, input_values=ctx.fixed, notes=notes,
                         fusion=ctx.fusion, profile=ctx.profile, sized_fold_limit=ctx.sized_fold_limit,
                         shared_weights=ctx.shared_weights,
-                        conv=ctx.conv, attention=ctx.attention, switch_us=ctx.switch_us, predicated=predicated,
+                        conv=ctx.conv, attention=ctx.attention, predicated=predicated,
                         clusters=ctx.dependent_launch, chosen=chosen, sizes=ctx.sizes)
     for node in regions(low):
         if not node.attrs["graphed"]:
@@ -457,7 +455,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
                         brief=len(bucket_shapes) > BRIEF_REPORTS_OVER,
                         sized_fold_limit=SIZED_FOLD_LIMIT_BYTES if dynamic else None,
                         shared_weights=len(bucket_shapes) > 1 or generate is not None, conv=conv, attention=attention, grid_stitch=grid_stitch,
-                        switch_us=NODE_UPDATE_US if len(bucket_shapes) > 1 else 0.0, sizes=len(bucket_shapes),
+                        sizes=len(bucket_shapes),
                         dependent_launch=targets == "auto" or all(int(t[3:]) >= 90 for t in targets or ["sm_90"]),
                         held_outputs=streamed_outputs(proto))
     sampled = bool(dynamic) and len(bucket_shapes) > SAMPLE_OVER and not every_size

@@ -29,7 +29,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..cost.device import DeviceProfile
-from ..cost.model import CUDNN_SDPA_MIB_PER_SIZE, price_attention
+from ..cost.model import CUDNN_SDPA_MIB_PER_SIZE, NODE_UPDATE_US, price_attention
 from ..ir import kernel as K
 from ..ir.attention import AttentionKernel, Operand
 from ..ir.graph import Graph, Node
@@ -47,12 +47,12 @@ RANGE_CUDNN_MIB = 8.0
 
 
 def attention_engines(g: Graph, profile: DeviceProfile | None, attention: str = "auto", notes: list | None = None,
-                      switch_us: float = 0.0, sizes: int = 1) -> Graph:
-    """switch_us: the host time a switch between sizes spends on a node whose launch differs by size
-    (a bundle of several sizes, cost/model.py NODE_UPDATE_US; 0 for one size), added to cuDNN's price.
-    sizes: how many sizes the bundle holds. cuDNN builds a plan per size, each with device memory of its
-    own: past RANGE_CUDNN_MIB of them, "auto" keeps the generated kernel, which reads its sizes at run
-    time (one node for every size, no memory per size)."""
+                      sizes: int = 1) -> Graph:
+    """sizes: how many sizes the bundle holds. With several, cuDNN's node has a launch per size, which a
+    switch between them sets (cost/model.py NODE_UPDATE_US of host time, added to cuDNN's price), and a
+    plan per size, each with device memory of its own: past RANGE_CUDNN_MIB of them, "auto" keeps the
+    generated kernel, which reads its sizes at run time (one node for every size, no memory per size)."""
+    switch_us = NODE_UPDATE_US if sizes > 1 else 0.0
     out = []
     masks: dict = {}   # (kernel, inputs) -> the value that kernel writes: layers with one mask share it
     for node in g.nodes:
