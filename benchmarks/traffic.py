@@ -1,7 +1,7 @@
 """Requests of random length, as a service sees them: grapec's range bundle against the ideal and the
 peers, one process, one GPU (issue 33's benchmark).
 
-    python benchmarks/traffic.py [--model gpt2] [--range 1:128] [--requests 2000] [--precision fp16]
+    python benchmarks/traffic.py [--model gpt2|bert] [--range 1:128] [--requests 2000] [--precision fp16]
                                  [--backend cuda] [--max-graphs 8] [--peers torch,compile,padded]
                                  [--baseline-own-execs] [--out DIR] [--cache DIR]
 
@@ -36,6 +36,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -67,23 +68,23 @@ def model_path(name: str, size: str) -> str:
     return path
 
 
-def compile_range(path, lo, hi, precision, cache, say):
+def compile_range(path, dim, lo, hi, precision, cache, say):
     import grapec
     from grapec.bundle.format import Bundle
-    out = os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-seq{lo}-{hi}.grape")
+    out = os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-{dim}{lo}-{hi}.grape")
     if not os.path.exists(out):
         t0 = time.perf_counter()
-        grapec.compile(path, dims={"batch": 1}, dynamic={"seq": (lo, hi)}, precision=precision, progress=say).write(out)
+        grapec.compile(path, dims={"batch": 1}, dynamic={dim: (lo, hi)}, precision=precision, progress=say).write(out)
         say(f"range bundle compiled in {time.perf_counter() - t0:.0f}s")
     return Bundle.read(out)
 
 
-def compile_singles(path, lengths, precision, cache) -> dict:
+def compile_singles(path, dim, lengths, precision, cache) -> dict:
     """length -> its single-size bundle's file, each compiled in a process of its own, a few at a time
     with their BLAS threads split between them (16 compiles of full GPT-2 forked at once, each with
     every core's BLAS threads, did not finish in 9 minutes on a 16-core machine; one takes 18 s)."""
     import subprocess
-    outs = {n: os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-seq{n}.grape") for n in lengths}
+    outs = {n: os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-{dim}{n}.grape") for n in lengths}
     todo = [(n, out) for n, out in outs.items() if not os.path.exists(out)]
     cores = os.cpu_count() or 1
     jobs = max(1, min(len(todo), cores // 4))
@@ -93,7 +94,7 @@ def compile_singles(path, lengths, precision, cache) -> dict:
     while todo or running:
         while todo and len(running) < jobs:
             n, out = todo.pop(0)
-            code = (f"import grapec; grapec.compile({path!r}, dims={{'batch': 1, 'seq': {n}}}, precision={precision!r}, "
+            code = (f"import grapec; grapec.compile({path!r}, dims={{'batch': 1, {dim!r}: {n}}}, precision={precision!r}, "
                     f"jobs=1).write({out!r})")
             running.append(subprocess.Popen([sys.executable, "-c", code], env=env))
         p = running.pop(0)
@@ -102,8 +103,47 @@ def compile_singles(path, lengths, precision, cache) -> dict:
     return outs
 
 
-def feeds_for(n: int, vocab: int, rng) -> dict:
-    return {"input_ids": rng.integers(0, vocab, (1, n)).astype(np.int64)}
+@dataclass(frozen=True)
+class ModelInput:
+    """One input of a request of length n, shaped [1, n]: token ids below `vocab`, a mask of ones (a request
+    has no padding of its own), or floats (audio samples)."""
+    name: str
+    kind: str            # "ids", "mask" or "float"
+    vocab: int = 0
+
+    def make(self, n: int, rng) -> np.ndarray:
+        if self.kind == "ids":
+            return rng.integers(0, self.vocab, (1, n)).astype(np.int64)
+        if self.kind == "mask":
+            return np.ones((1, n), np.int64)
+        return rng.standard_normal((1, n)).astype(np.float32)
+
+    def padded(self, a: np.ndarray, to: int) -> np.ndarray:
+        """a padded to length `to`: zeros after it (a mask's zeros hide the padding from the real positions)."""
+        out = np.zeros((1, to), a.dtype)
+        out[:, :a.shape[1]] = a
+        return out
+
+
+def model_inputs(path: str) -> list:
+    """The model's inputs as ModelInputs, in its order (a token id's vocabulary from the Gather it indexes)."""
+    import onnx
+    from grapec.bundle.inputs import value_ranges
+    model = onnx.load(path, load_external_data=False)
+    ranges = value_ranges(model)
+    out = []
+    for v in model.graph.input:
+        if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            out.append(ModelInput(v.name, "float"))
+        elif "mask" in v.name.lower():
+            out.append(ModelInput(v.name, "mask"))
+        else:
+            out.append(ModelInput(v.name, "ids", ranges[v.name].hi + 1))
+    return out
+
+
+def feeds_for(n: int, inputs: list, rng) -> dict:
+    return {i.name: i.make(n, rng) for i in inputs}
 
 
 def sync(backend: str):
@@ -112,10 +152,10 @@ def sync(backend: str):
         runtime.cudaDeviceSynchronize()
 
 
-def time_grapec(sess, lengths, vocab, backend, bound: bool) -> tuple:
+def time_grapec(sess, lengths, inputs, backend, bound: bool) -> tuple:
     """-> (latency stats, the session's device memory in MiB where known)."""
     rng = np.random.default_rng(1)
-    requests = [feeds_for(n, vocab, rng) for n in lengths]
+    requests = [feeds_for(n, inputs, rng) for n in lengths]
     for f in requests[:20]:   # warm: the first lengths' graphs
         sess.run(f)
     times = []
@@ -135,7 +175,7 @@ def time_grapec(sess, lengths, vocab, backend, bound: bool) -> tuple:
     return stats(times)
 
 
-def ideal(singles: dict, lengths: list, vocab: int, backend: str, say) -> dict:
+def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict:
     """Each length's single-size bundle: its median latency (numpy in and out), then the traffic's
     latencies as those medians in the traffic's order."""
     import grapec
@@ -143,7 +183,7 @@ def ideal(singles: dict, lengths: list, vocab: int, backend: str, say) -> dict:
     per = {}
     for n in sorted(set(lengths)):
         sess = grapec.load(singles[n], backend=backend)
-        f = feeds_for(n, vocab, rng)
+        f = feeds_for(n, inputs, rng)
         for _ in range(5):
             sess.run(f)
         ts = []
@@ -158,41 +198,50 @@ def ideal(singles: dict, lengths: list, vocab: int, backend: str, say) -> dict:
     return stats([per[n] for n in lengths])
 
 
-def torch_rows(name: str, lengths_by_traffic: dict, precision: str, peers: list, say) -> dict:
+def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str, peers: list, say) -> dict:
     """PyTorch peers on the zoo module's weights: one CUDA graph per length, torch.compile(dynamic=True),
-    and padding to multiples of 64 with one graph per bucket."""
+    and padding to multiples of 64 with one graph per bucket. The module takes `inputs` in order; where it
+    returns several outputs, the first is the one copied out."""
     import torch
     from grapec.tools.bench import zoo_module
     module = zoo_module(name, "full").cuda().eval()
     if precision == "fp16":
         module = module.half()
-    vocab = module_vocab(module)
+    half = precision == "fp16"
     out = {}
     all_lengths = sorted({n for ls in lengths_by_traffic.values() for n in ls})
 
-    def graphs_for(lengths, pad_to=None):
+    def first(y):
+        return y[0] if isinstance(y, (tuple, list)) else y
+
+    def to_device(arrays):
+        return [torch.from_numpy(a).cuda().half() if half and a.dtype == np.float32 else torch.from_numpy(a).cuda()
+                for a in arrays]
+
+    def graphs_for(lengths):
         kept = {}
         base = torch.cuda.memory_allocated()
+        rng = np.random.default_rng(5)
         for n in lengths:
-            x = torch.zeros((1, n), dtype=torch.int64, device="cuda")
+            xs = to_device([i.make(n, rng) for i in inputs])
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s), torch.no_grad():
-                module(x)
+                module(*xs)
             torch.cuda.current_stream().wait_stream(s)
             g = torch.cuda.CUDAGraph()
             with torch.no_grad(), torch.cuda.graph(g):
-                y = module(x)
-            kept[n] = (g, x, y)
+                y = first(module(*xs))
+            kept[n] = (g, xs, y)
         return kept, (torch.cuda.memory_allocated() - base) / MIB
 
     def timed(fn, lengths):
         rng = np.random.default_rng(1)
-        requests = [feeds_for(n, vocab, rng)["input_ids"] for n in lengths]
+        requests = [[i.make(n, rng) for i in inputs] for n in lengths]
         times = []
-        for ids in requests:
+        for arrays in requests:
             t0 = time.perf_counter()
-            fn(ids)
+            fn(arrays)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         return stats(times)
@@ -201,9 +250,10 @@ def torch_rows(name: str, lengths_by_traffic: dict, precision: str, peers: list,
         kept, mib = graphs_for(all_lengths)
         say(f"torch: {len(kept)} graphs captured, {mib:.0f} MiB")
 
-        def run(ids):
-            g, x, y = kept[ids.shape[1]]
-            x.copy_(torch.from_numpy(ids))
+        def run(arrays):
+            g, xs, y = kept[arrays[0].shape[1]]
+            for x, a in zip(xs, arrays):
+                x.copy_(torch.from_numpy(a))
             g.replay()
             return y.float().cpu().numpy()
         out["torch graphs"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
@@ -213,11 +263,12 @@ def torch_rows(name: str, lengths_by_traffic: dict, precision: str, peers: list,
         buckets = sorted({-(-n // 64) * 64 for n in all_lengths})
         kept, mib = graphs_for(buckets)
 
-        def run(ids):
-            n = ids.shape[1]
-            g, x, y = kept[-(-n // 64) * 64]
-            x.zero_()
-            x[:, :n].copy_(torch.from_numpy(ids))   # causal: the padding after n does not change positions < n
+        def run(arrays):
+            n = arrays[0].shape[1]
+            g, xs, y = kept[-(-n // 64) * 64]
+            for x, i, a in zip(xs, inputs, arrays):
+                # GPT-2 is causal and BERT's mask hides the padding: positions < n are unchanged by it
+                x.copy_(torch.from_numpy(i.padded(a, x.shape[1])))
             g.replay()
             return y[:, :n].float().cpu().numpy()
         out["padded to 64"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
@@ -227,11 +278,12 @@ def torch_rows(name: str, lengths_by_traffic: dict, precision: str, peers: list,
         cm = torch.compile(module, dynamic=True)
         base = torch.cuda.memory_allocated()
 
-        def run(ids):
+        def run(arrays):
             with torch.no_grad():
-                return cm(torch.from_numpy(ids).cuda()).float().cpu().numpy()
+                return first(cm(*to_device(arrays))).float().cpu().numpy()
+        rng = np.random.default_rng(6)
         for n in all_lengths[:: max(1, len(all_lengths) // 8)]:   # warm: the compile happens here, not timed
-            run(np.zeros((1, n), np.int64))
+            run([i.make(n, rng) for i in inputs])
         out["torch.compile"] = {t: dict(timed(run, ls), memory_mib=(torch.cuda.memory_allocated() - base) / MIB)
                                 for t, ls in lengths_by_traffic.items()}
     return out
@@ -245,10 +297,10 @@ def _free_device_bytes(backend: str):
     return Device(0).mem_info()[0]
 
 
-def every_length_once(sess, lo: int, hi: int, vocab: int):
+def every_length_once(sess, lo: int, hi: int, inputs: list):
     rng = np.random.default_rng(4)
     for n in range(lo, hi + 1):
-        sess.run(feeds_for(n, vocab, rng))
+        sess.run(feeds_for(n, inputs, rng))
 
 
 def memory_limit_mib(bundle) -> float:
@@ -256,15 +308,8 @@ def memory_limit_mib(bundle) -> float:
     return (bundle.weights_nbytes + 1.2 * max(bundle.plans[i].arena_bytes for i in range(len(bundle.plans)))) / MIB + 64
 
 
-def module_vocab(module) -> int:
-    for m in module.modules():
-        if hasattr(m, "config") and hasattr(m.config, "vocab_size"):
-            return m.config.vocab_size
-    raise ValueError("the module has no config.vocab_size")
-
-
 def table(res: dict) -> list:
-    lines = [f"{res['model']} {res['precision']}, seq {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
+    lines = [f"{res['model']} {res['precision']}, {res.get('dim', 'seq')} {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
              f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
              f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}. "
@@ -284,6 +329,7 @@ def table(res: dict) -> list:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--dim", default=None, help="the model's length dim (default: samples for wav2vec2, else seq)")
     ap.add_argument("--size", default="full", choices=["tiny", "full"])
     ap.add_argument("--range", default="1:128")
     ap.add_argument("--requests", type=int, default=2000)
@@ -296,6 +342,7 @@ def main():
                     help="compile single-length bundles for K lengths spread over the range only (a bundle per length of "
                          "a 1:512 range does not fit a disk), and add a third traffic drawn uniformly from those K "
                          "lengths, the one the ideal row is measured on")
+    ap.add_argument("--only-peers", action="store_true", help="time the PyTorch peers only (no grapec rows, no compile)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile the range and single-length bundles into --cache, then stop (a later run times them)")
     ap.add_argument("--baseline-own-execs", action="store_true",
@@ -313,22 +360,25 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     os.makedirs(a.cache, exist_ok=True)
     lo, hi = (int(x) for x in a.range.split(":"))
+    a.dim = a.dim or ("samples" if a.model == "wav2vec2" else "seq")
     path = model_path(a.model, a.size)
     lengths = traffics(lo, hi, a.requests)
+    inputs = model_inputs(path)
     if a.ideal_lengths:
         sampled = sorted({int(round(x)) for x in np.linspace(lo, hi, a.ideal_lengths)})
         lengths[f"uniform over {len(sampled)} lengths"] = [int(x) for x in np.random.default_rng(3).choice(sampled, a.requests)]
         used = sampled
     else:
         used = sorted({n for ls in lengths.values() for n in ls})
-    singles = {} if a.no_ideal else compile_singles(path, used, a.precision, a.cache)   # forks: before CUDA starts
-    ranged = compile_range(path, lo, hi, a.precision, a.cache, say)
+    res = {"model": a.model, "dim": a.dim, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
+           "backend": a.backend, "rows": {}}
+    if a.only_peers:
+        a.no_ideal = True
+    singles = {} if a.no_ideal else compile_singles(path, a.dim, used, a.precision, a.cache)   # forks: before CUDA starts
+    ranged = None if a.only_peers else compile_range(path, a.dim, lo, hi, a.precision, a.cache, say)
     if a.compile_only:
         say(f"compiled: the range and {len(singles)} single-length bundles in {a.cache}")
         return
-    vocab = next(r["value_range"]["hi"] + 1 for r in ranged.manifest["inputs"] if r["name"] == "input_ids")
-    res = {"model": a.model, "precision": a.precision, "range": [lo, hi], "requests": a.requests,
-           "backend": a.backend, "rows": {}}
     options = {} if a.max_graphs is None or a.backend == "cpu" else {"max_graphs": a.max_graphs}
     # each row's environment: one exec per launch structure by default (runtime/cuda/shared_exec.py);
     # the baselines give each length its own exec (an LRU of max_graphs, parked graphs patched in)
@@ -337,7 +387,7 @@ def main():
         variants.append(("grapec range, own execs", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "1"}))
     if a.baseline_spare:
         variants.append(("grapec range, own execs, LRU spare", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "0"}))
-    for row, env in variants:
+    for row, env in ([] if a.only_peers else variants):
         os.environ.update(env)
         free0 = _free_device_bytes(a.backend)
         t0 = time.perf_counter()
@@ -345,28 +395,29 @@ def main():
         if not a.lazy_graphs:
             sess.build_graphs()
         res.setdefault("load_s", time.perf_counter() - t0)
-        every_length_once(sess, lo, hi, vocab)   # the memory read below is after every size ran
-        res["rows"][row] = {t: time_grapec(sess, ls, vocab, a.backend, False) for t, ls in lengths.items()}
+        every_length_once(sess, lo, hi, inputs)   # the memory read below is after every size ran
+        res["rows"][row] = {t: time_grapec(sess, ls, inputs, a.backend, False) for t, ls in lengths.items()}
         used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
         for st in res["rows"][row].values():
             st["memory_mib"] = used
         if a.backend == "cuda":
-            res["rows"][row + " bound"] = {t: time_grapec(sess, ls, vocab, a.backend, True) for t, ls in lengths.items()}
+            res["rows"][row + " bound"] = {t: time_grapec(sess, ls, inputs, a.backend, True) for t, ls in lengths.items()}
             res.setdefault("switches", {})[row] = dict(getattr(sess._runner, "switches", {}))
             res.setdefault("switch_us", {})[row] = sess._runner.switch_us
         sess.close()
     for key in ("GRAPEC_SHARED_EXECS", "GRAPEC_SPARE_BY_SHAPE"):
-        os.environ.pop(key)
-    res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
-    res["memory_limit_mib"] = memory_limit_mib(ranged)
+        os.environ.pop(key, None)
+    if ranged is not None:
+        res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
+        res["memory_limit_mib"] = memory_limit_mib(ranged)
     save(res, a.out)
     if not a.no_ideal:
-        res["rows"]["ideal"] = {t: ideal(singles, ls, vocab, a.backend, say) for t, ls in lengths.items()
+        res["rows"]["ideal"] = {t: ideal(singles, ls, inputs, a.backend, say) for t, ls in lengths.items()
                                 if set(ls) <= set(singles)}
         save(res, a.out)
     if a.backend == "cuda" and a.peers:
         for peer in a.peers.split(","):   # saved after each: a run cut short keeps what it measured
-            res["rows"].update(torch_rows(a.model, lengths, a.precision, [peer], say))
+            res["rows"].update(torch_rows(a.model, inputs, lengths, a.precision, [peer], say))
             save(res, a.out)
     print("\n".join(table(res)))
 
