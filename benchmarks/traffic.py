@@ -201,7 +201,9 @@ def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict
 def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str, peers: list, say) -> dict:
     """PyTorch peers on the zoo module's weights: one CUDA graph per length, torch.compile(dynamic=True),
     and padding to multiples of 64 with one graph per bucket. The module takes `inputs` in order; where it
-    returns several outputs, the first is the one copied out."""
+    returns several outputs, the first is the one copied out. Memory: what torch's caching allocator holds
+    (memory_reserved) beyond what it held before, the graphs' private pools included (memory_allocated
+    leaves out what a captured graph freed inside its pool, which stays held for its replays)."""
     import torch
     from grapec.tools.bench import zoo_module
     module = zoo_module(name, "full").cuda().eval()
@@ -220,7 +222,7 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
 
     def graphs_for(lengths):
         kept = {}
-        base = torch.cuda.memory_allocated()
+        base = torch.cuda.memory_reserved()
         rng = np.random.default_rng(5)
         for n in lengths:
             xs = to_device([i.make(n, rng) for i in inputs])
@@ -233,7 +235,8 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
             with torch.no_grad(), torch.cuda.graph(g):
                 y = first(module(*xs))
             kept[n] = (g, xs, y)
-        return kept, (torch.cuda.memory_allocated() - base) / MIB
+        torch.cuda.synchronize()
+        return kept, (torch.cuda.memory_reserved() - base) / MIB
 
     def timed(fn, lengths):
         rng = np.random.default_rng(1)
@@ -276,7 +279,7 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         torch.cuda.empty_cache()
     if "compile" in peers:
         cm = torch.compile(module, dynamic=True)
-        base = torch.cuda.memory_allocated()
+        base = torch.cuda.memory_reserved()
 
         def run(arrays):
             with torch.no_grad():
@@ -284,7 +287,7 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         rng = np.random.default_rng(6)
         for n in all_lengths[:: max(1, len(all_lengths) // 8)]:   # warm: the compile happens here, not timed
             run([i.make(n, rng) for i in inputs])
-        out["torch.compile"] = {t: dict(timed(run, ls), memory_mib=(torch.cuda.memory_allocated() - base) / MIB)
+        out["torch.compile"] = {t: dict(timed(run, ls), memory_mib=(torch.cuda.memory_reserved() - base) / MIB)
                                 for t, ls in lengths_by_traffic.items()}
     return out
 

@@ -5,3 +5,6 @@ python3 benchmarks/traffic.py --model bert --range 1:512 --precision fp16 --idea
 python3 benchmarks/traffic.py --model gpt2 --range 1:512 --precision fp16 --ideal-lengths 8 --requests 2000 \
     --only-peers --peers torch --out $OUT/gpt2-torch > $OUT/gpt2-torch.log 2>&1; echo "rc $?"
 tail -8 $OUT/bert-compile/traffic.md $OUT/gpt2-torch/traffic.md
+python3 benchmarks/traffic.py --model bert --range 1:512 --precision fp16 --ideal-lengths 8 --requests 2000 \
+    --only-peers --peers torch,padded --out $OUT/bert-torch > $OUT/bert-torch.log 2>&1; echo "rc $?"
+tail -12 $OUT/bert-torch/traffic.md
