@@ -29,13 +29,15 @@ from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
 
 
-def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: bool = True, shared: set = frozenset()) -> tuple:
+def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: bool = True, shared: set = frozenset(),
+                   mapper=map) -> tuple:
     """-> (sections {name: bytes}, manifest entry). shared: kernels whose functions also run sizes stored as
-    formulas (bundle/families.py), merged as if their plans were several."""
+    formulas (bundle/families.py), merged as if their plans were several. mapper: how the kernels are
+    rendered (codegen/module.py build_module)."""
     users = kernel_users(plans, len(kernels_json))
     for k in shared:
         users[k].add(-1)
-    module = build_module(kernels_json, users)
+    module = build_module(kernels_json, users, mapper)
     source = module.source
     if any(isinstance(st, ScanStoreStep) for p in plans for st in walk_steps(p.steps)):
         source += SCAN_STORE

@@ -67,44 +67,58 @@ class CudaModule:
         return self.prelude + "\n\n".join(self.bodies) + "\n"
 
 
-def build_module(kernels: list, users: list | None = None) -> CudaModule:
+@dataclass
+class RenderedKernel:
+    """One kernel rendered: what build_module needs of it, worked out where it was rendered."""
+    launch: object
+    text: str
+    held: str | None        # its text without rows held in registers, where it holds some
+    group: object           # what kernels that may merge share: the text with numbers blanked (and more, below)
+    plain: str              # the held-free text with numbers blanked (_one_way_per_kernel)
+    tensor_cores: bool
+
+
+def render_kernel(k) -> RenderedKernel:
+    """A kernel (or its JSON) rendered. One kernel's work, independent of the others': build_module's
+    `mapper` may spread it over processes."""
+    if isinstance(k, dict):
+        k = kernel_from_json(k)
+    held = None
+    if isinstance(k, AttentionKernel):
+        launch = attention_launch(k)
+        text = render_attention(k, launch, _NAME)
+        group = (_NUMBER.sub("#", text), attention_structure(k, launch))
+    elif isinstance(k, (SmallGemmKernel, *SELECTION_KINDS)):
+        launch = small_gemm_launch(k) if isinstance(k, SmallGemmKernel) else selection_launch(k)
+        text = render_small_gemm(k, _NAME) if isinstance(k, SmallGemmKernel) else render_selection(k, _NAME)
+        group = text
+    else:
+        launch = plan_launch(k)
+        renderer = CudaRenderer(k, launch)
+        text = renderer.render(_NAME)[1]
+        if renderer.resident is not None:
+            held = CudaRenderer(k, launch, hold_rows=False).render(_NAME)[1]
+        group = _NUMBER.sub("#", text)
+    plain = _NUMBER.sub("#", held) if held is not None else (group if isinstance(group, str) else group[0])
+    return RenderedKernel(launch, text, held, group, plain, isinstance(k, TENSOR_CORE_KINDS))
+
+
+def build_module(kernels: list, users: list | None = None, mapper=map) -> CudaModule:
     """kernels: Kernel objects (or their JSON), in bundle order. users: per kernel, the set of buckets
-    whose plans run it; kernels that look alike are merged only when they span two buckets or more."""
-    kernels = [kernel_from_json(k) if isinstance(k, dict) else k for k in kernels]
+    whose plans run it; kernels that look alike are merged only when they span two buckets or more.
+    mapper(render_kernel, kernels) renders them all, in order (the builtin map, or one over processes:
+    a range's bundle holds hundreds of thousands of kernels)."""
     users = users or [{0}] * len(kernels)
-    launches, texts = [], []
-    held: dict = {}   # kernel -> its text without rows held in registers, where it holds some
-    for k in kernels:
-        if isinstance(k, AttentionKernel):
-            launch = attention_launch(k)
-            texts.append(render_attention(k, launch, _NAME))
-        elif isinstance(k, SmallGemmKernel):
-            launch = small_gemm_launch(k)
-            texts.append(render_small_gemm(k, _NAME))
-        elif isinstance(k, SELECTION_KINDS):
-            launch = selection_launch(k)
-            texts.append(render_selection(k, _NAME))
-        else:
-            launch = plan_launch(k)
-            renderer = CudaRenderer(k, launch)
-            texts.append(renderer.render(_NAME)[1])
-            if renderer.resident is not None:
-                held[len(texts) - 1] = CudaRenderer(k, launch, hold_rows=False).render(_NAME)[1]
-        launches.append(launch)
-    _one_way_per_kernel(texts, held, users)
+    rendered = list(mapper(render_kernel, kernels))
+    _one_way_per_kernel(rendered, users)
 
     groups: dict = {}   # template (numbers blanked) -> kernel indices
-    for i, (k, text) in enumerate(zip(kernels, texts)):
-        if isinstance(k, (SmallGemmKernel, *SELECTION_KINDS)):
-            key = text
-        elif isinstance(k, AttentionKernel):
-            key = (_NUMBER.sub("#", text), attention_structure(k, launches[i]))
-        else:
-            key = _NUMBER.sub("#", text)
-        groups.setdefault(key, []).append(i)
-
-    m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=launches,
-                   tensor_cores=any(isinstance(k, TENSOR_CORE_KINDS) for k in kernels))
+    for i, r in enumerate(rendered):
+        groups.setdefault(r.group, []).append(i)
+    texts = [r.text for r in rendered]
+    m = CudaModule(names=[""] * len(kernels), scalars=[[] for _ in kernels], launches=[r.launch for r in rendered],
+                   tensor_cores=any(r.tensor_cores for r in rendered))
+    del rendered
     body_index: dict = {}   # function name -> index into m.bodies
 
     def add(name, body, first):
@@ -125,9 +139,10 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
             if name + SIZED not in body_index:
                 add(name + SIZED, sized_twin(body, params), members[0])
                 m.sized.append(name)
+            index_of = {t: j for j, t in enumerate(distinct)}
             for i in members:
                 m.names[i] = name
-                m.scalars[i] = [[t, v] for t, v in zip(params, values[distinct.index(texts[i])])]
+                m.scalars[i] = [[t, v] for t, v in zip(params, values[index_of[texts[i]]])]
         else:
             for i in members:
                 name = _function_name(texts[i])
@@ -136,19 +151,20 @@ def build_module(kernels: list, users: list | None = None) -> CudaModule:
     return m
 
 
-def _one_way_per_kernel(texts: list, held: dict, users: list):
+def _one_way_per_kernel(rendered: list, users: list):
     """Kernels that differ only in sizes, used by several buckets, render alike: where some of them
     hold their rows in registers (codegen/resident.py: a softmax row of whole 128-element steps, seq 128
     and 256 but not 68) and others do not, none does. Else one launch structure of a range would run two
     functions, and its sizes stored as formulas (bundle/families.py) could not name theirs."""
     plain: dict = {}   # the text without held rows, numbers blanked -> kernel indices
-    for i, text in enumerate(texts):
-        plain.setdefault(_NUMBER.sub("#", held.get(i, text)), []).append(i)
+    for i, r in enumerate(rendered):
+        plain.setdefault(r.plain, []).append(i)
     for members in plain.values():
-        holding = [i for i in members if i in held]
+        holding = [i for i in members if rendered[i].held is not None]
         if holding and len(holding) < len(members) and len(set().union(*(users[i] for i in members))) > 1:
             for i in holding:
-                texts[i] = held[i]
+                r = rendered[i]
+                r.text, r.group, r.held = r.held, r.plain, None
 
 
 def _merge(texts: list) -> tuple | None:
@@ -221,4 +237,4 @@ def scalar_literal(kind: str, value) -> str:
     return f"{int(value)}LL" if kind == "i64" else repr(float(value))
 
 
-__all__ = ["CudaModule", "SIZED", "build_module", "kernel_users", "scalar_literal", "sized_twin"]
+__all__ = ["CudaModule", "SIZED", "build_module", "render_kernel", "kernel_users", "scalar_literal", "sized_twin"]

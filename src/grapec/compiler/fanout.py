@@ -20,6 +20,7 @@ import numpy as np
 from ..plan import KernelStep, walk_steps
 
 _WORK: dict = {}   # set before the fork; the workers read it (nothing is pickled but the results)
+_FORKED: dict = {}   # map_forked's, likewise
 
 
 def default_jobs(n_items: int) -> int:
@@ -53,6 +54,30 @@ def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = 
     finally:
         _WORK.clear()
     return results
+
+
+def map_forked(fn: Callable, items: list, jobs: int | None = None, chunk: int = 512) -> list:
+    """[fn(x) for x in items], in order, over `jobs` forked processes that inherit fn and items (only
+    the results are pickled), a chunk of items at a time: for many small independent pieces of work
+    (rendering a range bundle's hundreds of thousands of kernels). In this process where there is
+    less than two chunks' work or one job."""
+    jobs = default_jobs(len(items) // chunk) if jobs is None else jobs
+    if jobs <= 1 or len(items) < 2 * chunk or "fork" not in multiprocessing.get_all_start_methods():
+        return list(map(fn, items))
+    _FORKED.update(fn=fn, items=items, chunk=chunk)
+    out: list = []
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            for part in pool.imap(_forked_chunk, range(0, len(items), chunk)):
+                out.extend(part)
+    finally:
+        _FORKED.clear()
+    return out
+
+
+def _forked_chunk(lo: int) -> list:
+    fn, items = _FORKED["fn"], _FORKED["items"]
+    return [fn(x) for x in items[lo:lo + _FORKED["chunk"]]]
 
 
 def _progress(result, done: int, total: int, t0: float, say):

@@ -46,7 +46,7 @@ import numpy as np
 from .. import __version__
 from ..bundle.format import Bundle
 from ..errors import GrapecError, ModelError, ShapeError, UnsupportedError, gpu_package
-from .fanout import map_buckets
+from .fanout import map_buckets, map_forked
 from ..frontend.contrib import contrib_as_onnx
 from ..ir import derived
 from ..frontend.onnx_import import import_model, load_model, opset_of, without_weight_data
@@ -494,10 +494,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     if strict and notes:
         raise UnsupportedError(notes, header="--strict: parts of the model would not run inside the CUDA graph")
 
-    targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels())
+    targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels(), jobs)
     if gpu_entry and families.fit_launches(gpu_entry, say):   # some stored plan by plan after all: their kernels' code too
         plans = families.stored_plans()
-        targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels())
+        targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels(),
+                                                     jobs)
 
     ranges = value_ranges(proto, user_bounds)
     op_counts = Counter(n.op_type for n in proto.graph.node)
@@ -574,7 +575,7 @@ def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int |
         raise ModelError(str(e)) from None
 
 
-def _gpu_code(kernels, plans, targets, notes, say, shared: set = frozenset()):
+def _gpu_code(kernels, plans, targets, notes, say, shared: set = frozenset(), jobs: int | None = None):
     from ..codegen.gpu_support import gpu_gaps
     from ..codegen.nvrtc import NvrtcUnavailable, nvrtc_version
     gaps = gpu_gaps(plans)
@@ -595,7 +596,7 @@ def _gpu_code(kernels, plans, targets, notes, say, shared: set = frozenset()):
         return [], {}, None
     from ..codegen.build import build_gpu_code
     t0 = time.perf_counter()
-    sections, entry = build_gpu_code(kernels, plans, targets, shared=shared)
+    sections, entry = build_gpu_code(kernels, plans, targets, shared=shared, mapper=partial(map_forked, jobs=jobs))
     say(f"CUDA code: {len(set(entry['kernels']))} kernels for {', '.join(targets)} (+ PTX {entry['ptx']}), "
         f"NVRTC {entry['nvrtc']}, {time.perf_counter() - t0:.1f}s")
     return targets, sections, entry
