@@ -249,3 +249,52 @@ def test_a_structure_computes_as_many_elements_a_thread_in_all_its_sizes(monkeyp
     assert derived and all(len(per[t]) == 1 for t in derived), [len(per[t]) for t in derived]
     pinned = [k for k in rb.kernels if (k.get("mapping") or [])[2:] == [4] and np.prod(k["shape"]) < 2048]
     assert pinned   # smaller sizes of a structure whose largest computes four a thread do so too
+
+
+def _gpt2_with_positions(n: int, path: str) -> str:
+    """Tiny GPT-2 with a position table of n rows (its first 64 the model's own), saved at path."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(GPT2)
+    for i, t in enumerate(m.graph.initializer):
+        if t.name.endswith("wpe.weight"):
+            a = numpy_helper.to_array(t)
+            big = np.random.default_rng(0).standard_normal((n, a.shape[1])).astype(a.dtype) * a.std()
+            big[:len(a)] = a
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(big, t.name))
+    onnx.save(m, path)
+    return path
+
+
+def test_a_buffer_largest_at_another_size_widens_its_structures_layout(tmp_path):
+    import json
+    from grapec.bundle.templates import split
+    from grapec.plan import KernelStep, walk_steps
+    """A structure's layout is its largest size's (by its buffers' bytes), but not every buffer is largest
+    there: the position table's rows grow with seq alone, while batch x seq makes a size largest. Such a
+    size kept its own layout (at run time a structure of its own), and a derived size past the layout's
+    bytes was compiled again or stored plan by plan (GPT-2 64 x 512: 35 and 11670 of them). Now the
+    layout is widened: that buffer gets bytes of its own past the arena's end, as many as any size needs,
+    and every size of the structure sits at one layout, all of them equal to onnxruntime."""
+    model = _gpt2_with_positions(128, str(tmp_path / "gpt2_128.onnx"))
+    said = []
+    b = compile_model(model, dynamic={"batch": (1, 4), "seq": (1, 128)}, targets=[], progress=said.append, jobs=2)
+    line = next(m for m in said if m.startswith("--dynamic"))
+    # without widening: (2, 127), (2, 128) and (3, 128) kept their own layouts (embedding_1 32768 bytes
+    # at (3, 128), 31744 at (4, 124))
+    assert "keep their own arena layout" not in line and "layouts widened" in line, line
+    rb = Bundle.from_bytes(b.to_bytes())
+    layouts: dict = {}   # a structure (its plan's and kernels' templates: compiler/structures.py) -> its layouts
+    for i in range(len(rb.plans)):
+        kernels = tuple(json.dumps(split(rb.kernels[st.kernel])[0]) for st in walk_steps(rb.plans[i].steps)
+                        if isinstance(st, KernelStep))
+        layouts.setdefault((rb.plans.docs.template_of(i), kernels), set()).add(
+            tuple(x.offset for x in rb.plans[i].buffers if x.space == "arena"))
+    assert all(len(v) == 1 for v in layouts.values()), [len(v) for v in layouts.values()]
+    sess, ref = grapec.load(rb, backend="cpu"), ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    for shape in [(3, 128), (2, 127), (2, 128), (4, 124), (1, 128), (3, 97), (4, 61)]:
+        feeds = {"input_ids": rng.integers(0, VOCAB, shape).astype(np.int64)}
+        want, got = ref.run(None, feeds)[0], sess.run(feeds)["logits"]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-5 and np.allclose(got, want, rtol=1e-4, atol=1e-4), (shape, rel)

@@ -90,6 +90,21 @@ def numbered_template(key: str):
     return walk(json.loads(key))
 
 
+def buffer_needs(key: str, fit: tuple, members: list) -> list:
+    """Per buffer of the structure's plans, the most bytes any of these derived sizes gives it by the
+    formulas (None for weight buffers): what its shared layout must hold (shared_layout.widened)."""
+    rows = numbered_template(key)["plan"]["buffers"]
+    arena = [i for i, row in enumerate(rows) if row[1] == "arena"]
+    most = np.zeros(len(arena), np.int64)
+    for lo in range(0, len(members), CHUNK):
+        nums = fit[0].numbers(np.array(members[lo:lo + CHUNK], np.int64), [rows[i][3] for i in arena])
+        most = np.maximum(most, nums.max(axis=0, initial=0))
+    out: list = [None] * len(rows)
+    for j, i in enumerate(arena):
+        out[i] = int(most[j])
+    return out
+
+
 def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Plan, weight_bytes: int,
                 rng: random.Random) -> RangeFamily | str:
     """A family of these derived sizes, its spot members drawn; or why not (checked on the numbers)."""

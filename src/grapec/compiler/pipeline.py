@@ -471,6 +471,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
             raise
         from ..frontend.generation import growing_cache
         raise UnsupportedError([growing_cache(p) or p for p in e.problems]) from None
+    for r in results:   # a sampled range's plans sit at their structures' layouts, some widened (structures.py)
+        r.meta["arena_bytes"] = r.plan.arena_bytes
     plans, bucket_meta, notes = [r.plan for r in results], families.bucket_meta([r.meta for r in results]), []
     moved = weights.share_prefixes()
     relocate_weights(plans, moved)

@@ -12,11 +12,18 @@ compute per size (issue 33).
 A smaller plan takes the layout only where every arena buffer is no larger than its counterpart,
 and the plan's edges still order every reuse of arena bytes (passes/hazards.py checks it); else it
 keeps its own.
+
+Some buffers are not largest at the largest size: a count of blocks' partial sums rounds up with
+one dim and not the other, a position table grows with seq alone while the batch times seq is what
+makes a size largest. `widened` gives such a buffer (with the views of its bytes) bytes of its own
+past the arena's end, as many as any size of the structure needs, so that every size fits one layout.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+
+from ..plan import Plan
 
 from ..bundle.templates import split
 from ..passes.hazards import unordered_conflicts
@@ -79,3 +86,30 @@ def layout_misfit(plan, largest, move: bool = False) -> str | None:
         plan.buffers[:] = moved
         plan.arena_bytes = max([plan.arena_bytes] + [b.offset + b.nbytes for b in moved if b.space == "arena"])
     return None
+
+
+def widened(largest: Plan, needs: list) -> Plan | None:
+    """largest's layout where every size of its structure fits: needs holds, per buffer, the most bytes
+    any size gives it (None for weight buffers). Each arena storage (a buffer and its views, Plan.
+    storage_of) with a buffer that needs more than its slot moves past the arena's end, to bytes no
+    other buffer uses (so no reuse is added to order), sized for the most its buffers need; its
+    buffers' byte counts become those needs. -> that layout (a copy), or None where every need fits."""
+    root = largest.storage_of()
+    grow = {root[i] for i, (b, need) in enumerate(zip(largest.buffers, needs))
+            if b.space == "arena" and need is not None and not fits_slot(replace(b, nbytes=int(need)), b)}
+    if not grow:
+        return None
+    buffers = list(largest.buffers)
+    end = aligned_bytes(largest.arena_bytes)
+    for r in sorted(grow):
+        mine = [i for i in range(len(buffers)) if root[i] == r]
+        base = largest.buffers[r].offset
+        span = max((largest.buffers[i].offset - base) + max(largest.buffers[i].nbytes, int(needs[i] or 0)) for i in mine)
+        for i in mine:
+            b = largest.buffers[i]
+            buffers[i] = replace(b, offset=end + b.offset - base, nbytes=max(b.nbytes, int(needs[i] or 0)))
+        end += aligned_bytes(span)
+    out = Plan.from_json(largest.to_json())
+    out.buffers[:] = buffers
+    out.arena_bytes = end
+    return out

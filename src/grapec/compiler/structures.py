@@ -44,9 +44,9 @@ from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .boxes import Box, coincident, initial_boxes, likes, probe
 from .fanout import map_buckets
-from .families import form_family
+from .families import buffer_needs, form_family
 from .formulas import fit_numbers, spans
-from .shared_layout import buffer_bytes, fits_slot, layout_misfit
+from .shared_layout import buffer_bytes, fits_slot, layout_misfit, widened
 
 CHECKS = 16       # derived sizes compiled again and compared, per round, at least
 CHECK_ONE_IN = 128  # ... and one in this many of the derived sizes
@@ -150,6 +150,7 @@ class RangeCompile:
     misfits: list = field(default_factory=list)   # compiled sizes that keep their own arena layout, and why
     families: list = field(default_factory=list)   # RangeFamily: derived sizes stored as formulas
     not_families: list = field(default_factory=list)   # why a structure's derived sizes are stored as plans
+    widened: dict = field(default_factory=dict)   # structure key -> bytes its layout grew by (_Compiles.widen)
     seconds: float = 0.0
     phases: dict = field(default_factory=dict)   # phase -> [sizes compiled, seconds] (_Compiles.add)
 
@@ -168,6 +169,9 @@ class RangeCompile:
             why = sorted(self.not_families, key=lambda w: -int(w.split()[0]))   # each begins with its count
             s += (f"; derived sizes stored as plans: {'; '.join(why[:4])}"
                   + (f" (and {len(self.not_families) - 4} more)" if len(self.not_families) > 4 else ""))
+        if self.widened:
+            s += (f"; {len(self.widened)} structures' layouts widened for buffers largest at another size "
+                  f"(by {max(self.widened.values()) / 1024:.1f} KiB at most)")
         if self.misfits:
             s += (f"; {len(self.misfits)} compiled size(s) keep their own arena layout: {'; '.join(self.misfits[:3])}"
                   + (" ..." if len(self.misfits) > 3 else ""))
@@ -185,6 +189,8 @@ class _Compiles:
         self.shared: set = set()  # the sizes share_layouts has seen
         self.members: dict = {}   # structure key -> its compiled sizes share_layouts has seen
         self.largest: dict = {}   # structure key -> the one whose buffers are largest (whose layout they take)
+        self.layout: dict = {}    # structure key -> its largest's layout widened for every size (widen), where it was
+        self.widened: dict = {}   # structure key -> the bytes widening added to its largest's arena
         self.misfits: dict = {}   # size -> why it could not take its structure's largest layout
         self.t0 = time.perf_counter()
         self.phase = "scan"      # what the compiles are for, for the log
@@ -227,11 +233,13 @@ class _Compiles:
             # a smaller size may pack into a larger arena, and the larger size's buffers would not fit its layout
             top = max(([old] if old is not None else []) + new, key=lambda s: buffer_bytes(self.results[s].plan))
             self.largest[key] = top
-            big = self.results[top].plan
+            if top != old:
+                self.layout.pop(key, None)
+            big = self.layout.get(key) or self.results[top].plan
             for s in (members if top != old else new):
                 plan = self.results[s].plan
                 offsets = [b.offset for b in plan.buffers]
-                if s == top or offsets == [b.offset for b in big.buffers]:
+                if (s == top and key not in self.layout) or offsets == [b.offset for b in big.buffers]:
                     self.misfits.pop(s, None)
                     continue   # compiled repeating the largest's choices: at its layout already
                 why = layout_misfit(plan, big, move=True)
@@ -241,6 +249,34 @@ class _Compiles:
                     self.misfits.pop(s, None)
                 if [b.offset for b in plan.buffers] != offsets:
                     self.docs[s] = _document(plan, self.kernels.kernels)
+
+
+    def widen(self, derived_needs: dict) -> bool:
+        """Each structure's layout widened where a buffer of one of its sizes (compiled, or derived:
+        derived_needs, structure key -> bytes per buffer) needs more bytes than its largest's layout
+        gives it (shared_layout.widened), and its compiled plans moved to it. -> whether any was."""
+        changed = False
+        for key, top in self.largest.items():
+            members = self.members[key]
+            needs = [max(self.results[s].plan.buffers[i].nbytes for s in members) if b.space == "arena" else None
+                     for i, b in enumerate(self.results[top].plan.buffers)]
+            for i, n in enumerate(derived_needs.get(key, ())):
+                if n is not None and needs[i] is not None:
+                    needs[i] = max(needs[i], n)
+            union = widened(self.layout.get(key) or self.results[top].plan, needs)
+            if union is None:
+                continue
+            self.layout[key], changed = union, True
+            self.widened[key] = union.arena_bytes - self.results[top].plan.arena_bytes
+            for s in members:
+                plan = self.results[s].plan
+                why = layout_misfit(plan, union, move=True)
+                if why is not None:
+                    self.misfits[s] = f"{s} keeps its own arena layout ({why} at {top}, widened)"
+                else:
+                    self.misfits.pop(s, None)
+                self.docs[s] = _document(plan, self.kernels.kernels)
+        return changed
 
 
 def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weights, kernels, jobs, say,
@@ -291,6 +327,8 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     done.phase = "coincident"
     done.add([s for s in sizes if coincident(s)], like=likes(settled))
     fit_of, evidence = _fits(done, settled, report)
+    if done.widen(_derived_needs(fit_of)):   # every size of a structure at one layout: fitted again on it
+        fit_of, evidence = _fits(done, settled, report)
     largest = _largest_plans(done)
     liked = likes(settled)
     families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes, report) if as_formulas \
@@ -321,6 +359,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     results = {s: stored[s] for s in sizes if s in stored}
     report.compiled = len(done.results)
     report.misfits = [done.misfits[s] for s in sizes if s in done.misfits]
+    report.widened = {k: v for k, v in done.widened.items() if k in done.layout}
     report.structures = len({d.key for d in done.docs.values()})
     report.seconds = time.perf_counter() - done.t0
     report.phases = done.phases
@@ -479,6 +518,20 @@ def _derives(fit_key: tuple, doc: Compiled, size: tuple) -> bool:
 
 
 def _largest_plans(done: _Compiles) -> dict:
-    """structure -> the plan of its compiled size with the largest arena (whose offsets it shares)."""
+    """structure -> the layout its sizes share: its largest compiled size's plan, widened where it was."""
     done.share_layouts()
-    return {key: done.results[s].plan for key, s in done.largest.items()}
+    return {key: done.layout.get(key) or done.results[s].plan for key, s in done.largest.items()}
+
+
+def _derived_needs(fit_of: dict) -> dict:
+    """structure key -> per buffer, the most bytes its derived sizes give it (None: a weight buffer)."""
+    groups: dict = {}
+    for s, (fit, key) in fit_of.items():
+        groups.setdefault(id(fit), (fit, key, []))[2].append(s)
+    out: dict = {}
+    for fit, key, members in groups.values():
+        needs = buffer_needs(key, fit, members)
+        have = out.setdefault(key, needs)
+        if have is not needs:
+            out[key] = [None if a is None else max(a, b) for a, b in zip(have, needs)]
+    return out
