@@ -15,8 +15,9 @@ keeps its own.
 
 Some buffers are not largest at the largest size: a count of blocks' partial sums rounds up with
 one dim and not the other, a position table grows with seq alone while the batch times seq is what
-makes a size largest. `widened` gives such a buffer (with the views of its bytes) bytes of its own
-past the arena's end, as many as any size of the structure needs, so that every size fits one layout.
+makes a size largest. `widened` gives such a buffer (with the views of its bytes) as many bytes as any
+size of the structure needs, where it is (if no unordered reuse follows) or past the arena's end, so
+that every size fits one layout.
 """
 from __future__ import annotations
 
@@ -88,28 +89,43 @@ def layout_misfit(plan, largest, move: bool = False) -> str | None:
     return None
 
 
-def widened(largest: Plan, needs: list) -> Plan | None:
+MOVE_SHARE = 1 / 16   # a storage moves past the arena's end only where that grows it by this share at most
+
+
+def widened(largest: Plan, needs: list, room: int = 0) -> Plan | None:
     """largest's layout where every size of its structure fits: needs holds, per buffer, the most bytes
-    any size gives it (None for weight buffers). Each arena storage (a buffer and its views, Plan.
-    storage_of) with a buffer that needs more than its slot moves past the arena's end, to bytes no
-    other buffer uses (so no reuse is added to order), sized for the most its buffers need; its
-    buffers' byte counts become those needs. -> that layout (a copy), or None where every need fits."""
+    any size gives it (None for weight buffers). An arena storage (a buffer and its views, Plan.
+    storage_of) with a buffer that needs more than its slot grows in place where every reuse of the
+    bytes it then covers is still ordered by the steps' edges (passes/hazards.py); else it moves past
+    the arena's end, to bytes no other buffer uses, sized for the most its buffers need, where the
+    arena stays within `room` (the range's largest arena, which the runtime allocates for every size
+    anyway) or grows by MOVE_SHARE at most; else it stays (the sizes that need more of it keep their
+    own layouts, as before). Its buffers' byte counts become those needs. -> that layout (a copy), or
+    None where nothing changed."""
     root = largest.storage_of()
     grow = {root[i] for i, (b, need) in enumerate(zip(largest.buffers, needs))
             if b.space == "arena" and need is not None and not fits_slot(replace(b, nbytes=int(need)), b)}
-    if not grow:
-        return None
     buffers = list(largest.buffers)
     end = aligned_bytes(largest.arena_bytes)
+    changed = False
     for r in sorted(grow):
         mine = [i for i in range(len(buffers)) if root[i] == r]
-        base = largest.buffers[r].offset
-        span = max((largest.buffers[i].offset - base) + max(largest.buffers[i].nbytes, int(needs[i] or 0)) for i in mine)
+        grown = list(buffers)
         for i in mine:
-            b = largest.buffers[i]
-            buffers[i] = replace(b, offset=end + b.offset - base, nbytes=max(b.nbytes, int(needs[i] or 0)))
-        end += aligned_bytes(span)
+            grown[i] = replace(buffers[i], nbytes=max(buffers[i].nbytes, int(needs[i] or 0)))
+        if not unordered_conflicts(largest.steps, grown):
+            buffers, changed = grown, True
+            continue
+        base = buffers[r].offset
+        span = aligned_bytes(max(grown[i].offset - base + grown[i].nbytes for i in mine))
+        if end + span > max(room, (1 + MOVE_SHARE) * largest.arena_bytes):
+            continue
+        for i in mine:
+            grown[i] = replace(grown[i], offset=end + grown[i].offset - base)
+        buffers, end, changed = grown, end + span, True
+    if not changed:
+        return None
     out = Plan.from_json(largest.to_json())
     out.buffers[:] = buffers
-    out.arena_bytes = end
+    out.arena_bytes = max([largest.arena_bytes] + [b.offset + b.nbytes for b in buffers if b.space == "arena"])
     return out

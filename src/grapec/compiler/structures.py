@@ -256,6 +256,7 @@ class _Compiles:
         derived_needs, structure key -> bytes per buffer) needs more bytes than its largest's layout
         gives it (shared_layout.widened), and its compiled plans moved to it. -> whether any was."""
         changed = False
+        room = max(r.plan.arena_bytes for r in self.results.values())   # the arena every size runs in
         for key, top in self.largest.items():
             members = self.members[key]
             needs = [max(self.results[s].plan.buffers[i].nbytes for s in members) if b.space == "arena" else None
@@ -263,7 +264,7 @@ class _Compiles:
             for i, n in enumerate(derived_needs.get(key, ())):
                 if n is not None and needs[i] is not None:
                     needs[i] = max(needs[i], n)
-            union = widened(self.layout.get(key) or self.results[top].plan, needs)
+            union = widened(self.layout.get(key) or self.results[top].plan, needs, room)
             if union is None:
                 continue
             self.layout[key], changed = union, True
