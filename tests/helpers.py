@@ -1,4 +1,6 @@
 """Small helpers shared by the tests: build ONNX models, compile+run through a bundle round trip."""
+import os
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -77,3 +79,17 @@ def only_float32_attention_notes(bundle):
     precision; --strict would refuse the bundle for that note alone)."""
     notes = bundle.manifest["notes"]
     assert all("stays GEMM + softmax + GEMM: float32" in n for n in notes), notes
+
+
+def gpt2_with_positions(n: int, path: str) -> str:
+    """Tiny GPT-2 with a position table of n rows (its first 64 the model's own), saved at path."""
+    from onnx import numpy_helper
+    m = onnx.load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "tiny", "gpt2.onnx"))
+    for i, t in enumerate(m.graph.initializer):
+        if t.name.endswith("wpe.weight"):
+            a = numpy_helper.to_array(t)
+            big = np.random.default_rng(0).standard_normal((n, a.shape[1])).astype(a.dtype) * a.std()
+            big[:len(a)] = a
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(big, t.name))
+    onnx.save(m, path)
+    return path

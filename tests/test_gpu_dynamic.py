@@ -290,3 +290,23 @@ def test_fp16_range_shares_attention_functions_and_matches_onnxruntime():
         # the fp16 compile itself refuses above 1e-2 against float32 (mixed_precision.py)
         assert rel < 1e-2, (n, rel)
     sess._runner.close()
+
+
+def test_a_widened_layout_runs_on_the_gpu(shared_execs, tmp_path):
+    """A structure whose layout was widened for a buffer largest at another size (the position table:
+    compiler/shared_layout.py widened) runs its sizes, those that once kept their own layouts among
+    them, in one exec each structure, equal to onnxruntime, in random order after a round trip."""
+    from grapec.bundle.format import Bundle
+    from helpers import gpt2_with_positions
+    model = gpt2_with_positions(128, str(tmp_path / "gpt2_128.onnx"))
+    said = []
+    b = Bundle.from_bytes(compile_model(model, dynamic={"batch": (1, 4), "seq": (1, 128)}, progress=said.append).to_bytes())
+    assert any("layouts widened" in m for m in said), said
+    sess, ref = grapec.load(b, backend="cuda"), ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    shapes = [(3, 128), (2, 127), (2, 128), (4, 124), (1, 128), (3, 97), (4, 61), (2, 66)]
+    for k in rng.permutation(len(shapes)):
+        feeds = {"input_ids": rng.integers(0, 256, shapes[k]).astype(np.int64)}
+        want, got = ref.run(None, feeds)[0], sess.run(feeds)["logits"]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-4 and np.allclose(got, want, rtol=1e-3, atol=1e-3), (shapes[k], rel)

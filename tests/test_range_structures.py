@@ -15,6 +15,7 @@ from grapec.bundle.format import Bundle
 from grapec.compiler import compile_model, structures
 from grapec.compiler.formulas import fit_numbers
 from grapec.compiler.boxes import Box, band, coincident, dim_classes, initial_boxes
+from helpers import gpt2_with_positions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
@@ -251,21 +252,6 @@ def test_a_structure_computes_as_many_elements_a_thread_in_all_its_sizes(monkeyp
     assert pinned   # smaller sizes of a structure whose largest computes four a thread do so too
 
 
-def _gpt2_with_positions(n: int, path: str) -> str:
-    """Tiny GPT-2 with a position table of n rows (its first 64 the model's own), saved at path."""
-    import onnx
-    from onnx import numpy_helper
-    m = onnx.load(GPT2)
-    for i, t in enumerate(m.graph.initializer):
-        if t.name.endswith("wpe.weight"):
-            a = numpy_helper.to_array(t)
-            big = np.random.default_rng(0).standard_normal((n, a.shape[1])).astype(a.dtype) * a.std()
-            big[:len(a)] = a
-            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(big, t.name))
-    onnx.save(m, path)
-    return path
-
-
 def test_a_buffer_largest_at_another_size_widens_its_structures_layout(tmp_path):
     import json
     from grapec.bundle.templates import split
@@ -276,7 +262,7 @@ def test_a_buffer_largest_at_another_size_widens_its_structures_layout(tmp_path)
     bytes was compiled again or stored plan by plan (GPT-2 64 x 512: 35 and 11670 of them). Now the
     layout is widened: that buffer gets bytes of its own past the arena's end, as many as any size needs,
     and every size of the structure sits at one layout, all of them equal to onnxruntime."""
-    model = _gpt2_with_positions(128, str(tmp_path / "gpt2_128.onnx"))
+    model = gpt2_with_positions(128, str(tmp_path / "gpt2_128.onnx"))
     said = []
     b = compile_model(model, dynamic={"batch": (1, 4), "seq": (1, 128)}, targets=[], progress=said.append, jobs=2)
     line = next(m for m in said if m.startswith("--dynamic"))
