@@ -271,12 +271,14 @@ class _Compiles:
             self.widened[key] = union.arena_bytes - self.results[top].plan.arena_bytes
             for s in members:
                 plan = self.results[s].plan
+                offsets = [b.offset for b in plan.buffers]
                 why = layout_misfit(plan, union, move=True)
                 if why is not None:
                     self.misfits[s] = f"{s} keeps its own arena layout ({why} at {top}, widened)"
                 else:
                     self.misfits.pop(s, None)
-                self.docs[s] = _document(plan, self.kernels.kernels)
+                if [b.offset for b in plan.buffers] != offsets:   # a storage grown in place moves none
+                    self.docs[s] = _document(plan, self.kernels.kernels)
         return changed
 
 
