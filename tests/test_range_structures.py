@@ -60,6 +60,14 @@ def test_boxes_cover_every_size_once():
     assert all(h.like == box.top for h in box.halves())
 
 
+def test_a_part_with_no_compiled_size_of_its_structure_is_not_cut_at_a_step():
+    """A box's half may hold compiled sizes of other structures only (Wav2Vec2's samples, whose frame
+    counts step every few hundred samples): there is no step to find in it, and the range compile goes
+    on to the box's own halves instead of failing (it stopped with an IndexError)."""
+    box = Box(((1600, 1601, 1602, 1603),))
+    assert structures._split_at_step([box], [], None) is None
+
+
 def test_coincident_sizes_are_never_probed_and_a_box_is_led_by_its_largest_other_size():
     """batch == seq: the compile merges equal Range nodes and constants, so such a size's template is
     its own though it runs as its neighbours' would; probing it would cut boxes for nothing."""

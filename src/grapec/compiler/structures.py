@@ -474,7 +474,10 @@ def _fill(done: _Compiles, work: list):
 def _split_at_step(boxes: list, sizes: list, done: _Compiles) -> list | None:
     """Where the sizes stop fitting one formula, going down from the largest along the dim with the
     most values: -> [the boxes below, the boxes from there up] (a box across it cut), or None where
-    no such value is found."""
+    no such value is found (or no size of the structure is compiled inside them: Wav2Vec2's samples,
+    whose boxes' halves may hold only sizes of other structures)."""
+    if not sizes:
+        return None
     d = max(range(len(sizes[0])), key=lambda i: len({m[i] for m in sizes}))
     starts = sorted({m[d] for m in sizes})
 
