@@ -256,6 +256,22 @@ def test_a_kernel_of_several_buckets_holds_rows_in_all_or_none(tmp_path):
         assert np.abs(y - ref).max() < 1e-5, (n, np.abs(y - ref).max())
 
 
+def test_kernels_rendered_over_processes_give_the_same_module():
+    """A range bundle's kernels are rendered over the compile's processes (compiler/fanout.py map_forked),
+    a chunk at a time: the module (functions, which kernel runs which, its size arguments, its launches)
+    is the one rendered in order in this process."""
+    from functools import partial
+    from grapec.compiler.fanout import map_forked
+    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims={"batch": 1},
+                       bucket_dims=[{"seq": n} for n in (5, 8, 13, 21, 34)], targets=[])
+    users = kernel_users(b.plans, len(b.kernels))
+    here = build_module(b.kernels, users)
+    forked = build_module(b.kernels, users, partial(map_forked, jobs=2, chunk=3))
+    assert len(b.kernels) > 3 * 3   # several chunks
+    assert forked.source == here.source and forked.names == here.names and forked.scalars == here.scalars
+    assert [la.to_json() for la in forked.launches] == [la.to_json() for la in here.launches]
+
+
 def helper_init(m, name):
     from onnx import numpy_helper
     return next(numpy_helper.to_array(t) for t in m.graph.initializer if t.name == name)
