@@ -93,16 +93,25 @@ def numbered_template(key: str):
 def buffer_needs(key: str, fit: tuple, members: list) -> list:
     """Per buffer of the structure's plans, the most bytes any of these derived sizes gives it by the
     formulas (None for weight buffers): what its shared layout must hold (shared_layout.widened)."""
-    rows = numbered_template(key)["plan"]["buffers"]
-    arena = [i for i, row in enumerate(rows) if row[1] == "arena"]
+    plan_t = numbered_template(key)["plan"]
+    arena, _ = buffer_slots(plan_t)
     most = np.zeros(len(arena), np.int64)
     for lo in range(0, len(members), CHUNK):
-        nums = fit[0].numbers(np.array(members[lo:lo + CHUNK], np.int64), [rows[i][3] for i in arena])
+        nums = fit[0].numbers(np.array(members[lo:lo + CHUNK], np.int64), [nb for _, _, nb in arena])
         most = np.maximum(most, nums.max(axis=0, initial=0))
-    out: list = [None] * len(rows)
-    for j, i in enumerate(arena):
-        out[i] = int(most[j])
+    out: list = [None] * len(plan_t["buffers"])
+    for (i, _, _), n in zip(arena, most.tolist()):
+        out[i] = int(n)
     return out
+
+
+def buffer_slots(plan_t: dict) -> tuple:
+    """A numbered plan template's buffers: ([(buffer, offset's number, bytes' number)] of the arena ones,
+    the same of the weight ones)."""
+    arena, weight = [], []
+    for i, row in enumerate(plan_t["buffers"]):
+        (arena if row[1] == "arena" else weight).append((i, row[2], row[3]))
+    return arena, weight
 
 
 def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Plan, weight_bytes: int,
@@ -114,9 +123,7 @@ def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Pl
     if plan_t.get("stitches"):
         return "stitched kernels (their launches are stored per size)"
     nf = fit[0]
-    arena, weight = [], []
-    for i, row in enumerate(plan_t["buffers"]):
-        (arena if row[1] == "arena" else weight).append((i, row[2], row[3]))
+    arena, weight = buffer_slots(plan_t)
     slots = [s for _, off, nb in arena + weight for s in (off, nb)]
     big_off = np.array([largest.buffers[i].offset for i, _, _ in arena], np.int64)
     big_nb = np.array([largest.buffers[i].nbytes for i, _, _ in arena], np.int64)
