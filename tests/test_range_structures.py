@@ -15,10 +15,11 @@ from grapec.bundle.format import Bundle
 from grapec.compiler import compile_model, structures
 from grapec.compiler.formulas import fit_numbers
 from grapec.compiler.boxes import Box, band, coincident, dim_classes, initial_boxes
-from helpers import gpt2_with_positions
+from helpers import gpt2_with_positions, needs_nvrtc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+BERT = os.path.join(ROOT, "models", "tiny", "bert.onnx")
 VOCAB = 256
 
 
@@ -260,16 +261,39 @@ def test_a_structure_computes_as_many_elements_a_thread_in_all_its_sizes(monkeyp
     assert pinned   # smaller sizes of a structure whose largest computes four a thread do so too
 
 
-def test_a_buffer_largest_at_another_size_widens_its_structures_layout(tmp_path):
-    import json
-    from grapec.bundle.templates import split
+def test_a_structures_sizes_run_one_attention_function():
+    """The fused attention kernel's tiling (warps, key slices, keys a step: codegen/attention.py) follows
+    its lengths. Sizes of one structure that tiled differently ran different GPU functions, so no formula
+    named their function, and a structure's derived sizes were stored plan by plan (BERT fp16 seq
+    1..512: 428 of 434). The kernel now records its tiling, so a plan names its function: the range is
+    cut where the tiling changes, and every structure's sizes run one."""
     from grapec.plan import KernelStep, walk_steps
+    needs_nvrtc()
+    said = []
+    b = compile_model(BERT, dynamic={"batch": (1, 2), "seq": (1, 64)}, precision="fp16", progress=said.append, jobs=2)
+    assert not any("stored plan by plan" in m for m in said), [m for m in said if "plan by plan" in m]
+    line = next(m for m in said if m.startswith("--dynamic"))
+    assert "stored as the formulas of" in line and "derived sizes stored as plans" not in line, line
+    rb = Bundle.from_bytes(b.to_bytes())
+
+    def tiling(i):   # of the size's attention kernels, recorded wherever attention is fused
+        return tuple(tuple(k["tiling"]) for k in (rb.kernels[st.kernel] for st in walk_steps(rb.plans[i].steps)
+                                                   if isinstance(st, KernelStep)) if k.get("kind") == "attention")
+    tilings = [{tiling(bk) for bk in f.buckets} for f in rb.plans.docs.families]
+    assert tilings and all(len(v) == 1 and all(next(iter(v))) for v in tilings), tilings
+    assert len({tiling(i) for i in range(len(rb.plans))} - {()}) > 1   # the range crosses a change of tiling
+
+
+def test_a_buffer_largest_at_another_size_widens_its_structures_layout(tmp_path):
     """A structure's layout is its largest size's (by its buffers' bytes), but not every buffer is largest
     there: the position table's rows grow with seq alone, while batch x seq makes a size largest. Such a
     size kept its own layout (at run time a structure of its own), and a derived size past the layout's
     bytes was compiled again or stored plan by plan (GPT-2 64 x 512: 35 and 11670 of them). Now the
     layout is widened: that buffer gets bytes of its own past the arena's end, as many as any size needs,
     and every size of the structure sits at one layout, all of them equal to onnxruntime."""
+    import json
+    from grapec.bundle.templates import split
+    from grapec.plan import KernelStep, walk_steps
     model = gpt2_with_positions(128, str(tmp_path / "gpt2_128.onnx"))
     said = []
     b = compile_model(model, dynamic={"batch": (1, 4), "seq": (1, 128)}, targets=[], progress=said.append, jobs=2)

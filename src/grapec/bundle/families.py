@@ -28,8 +28,8 @@ from .templates import JoinText, split
 
 
 # a kernel's numbers that are choices, not sizes: held in a bucket document as JSON text, so that they are
-# part of its structure's template and not fitted (a thread mapping)
-CHOICE_FIELDS = ("mapping",)
+# part of its structure's template and not fitted (a thread mapping, an attention kernel's tiling)
+CHOICE_FIELDS = ("mapping", "tiling")
 
 
 def kernel_to_document(k: dict) -> dict:

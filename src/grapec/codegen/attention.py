@@ -67,12 +67,21 @@ def _ceil(a: int, b: int) -> int:
 def attention_launch(k: AttentionKernel) -> Launch:
     """Launch.split is the number of key slices: warps that share one query tile, each walking its
     own slice of every key tile, their partial softmaxes merged at the end."""
+    warps, slices, _ = attention_tiling(k)
+    return Launch("attention", math.prod(k.batch) * _ceil(k.seq_q, 16 * warps), 32 * warps * slices, split=slices)
+
+
+def attention_tiling(k: AttentionKernel) -> tuple:
+    """(warps per query tile, key slices, keys per warp per step): the kernel's own where it records
+    them, else by its sizes: as many warps as still fill the GPU's SMs, then key slices."""
+    if k.tiling:
+        return k.tiling
     z = math.prod(k.batch)
     warps = MAX_WARPS
     while warps > 1 and z * _ceil(k.seq_q, 16 * warps) < SMS:
         warps //= 2
     slices = key_slices(k) if warps == 1 else 1
-    return Launch("attention", z * _ceil(k.seq_q, 16 * warps), 32 * warps * slices, split=slices)
+    return warps, slices, _key_tile(k, 32 * warps * slices, slices)
 
 
 def attention_structure(k: AttentionKernel, launch: Launch) -> tuple:
@@ -106,6 +115,8 @@ def key_tile(k: AttentionKernel, launch: Launch | None = None) -> int:
     """Keys per warp per step of the kernel's main loop (a step's tile holds launch.split such
     slices). The next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per
     operand."""
+    if k.tiling:
+        return k.tiling[2]
     launch = launch or attention_launch(k)
     return _key_tile(k, launch.block, max(1, launch.split))
 
@@ -255,7 +266,7 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("      #pragma unroll")
     L.append(f"      for (int n = 0; n < {dvp // 8}; ++n) {{")
     L.append("        unsigned b0, b1;")
-    L.append(f"        G_LDMATRIX_X2_T(b0, b1, vrow + n * 16);")
+    L.append("        G_LDMATRIX_X2_T(b0, b1, vrow + n * 16);")
     L.append(f'        G_MMA("{mma}", o[n], pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3], b0, b1);')
     L.append("      }")
     L.append("    }")

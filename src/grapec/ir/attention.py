@@ -73,6 +73,10 @@ class AttentionKernel:
     # GPU kernel skips the key tiles past its queries' last visible key. The score still masks within
     # a tile, so the semantics (and the CPU backend) are the same with or without it.
     causal_offset: int | None = None
+    # (warps per query tile, key slices, keys per warp per step) once chosen (passes/mappings.py), so
+    # that the plan, and a range's structure of plans, names the GPU function it runs; empty: the
+    # default rules pick by the sizes (codegen/attention.py attention_tiling). The CPU backend ignores it.
+    tiling: tuple = ()
 
     kind = KIND
 
@@ -90,7 +94,8 @@ class AttentionKernel:
                 "sizes": [self.seq_q, self.seq_k, self.head_dim, self.value_dim],
                 "operands": [o.to_json() for o in (self.q, self.k, self.v, self.out)],
                 "score": self.score.to_json(),
-                **({"causal_offset": self.causal_offset} if self.causal_offset is not None else {})}
+                **({"causal_offset": self.causal_offset} if self.causal_offset is not None else {}),
+                **({"tiling": list(self.tiling)} if self.tiling else {})}
 
     @staticmethod
     def from_json(d: dict) -> "AttentionKernel":
@@ -98,7 +103,8 @@ class AttentionKernel:
         q, k, v, out = (Operand.from_json(o) for o in d["operands"])
         return AttentionKernel(tuple(d["shape"]), d["dtype"], inputs_from_json(d["inputs"]),
                                tuple(int(b) for b in d["batch"]), s, t, dq, dv, q, k, v, out,
-                               Kernel.from_json(d["score"]), d.get("causal_offset"))
+                               Kernel.from_json(d["score"]), d.get("causal_offset"),
+                               tuple(int(n) for n in d.get("tiling", ())))
 
     def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
         from .interpret import run_kernel

@@ -9,6 +9,7 @@ epilogue) can run as
 Each candidate is priced by the cost model (cost/model.py) with the target's device profile; the
 cheapest is recorded in the kernel (Kernel.mapping), so the GPU build and the bundle agree on it.
 `grapec inspect --fusion` shows the choice and the alternatives that lost (cost/report.py).
+A fused attention kernel's tiling (codegen/attention.py attention_tiling) is recorded the same way.
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from dataclasses import replace
 
 from ..cost.device import DeviceProfile
 from ..cost.model import price_mappings
+from ..codegen.attention import attention_tiling
 from ..codegen.launch import per_thread_for
+from ..ir.attention import AttentionKernel
 from ..ir.graph import Graph
-from ..ir.kernel import Kernel, is_kernel_node
+from ..ir.kernel import is_kernel_node
 
 
 def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None) -> Graph:
@@ -28,10 +31,10 @@ def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None
     elements a thread computes, which a kernel's size picks (codegen/launch.py): a smaller size takes
     its structure's, so that all its sizes run one function."""
     for node in g.nodes:
+        k = node.attrs.get("kernel") if node.op == "Kernel" else None
+        if isinstance(k, AttentionKernel) and not k.tiling:   # its own launch, by its sizes: recorded, so
+            node.attrs["kernel"] = replace(k, tiling=attention_tiling(k))   # that a plan names its function
         if not is_kernel_node(node):
-            continue
-        k = node.attrs["kernel"]
-        if not isinstance(k, Kernel):   # a fused attention kernel has its own launch
             continue
         priced = price_mappings(k, profile)
         mapping = priced[0][0]
