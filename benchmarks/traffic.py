@@ -15,8 +15,12 @@ also with its buffers bound (IOBinding: input and output stay on the device). Ro
   grapec range bound  the same, with device buffers bound (cuda only)
   grapec range, own execs   (--baseline-own-execs) the same bundle with an exec per length
                       (GRAPEC_SHARED_EXECS=0), as before the sizes of a launch structure shared one
+  grapec range, length medians   the range bundle measured as the ideal is: each length's median
+                      of 20 runs in a row (no switch between them), in the traffic's order
   ideal               each request's length run by a bundle compiled for that length alone: its
-                      replay measured once per length that occurs, summed over the traffic
+                      median of 20 runs in a row, once per length that occurs, in the traffic's order
+  ideal in traffic    the traffic itself, each request run by its length's single-size bundle, all
+                      of them loaded at once (--ideal-lengths: the K-length traffic)
   torch graphs        PyTorch, one CUDA graph per length, every graph kept (its memory reported)
   torch.compile       torch.compile(dynamic=True), no CUDA graphs
   padded to 64        PyTorch, lengths padded to the next multiple of 64, one CUDA graph per bucket
@@ -152,14 +156,20 @@ def sync(backend: str):
         runtime.cudaDeviceSynchronize()
 
 
-def time_grapec(sess, lengths, inputs, backend, bound: bool) -> tuple:
-    """-> (latency stats, the session's device memory in MiB where known)."""
+def time_grapec(sess, lengths, inputs, backend, bound: bool) -> dict:
+    """-> latency stats of the traffic through one session."""
+    return time_traffic(lambda n: sess, lengths, inputs, backend, bound)
+
+
+def time_traffic(session_of, lengths, inputs, backend, bound: bool = False) -> dict:
+    """The requests in the traffic's order, request i through session_of(its length): -> latency stats."""
     rng = np.random.default_rng(1)
-    requests = [feeds_for(n, inputs, rng) for n in lengths]
-    for f in requests[:20]:   # warm: the first lengths' graphs
-        sess.run(f)
+    requests = [(n, feeds_for(n, inputs, rng)) for n in lengths]
+    for n, f in requests[:20]:   # warm: the first lengths' graphs
+        session_of(n).run(f)
     times = []
-    for f in requests:
+    for n, f in requests:
+        sess = session_of(n)
         t0 = time.perf_counter()
         if bound:
             binding = sess.io_binding()
@@ -175,14 +185,13 @@ def time_grapec(sess, lengths, inputs, backend, bound: bool) -> tuple:
     return stats(times)
 
 
-def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict:
-    """Each length's single-size bundle: its median latency (numpy in and out), then the traffic's
-    latencies as those medians in the traffic's order."""
-    import grapec
+def length_medians(session_of, lengths: list, inputs: list, backend: str) -> dict:
+    """Each length that occurs run 5 times, then timed 20 times in a row (numpy in and out): -> the
+    traffic's latencies as those medians, in the traffic's order. session_of(n) is called once a length."""
     rng = np.random.default_rng(2)
     per = {}
     for n in sorted(set(lengths)):
-        sess = grapec.load(singles[n], backend=backend)
+        sess = session_of(n)
         f = feeds_for(n, inputs, rng)
         for _ in range(5):
             sess.run(f)
@@ -193,9 +202,38 @@ def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict
             sync(backend)
             ts.append(time.perf_counter() - t0)
         per[n] = statistics.median(ts)
-        sess.close()
-    say(f"ideal: {len(per)} single-length bundles timed")
     return stats([per[n] for n in lengths])
+
+
+def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict:
+    """Each length's single-size bundle, loaded one at a time: its median latency (length_medians)."""
+    import grapec
+    opened = []
+
+    def session_of(n):
+        while opened:
+            opened.pop().close()
+        opened.append(grapec.load(singles[n], backend=backend))
+        return opened[-1]
+    out = length_medians(session_of, lengths, inputs, backend)
+    while opened:
+        opened.pop().close()
+    say(f"ideal: {len(set(lengths))} single-length bundles timed")
+    return out
+
+
+def ideal_in_traffic(singles: dict, lengths: list, inputs: list, backend: str) -> dict:
+    """The traffic itself with every request run by its length's single-size bundle, all of them loaded
+    at once (their graphs built at load): what the range bundle is measured under, less its switches."""
+    import grapec
+    sessions = {n: grapec.load(singles[n], backend=backend) for n in sorted(set(lengths))}
+    for sess in sessions.values():
+        sess.build_graphs()
+    try:
+        return time_traffic(sessions.__getitem__, lengths, inputs, backend)
+    finally:
+        for sess in sessions.values():
+            sess.close()
 
 
 def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str, peers: list, say) -> dict:
@@ -400,6 +438,9 @@ def main():
         res.setdefault("load_s", time.perf_counter() - t0)
         every_length_once(sess, lo, hi, inputs)   # the memory read below is after every size ran
         res["rows"][row] = {t: time_grapec(sess, ls, inputs, a.backend, False) for t, ls in lengths.items()}
+        if row == "grapec range" and not a.no_ideal:   # measured as the ideal row is
+            res["rows"][row + ", length medians"] = {t: length_medians(lambda n: sess, ls, inputs, a.backend)
+                                                     for t, ls in lengths.items() if set(ls) <= set(singles)}
         used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
         for st in res["rows"][row].values():
             st["memory_mib"] = used
@@ -417,6 +458,9 @@ def main():
     if not a.no_ideal:
         res["rows"]["ideal"] = {t: ideal(singles, ls, inputs, a.backend, say) for t, ls in lengths.items()
                                 if set(ls) <= set(singles)}
+        save(res, a.out)
+        res["rows"]["ideal in traffic"] = {t: ideal_in_traffic(singles, ls, inputs, a.backend)
+                                           for t, ls in lengths.items() if set(ls) <= set(singles)}
         save(res, a.out)
     if a.backend == "cuda" and a.peers:
         for peer in a.peers.split(","):   # saved after each: a run cut short keeps what it measured
