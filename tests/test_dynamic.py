@@ -141,12 +141,17 @@ def test_range_arguments_are_checked():
 
 
 def test_templates_round_trip_and_refuse_malformed_input():
-    docs = [{"a": [i, 2.5 * i, "x", True, None], "b": {"c": i * i}} for i in range(6)] + [{"z": 2 ** 64}, {"z": -1}]
+    docs = [{"a": [i, 2.5 * i + 0.25, "x", True, None, 4.0 * i + 1, -0.0], "b": {"c": i * i}} for i in range(6)] + \
+        [{"z": 2 ** 64}, {"z": -1}]
     enc = templates.encode(docs)
     assert len(enc["templates"]) == 2
+    # a whole float (a mean's divisor) is numbered with the ints, so that a range's formulas fit it; -0.0 is
+    # not (an int would lose its sign)
+    assert [r[1] for r in enc["ints"][0]] == [1, 4, 4, 4, 4, 4] and enc["floats"][0][0] == [0.25, -0.0]
     back = json.loads(json.dumps(enc))   # as stored
     assert templates.decode(back) == docs
-    assert all(isinstance(d["a"][1], float) for d in templates.decode(back)[:6])
+    assert all(isinstance(d["a"][k], float) for d in templates.decode(back)[:6] for k in (1, 5, 6))
+    assert all(str(d["a"][6]) == "-0.0" for d in templates.decode(back)[:6])
     short = json.loads(json.dumps(enc))
     short["ints"][0][2] = short["ints"][0][2][:-1]
     with pytest.raises(ValueError):

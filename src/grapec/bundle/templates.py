@@ -22,7 +22,11 @@ import re
 import numpy as np
 
 _INT, _FLOAT = "\0i", "\0f"   # stand-ins for numbers in a template; no string of a plan starts with NUL
-INT_PLACE = _INT   # what an int's place holds in a template (compiler/families.py numbers the places)
+# a float of a whole value, kept with the ints: a mean's divisor (1599.0, Wav2Vec2's frames) follows the
+# sizes as they do, so a range's formulas fit it (compiler/formulas.py); joined back as a float
+_WHOLE = "\0n"
+WHOLE_LIMIT = 2 ** 53   # whole floats beyond this are not all exact as floats: kept as floats
+INT_PLACES = (_INT, _WHOLE)   # what an int's place holds in a template (compiler/families.py numbers the places)
 
 
 def split(doc) -> tuple:
@@ -37,6 +41,9 @@ def split(doc) -> tuple:
             ints.append(x)
             return _INT
         if isinstance(x, float):
+            if _whole(x):
+                ints.append(int(x))
+                return _WHOLE
             floats.append(x)
             return _FLOAT
         if isinstance(x, str):
@@ -51,6 +58,11 @@ def split(doc) -> tuple:
     return walk(doc), ints, floats
 
 
+def _whole(x: float) -> bool:
+    """A float that is exactly an int and back (not -0.0, whose sign an int loses)."""
+    return x.is_integer() and abs(x) < WHOLE_LIMIT and (x != 0 or math.copysign(1.0, x) > 0)
+
+
 class JoinText:
     """A template's documents back from their numbers, over the template's JSON text: each row is
     formatted into the text in C (`%`) and parsed by the json module (a range's thousands of derived
@@ -58,7 +70,8 @@ class JoinText:
 
     def __init__(self, template_json: str):
         pieces = re.split(_TOKENS, template_json)   # text, stand-in, text, stand-in, ..., text
-        self.kinds = [p == _INT_JSON for p in pieces[1::2]]   # True: an int's place, False: a float's
+        self.kinds = [p != _FLOAT_JSON for p in pieces[1::2]]   # True: an int's place (or a whole float's)
+        self.wholes = [p == _WHOLE_JSON for p in pieces[1::2] if p != _FLOAT_JSON]   # per int place
         self.n_ints = sum(self.kinds)
         self.format = "%s".join(p.replace("%", "%%") for p in pieces[0::2])
 
@@ -66,17 +79,19 @@ class JoinText:
         if len(ints) != self.n_ints or len(floats) != len(self.kinds) - self.n_ints:
             raise ValueError(f"a template of {self.n_ints} ints and {len(self.kinds) - self.n_ints} floats "
                              f"has a row of {len(ints)} and {len(floats)}")
+        ints = map(int, ints)
+        if any(self.wholes):
+            ints = [f"{i}.0" if w else i for i, w in zip(ints, self.wholes)]
         if floats:
-            it, ft = iter(map(int, ints)), iter([repr(float(f)) if math.isfinite(f) else json.dumps(float(f))
-                                                 for f in floats])
+            it, ft = iter(ints), iter([repr(float(f)) if math.isfinite(f) else json.dumps(float(f)) for f in floats])
             values = tuple(next(it) if k else next(ft) for k in self.kinds)
         else:
-            values = tuple(map(int, ints))
+            values = tuple(ints)
         return json.loads(self.format % values)
 
 
-_INT_JSON, _FLOAT_JSON = json.dumps(_INT), json.dumps(_FLOAT)
-_TOKENS = "(" + re.escape(_INT_JSON) + "|" + re.escape(_FLOAT_JSON) + ")"
+_INT_JSON, _FLOAT_JSON, _WHOLE_JSON = json.dumps(_INT), json.dumps(_FLOAT), json.dumps(_WHOLE)
+_TOKENS = "(" + "|".join(re.escape(t) for t in (_INT_JSON, _FLOAT_JSON, _WHOLE_JSON)) + ")"
 
 
 def encode(docs: list) -> dict:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..bundle.families import Family, Numbered, cuda_rows, kernel_order
-from ..bundle.templates import INT_PLACE, split
+from ..bundle.templates import INT_PLACES, split
 from ..passes.plan_memory import ALIGN
 from ..plan import Plan
 from .formulas import fit_numbers
@@ -44,6 +44,7 @@ class RangeFamily:
     weight_slots: list = field(default_factory=list)   # numbers that are weight offsets (relocated as weights move)
     buckets: list = field(default_factory=list)        # the bucket of each of `sizes`
     bucket_of: dict = field(default_factory=dict)      # size (evidence, spots) -> its bucket
+    floors: list = field(default_factory=list)         # the range's floors of its dims (floor_dims.py)
 
     def relocate(self, moved: dict) -> bool:
         """The weight offsets as WeightStore.share_prefixes moved them (passes/build_plan.relocate_weights):
@@ -80,7 +81,7 @@ def numbered_template(key: str):
     counter = iter(range(1 << 62))
 
     def walk(x):
-        if x == INT_PLACE:
+        if isinstance(x, str) and x in INT_PLACES:
             return next(counter)
         if isinstance(x, list):
             return [walk(v) for v in x]
@@ -115,7 +116,7 @@ def buffer_slots(plan_t: dict) -> tuple:
 
 
 def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Plan, weight_bytes: int,
-                rng: random.Random) -> RangeFamily | str:
+                rng: random.Random, floors: list = ()) -> RangeFamily | str:
     """A family of these derived sizes, its spot members drawn; or why not (checked on the numbers)."""
     if len(members) < FAMILY_MIN:
         return f"{len(members)} derived sizes"
@@ -150,7 +151,7 @@ def form_family(key: str, fit: tuple, members: list, evidence: list, largest: Pl
     spots = sorted({members[0], members[-1], *rng.sample(pool, min(len(pool), SPOTS - 2))})
     keep = [i for i, s in enumerate(members) if s not in spots]
     return RangeFamily(key, fit, [members[i] for i in keep], evidence, spots, [arena_bytes[i] for i in keep],
-                       largest, [off for _, off, _ in weight])
+                       largest, [off for _, off, _ in weight], floors=list(floors))
 
 
 def fit_cuda_rows(family: RangeFamily, entry: dict, plan_of: dict) -> Numbered | str:
@@ -162,7 +163,8 @@ def fit_cuda_rows(family: RangeFamily, entry: dict, plan_of: dict) -> Numbered |
     key = json.dumps(fitted[0][0], separators=(",", ":"))
     if any(json.dumps(t, separators=(",", ":")) != key or f != fitted[0][2] for t, _, f in fitted):
         return "its compiled sizes run different functions or fractional arguments"
-    nf = fit_numbers(np.array(family.evidence, np.int64), np.array([i for _, i, _ in fitted], np.int64).reshape(len(fitted), -1))
+    nf = fit_numbers(np.array(family.evidence, np.int64), np.array([i for _, i, _ in fitted], np.int64).reshape(len(fitted), -1),
+                     family.floors)
     if not nf.complete:
         return "launch numbers that follow no formula"
     numbered = Numbered(key, nf, fitted[0][2])

@@ -16,11 +16,12 @@ MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
 SPARE_SIZES = 1    # a polynomial is fitted over at least this many sizes more than it has terms
 
 
-def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:
-    """sizes: n x dims, ints: n x slots (the compiled sizes of one structure) -> their formulas."""
+def fit_numbers(sizes: np.ndarray, ints: np.ndarray, extra: list = ()) -> NumberFit:
+    """sizes: n x dims, ints: n x slots (the compiled sizes of one structure) -> their formulas.
+    extra: variables beside the dims from the start (a model's floors of them: floor_dims.py)."""
     sizes = np.asarray(sizes, np.int64)
     n, slots = ints.shape
-    fit = NumberFit(slots=[None] * slots)
+    fit = NumberFit(extra=list(extra), slots=[None] * slots)
     todo = list(range(slots))
     for _ in range(3):   # polynomials; round-ups of what failed; polynomials in those too
         cols = fit.columns(sizes)
@@ -33,15 +34,17 @@ def fit_numbers(sizes: np.ndarray, ints: np.ndarray) -> NumberFit:
 
 
 def _fit_lines(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, n: int):
-    """What is left, in a constant and one variable, or one variable and a dim with their product (a grid
-    of ceil(s / 4) blocks, or b * ceil(s / 16)): where many round-ups were found, a polynomial in all the
-    variables has more terms than there are sizes."""
+    """What is left, in a constant and one variable, or one variable and a dim or an earlier variable with
+    their product (a grid of ceil(s / 4) blocks, b * ceil(s / 16), frames x their padded row), or one variable and its square (a score matrix over a
+    floor of the dims: Wav2Vec2's frames x frames): where many round-ups or floors were found, a
+    polynomial in all the variables has more terms than there are sizes."""
     nvars, ndims = cols.shape[1], cols.shape[1] - len(fit.extra)
     zero = tuple([0] * nvars)
     unit = [tuple(int(i == v) for i in range(nvars)) for v in range(nvars)]
     bases = [[zero, unit[v]] for v in range(nvars)]
     bases += [[zero, unit[d], unit[v], tuple(a + b for a, b in zip(unit[d], unit[v]))]
-              for v in range(ndims, nvars) for d in range(ndims)]
+              for v in range(ndims, nvars) for d in range(v)]
+    bases += [[zero, unit[v], tuple(2 * a for a in unit[v])] for v in range(nvars)]
     for basis in bases:
         if not todo:
             return
@@ -106,7 +109,8 @@ def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: lis
     y = ints[:, todo]
     left = np.ones(len(todo), bool)
     found = False
-    dims = [np.ones(len(cols), np.int64)] + [cols[:, d] for d in range(cols.shape[1] - len(fit.extra))]
+    # what a round-up may be multiplied by: a dim or a variable found before (a floor of the dims)
+    dims = [np.ones(len(cols), np.int64)] + [cols[:, d] for d in range(cols.shape[1])]
     for monos, coefs in candidates:
         p = _design(cols, monos) @ coefs
         if (p == p[0]).all():

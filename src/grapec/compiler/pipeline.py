@@ -71,6 +71,7 @@ from ..passes.build_plan import KernelStore, PlanBuilder, WeightStore, relocate_
 from .shared_layout import share_layouts, take_layout
 from .families import RangeFamilies
 from .range_check import check_range_fits
+from .floor_dims import floor_dims
 from .structures import SAMPLE_OVER, compile_range, derive_sizes
 from ..passes.predicate import form_regions, regions
 from ..passes.schedule import schedule
@@ -115,7 +116,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     predicated: where to list each data-dependent size, its bound and where that came from (ops/counted.py);
     clusters: the GPU code targets sm_90+ only, whose thread-block clusters the split small GEMMs use;
     chosen: the cost-based choices, filled in as they are made: {"mappings": passes/mappings.py's,
-    "fusion": passes/fuse.py's}; a choice already in it is repeated where it fits (a size of a range
+    "fusion": passes/fuse.py's, "aligned_rows": the padded row groups}; a choice already in it is repeated where it fits (a size of a range
     taking its launch structure's: compiler/structures.py)."""
     g = specialize(graph, input_shapes, parent, input_values, fold_limit, sized_fold_limit)
     g = simplify(g)
@@ -146,7 +147,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
             g = attention_engines(g, profile, attention, notes, sizes)
             g = small_gemms(g, profile, split=clusters)
         g = fold_output_casts(g)
-        g = aligned_rows(g)
+        g = aligned_rows(g, chosen.setdefault("aligned_rows", {}) if chosen is not None else None)
         if level == "full" and profile is not None:
             g = choose_mappings(g, profile, chosen.setdefault("mappings", {}) if chosen is not None else None)
     g = schedule(g)
@@ -550,8 +551,10 @@ def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, w
                 "arena_bytes": plan.arena_bytes, "steps": dict(Counter(st.op for st in walk_steps(plan.steps))),
                 "derived": True}
         return BucketResult(plan, meta, None)
+    floors = _floors(ctx, names, sizes, shapes_at, say)
     results, report = compile_range(partial(compile_bucket, ctx), sizes, shapes_at.__getitem__, weights, kernels,
-                                    jobs, say, derived_result, as_formulas=True)
+                                    jobs, say, derived_result, as_formulas=True,
+                                    floors=[f.variable(len(names)) for f in floors])
     say(f"--dynamic {', '.join(f'{n}={lo}:{hi}' for n, (lo, hi) in dynamic.items())}: {report.summary()}")
     bucket_of = {s: i for i, s in enumerate(sizes)}
 
@@ -565,6 +568,19 @@ def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, w
                 "arena_bytes": fam.arena_bytes[i], "steps": steps, "derived": True}
     families.take(report.families, {bucket_of[s]: r for s, r in results.items()}, bucket_of, derive, meta, weights.size)
     return list(results.values())
+
+
+def _floors(ctx, names: list, sizes: list, shapes_at: dict, say) -> list:
+    """The model's lengths that are floors of the range's dims (floor_dims.py), from its shapes alone."""
+    def dims_at(size):
+        g = specialize(ctx.graph, shapes_at[size], input_values=ctx.fixed, sized_fold_limit=ctx.sized_fold_limit)
+        return {(v.name, a): d for v in g.values.values() if v.const is None and v.shape for a, d in enumerate(v.shape)}
+    ranges = [(min(s[d] for s in sizes), max(s[d] for s in sizes)) for d in range(len(names))]
+    floors = floor_dims(dims_at, ranges)
+    if floors:
+        say("range: lengths that are floors of the dims, variables of its formulas: "
+            + ", ".join(f"floor(({names[f.dim]} + {f.o}) / {f.p})" for f in floors))
+    return floors
 
 
 def _generation_model(proto, generate: int, dims: dict, where: str, top_k: int | None):

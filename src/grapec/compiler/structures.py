@@ -181,9 +181,10 @@ class RangeCompile:
 class _Compiles:
     """The compiled sizes of a range, their documents, and the compiling of more."""
 
-    def __init__(self, compile_one, shapes_of, order: dict, weights, kernels, jobs, say):
+    def __init__(self, compile_one, shapes_of, order: dict, weights, kernels, jobs, say, floors=()):
         self.compile_one, self.shapes_of, self.order = compile_one, shapes_of, order
         self.weights, self.kernels, self.jobs, self.say = weights, kernels, jobs, say
+        self.floors = list(floors)   # the formulas' variables beside the dims (floor_dims.py)
         self.results: dict = {}   # size -> BucketResult
         self.docs: dict = {}      # size -> Compiled
         self.shared: set = set()  # the sizes share_layouts has seen
@@ -283,15 +284,17 @@ class _Compiles:
 
 
 def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weights, kernels, jobs, say,
-                  derived_result: Callable, as_formulas: bool = False) -> tuple:
+                  derived_result: Callable, as_formulas: bool = False, floors: list = ()) -> tuple:
     """sizes: every size of the range (tuples, one value per dim), in bucket order. compile_one(ishapes,
     weights, kernels, like) -> BucketResult; shapes_of(size) -> its input shapes; derived_result(plan,
     size) -> the BucketResult of a derived plan; as_formulas: derived sizes may be stored as their
     structure's formulas (compiler/families.py). -> ({size: BucketResult} of the sizes stored as plans, in
     bucket order, RangeCompile: report.families holds the rest). The plans come back at their
-    structure's arena layout (shared_layout.py)."""
+    structure's arena layout (shared_layout.py). floors: the model's floors of the dims (floor_dims.py),
+    variables of every formula beside the dims."""
     ranges = [(min(s[d] for s in sizes), max(s[d] for s in sizes)) for d in range(len(sizes[0]))]
-    done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say)
+    done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say,
+                     floors)
     report = RangeCompile(sizes=len(sizes))
     rng = random.Random(0)
     top = Box(tuple(tuple(range(lo, hi + 1)) for lo, hi in ranges)).top
@@ -334,7 +337,8 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
         fit_of, evidence = _fits(done, settled, report)
     largest = _largest_plans(done)
     liked = likes(settled)
-    families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes, report) if as_formulas \
+    families, as_plans = _families(fit_of, evidence, largest, weights.size, rng, sizes, report, done.floors) \
+        if as_formulas \
         else ([], None)
     stored = {}
     for fam in families:   # its spot members first: one that fails its checks and the family is stored plan by plan
@@ -370,7 +374,7 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
 
 
 def _families(fit_of: dict, evidence: dict, largest: dict, weight_bytes: int, rng, sizes: list,
-              report: RangeCompile) -> tuple:
+              report: RangeCompile, floors: list) -> tuple:
     """-> (RangeFamily per structure part whose derived sizes may be stored as formulas, the derived
     sizes to store as plans); why the others are not, in report.not_families."""
     groups: dict = {}
@@ -380,7 +384,7 @@ def _families(fit_of: dict, evidence: dict, largest: dict, weight_bytes: int, rn
             groups.setdefault(id(fit), (fit, key, []))[2].append(s)
     families, as_plans = [], []
     for fit, key, members in groups.values():
-        fam = form_family(key, fit, members, evidence[id(fit)], largest[key], weight_bytes, rng)
+        fam = form_family(key, fit, members, evidence[id(fit)], largest[key], weight_bytes, rng, floors)
         if isinstance(fam, str):
             as_plans += members
             report.not_families.append(f"{len(members)} sizes from {members[0]}: {fam}")
@@ -424,7 +428,7 @@ def _fits(done: _Compiles, settled: list, report: RangeCompile) -> tuple:
         nxt, whole = [], []
         for key, boxes in work:
             sizes = _inside(done, boxes, key)
-            fit = _fit(done.docs, sizes)
+            fit = _fit(done, sizes)
             if isinstance(fit, str):
                 sides = _split_at_step(boxes, sizes, done)
                 if sides is not None:
@@ -483,7 +487,7 @@ def _split_at_step(boxes: list, sizes: list, done: _Compiles) -> list | None:
 
     def fits_from(v):
         upper = [m for m in sizes if m[d] >= v]
-        return len(upper) >= MIN_FIT_SIZES and not isinstance(_fit(done.docs, upper), str)
+        return len(upper) >= MIN_FIT_SIZES and not isinstance(_fit(done, upper), str)
     good, bad = len(starts), -1   # sizes from starts[good] up fit (none for len); from starts[bad] not
     while good - bad > 1:
         mid = (good + bad) // 2
@@ -504,14 +508,16 @@ def _split_at_step(boxes: list, sizes: list, done: _Compiles) -> list | None:
     return [side for side in (below, above) if side]
 
 
-def _fit(docs: dict, sizes: list):
+def _fit(done: _Compiles, sizes: list):
     """-> (NumberFit, floats) of the sizes' documents (one structure's), or why there is none."""
+    docs = done.docs
     if len(sizes) < MIN_FIT_SIZES:
         return f"{len(sizes)} compiled size(s)"
     floats = docs[sizes[0]].floats
     if any(docs[s].floats != floats for s in sizes):
         return "a fractional number that differs between sizes"
-    fit = fit_numbers(np.array(sizes), np.array([docs[s].ints for s in sizes], np.int64).reshape(len(sizes), -1))
+    fit = fit_numbers(np.array(sizes), np.array([docs[s].ints for s in sizes], np.int64).reshape(len(sizes), -1),
+                      done.floors)
     if not fit.complete:
         return f"{sum(x is None for x in fit.slots)} numbers follow no formula"
     return fit, floats

@@ -38,14 +38,23 @@ from ..ir.graph import Graph, Node
 from ..ir.tensor import substitute_loads, unravel
 
 
-def aligned_rows(g: Graph) -> Graph:
+def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
+    """chosen: matmul node name -> whether its row group was padded, filled in as the pass goes. A
+    name recorded as padded is padded again where its rows happen to be aligned (to their own width),
+    so that the sizes of a range whose widths follow a length (Wav2Vec2's frames) keep one structure
+    instead of one per remainder (compiler/structures.py repeats the largest size's choices)."""
     for node in list(g.nodes):
         if not _is_matmul(node) or "out" in (node.attrs.get("views") or {}):
             continue
         out = g.lookup(node.outputs[0])
         per_vector = 16 // dtypes.itemsize(out.dtype)
         width = out.shape[-1] if len(out.shape) >= 2 else 0
-        if not width or width % per_vector == 0:
+        if not width:
+            continue
+        if width % per_vector == 0:
+            group = _group_of(g, node, width) if chosen is not None and chosen.get(node.name) else None
+            if group is not None:
+                _pad(g, group, width, width, node)
             continue
         cols = -(-width // per_vector) * per_vector
         group = _group_of(g, node, width)
@@ -56,6 +65,8 @@ def aligned_rows(g: Graph) -> Graph:
                 continue
             copy = _output_through_copy(g, reached)
             group = _group_of(g, node, width)
+        if chosen is not None:
+            chosen[node.name] = group is not None
         if group is not None:
             _pad(g, group, width, cols, node)
         elif copy is not None:
