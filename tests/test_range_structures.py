@@ -316,3 +316,51 @@ def test_a_buffer_largest_at_another_size_widens_its_structures_layout(tmp_path)
         want, got = ref.run(None, feeds)[0], sess.run(feeds)["logits"]
         rel = np.linalg.norm(got - want) / np.linalg.norm(want)
         assert rel < 1e-5 and np.allclose(got, want, rtol=1e-4, atol=1e-4), (shape, rel)
+
+
+def test_floors_of_a_dim_are_found_from_the_models_shapes():
+    """floor_dims.py: a length floor((x + o) / p) * a + c is told from a polynomial and found exactly
+    (two consecutive steps); one that is not such a floor is left out."""
+    from grapec.compiler.floor_dims import FloorDim, floor_dims
+    lengths = {"conv": lambda x: (x - 10) // 5 + 1, "stack": lambda x: ((x - 10) // 5 + 1 - 3) // 2 + 1,
+               "pitch": lambda x: -(-x // 4) * 4, "twice": lambda x: 2 * ((x + 3) // 7), "same": lambda x: 3 * x + 1,
+               "sum": lambda x: x // 3 + x // 7}
+    calls = []
+
+    def dims_at(size):
+        calls.append(size)
+        return {(k, 0): f(size[0]) for k, f in lengths.items()}
+    found = floor_dims(dims_at, [(100, 5000)])
+    assert set(found) == {FloorDim(0, 5, 0, 1, -1), FloorDim(0, 10, 0, 1, -1), FloorDim(0, 4, 3, 4, 0),
+                          FloorDim(0, 7, 3, 2, 0)}, found
+    xs = np.arange(100, 5001)
+    of = {"conv": 5, "stack": 10, "pitch": 4, "twice": 7}
+    for k, p in of.items():   # each found exactly, over the whole range
+        f = next(f for f in found if f.p == p)
+        assert [f.at(int(x)) for x in xs] == [lengths[k](int(x)) for x in xs], k
+        assert (f.variable(1).values(xs[:, None]) == (xs + f.o) // f.p).all()   # the formulas' variable
+    assert len(calls) < 200
+
+
+def test_a_wav2vec2_samples_range_compiles_per_structure_and_matches_onnxruntime():
+    """Wav2Vec2's frames are floors of its samples (strided convolutions), its GroupNorm divides by one of
+    them, and its row groups are padded at 3 of 4 lengths: every number of its plans once followed no
+    formula, and a samples range compiled size by size (1600:16000 was cut off after 480 s with 7487 of
+    14401 compiled). The floors are now variables of the formulas, found from the model's shapes: few
+    sizes are compiled, and random ones match onnxruntime after a write and read."""
+    model = os.path.join(ROOT, "models", "tiny", "wav2vec2.onnx")
+    said = []
+    b = compile_model(model, dims={"batch": 1}, dynamic={"samples": (1600, 4000)}, targets=[], progress=said.append,
+                      jobs=2)
+    assert any("floor((samples + 0) / 20)" in m for m in said), said
+    line = next(m for m in said if m.startswith("--dynamic"))
+    compiled = int(line.split(" compiled")[0].split()[-1])
+    assert compiled < 2401 // 6, line
+    rb = Bundle.from_bytes(b.to_bytes())
+    sess, ref = grapec.load(rb, backend="cpu"), ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(17)
+    for x in rng.integers(1600, 4001, 8):
+        feeds = {"input_values": rng.standard_normal((1, int(x))).astype(np.float32)}
+        want, got = ref.run(None, feeds)[0], sess.run(feeds)["last_hidden_state"]
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        assert rel < 1e-5 and np.allclose(got, want, rtol=1e-4, atol=1e-4), (x, rel)

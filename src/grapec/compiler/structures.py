@@ -12,7 +12,8 @@ a pitch is a polynomial in both; arena offsets are the structure's largest size'
 3. Formulas (`fit_numbers`). Every number of a structure is fitted over its compiled sizes (drawn at
    random from it, enough that the cubics in the dims have the rank over them they have over the
    structure's sizes: `formulas.spans`): a
-   constant, a polynomial with integer coefficients in the dims and the round-ups found so far, or a
+   constant, a polynomial with integer coefficients in the dims, the model's floors of them
+   (floor_dims.py: Wav2Vec2's frames) and the round-ups found so far, or a
    round-up or rounded-up division of one. A polynomial is kept only where it holds at more compiled
    sizes than it has terms. A structure whose numbers step inside it (a block size doubling at a
    threshold) is cut where they do, and each side fitted on its own.

@@ -45,7 +45,7 @@ def parse_dims(text: str | None, flag: str = "--dim") -> dict:
     return out
 
 
-MAX_RANGE_SIZES = 32768   # batch 1:64 x seq 1:512 (a sampled range stores most sizes as formulas: bundle/families.py)
+MAX_RANGE_SIZES = 1 << 18   # Wav2Vec2 samples 1600:160000 (158401); a sampled range stores most sizes as formulas (bundle/families.py)
 
 
 def parse_ranges(text, flag: str = "--dynamic") -> dict:
