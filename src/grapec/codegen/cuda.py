@@ -64,10 +64,11 @@ RESERVED_NAMES = frozenset({"i64", "f16", "bf16"})
 
 
 class CudaRenderer:
-    def __init__(self, kernel: Kernel, launch: Launch | None = None, hold_rows: bool = True):
+    def __init__(self, kernel: Kernel, launch: Launch | None = None, hold_rows: bool = True, vectors: bool = True):
         self.k = kernel
         self.launch = launch or plan_launch(kernel)
         self.hold_rows = hold_rows     # warp mode may keep rows in registers (codegen/module.py says where not)
+        self.vectors = vectors         # warp mode may read rows in 16-byte vectors (codegen/module.py says where not)
         self.names: dict = {}
         self.rnames: dict = {}
         self.deps: dict = {}
@@ -75,6 +76,7 @@ class CudaRenderer:
         self.all_scopes: list = []   # keeps every scope alive, so id(scope) stays unique
         self.count = 0
         self.vector_reads: dict = {}   # load -> its element of a vector read (see _vector_loads)
+        self.read_vectors = False      # some row was read in vectors (render() tells after it ran)
         self.resident = None           # warp mode: the rows held in registers (codegen/resident.py)
 
     def fresh(self, prefix="v") -> str:
@@ -242,7 +244,8 @@ class CudaRenderer:
         cooperative = self.launch.mode in ("row", "warp") and scope is self.scopes[0] and is_cooperative(e)
         warp = self.launch.mode == "warp"
         headers, inner_indent = [], ind
-        width, vector = self._vector_loads(rvars, body) if cooperative and warp and not self.resident else (1, [])
+        width, vector = self._vector_loads(rvars, body) if cooperative and warp and not self.resident and self.vectors \
+            else (1, [])
         if cooperative and warp and self.resident:   # the row is in registers: walk them in their order
             rr, s, u = self.resident, self.fresh("s"), self.fresh("u")
             width = rr.width
@@ -255,6 +258,7 @@ class CudaRenderer:
             inner_indent += "    "
             n_loops = 2
         elif vector:   # each thread takes `width` consecutive elements per step, read as one vector
+            self.read_vectors = True
             f, u = self.fresh("f"), self.fresh("u")
             steps = -(-extent(rvars) // (32 * width))   # per lane: all its reads in flight at once
             headers.append(f"{ind}#pragma unroll" + (" 4" if steps > MAX_UNROLLED_VECTOR_STEPS else ""))

@@ -72,9 +72,9 @@ class RenderedKernel:
     """One kernel rendered: what build_module needs of it, worked out where it was rendered."""
     launch: object
     text: str
-    held: str | None        # its text without rows held in registers, where it holds some
+    held: str | None        # its text without rows held in registers or read in vectors, where it has either
     group: object           # what kernels that may merge share: the text with numbers blanked (and more, below)
-    plain: str              # the held-free text with numbers blanked (_one_way_per_kernel)
+    plain: str              # that plainer text with numbers blanked (_one_way_per_kernel)
     tensor_cores: bool
 
 
@@ -96,8 +96,8 @@ def render_kernel(k) -> RenderedKernel:
         launch = plan_launch(k)
         renderer = CudaRenderer(k, launch)
         text = renderer.render(_NAME)[1]
-        if renderer.resident is not None:
-            held = CudaRenderer(k, launch, hold_rows=False).render(_NAME)[1]
+        if renderer.resident is not None or renderer.read_vectors:
+            held = CudaRenderer(k, launch, hold_rows=False, vectors=False).render(_NAME)[1]
         group = _NUMBER.sub("#", text)
     plain = _NUMBER.sub("#", held) if held is not None else (group if isinstance(group, str) else group[0])
     return RenderedKernel(launch, text, held, group, plain, isinstance(k, TENSOR_CORE_KINDS))
@@ -154,8 +154,11 @@ def build_module(kernels: list, users: list | None = None, mapper=map) -> CudaMo
 def _one_way_per_kernel(rendered: list, users: list):
     """Kernels that differ only in sizes, used by several buckets, render alike: where some of them
     hold their rows in registers (codegen/resident.py: a softmax row of whole 128-element steps, seq 128
-    and 256 but not 68) and others do not, none does. Else one launch structure of a range would run two
-    functions, and its sizes stored as formulas (bundle/families.py) could not name theirs."""
+    and 256 but not 68) or read them in 16-byte vectors (rows of a multiple of 4 floats: Wav2Vec2's
+    GroupNorm over 516 frames but not 519) and others do not, none does. Else one launch structure of a
+    range would run two functions, and its sizes stored as formulas (bundle/families.py) could not name
+    theirs. (A range whose structures follow the remainders, fp32 GPT-2's softmax over seq, gives up the
+    vectors at its aligned lengths too: its kernels of one text are merged across the structures.)"""
     plain: dict = {}   # the text without held rows, numbers blanked -> kernel indices
     for i, r in enumerate(rendered):
         plain.setdefault(r.plain, []).append(i)
