@@ -256,6 +256,31 @@ def test_a_kernel_of_several_buckets_holds_rows_in_all_or_none(tmp_path):
         assert np.abs(y - ref).max() < 1e-5, (n, np.abs(y - ref).max())
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_a_kernel_of_several_buckets_reads_rows_in_vectors_in_all_or_none(tmp_path):
+    """Softmax rows of 68 floats are read in 16-byte vectors, rows of 70 are not (codegen/cuda.py): two
+    functions for one launch structure (Wav2Vec2's GroupNorm over 516 and 519 frames: 169 sizes of a range
+    stored plan by plan). Both now read element by element in one function, and compute what numpy does;
+    a bundle of one size still reads vectors."""
+    from onnx import helper
+    from helpers import model, tinfo
+    from grapec.bundle.format import Bundle
+    m = model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [tinfo("x", shape=[300, "n"])], [tinfo("y")])
+    b = Bundle.from_bytes(grapec.compile(m, dims={}, bucket_dims=[{"n": 68}, {"n": 70}], targets=[],
+                                         fusion="rules").to_bytes())
+    runner = HostCodegenRunner(b, tmp_path)
+    assert "uint4" not in runner.module.source.split("extern")[-1]
+    assert len({runner.module.names[k] for k in range(len(b.kernels))}) == 1
+    alone = build_module(grapec.compile(m, dims={"n": 68}, targets=[], fusion="rules").kernels)
+    assert "*(const uint4*)(in0" in alone.source
+    rng = np.random.default_rng(5)
+    for bucket, n in enumerate((68, 70)):
+        x = rng.standard_normal((300, n)).astype(np.float32)
+        y = runner.run(bucket, {"x": x})["y"]
+        e = np.exp(x - x.max(1, keepdims=True))
+        assert np.abs(y - e / e.sum(1, keepdims=True)).max() < 1e-5, n
+
+
 def test_kernels_rendered_over_processes_give_the_same_module():
     """A range bundle's kernels are rendered over the compile's processes (compiler/fanout.py map_forked),
     a chunk at a time: the module (functions, which kernel runs which, its size arguments, its launches)

@@ -76,6 +76,7 @@ class RenderedKernel:
     group: object           # what kernels that may merge share: the text with numbers blanked (and more, below)
     plain: str              # that plainer text with numbers blanked (_one_way_per_kernel)
     tensor_cores: bool
+    style: tuple = (False, False)   # (holds rows in registers, reads rows in vectors)
 
 
 def render_kernel(k) -> RenderedKernel:
@@ -83,7 +84,7 @@ def render_kernel(k) -> RenderedKernel:
     `mapper` may spread it over processes."""
     if isinstance(k, dict):
         k = kernel_from_json(k)
-    held = None
+    held, style = None, (False, False)
     if isinstance(k, AttentionKernel):
         launch = attention_launch(k)
         text = render_attention(k, launch, _NAME)
@@ -96,11 +97,12 @@ def render_kernel(k) -> RenderedKernel:
         launch = plan_launch(k)
         renderer = CudaRenderer(k, launch)
         text = renderer.render(_NAME)[1]
-        if renderer.resident is not None or renderer.read_vectors:
+        style = (renderer.resident is not None, renderer.read_vectors)
+        if any(style):
             held = CudaRenderer(k, launch, hold_rows=False, vectors=False).render(_NAME)[1]
         group = _NUMBER.sub("#", text)
     plain = _NUMBER.sub("#", held) if held is not None else (group if isinstance(group, str) else group[0])
-    return RenderedKernel(launch, text, held, group, plain, isinstance(k, TENSOR_CORE_KINDS))
+    return RenderedKernel(launch, text, held, group, plain, isinstance(k, TENSOR_CORE_KINDS), style)
 
 
 def build_module(kernels: list, users: list | None = None, mapper=map) -> CudaModule:
@@ -163,11 +165,11 @@ def _one_way_per_kernel(rendered: list, users: list):
     for i, r in enumerate(rendered):
         plain.setdefault(r.plain, []).append(i)
     for members in plain.values():
-        holding = [i for i in members if rendered[i].held is not None]
-        if holding and len(holding) < len(members) and len(set().union(*(users[i] for i in members))) > 1:
-            for i in holding:
+        if len({rendered[i].style for i in members}) > 1 and len(set().union(*(users[i] for i in members))) > 1:
+            for i in members:
                 r = rendered[i]
-                r.text, r.group, r.held = r.held, r.plain, None
+                if r.held is not None:
+                    r.text, r.group, r.held = r.held, r.plain, None
 
 
 def _merge(texts: list) -> tuple | None:
