@@ -68,9 +68,11 @@ DYNAMIC_HELP = ("A range of a named dim, both ends included (e.g. seq=1:512; rep
                 "combination). Every size gets its own plan, as fast as a bundle made for that size alone; the plans "
                 "share one arena (the largest size's), the kernels (sizes are passed as arguments) and the weights. "
                 "Sizes fall into a few launch structures: past 64 sizes, a sample of each structure's is compiled "
-                "and the others' plans are derived from it (numbers as formulas of the sizes, checked against "
-                "compiled sizes drawn at random; --every-size compiles them all). Memory at run time does not grow "
-                "with the range. A run outside the range is refused with an error naming it.")
+                "and the others' plans are derived from it (numbers as formulas of the sizes and of the model's "
+                "floors of them, such as a strided convolution's frames over audio samples; checked against "
+                "compiled sizes drawn at random; --every-size compiles them all). At most 262144 sizes in all "
+                "(e.g. samples=1600:160000). Memory at run time does not grow with the range. A run outside the "
+                "range is refused with an error naming it.")
 PRECISION_HELP = ("fp32: float32 throughout, GEMMs exact (no TF32); tf32: GEMMs on TF32 tensor cores; "
                   "fp16: weights and activations float16, accumulation (GEMMs, reductions, softmax and "
                   "normalisation statistics) float32; inputs and outputs keep their types. fp16 keeps in float32 "
