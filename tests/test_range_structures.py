@@ -342,7 +342,7 @@ def test_floors_of_a_dim_are_found_from_the_models_shapes():
     assert len(calls) < 200
 
 
-def test_a_wav2vec2_samples_range_compiles_per_structure_and_matches_onnxruntime():
+def test_a_wav2vec2_samples_range_compiles_per_structure_and_matches_onnxruntime(tmp_path):
     """Wav2Vec2's frames are floors of its samples (strided convolutions), its GroupNorm divides by one of
     them, and its row groups are padded at 3 of 4 lengths: every number of its plans once followed no
     formula, and a samples range compiled size by size (1600:16000 was cut off after 480 s with 7487 of
@@ -356,7 +356,13 @@ def test_a_wav2vec2_samples_range_compiles_per_structure_and_matches_onnxruntime
     line = next(m for m in said if m.startswith("--dynamic"))
     compiled = int(line.split(" compiled")[0].split()[-1])
     assert compiled < 2401 // 6, line
-    rb = Bundle.from_bytes(b.to_bytes())
+    path = tmp_path / "w2v.grape"
+    b.write(str(path))
+    r = subprocess.run([sys.executable, "-m", "grapec.tools.cli", "inspect", str(path)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src")))
+    assert r.returncode == 0 and "floors of the dims: floor((samples + 0) / 5), floor((samples + 0) / 10)" in r.stdout \
+        and f"{compiled} compiled" in r.stdout, r.stdout + r.stderr   # how the range was compiled, in the bundle
+    rb = Bundle.read(str(path))
     sess, ref = grapec.load(rb, backend="cpu"), ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(17)
     for x in rng.integers(1600, 4001, 8):

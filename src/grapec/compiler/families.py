@@ -186,6 +186,7 @@ class RangeFamilies:
         self.cuda: dict = {}         # id(family) -> Numbered CUDA rows
         self.derive = None           # (family, weight bytes or None: today's) -> {bucket: BucketResult}: its members as plans
         self.meta = None             # (family, member index) -> its bucket's manifest record
+        self.account: dict | None = None   # how the range was compiled, for `grapec inspect` (manifest "range_compile")
 
     def take(self, families: list, results: dict, bucket_of: dict, derive, meta, weight_bytes: int):
         for f in families:

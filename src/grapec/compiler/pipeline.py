@@ -530,6 +530,8 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
     }
     if user_bounds:
         manifest["bounds"] = user_bounds
+    if families.account:
+        manifest["range_compile"] = families.account
     say(f"{len(kernels.kernels)} distinct kernels, {weights.size / 2**20:.2f} MiB of weights, "
         f"{time.perf_counter() - t0:.1f}s in all")
     for n in notes:
@@ -556,6 +558,8 @@ def _compile_range(ctx, dynamic: dict, bucket_dims: list, bucket_shapes: list, w
                                     jobs, say, derived_result, as_formulas=True,
                                     floors=[f.variable(len(names)) for f in floors])
     say(f"--dynamic {', '.join(f'{n}={lo}:{hi}' for n, (lo, hi) in dynamic.items())}: {report.summary()}")
+    families.account = {"summary": report.summary(),
+                        "floors": [f"floor(({names[f.dim]} + {f.o}) / {f.p})" for f in floors]}
     bucket_of = {s: i for i, s in enumerate(sizes)}
 
     def derive(fam, weight_bytes):   # a family's members as plans after all

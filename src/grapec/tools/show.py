@@ -27,7 +27,7 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
         print_fusion_report(m, as_json)
         return
     summary = {k: m.get(k) for k in ("grapec_version", "format_version", "model", "opset", "targets", "weights_bytes",
-                                      "kernels", "dynamic")}
+                                      "kernels", "dynamic", "range_compile")}
     summary["storage"] = b.storage()
     structures = launch_structures(b)
     if structures:
@@ -48,6 +48,11 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     click.echo(f"{bundle}: grapec bundle v{m['format_version']} (grapec {m['grapec_version']}), model {m['model']} (opset {m['opset']})")
     click.echo(f"  targets: {', '.join(m['targets']) or 'none (CPU backend only)'}")
     click.echo(f"  weights: {m['weights_bytes'] / 2**20:.2f} MiB; kernels: {m['kernels']} distinct")
+    account = m.get("range_compile")
+    if account:   # a range compiled per launch structure (compiler/structures.py)
+        click.echo(f"  range compile: {account['summary']}")
+        if account.get("floors"):
+            click.echo(f"  range formulas' floors of the dims: {', '.join(account['floors'])}")
     for i in m["inputs"]:
         click.echo(f"  input  {i['name']}: {i['dtype']}{i['dims']}")
     counts = output_counts(o["name"] for o in m["outputs"])   # a data-dependent axis's count is an output of its own
