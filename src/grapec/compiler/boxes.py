@@ -214,4 +214,8 @@ def _cut(boxes: list, done) -> list:
 
 def likes(boxes: list) -> dict:
     """size -> the size whose choices it repeats (Box.like)."""
-    return {m: b.like for b in boxes for m in b.members() if m != b.like}
+    out = {}
+    for b in boxes:
+        like = b.like   # once a box: its top walks the box's corners (a third of a 58401-size range's compile)
+        out.update((m, like) for m in b.members() if m != like)
+    return out
