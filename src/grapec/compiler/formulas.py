@@ -130,13 +130,20 @@ def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: lis
     return found
 
 
-def spans(sizes: list, members: list) -> bool:
+def spans(sizes: list, members: list, extra: list = ()) -> bool:
     """Whether a formula fitted over `sizes` is determined over `members`: the cubics in the dims
-    (b * s * round_up(s, 4): a score matrix's bytes) have the same rank over both (sizes compiled along one line, as a bisection makes them, would take
-    b * s for a multiple of s)."""
+    (b * s * round_up(s, 4): a score matrix's bytes), and the `extra` variables (the model's floors of the
+    dims, floor_dims.py), have the same rank over both. Sizes compiled along one line, as a bisection makes
+    them, would take b * s for a multiple of s; sizes whose floor(x / 10) are all even would take it for
+    2 * floor(x / 20), and derive the odd ones wrong."""
     monos = _monomials(len(members[0]), 3)
+    ndims = len(members[0])
 
     def rank(points):
-        a = _design(np.array(points, np.int64), monos).astype(np.float64)
+        pts = np.array(points, np.int64)
+        a = _design(pts, monos)
+        if extra:
+            a = np.column_stack([a, NumberFit(extra=list(extra)).columns(pts)[:, ndims:]])
+        a = a.astype(np.float64)
         return np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0))
     return rank(sizes) == rank(members)

@@ -471,7 +471,7 @@ def _fill(done: _Compiles, work: list):
     for key, boxes in work:
         inside = _inside(done, boxes, key)
         every = [m for b in boxes for m in b.members()]
-        if len(inside) < BOX_FIT_SIZES or not spans(inside, every):
+        if len(inside) < BOX_FIT_SIZES or not spans(inside, every, done.floors):
             # drawn, not strided: a stride that is a multiple of a dim's alignment would show a
             # round-up as a polynomial (every drawn size one remainder)
             pool = [m for m in every if m not in done.results and not coincident(m)]
