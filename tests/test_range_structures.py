@@ -415,3 +415,24 @@ def test_a_seven_convolution_front_end_compiles_per_structure_over_its_samples(t
     line = next(m for m in said if m.startswith("--dynamic"))
     assert int(line.split(" compiled")[0].split()[-1]) < 3201 // 6, line
     _audio_lengths_match(Bundle.from_bytes(b.to_bytes()), model, (400, 3600), "y", seed=18)
+
+
+def test_every_size_of_a_batch_by_samples_range_is_a_valid_plan():
+    """batch x samples: a buffer's bytes are 128 x batch x floor(x / 20)-ish, a product of a dim and a floor.
+    Compiled sizes that did not span such products fitted a formula that is wrong elsewhere: 39 members of
+    one family (batch 1:3 x samples 1600:2800) joined to plans whose buffer bytes do not match their shapes,
+    which a run of those sizes would refuse. Every family member now joins to a plan that passes the
+    bundle's checks, and random sizes match onnxruntime."""
+    model = os.path.join(ROOT, "models", "tiny", "wav2vec2.onnx")
+    b = compile_model(model, dynamic={"batch": (1, 3), "samples": (1600, 2800)}, targets=[], jobs=2)
+    rb = Bundle.from_bytes(b.to_bytes())
+    members = [bk for f in rb.plans.docs.families for bk in f.buckets]
+    assert len(members) > len(rb.plans) // 2
+    for i in members:
+        rb.check_plan(i, rb.plans[i])
+    sess, ref = grapec.load(rb, backend="cpu"), ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(19)
+    for _ in range(6):
+        feeds = {"input_values": rng.standard_normal((int(rng.integers(1, 4)), int(rng.integers(1600, 2801)))).astype(np.float32)}
+        want, got = ref.run(None, feeds)[0], sess.run(feeds)["last_hidden_state"]
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-4), feeds["input_values"].shape

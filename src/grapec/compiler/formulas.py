@@ -142,8 +142,9 @@ def spans(sizes: list, members: list, extra: list = ()) -> bool:
     def rank(points):
         pts = np.array(points, np.int64)
         a = _design(pts, monos)
-        if extra:
-            a = np.column_stack([a, NumberFit(extra=list(extra)).columns(pts)[:, ndims:]])
+        if extra:   # the floors, and each times a dim (batch x frames: a buffer's rows)
+            floors = NumberFit(extra=list(extra)).columns(pts)[:, ndims:]
+            a = np.column_stack([a, floors] + [floors * pts[:, d:d + 1] for d in range(ndims)])
         a = a.astype(np.float64)
         return np.linalg.matrix_rank(a / np.maximum(np.abs(a).max(axis=0), 1.0))
     return rank(sizes) == rank(members)
