@@ -88,7 +88,7 @@ def attention_structure(k: AttentionKernel, launch: Launch) -> tuple:
     """What the kernel's literal-only numbers derive from: shared-array and fragment sizes, warps and
     key tiles (codegen/module.py merges attention kernels of one structure, their other numbers as
     arguments)."""
-    return (k.dtype, launch.block, launch.split, key_tile(k, launch), k.head_dim, k.value_dim)
+    return (k.dtype, launch.block, launch.split, key_tile(k), k.head_dim, k.value_dim)
 
 
 def key_slices(k: AttentionKernel) -> int:
@@ -111,17 +111,14 @@ def _merge_fits(k: AttentionKernel, slices: int) -> bool:
     return partial_bytes <= k_bytes and k_bytes + v_bytes <= MAX_STATIC_SMEM
 
 
-def key_tile(k: AttentionKernel, launch: Launch | None = None) -> int:
-    """Keys per warp per step of the kernel's main loop (a step's tile holds launch.split such
-    slices). The next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per
-    operand."""
-    if k.tiling:
-        return k.tiling[2]
-    launch = launch or attention_launch(k)
-    return _key_tile(k, launch.block, max(1, launch.split))
+def key_tile(k: AttentionKernel) -> int:
+    """Keys per warp per step of the kernel's main loop (a step's tile holds a key slice's worth
+    for each of its warps: attention_tiling)."""
+    return attention_tiling(k)[2]
 
 
 def _key_tile(k: AttentionKernel, block: int, slices: int) -> int:
+    """The next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per operand."""
     dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
     fits = MAX_PREFETCH * block * 8 // max(dp, dvp) // slices // 16 * 16
     return max(16, min(MAX_KEY_TILE, _ceil(_ceil(k.seq_k, slices), 16) * 16, fits))
@@ -148,7 +145,7 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     qtiles = _ceil(k.seq_q, rows)
     s, t, d, dv = k.seq_q, k.seq_k, k.head_dim, k.value_dim
     dp, dvp = _ceil(d, 16) * 16, _ceil(dv, 16) * 16
-    bw = key_tile(k, launch)   # keys of one warp per step
+    bw = key_tile(k)   # keys of one warp per step
     bc = bw * slices           # keys of the block per step
     kw = "ks * {} + ".format(bw) if slices > 1 else ""   # this warp's first key in the tile
     nb = len(k.batch)

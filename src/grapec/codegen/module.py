@@ -72,9 +72,9 @@ class RenderedKernel:
     """One kernel rendered: what build_module needs of it, worked out where it was rendered."""
     launch: object
     text: str
-    held: str | None        # its text without rows held in registers or read in vectors, where it has either
+    scalar: str | None      # its text without rows held in registers or read in vectors, where it has either
     group: object           # what kernels that may merge share: the text with numbers blanked (and more, below)
-    plain: str              # that plainer text with numbers blanked (_one_way_per_kernel)
+    plain: str              # the scalar text (or its own) with numbers blanked (_one_way_per_kernel)
     tensor_cores: bool
     style: tuple = (False, False)   # (holds rows in registers, reads rows in vectors)
 
@@ -84,7 +84,7 @@ def render_kernel(k) -> RenderedKernel:
     `mapper` may spread it over processes."""
     if isinstance(k, dict):
         k = kernel_from_json(k)
-    held, style = None, (False, False)
+    scalar, style = None, (False, False)
     if isinstance(k, AttentionKernel):
         launch = attention_launch(k)
         text = render_attention(k, launch, _NAME)
@@ -99,10 +99,10 @@ def render_kernel(k) -> RenderedKernel:
         text = renderer.render(_NAME)[1]
         style = (renderer.resident is not None, renderer.read_vectors)
         if any(style):
-            held = CudaRenderer(k, launch, hold_rows=False, vectors=False).render(_NAME)[1]
+            scalar = CudaRenderer(k, launch, hold_rows=False, vectors=False).render(_NAME)[1]
         group = _NUMBER.sub("#", text)
-    plain = _NUMBER.sub("#", held) if held is not None else (group if isinstance(group, str) else group[0])
-    return RenderedKernel(launch, text, held, group, plain, isinstance(k, TENSOR_CORE_KINDS), style)
+    plain = _NUMBER.sub("#", scalar) if scalar is not None else (group if isinstance(group, str) else group[0])
+    return RenderedKernel(launch, text, scalar, group, plain, isinstance(k, TENSOR_CORE_KINDS), style)
 
 
 def build_module(kernels: list, users: list | None = None, mapper=map) -> CudaModule:
@@ -161,15 +161,15 @@ def _one_way_per_kernel(rendered: list, users: list):
     range would run two functions, and its sizes stored as formulas (bundle/families.py) could not name
     theirs. (A range whose structures follow the remainders, fp32 GPT-2's softmax over seq, gives up the
     vectors at its aligned lengths too: its kernels of one text are merged across the structures.)"""
-    plain: dict = {}   # the text without held rows, numbers blanked -> kernel indices
+    plain: dict = {}   # the scalar text (no held rows, no vector reads), numbers blanked -> kernel indices
     for i, r in enumerate(rendered):
         plain.setdefault(r.plain, []).append(i)
     for members in plain.values():
         if len({rendered[i].style for i in members}) > 1 and len(set().union(*(users[i] for i in members))) > 1:
             for i in members:
                 r = rendered[i]
-                if r.held is not None:
-                    r.text, r.group, r.held = r.held, r.plain, None
+                if r.scalar is not None:
+                    r.text, r.group, r.scalar = r.scalar, r.plain, None
 
 
 def _merge(texts: list) -> tuple | None:

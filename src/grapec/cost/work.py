@@ -125,7 +125,7 @@ def attention_work(kernel) -> Work:
     warps_per_head = math.ceil(kernel.seq_q / 16)
     cached = kv * isz * max(0, warps_per_head - 1)   # every warp of a head reads the head's keys and values
     slices = max(1, launch.split)
-    tiles = math.ceil(kernel.seq_k / (key_tile(kernel, launch) * slices))   # dependent steps of one warp
+    tiles = math.ceil(kernel.seq_k / (key_tile(kernel) * slices))   # dependent steps of one warp
     mapping = f"{launch.block // 32} warp(s) per block" + (f", keys in {slices} slices" if slices > 1 else "")
     if kernel.causal_offset is not None:
         # priced as the whole square: on an H200 GPT-2 seq 128's 12 heads took the same time with the
