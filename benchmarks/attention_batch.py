@@ -3,6 +3,9 @@ in one process on one GPU; with variants of the kernel's launch shape (codegen/a
 
     python benchmarks/attention_batch.py [--shapes 1x12x128x64,8x12x128x64,32x12x128x64] [--variants default,cudnn]
 
+A variant named wWsS forces the tiling: W warps per query tile, S key slices (codegen/attention.py
+attention_tiling), whatever the heuristic would pick.
+
 The model is attention as exporters write it (BERT's form): MatMul(q, kᵀ) · scale + an additive mask
 over the keys, Softmax, MatMul(·, v), q/k/v [B, H, S, D], fp16. grapec's time is one replay of its
 CUDA graph (the attention kernel plus the input casts); PyTorch's is one SDPA call captured in a
@@ -51,6 +54,20 @@ def attention_model(b, h, s, d):
     return m
 
 
+def _force_tiling(name: str):
+    """Variant wWsS: every attention kernel's tiling (W warps, S key slices) recorded as such by
+    passes/mappings.py, which reads codegen/attention.py attention_tiling."""
+    import re
+    from grapec.codegen import attention as att
+    from grapec.passes import mappings
+    m = re.fullmatch(r"w(\d+)s(\d+)", name)
+    if m is None:
+        mappings.attention_tiling = att.attention_tiling
+        return
+    warps, slices = int(m.group(1)), int(m.group(2))
+    mappings.attention_tiling = lambda k: (warps, slices, att._key_tile(k, 32 * warps * slices, slices))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="1x12x128x64,8x12x128x64,32x12x128x64")
@@ -72,8 +89,9 @@ def main():
         m = attention_model(b, h, s, d)
         row = {"shape": shp}
         for name in a.variants.split(","):
-            for k, v in {**base, **VARIANTS[name]}.items():
+            for k, v in {**base, **VARIANTS.get(name, {})}.items():
                 setattr(att, k, v)
+            _force_tiling(name)
             engine = "cudnn" if name == "cudnn" else "kernel"
             bundle = grapec.compile(m, precision="fp16", precision_tolerance=2e-2, attention=engine)
             kinds = [k.get("kind") for k in bundle.kernels]
@@ -84,6 +102,7 @@ def main():
             row["fused"] = "attention" in kinds
         for k, v in base.items():
             setattr(att, k, v)
+        _force_tiling("default")
         t = {n: torch.tensor(feeds[n], device="cuda", dtype=torch.float16) for n in feeds}
         f = torch.nn.functional.scaled_dot_product_attention
         row["torch_sdpa"] = torch_graph_us(lambda: f(t["q"], t["k"], t["v"], attn_mask=t["mask"]))

@@ -391,6 +391,9 @@ def main():
     ap.add_argument("--baseline-spare", action="store_true",
                     help="also time grapec with an exec per length and GRAPEC_SPARE_BY_SHAPE=0: the exec patched at a "
                          "switch is the least recently run one's, whatever its graph's shape")
+    ap.add_argument("--band-ratios", default="", metavar="R,..",
+                    help="also time the range with each of these GRAPEC_BAND_RATIO values (0: one exec per launch "
+                         "structure; runtime/cuda/shared_exec.py size_band)")
     ap.add_argument("--lazy-graphs", action="store_true",
                     help="build each length's graph at its first request instead of at load (Session.build_graphs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
@@ -428,6 +431,8 @@ def main():
         variants.append(("grapec range, own execs", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "1"}))
     if a.baseline_spare:
         variants.append(("grapec range, own execs, LRU spare", {"GRAPEC_SHARED_EXECS": "0", "GRAPEC_SPARE_BY_SHAPE": "0"}))
+    for ratio in filter(None, a.band_ratios.split(",")):
+        variants.append((f"grapec range, band ratio {ratio}", {"GRAPEC_SHARED_EXECS": "1", "GRAPEC_BAND_RATIO": ratio}))
     for row, env in ([] if a.only_peers else variants):
         os.environ.update(env)
         free0 = _free_device_bytes(a.backend)
@@ -438,7 +443,7 @@ def main():
         res.setdefault("load_s", time.perf_counter() - t0)
         every_length_once(sess, lo, hi, inputs)   # the memory read below is after every size ran
         res["rows"][row] = {t: time_grapec(sess, ls, inputs, a.backend, False) for t, ls in lengths.items()}
-        if row == "grapec range" and not a.no_ideal:   # measured as the ideal row is
+        if row.startswith("grapec range") and "own execs" not in row and not a.no_ideal:   # measured as the ideal is
             res["rows"][row + ", length medians"] = {t: length_medians(lambda n: sess, ls, inputs, a.backend)
                                                      for t, ls in lengths.items() if set(ls) <= set(singles)}
         used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
@@ -449,6 +454,7 @@ def main():
             res.setdefault("switches", {})[row] = dict(getattr(sess._runner, "switches", {}))
             res.setdefault("switch_us", {})[row] = sess._runner.switch_us
         sess.close()
+        os.environ.pop("GRAPEC_BAND_RATIO", None)
     for key in ("GRAPEC_SHARED_EXECS", "GRAPEC_SPARE_BY_SHAPE"):
         os.environ.pop(key, None)
     if ranged is not None:

@@ -45,7 +45,7 @@ class _Runner:
         return shared_exec.graph_shape(self.bundle.plans[bucket])
 
     def structure_of(self, bucket):
-        return shared_exec.launch_structure(self.bundle, bucket, self.graph_shape(bucket))
+        return shared_exec.exec_key(self.bundle, bucket, self.graph_shape(bucket))
 
     def function(self, name):
         return name

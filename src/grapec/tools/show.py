@@ -149,16 +149,16 @@ def launch_structures(b) -> list:
 
 def shared_execs(b) -> dict | None:
     """What the CUDA backend instantiates for a bundle of several sizes (runtime/cuda/shared_exec.py):
-    {"execs": launch structures, "sized_steps": kernel steps of structures of several sizes that run
-    as sized twins}; None where it keeps an exec per bucket (one bucket, no GPU code, no sized twins)."""
+    {"execs": launch structures times their bands of sizes (shared_exec.exec_key), "sized_steps": kernel
+    steps of execs of several sizes that run as sized twins}; None where it keeps an exec per bucket (one bucket, no GPU code, no sized twins)."""
     cuda = b.manifest.get("cuda")
     if not cuda or len(b.plans) < 2 or not cuda.get("sized"):
         return None
-    from ..runtime.cuda.shared_exec import graph_shape, launch_structure
+    from ..runtime.cuda.shared_exec import exec_key, graph_shape
     from ..runtime.cuda.size_record import sized_steps
     by_structure: dict = {}
     for i in range(len(b.plans)):
-        by_structure.setdefault(launch_structure(b, i, graph_shape(b.plans[i])), []).append(i)
+        by_structure.setdefault(exec_key(b, i, graph_shape(b.plans[i])), []).append(i)
     steps = sum(len(sized_steps(b, {i: b.plans[i] for i in members}, set(cuda["sized"]))[0])
                 for members in by_structure.values() if len(members) > 1)
     return {"execs": len(by_structure), "sized_steps": steps, "switches": switch_report(b)}

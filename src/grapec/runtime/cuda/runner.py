@@ -346,9 +346,9 @@ class CudaPlanRunner:
         return self._shapes[bucket]
 
     def structure_of(self, bucket: int) -> tuple:
-        """The bucket's launch structure (shared_exec.launch_structure)."""
+        """What the bucket shares an exec with: its launch structure and band of sizes (shared_exec.exec_key)."""
         if bucket not in self._structures:
-            self._structures[bucket] = shared_exec.launch_structure(self.bundle, bucket, self.graph_shape(bucket))
+            self._structures[bucket] = shared_exec.exec_key(self.bundle, bucket, self.graph_shape(bucket))
         return self._structures[bucket]
 
     def _evict(self, bucket: int, spare: bool, park: bool = True):

@@ -23,7 +23,8 @@ So:
   can differ is known per structure (`varying`), and a bucket's launches are compared by a
   signature computed once per bucket from its plan.
 
-A structure's exec is keyed by its launch structure, its node types and the thread block clusters of
+A structure's exec is keyed by its launch structure, its band of sizes (size_band: a structure's sizes
+share an exec within a ratio of launched blocks, 1.5 by default), its node types and the thread block clusters of
 its library kernels (a per-node update cannot change a node's cluster shape). Zero-copy I/O
 (binding.py) patches the same exec through the origin nodes; the holder's patched nodes are set back
 when another bucket takes the exec. A bundle of one bucket keeps an exec of its own (runner.py).
@@ -40,6 +41,7 @@ LRU of max_graphs buckets; benchmarks/traffic.py --baseline-own-execs measures b
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import OrderedDict
@@ -48,6 +50,8 @@ from ...plan import KernelStep, LibraryStep, REGIONS, step_deps
 from ..zero_copy import io_routes
 from .driver import call
 from .size_record import SizeRecords
+
+BAND_RATIO = 1.5
 
 
 def graph_shape(plan) -> tuple:
@@ -77,6 +81,32 @@ def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
     # own: among the others it would leave unsized every kernel that touches a buffer it moved
     layout = tuple(b.offset for b in plan.buffers if b.space == "arena")
     return template, shape, kernels, layout
+
+
+def size_band(bundle, plan) -> int:
+    """Which band of sizes a bucket falls in: the log, base band_ratio(), of the blocks its kernels launch
+    in all. The buckets of one launch structure share an exec band by band, not all together: a shared
+    exec runs every sized kernel at the grid of its largest bucket (blocks past a bucket's own grid
+    return at once) and every GEMM at its widest rows, which its smaller buckets pay for (BERT fp16 on an
+    H200, one exec for lengths 97..320: at 147, 29 us of GEMM rows and 8 us of empty attention blocks
+    over the single-length bundle's 420, benchmarks/results/2026-11-28-h100-bert-gap). A band bounds
+    that waste by the ratio, at an exec per band."""
+    ratio = band_ratio()
+    if ratio <= 1.0:
+        return 0
+    launch = bundle.manifest["cuda"]["launch"]
+    blocks = sum(int(launch[st.kernel][1]) for st in plan.steps if isinstance(st, KernelStep))
+    return int(math.floor(math.log(max(blocks, 1)) / math.log(ratio) + 1e-9))
+
+
+def band_ratio() -> float:
+    """GRAPEC_BAND_RATIO: the most a band's largest bucket may launch over its smallest (0: one band)."""
+    return float(os.environ.get("GRAPEC_BAND_RATIO", str(BAND_RATIO)))
+
+
+def exec_key(bundle, bucket: int, shape: tuple) -> tuple:
+    """What shares one exec: the bucket's launch structure and its band of sizes (size_band)."""
+    return launch_structure(bundle, bucket, shape) + (size_band(bundle, bundle.plans[bucket]),)
 
 
 def enabled() -> bool:
@@ -376,7 +406,7 @@ class _PlanOnly:
 
     def structure_of(self, bucket: int):
         if bucket not in self._structures:
-            self._structures[bucket] = launch_structure(self.bundle, bucket, graph_shape(self.plan(bucket)))
+            self._structures[bucket] = exec_key(self.bundle, bucket, graph_shape(self.plan(bucket)))
         return self._structures[bucket]
 
     def widest_gemm(self, bucket: int, st):   # as the runner's, which the same switch turns off
