@@ -1,0 +1,100 @@
+"""A size record computed from a range's formulas (codegen/size_program.py): the program gives what the
+formulas give (bundle/formulas.py NumberFit.numbers), evaluated in Python, by the same C text compiled
+with the host's C compiler, and the loader kernel that holds it compiles with NVRTC."""
+import ctypes
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from grapec.bundle.format import Bundle
+from grapec.codegen.size_program import EVAL_SIZES, SIZE_PROGRAM, run_size_program, size_program
+from grapec.compiler import compile_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+W2V = os.path.join(ROOT, "models", "tiny", "wav2vec2.onnx")
+
+
+@pytest.fixture(scope="module")
+def families():
+    """Tiny Wav2Vec2 over samples 1600..4000, written and read: its families' formulas take the floors
+    of the samples (strided convolutions' frames) and round-ups of them."""
+    b = compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (1600, 4000)}, targets=[], jobs=2)
+    fams = Bundle.from_bytes(b.to_bytes()).plans.docs.families
+    assert fams and any(f.plan.fit.extra for f in fams)
+    return fams
+
+
+def _members(f, n=24, seed=0):
+    rng = np.random.default_rng(seed)
+    pick = {0, len(f.sizes) - 1} | {int(i) for i in rng.integers(0, len(f.sizes), n)}
+    return f.sizes[sorted(pick)]
+
+
+def test_a_size_program_gives_what_the_formulas_give(families):
+    for f in families:
+        fit = f.plan.fit
+        slots = list(range(len(fit.slots)))
+        prog = size_program(fit, 1, slots)
+        sizes = _members(f)
+        want = fit.numbers(sizes)
+        for size, row in zip(sizes, want):
+            assert (run_size_program(prog, size) == row).all(), size
+        # a program of some slots, in another order, gives those
+        some = slots[::-7]
+        assert (run_size_program(size_program(fit, 1, some), sizes[-1]) == want[-1][some]).all()
+
+
+def test_an_f64_output_is_its_doubles_bits(families):
+    fit = families[0].plan.fit
+    prog = size_program(fit, 1, [0, 1], f64=[True, False])
+    size = families[0].sizes[-1]
+    got = run_size_program(prog, size)
+    want = fit.numbers(size[None])[0, :2]
+    assert got[0] == np.float64(want[0]).view(np.int64) and got[1] == want[1]
+
+
+def test_a_malformed_request_is_refused(families):
+    fit = families[0].plan.fit
+    with pytest.raises(ValueError):
+        size_program(fit, 4, [0])   # more dims than the loader takes
+    with pytest.raises(ValueError):
+        size_program(fit, 1, [len(fit.slots)])   # no such slot
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a host C compiler (cc)")
+def test_the_c_evaluator_gives_what_the_formulas_give(families, tmp_path):
+    """The evaluator's C text, as the loader kernel holds it, compiled for the host: every member of
+    every family, against the formulas evaluated by numpy."""
+    src = tmp_path / "size_program.c"
+    src.write_text("#include <string.h>\n#define G_HD\n" + SIZE_PROGRAM + r"""
+void g_eval(const long long* prog, const long long* sizes, long long n, long long* out) {
+  for (long long i = 0; i < n; ++i) {
+    long long cols[G_MAX_VARIABLES];
+    for (long long d = 0; d < prog[0]; ++d) cols[d] = sizes[i * prog[0] + d];
+    g_size_variables(prog, cols);
+    for (long long j = 0; j < prog[2]; ++j) out[i * prog[2] + j] = g_size_output(prog, j, cols);
+  }
+}
+""")
+    lib = tmp_path / "size_program.so"
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
+    g_eval = ctypes.CDLL(str(lib)).g_eval
+    ptr = ctypes.POINTER(ctypes.c_longlong)
+    g_eval.argtypes = [ptr, ptr, ctypes.c_longlong, ptr]
+    for f in families:
+        fit = f.plan.fit
+        prog = size_program(fit, 1, list(range(len(fit.slots))))
+        sizes = np.ascontiguousarray(f.sizes, np.int64)
+        out = np.empty((len(sizes), len(fit.slots)), np.int64)
+        g_eval(prog.ctypes.data_as(ptr), sizes.ctypes.data_as(ptr), len(sizes), out.ctypes.data_as(ptr))
+        assert (out == fit.numbers(sizes)).all()
+
+
+def test_the_loader_kernel_compiles_for_the_gpu():
+    pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc)")
+    from grapec.codegen.nvrtc import compile_cuda
+    out = compile_cuda(EVAL_SIZES, "sm_90")
+    assert out
