@@ -98,3 +98,39 @@ def test_the_loader_kernel_compiles_for_the_gpu():
     from grapec.codegen.nvrtc import compile_cuda
     out = compile_cuda(EVAL_SIZES, "sm_90")
     assert out
+
+
+@pytest.fixture(scope="module")
+def with_gpu_code():
+    """The same range with GPU code (the families' CUDA rows as formulas), written and read."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc)")
+    b = compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (1600, 4000)}, targets=["sm_90"], jobs=2)
+    return Bundle.from_bytes(b.to_bytes())
+
+
+def test_a_members_record_and_band_come_from_its_familys_formulas(with_gpu_code):
+    """What a shared exec needs of a size, worked out from its family's formulas without joining its plan
+    (runtime/cuda/size_record.py family_record_program, shared_exec.py family_bands), equals what the
+    runner works out from the joined plan: each kernel step's scalars and grid, and the size's band."""
+    from grapec.plan import KernelStep
+    from grapec.runtime.cuda.shared_exec import family_bands, size_band
+    from grapec.runtime.cuda.size_record import family_kernels, family_record_program
+    b = with_gpu_code
+    cuda = b.manifest["cuda"]
+    fams = [f for f in b.plans.docs.families if f.cuda is not None]
+    assert fams
+    for f in fams:
+        positions = sorted(family_kernels(f))
+        prog = family_record_program(f, positions)
+        bands = family_bands(f)
+        rng = np.random.default_rng(3)
+        for m in sorted({0, len(f.sizes) - 1, *[int(i) for i in rng.integers(0, len(f.sizes), 6)]}):
+            plan = b.plans[f.buckets[m]]
+            assert all(isinstance(plan.steps[p], KernelStep) for p in positions)
+            want = []
+            for p in positions:
+                k = plan.steps[p].kernel
+                want += [int(v) if t == "i64" else int(np.float64(v).view(np.int64)) for t, v in cuda["scalars"][k]]
+                want.append(int(cuda["launch"][k][1]))
+            assert run_size_program(prog, f.sizes[m]).tolist() == want, (f.sizes[m], m)
+            assert bands[m] == size_band(b, plan), f.sizes[m]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..plan import KernelStep, walk_steps
 from .formulas import NumberFit
-from .templates import JoinText, split
+from .templates import INT_PLACES, JoinText, split
 
 
 # a kernel's numbers that are choices, not sizes: held in a bucket document as JSON text, so that they are
@@ -97,6 +97,21 @@ class Family:
             raise ValueError("a family's sizes and buckets differ in number")
         return Family(Numbered.from_json(d["plan"]), Numbered.from_json(d["cuda"]) if d["cuda"] else None,
                       sizes, buckets)
+
+
+def numbered_template(key: str):
+    """The template (JSON text) with each number's place holding its index among the numbers."""
+    counter = iter(range(1 << 62))
+
+    def walk(x):
+        if isinstance(x, str) and x in INT_PLACES:
+            return next(counter)
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        return x
+    return walk(json.loads(key))
 
 
 def cuda_rows(entry: dict, kernels: list) -> list:

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..bundle.formulas import NumberFit
-
 MAX_VARIABLES = 64       # dims plus Rounded variables a program may have (the evaluator's array)
 MAX_DIMS = 3             # the loader kernel takes the dims as arguments: 3-D ranges at most
 
 
-def size_program(fit: NumberFit, ndims: int, slots: list, f64: list | None = None) -> np.ndarray:
-    """The program whose outputs are the fit's `slots` (in that order) at sizes of `ndims` dims; f64[i]:
+def size_program(fit, ndims: int, slots: list, f64: list | None = None) -> np.ndarray:
+    """fit: a bundle/formulas.py NumberFit (its `extra` and `slots` read here). -> The program whose outputs are the fit's `slots` (in that order) at sizes of `ndims` dims; f64[i]:
     output i is a float argument (stored as its double's bits). A monomial lists the exponents of the
     variables that existed when it was fitted: fewer than all of them, maybe (bundle/formulas.py design)."""
     if not 1 <= ndims <= MAX_DIMS or ndims + len(fit.extra) > MAX_VARIABLES:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..bundle.families import Family, Numbered, cuda_rows, kernel_order
-from ..bundle.templates import INT_PLACES, split
+from ..bundle.families import Family, Numbered, cuda_rows, kernel_order, numbered_template
+from ..bundle.templates import split
 from ..passes.plan_memory import ALIGN
 from ..plan import Plan
 from .formulas import fit_numbers
@@ -74,21 +74,6 @@ class RangeFamily:
     def stored(self, buckets: list, cuda: Numbered | None) -> Family:
         nf, floats = self.fit
         return Family(Numbered(self.key, nf, floats), cuda, np.array(self.sizes, np.int64), buckets)
-
-
-def numbered_template(key: str):
-    """The template (JSON text) with each number's place holding its index among the numbers."""
-    counter = iter(range(1 << 62))
-
-    def walk(x):
-        if isinstance(x, str) and x in INT_PLACES:
-            return next(counter)
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if isinstance(x, dict):
-            return {k: walk(v) for k, v in x.items()}
-        return x
-    return walk(json.loads(key))
 
 
 def buffer_needs(key: str, fit: tuple, members: list) -> list:

@@ -46,6 +46,8 @@ import os
 import time
 from collections import OrderedDict
 
+import numpy as np
+
 from ...plan import KernelStep, LibraryStep, REGIONS, step_deps
 from ..zero_copy import io_routes
 from .driver import call
@@ -97,6 +99,21 @@ def size_band(bundle, plan) -> int:
     launch = bundle.manifest["cuda"]["launch"]
     blocks = sum(int(launch[st.kernel][1]) for st in plan.steps if isinstance(st, KernelStep))
     return int(math.floor(math.log(max(blocks, 1)) / math.log(ratio) + 1e-9))
+
+
+def family_bands(family) -> np.ndarray:
+    """size_band of every member of a range family (bundle/families.py) at once, from its CUDA formulas:
+    no member's plan joined (158401 joined plans are more than a load can afford)."""
+    from .size_record import family_kernels, family_launch_slots
+    ratio = band_ratio()
+    if ratio <= 1.0:
+        return np.zeros(len(family.sizes), np.int64)
+    launch = family_launch_slots(family)
+    grids = [launch[k][0] for k in family_kernels(family).values()]
+    blocks = np.zeros(len(family.sizes), np.int64)
+    for lo in range(0, len(family.sizes) if grids else 0, 4096):   # in chunks: a family may hold 10^5 sizes
+        blocks[lo:lo + 4096] = family.cuda.fit.numbers(family.sizes[lo:lo + 4096], grids).sum(axis=1)
+    return np.floor(np.log(np.maximum(blocks, 1)) / math.log(ratio) + 1e-9).astype(np.int64)
 
 
 def band_ratio() -> float:

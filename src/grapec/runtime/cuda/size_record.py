@@ -67,6 +67,33 @@ def _constants(plans: dict, members: list, steps) -> dict | None:
     return out
 
 
+def family_kernels(family) -> dict:
+    """{position: local kernel number} of the top-level kernel steps of a family's plans (bundle/families.py:
+    one template for all its members, so one member's document tells)."""
+    steps = family.document(0)["plan"]["steps"]
+    return {p: st["kernel"] for p, st in enumerate(steps) if st["op"] == "kernel"}
+
+
+def family_launch_slots(family) -> list:
+    """Per local kernel of a family: (the slot of its grid in the family's CUDA formulas, [(scalar type,
+    its slot)]), from the numbered CUDA template (rows [function, [kind, grid, block, split], scalars])."""
+    from ...bundle.families import numbered_template
+    return [(row[1][1], [(t, slot) for t, slot in row[2]]) for row in numbered_template(family.cuda.template)]
+
+
+def family_record_program(family, positions: list) -> np.ndarray:
+    """The size program (codegen/size_program.py) of a member's record at these kernel positions, laid out as
+    SizeRecords lays a row: each position's scalars (an f64 as its double's bits), then its grid."""
+    from ...codegen.size_program import size_program
+    local, launch = family_kernels(family), family_launch_slots(family)
+    slots, f64 = [], []
+    for p in sorted(positions):
+        grid, scalars = launch[local[p]]
+        slots += [slot for _, slot in scalars] + [grid]
+        f64 += [t == "f64" for t, _ in scalars] + [False]
+    return size_program(family.cuda.fit, family.sizes.shape[1], slots, f64)
+
+
 class SizedGroup:
     """The sized steps of one launch structure's buckets and the device memory their numbers live in."""
 
