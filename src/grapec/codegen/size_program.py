@@ -29,9 +29,10 @@ MAX_DIMS = 3             # the loader kernel takes the dims as arguments: 3-D ra
 
 
 def size_program(fit, ndims: int, slots: list, f64: list | None = None) -> np.ndarray:
-    """fit: a bundle/formulas.py NumberFit (its `extra` and `slots` read here). -> The program whose outputs are the fit's `slots` (in that order) at sizes of `ndims` dims; f64[i]:
-    output i is a float argument (stored as its double's bits). A monomial lists the exponents of the
-    variables that existed when it was fitted: fewer than all of them, maybe (bundle/formulas.py design)."""
+    """The program whose outputs are the fit's `slots` (in that order) at sizes of `ndims` dims; f64[i]:
+    output i is a float argument (stored as its double's bits). fit: a bundle/formulas.py NumberFit, its
+    `extra` and `slots` read (not imported: codegen sits below bundle). A monomial lists the exponents of
+    the variables that existed when it was fitted: fewer than all of them, maybe."""
     if not 1 <= ndims <= MAX_DIMS or ndims + len(fit.extra) > MAX_VARIABLES:
         raise ValueError(f"a size program takes 1..{MAX_DIMS} dims and {MAX_VARIABLES} variables in all")
     f64 = f64 or [False] * len(slots)
