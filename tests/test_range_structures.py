@@ -45,6 +45,31 @@ def test_numbers_are_fitted_as_polynomials_and_round_ups_of_the_sizes():
     assert not fit_numbers(sizes[:2], np.column_stack([sizes[:2, 1] ** 2])).complete
 
 
+def test_a_grid_over_a_plans_rounded_bytes_is_fitted_with_the_plans_numbers():
+    """A launch row that rounds up what only the plan's formulas hold: ceil(bytes / 1024) blocks over a
+    buffer of 4 x round_up(3 x batch x frames, 64) bytes, frames = floor(samples / 5) (tiny Wav2Vec2 at
+    batch 1:4 x samples 1600:8000 stored 4 families' launch rows plan by plan for it). The plan's own
+    fit finds the bytes; the launch rows' fit finds the grid only with the plan's variables and numbers
+    (compiler/families.py fit_cuda_rows), and then gives it at sizes it did not see."""
+    from grapec.compiler.floor_dims import FloorDim
+    rng = np.random.default_rng(8)
+    floors = [FloorDim(1, 5, 0).variable(2)]
+
+    def numbers(sz):   # the plan's: a buffer's elements, padded to 64, and its bytes; the grid
+        f = sz[:, 1] // 5
+        padded = -(-(3 * sz[:, 0] * f) // 64) * 64
+        return np.column_stack([3 * sz[:, 0] * f, padded, 4 * padded]), -(-(4 * padded) // 1024)
+    sizes = np.array(sorted({(int(b), int(x)) for b, x in zip(rng.integers(1, 5, 60), rng.integers(1600, 8000, 60))}))
+    plan, grid = numbers(sizes)
+    plan_fit = fit_numbers(sizes, plan, floors)
+    assert plan_fit.complete
+    assert not fit_numbers(sizes, grid[:, None], floors).complete
+    rows = fit_numbers(sizes, grid[:, None], plan_fit.extra, plan_fit.slots)
+    assert rows.complete
+    others = np.array([[1, 1601], [4, 7999], [3, 5555], [2, 4099]])
+    assert (rows.numbers(others)[:, 0] == numbers(others)[1]).all()
+
+
 def test_boxes_cover_every_size_once():
     ranges = [(1, 20), (3, 40)]
     boxes = initial_boxes(ranges)

@@ -148,8 +148,13 @@ def fit_cuda_rows(family: RangeFamily, entry: dict, plan_of: dict) -> Numbered |
     key = json.dumps(fitted[0][0], separators=(",", ":"))
     if any(json.dumps(t, separators=(",", ":")) != key or f != fitted[0][2] for t, _, f in fitted):
         return "its compiled sizes run different functions or fractional arguments"
-    nf = fit_numbers(np.array(family.evidence, np.int64), np.array([i for _, i, _ in fitted], np.int64).reshape(len(fitted), -1),
-                     family.floors)
+    sizes, ints = np.array(family.evidence, np.int64), np.array([i for _, i, _ in fitted], np.int64).reshape(len(fitted), -1)
+    nf = fit_numbers(sizes, ints, family.floors)
+    if not nf.complete:
+        # a grid may round up what only the plan's formulas hold (ceil(a buffer's bytes / 1024) blocks, its
+        # bytes a round-up of batch x frames): fitted again over the plan's variables, with its numbers
+        plan_fit = family.fit[0]
+        nf = fit_numbers(sizes, ints, plan_fit.extra, [s for s in plan_fit.slots if s is not None])
     if not nf.complete:
         return "launch numbers that follow no formula"
     numbered = Numbered(key, nf, fitted[0][2])

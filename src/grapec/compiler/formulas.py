@@ -13,12 +13,15 @@ from ..bundle.formulas import NumberFit, Rounded, design as _design, monomials a
 
 ROUND_UPS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)   # 1024: element grids of 4 elements a thread
 MAX_ROUNDED_CANDIDATES = 64   # polynomials tried as what a number rounds up
+MAX_GIVEN_CANDIDATES = 4096   # and of the ones given (fit_numbers' `rounded`: a plan's numbers)
 SPARE_SIZES = 1    # a polynomial is fitted over at least this many sizes more than it has terms
 
 
-def fit_numbers(sizes: np.ndarray, ints: np.ndarray, extra: list = ()) -> NumberFit:
+def fit_numbers(sizes: np.ndarray, ints: np.ndarray, extra: list = (), rounded: list = ()) -> NumberFit:
     """sizes: n x dims, ints: n x slots (the compiled sizes of one structure) -> their formulas.
-    extra: variables beside the dims from the start (a model's floors of them: floor_dims.py)."""
+    extra: variables beside the dims from the start (a model's floors of them: floor_dims.py).
+    rounded: more polynomials over those variables whose round-ups a number may be (the plan's numbers,
+    for its launch rows: a grid of ceil(bytes / 1024) blocks over a buffer whose bytes round up too)."""
     sizes = np.asarray(sizes, np.int64)
     n, slots = ints.shape
     fit = NumberFit(extra=list(extra), slots=[None] * slots)
@@ -26,7 +29,7 @@ def fit_numbers(sizes: np.ndarray, ints: np.ndarray, extra: list = ()) -> Number
     for _ in range(3):   # polynomials; round-ups of what failed; polynomials in those too
         cols = fit.columns(sizes)
         todo = _fit_polynomials(fit, cols, ints, todo, n)
-        if not todo or not _fit_round_ups(fit, cols, ints, todo):
+        if not todo or not _fit_round_ups(fit, cols, ints, todo, rounded):
             break
     if todo:
         _fit_lines(fit, fit.columns(sizes), ints, todo, n)
@@ -95,9 +98,9 @@ def _independent(cols: np.ndarray, monos: list) -> list:
     return [monos[j] for j in kept]
 
 
-def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list) -> bool:
-    """Each unfitted slot that is a round-up (or rounded-up division) of a monomial (b, s, b * s) or
-    of a fitted polynomial makes that a new variable. -> whether any did."""
+def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: list, rounded: list = ()) -> bool:
+    """Each unfitted slot that is a round-up (or rounded-up division) of a monomial (b, s, b * s), of a
+    fitted polynomial or of one of `rounded` makes that a new variable. -> whether any did."""
     candidates = [([e], np.array([1], np.int64)) for e in _monomials(cols.shape[1], 2) if sum(e)]
     seen = set()
     for slot in fit.slots:
@@ -106,6 +109,11 @@ def _fit_round_ups(fit: NumberFit, cols: np.ndarray, ints: np.ndarray, todo: lis
             if k not in seen:
                 seen.add(k)
                 candidates.append(slot)
+    for slot in rounded:   # after the fit's own: those it found first keep their place
+        k = (tuple(map(tuple, slot[0])), tuple(slot[1].tolist()))
+        if any(sum(e) for e in slot[0]) and k not in seen and len(seen) < MAX_GIVEN_CANDIDATES:
+            seen.add(k)
+            candidates.append(slot)
     y = ints[:, todo]
     left = np.ones(len(todo), bool)
     found = False
