@@ -134,3 +134,17 @@ def test_a_members_record_and_band_come_from_its_familys_formulas(with_gpu_code)
                 want.append(int(cuda["launch"][k][1]))
             assert run_size_program(prog, f.sizes[m]).tolist() == want, (f.sizes[m], m)
             assert bands[m] == size_band(b, plan), f.sizes[m]
+
+
+def test_a_members_exec_key_comes_from_its_family(with_gpu_code):
+    """The exec a member shares (its launch structure and band) worked out for a whole family at once
+    (shared_exec.family_exec_keys), equal to the runner's exec_key from each member's joined plan."""
+    from grapec.runtime.cuda.shared_exec import exec_key, family_exec_keys, graph_shape
+    b = with_gpu_code
+    for f in [f for f in b.plans.docs.families if f.cuda is not None]:
+        keys = family_exec_keys(b, f)
+        assert keys is not None and len(keys) == len(f.buckets)
+        rng = np.random.default_rng(5)
+        for m in sorted({0, len(f.buckets) - 1, *[int(i) for i in rng.integers(0, len(f.buckets), 8)]}):
+            bucket = f.buckets[m]
+            assert keys[m] == exec_key(b, bucket, graph_shape(b.plans[bucket])), f.sizes[m]

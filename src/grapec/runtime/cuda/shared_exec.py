@@ -116,6 +116,20 @@ def family_bands(family) -> np.ndarray:
     return np.floor(np.log(np.maximum(blocks, 1)) / math.log(ratio) + 1e-9).astype(np.int64)
 
 
+def family_exec_keys(bundle, family) -> list | None:
+    """exec_key of every member of a range family (bundle/families.py), without joining their plans: the
+    launch structure of its first member (one template, graph and arena layout for all: compiler/families.py
+    form_family checks the layout) with each member's band (family_bands). None where a kernel's block
+    differs between members (then their launch structures do too)."""
+    from ...bundle.families import numbered_template
+    rows = numbered_template(family.cuda.template)   # per kernel: [function, [kind, grid, block, split], scalars]
+    if any(family.cuda.fit.constant(row[1][2]) is None for row in rows):
+        return None
+    first = family.buckets[0]
+    structure = launch_structure(bundle, first, graph_shape(bundle.plans[first]))
+    return [structure + (int(band),) for band in family_bands(family)]
+
+
 def band_ratio() -> float:
     """GRAPEC_BAND_RATIO: the most a band's largest bucket may launch over its smallest (0: one band)."""
     return float(os.environ.get("GRAPEC_BAND_RATIO", str(BAND_RATIO)))
