@@ -148,3 +148,27 @@ def test_a_members_exec_key_comes_from_its_family(with_gpu_code):
         for m in sorted({0, len(f.buckets) - 1, *[int(i) for i in rng.integers(0, len(f.buckets), 8)]}):
             bucket = f.buckets[m]
             assert keys[m] == exec_key(b, bucket, graph_shape(b.plans[bucket])), f.sizes[m]
+
+
+def test_inspect_joins_a_few_members_of_each_family(with_gpu_code, monkeypatch):
+    """`grapec inspect` of a range tells its launch structures and GPU execs without joining every size's
+    plan (joining each of tiny Wav2Vec2's 14401 sizes took it past two minutes; a full-size 158401-size
+    range, hours): a family's members from its formulas, at most shared_exec.SAMPLED compared per exec."""
+    from grapec.bundle.families import BucketDocs
+    from grapec.runtime.cuda.shared_exec import SAMPLED
+    from grapec.tools.show import launch_structures, shared_execs
+    b = with_gpu_code
+    docs = b.plans.docs
+    joined = set()
+    real = BucketDocs.__getitem__
+
+    def counting(self, bucket):
+        if self.at[bucket][0] != "stored":
+            joined.add(bucket)
+        return real(self, bucket)
+    monkeypatch.setattr(BucketDocs, "__getitem__", counting)
+    structures = launch_structures(b)
+    execs = shared_execs(b)
+    members = sum(len(f.buckets) for f in docs.families)
+    assert sum(len(s["buckets"]) for s in structures) == len(b.plans) and execs["execs"] >= len(structures)
+    assert len(joined) <= len(docs.families) + SAMPLED * execs["execs"] < members, (len(joined), members)

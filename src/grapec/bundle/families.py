@@ -190,6 +190,12 @@ class BucketDocs:
     def template_of(self, bucket: int) -> int:
         t = self._templates.get(bucket)
         if t is None:
+            where, _ = self.at[bucket]
+            if where != "stored":   # a family's members share its template: its first member's, joined once
+                first = where.buckets[0]
+                if first != bucket:
+                    t = self._templates[bucket] = self.template_of(first)
+                    return t
             # keys sorted: a joined member's plan and a stored one list their keys in another order
             text = json.dumps(split(self[bucket])[0], sort_keys=True, separators=(",", ":"))
             t = self._templates[bucket] = self._ids.setdefault(text, len(self._ids))

@@ -261,7 +261,7 @@ class Bundle:
         plan when it is first used)."""
         try:
             manifest_ranges(self.manifest)
-            self.largest_arena()
+            self._largest = self.largest_arena()   # kept for check_plan: a range's 158401 buckets, each checked
         except (KeyError, TypeError, ValueError) as e:
             raise BundleError(f"{where}: corrupted manifest ({e})") from None
         if len(self.plans) <= EAGER_CHECK_UP_TO:
@@ -270,7 +270,8 @@ class Bundle:
 
     def check_plan(self, bi: int, plan: Plan, where: str = "bundle"):
         try:
-            largest = self.largest_arena()
+            largest = getattr(self, "_largest", None)
+            largest = self.largest_arena() if largest is None else largest
             if plan.arena_bytes > largest:
                 raise BundleError(f"arena of {plan.arena_bytes} bytes, the manifest's largest is {largest}")
             validate_plan(plan, self.weights_nbytes, self.kernels, len(self.kernels))

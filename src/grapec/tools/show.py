@@ -141,9 +141,10 @@ def launch_structures(b) -> list:
         st["buckets"].append(bucket)
         for d, (name, a) in seen.items():
             st["sizes"][d].add(int(m["buckets"][bucket]["shapes"][name][a]))
+    from ..runtime.cuda.shared_exec import sampled
     for st in out.values():
         st["sizes"] = {d: sorted(v) for d, v in st["sizes"].items()}
-        st["differences"] = launch_differences(b, st["buckets"])
+        st["differences"] = launch_differences(b, sampled(st["buckets"]))
     return [out[k] for k in sorted(out)]
 
 
@@ -154,12 +155,12 @@ def shared_execs(b) -> dict | None:
     cuda = b.manifest.get("cuda")
     if not cuda or len(b.plans) < 2 or not cuda.get("sized"):
         return None
-    from ..runtime.cuda.shared_exec import exec_key, graph_shape
+    from ..runtime.cuda.shared_exec import exec_keys, sampled
     from ..runtime.cuda.size_record import sized_steps
     by_structure: dict = {}
-    for i in range(len(b.plans)):
-        by_structure.setdefault(exec_key(b, i, graph_shape(b.plans[i])), []).append(i)
-    steps = sum(len(sized_steps(b, {i: b.plans[i] for i in members}, set(cuda["sized"]))[0])
+    for i, key in enumerate(exec_keys(b)):
+        by_structure.setdefault(key, []).append(i)
+    steps = sum(len(sized_steps(b, {i: b.plans[i] for i in sampled(members)}, set(cuda["sized"]))[0])
                 for members in by_structure.values() if len(members) > 1)
     return {"execs": len(by_structure), "sized_steps": steps, "switches": switch_report(b)}
 

@@ -266,7 +266,8 @@ class SharedExecs:
         shape = self.r.structure_of(bucket)
         if shape not in self._widest_by_shape:
             best: dict = {}
-            for b in range(len(self.r.bundle.plans)):
+            members = getattr(self.r, "members_of", None)   # _PlanOnly: the sizes `grapec inspect` compares
+            for b in members(shape) if members else range(len(self.r.bundle.plans)):
                 if self.r.structure_of(b) != shape:
                     continue
                 plan = self.r.bundle.plans[b]
@@ -422,6 +423,10 @@ class _PlanOnly:
         self._plans, self._structures = {}, {}
         self.zero_copy = self   # SharedExecs asks the runner's zero-copy for routes: answered below
         self.shared = SharedExecs(self, None)
+        self._members: dict = {}   # exec key -> the buckets compared (switch_sets: a sample of its sizes)
+
+    def members_of(self, key) -> list:
+        return self._members.get(key) or [b for b in range(len(self.bundle.plans)) if self.structure_of(b) == key]
 
     def plan(self, bucket: int):
         if bucket not in self._plans:
@@ -450,17 +455,44 @@ class _PlanOnly:
 def switch_sets(bundle) -> list:
     """Per launch structure of several sizes, what a switch between its sizes sets beyond the loader,
     worked out from the bundle alone as the CUDA runner does (grapec inspect): [(its buckets, the
-    positions whose launch differs between them)]."""
+    positions whose launch differs between them)], over at most SAMPLED of its sizes (sampled)."""
     view = _PlanOnly(bundle)
+    keys = exec_keys(bundle)
+    view._structures.update(enumerate(keys))
     by_structure: dict = {}
-    for b in range(len(bundle.plans)):
-        plan = view.plan(b)
-        if plan.steps and view.shared.eligible(plan):   # the others keep an exec each (runner.py _shares)
-            by_structure.setdefault(view.structure_of(b), []).append(b)
+    for b, key in enumerate(keys):
+        by_structure.setdefault(key, []).append(b)
+    for members in by_structure.values():
+        view._members[keys[members[0]]] = sampled(members)
     out = []
     for members in by_structure.values():
         if len(members) < 2:
             continue
-        first, *rest = [view.shared.signature(b) for b in members]
+        plan = view.plan(members[0])
+        if not plan.steps or not view.shared.eligible(plan):   # the others keep an exec each (runner.py _shares)
+            continue
+        first, *rest = [view.shared.signature(b) for b in sampled(members)]
         out.append((members, [p for p in range(len(first)) if any(s[p] != first[p] for s in rest)]))
     return out
+
+
+SAMPLED = 48   # sizes of an exec that `grapec inspect` compares (a range's may be 10^5, each a plan to join)
+
+
+def sampled(buckets: list, n: int = SAMPLED) -> list:
+    """At most n of the buckets, spread evenly, the first and the last among them."""
+    if len(buckets) <= n:
+        return list(buckets)
+    return [buckets[round(i * (len(buckets) - 1) / (n - 1))] for i in range(n)]
+
+
+def exec_keys(bundle) -> list:
+    """exec_key of every bucket: a range family's members from their family's formulas (family_exec_keys),
+    the other buckets from their plans."""
+    keys: list = [None] * len(bundle.plans)
+    docs = getattr(bundle.plans, "docs", None)
+    for f in getattr(docs, "families", ()):
+        found = family_exec_keys(bundle, f) if f.cuda is not None else None
+        for b, k in zip(f.buckets, found or ()):
+            keys[b] = k
+    return [k if k is not None else exec_key(bundle, b, graph_shape(bundle.plans[b])) for b, k in enumerate(keys)]
