@@ -91,7 +91,7 @@ def size_band(bundle, plan) -> int:
     exec runs every sized kernel at the grid of its largest bucket (blocks past a bucket's own grid
     return at once) and every GEMM at its widest rows, which its smaller buckets pay for (BERT fp16 on an
     H200, one exec for lengths 97..320: at 147, 29 us of GEMM rows and 8 us of empty attention blocks
-    over the single-length bundle's 420, benchmarks/results/2026-11-28-h100-bert-gap). A band bounds
+    over the single-length bundle's 420, benchmarks/results/2026-11-28-h200-bert-gap). A band bounds
     that waste by the ratio, at an exec per band."""
     ratio = band_ratio()
     if ratio <= 1.0:
