@@ -167,8 +167,15 @@ def test_value_hoisted_out_of_a_reduction_is_declared_before_the_loop(tmp_path):
 def test_compile_builds_cubin_and_ptx_without_a_gpu():
     pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc)")
     from grapec.bundle.format import Bundle
-    b = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims=ZOO["gpt2"], targets=["sm_90"])
-    b = Bundle.from_bytes(b.to_bytes())
+    compiled = grapec.compile(os.path.join(ROOT, "models", "tiny", "gpt2.onnx"), dims=ZOO["gpt2"], targets=["sm_90"])
+    data = compiled.to_bytes()
+    b = Bundle.from_bytes(data)
+    # the code sections are stored zlib-compressed (PTX and CUDA C are text) and read back byte for byte
+    code = {s["name"]: s for s in b.manifest["sections"] if s["name"] in compiled.extra_sections}
+    assert set(code) == {"cubin.sm_90", "ptx.compute_90", "cuda.source"}
+    assert all(s["compression"] == "zlib" for s in code.values())
+    assert all(bytes(b.extra_sections[n]) == bytes(compiled.extra_sections[n]) for n in code)
+    assert sum(s["size"] for s in code.values()) < sum(len(compiled.extra_sections[n]) for n in code) / 2
     assert b.extra_sections["cubin.sm_90"][:4] == b"\x7fELF"
     assert b".target sm_90" in b.extra_sections["ptx.compute_90"][:2000]
     cuda = b.manifest["cuda"]

@@ -13,7 +13,8 @@
         plans                 zlib(JSON) of every bucket's plan (plan.py: typed records, stored as JSON),
                               as templates plus deltas: a range's hundreds of sizes cost little more
                               than one
-        cubin.<target>        machine code per target (codegen/build.py); ptx.<arch>, cuda.source
+        cubin.<target>        machine code per target (codegen/build.py); ptx.<arch>, cuda.source (these
+                              code sections zlib-compressed: PTX is text, 8 of full GPT-2 2-D range's 15 MiB)
         control.<target>      the conditional-node setter kernels, linked with the device runtime
         families              zlib(JSON) of a range's sizes stored as their launch structure's template and
                               formulas (families.py): the buckets the plans section holds, and per
@@ -113,8 +114,8 @@ class Bundle:
                     ("tables", _zipped(tables), "zlib")]
         if isinstance(docs, BucketDocs):
             sections.append(("families", _zipped(docs.families_json()), "zlib"))
-        for name, data in self.extra_sections.items():
-            sections.append((name, data, "none"))
+        for name, data in self.extra_sections.items():   # code: PTX and CUDA C are text, most of a range's non-weight bytes
+            sections.append((name, zlib.compress(bytes(data), 6), "zlib"))
         table, off = [], 0
         for name, data, comp in sections:
             parts = isinstance(data, WeightParts)
