@@ -82,8 +82,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
         click.echo(f"    ... {len(structures) - MAX_STRUCTURES_SHOWN} more templates (--json lists them all)")
     if execs is not None:
         click.echo(f"  GPU: {execs['execs']} instantiated graph(s) for {len(m['buckets'])} sizes, one per launch structure "
-                   f"(a template with the same kernel functions); {execs['sized_steps']} kernel steps of structures of "
-                   "several sizes read their sizes from device memory")
+                   f"(a template with the same kernel functions) and band of sizes (their kernels' blocks within "
+                   f"{execs['band_ratio']}x: GRAPEC_BAND_RATIO); {execs['sized_steps']} kernel steps of execs of several sizes read their sizes "
+                   "from device memory")
         for sw in execs["switches"]:
             ops = ", ".join(f"{n} {op}" for op, n in sw["ops"].items())
             click.echo(f"    a switch between its {len(sw['buckets'])} sizes from bucket {sw['buckets'][0]} sets "
@@ -155,14 +156,14 @@ def shared_execs(b) -> dict | None:
     cuda = b.manifest.get("cuda")
     if not cuda or len(b.plans) < 2 or not cuda.get("sized"):
         return None
-    from ..runtime.cuda.shared_exec import exec_keys, sampled
+    from ..runtime.cuda.shared_exec import band_ratio, exec_keys, sampled
     from ..runtime.cuda.size_record import sized_steps
     by_structure: dict = {}
     for i, key in enumerate(exec_keys(b)):
         by_structure.setdefault(key, []).append(i)
     steps = sum(len(sized_steps(b, {i: b.plans[i] for i in sampled(members)}, set(cuda["sized"]))[0])
                 for members in by_structure.values() if len(members) > 1)
-    return {"execs": len(by_structure), "sized_steps": steps, "switches": switch_report(b)}
+    return {"execs": len(by_structure), "sized_steps": steps, "switches": switch_report(b), "band_ratio": band_ratio()}
 
 
 def switch_report(b) -> list:
