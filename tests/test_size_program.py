@@ -172,3 +172,19 @@ def test_inspect_joins_a_few_members_of_each_family(with_gpu_code, monkeypatch):
     members = sum(len(f.buckets) for f in docs.families)
     assert sum(len(s["buckets"]) for s in structures) == len(b.plans) and execs["execs"] >= len(structures)
     assert len(joined) <= len(docs.families) + SAMPLED * execs["execs"] < members, (len(joined), members)
+
+
+def test_a_members_inputs_and_outputs_come_from_its_familys_formulas(families):
+    """What a run copies in and out of a member (bundle/families.py member_io), from the formulas, equal
+    to its joined plan's input and output buffers."""
+    from grapec.bundle.families import member_io
+    from grapec.plan import Buffer
+    for f in families:
+        members = sorted({0, len(f.sizes) - 1, len(f.sizes) // 2})
+        io = member_io(f, members)
+        for i, m in enumerate(members):
+            doc = f.document(m)["plan"]
+            bufs = [Buffer.from_json(r) for r in doc["buffers"]]
+            for side in ("inputs", "outputs"):
+                want = [(name, bufs[b]) for name, b in doc[side]]
+                assert [(name, got[i]) for name, got in io[side]] == want, (f.sizes[m], side)

@@ -114,6 +114,27 @@ def numbered_template(key: str):
     return walk(json.loads(key))
 
 
+def member_io(family: Family, members: list) -> dict:
+    """{"inputs"|"outputs": [(name, [Buffer of each member])]}: the I/O buffers of these members (indices into
+    family.sizes) from the family's formulas, without joining their plans: what a run reads of a member's plan
+    to copy its inputs in and its outputs out."""
+    from ..plan import Buffer
+    plan_t = numbered_template(family.plan.template)["plan"]
+    sizes = family.sizes[list(members)]
+    out = {}
+    for side in ("inputs", "outputs"):
+        rows = []
+        for name, index_slot in plan_t[side]:
+            index = int(family.plan.fit.numbers(sizes[:1], [index_slot])[0, 0])
+            bname, space, off, nbytes, dtype, shape, *pitch = plan_t["buffers"][index]
+            slots = [off, nbytes] + list(shape) + list(pitch)
+            nums = family.plan.fit.numbers(sizes, slots)
+            rows.append((name, [Buffer(bname, space, int(r[0]), int(r[1]), dtype, tuple(int(d) for d in r[2:2 + len(shape)]),
+                                       int(r[-1]) if pitch else 0) for r in nums]))
+        out[side] = rows
+    return out
+
+
 def cuda_rows(entry: dict, kernels: list) -> list:
     """[function, launch, scalars] of each of these bundle kernels (codegen/build.py's manifest entry)."""
     return [[entry["kernels"][k], entry["launch"][k], entry["scalars"][k]] for k in kernels]
