@@ -50,6 +50,9 @@ class _Runner:
     def function(self, name):
         return name
 
+    def members_of(self, key):
+        return shared_exec.members_of(self, key)
+
 
 @pytest.fixture(scope="module")
 def bundle():

@@ -351,6 +351,10 @@ class CudaPlanRunner:
             self._structures[bucket] = shared_exec.exec_key(self.bundle, bucket, self.graph_shape(bucket))
         return self._structures[bucket]
 
+    def members_of(self, key) -> list:
+        """The buckets that share an exec key (structure_of)."""
+        return shared_exec.members_of(self, key)
+
     def _evict(self, bucket: int, spare: bool, park: bool = True):
         """Give the bucket's execs back (one kept spare where asked); its graphs stay parked on the host
         (park), so that its next run patches them into an exec instead of building them again."""

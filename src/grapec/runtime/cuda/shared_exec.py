@@ -85,6 +85,11 @@ def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
     return template, shape, kernels, layout
 
 
+def members_of(runner, key) -> list:
+    """The buckets whose exec key (the runner's structure_of) is `key`."""
+    return [b for b in range(len(runner.bundle.plans)) if runner.structure_of(b) == key]
+
+
 def size_band(bundle, plan) -> int:
     """Which band of sizes a bucket falls in: the log, base band_ratio(), of the blocks its kernels launch
     in all. The buckets of one launch structure share an exec band by band, not all together: a shared
@@ -98,7 +103,12 @@ def size_band(bundle, plan) -> int:
         return 0
     launch = bundle.manifest["cuda"]["launch"]
     blocks = sum(int(launch[st.kernel][1]) for st in plan.steps if isinstance(st, KernelStep))
-    return int(math.floor(math.log(max(blocks, 1)) / math.log(ratio) + 1e-9))
+    return int(_bands(np.array([blocks]), ratio)[0])
+
+
+def _bands(blocks: np.ndarray, ratio: float) -> np.ndarray:
+    """The band of each count of launched blocks: floor(log base ratio)."""
+    return np.floor(np.log(np.maximum(blocks, 1)) / math.log(ratio) + 1e-9).astype(np.int64)
 
 
 def family_bands(family) -> np.ndarray:
@@ -113,7 +123,7 @@ def family_bands(family) -> np.ndarray:
     blocks = np.zeros(len(family.sizes), np.int64)
     for lo in range(0, len(family.sizes) if grids else 0, 4096):   # in chunks: a family may hold 10^5 sizes
         blocks[lo:lo + 4096] = family.cuda.fit.numbers(family.sizes[lo:lo + 4096], grids).sum(axis=1)
-    return np.floor(np.log(np.maximum(blocks, 1)) / math.log(ratio) + 1e-9).astype(np.int64)
+    return _bands(blocks, ratio)
 
 
 def family_exec_keys(bundle, family) -> list | None:
@@ -266,10 +276,7 @@ class SharedExecs:
         shape = self.r.structure_of(bucket)
         if shape not in self._widest_by_shape:
             best: dict = {}
-            members = getattr(self.r, "members_of", None)   # _PlanOnly: the sizes `grapec inspect` compares
-            for b in members(shape) if members else range(len(self.r.bundle.plans)):
-                if self.r.structure_of(b) != shape:
-                    continue
+            for b in self.r.members_of(shape):
                 plan = self.r.bundle.plans[b]
                 for p, st in enumerate(plan.steps):
                     if isinstance(st, LibraryStep) and st.attrs.get("op") == "matmul":
@@ -425,8 +432,8 @@ class _PlanOnly:
         self.shared = SharedExecs(self, None)
         self._members: dict = {}   # exec key -> the buckets compared (switch_sets: a sample of its sizes)
 
-    def members_of(self, key) -> list:
-        return self._members.get(key) or [b for b in range(len(self.bundle.plans)) if self.structure_of(b) == key]
+    def members_of(self, key) -> list:   # the runner's, or the sample switch_sets set
+        return self._members.get(key) or members_of(self, key)
 
     def plan(self, bucket: int):
         if bucket not in self._plans:

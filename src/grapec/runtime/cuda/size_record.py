@@ -135,8 +135,7 @@ class SizeRecords:
         if not self.sized:
             return g
         r = self.r
-        members_of = getattr(r, "members_of", None)   # shared_exec._PlanOnly: the sizes `grapec inspect` compares
-        members = members_of(key) if members_of else [b for b in range(len(r.bundle.plans)) if r.structure_of(b) == key]
+        members = r.members_of(key)
         if len(members) < 2:   # one size: nothing to switch between
             return g
         plans = {b: r.bundle.plans[b] for b in members}
