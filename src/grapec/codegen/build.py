@@ -24,6 +24,7 @@ import re
 from ..ir.kinds import kernel_from_json
 from ..plan import ScanStoreStep, kernel_steps, regions, walk_steps
 from .control import LOAD_SIZES, SCAN_STORE, build_control_cubin
+from .size_program import EVAL_SIZES
 from .grid_stitch import STITCH_PRELUDE, render_stitch, stage_function, virtual_grid
 from .module import build_module, kernel_users
 from .nvrtc import CudaCompileError, compile_cuda, nvrtc_version
@@ -41,8 +42,8 @@ def build_gpu_code(kernels_json: list, plans: list, targets: list, with_ptx: boo
     source = module.source
     if any(isinstance(st, ScanStoreStep) for p in plans for st in walk_steps(p.steps)):
         source += SCAN_STORE
-    if module.sized:
-        source += LOAD_SIZES
+    if module.sized:   # a shared exec's loader; a family's, where some sizes are stored as formulas
+        source += LOAD_SIZES + (EVAL_SIZES if shared else "")
     stitched, stitches = stitch_code(module, kernels_json, plans)
     source += stitched
     line_of, line = [], module.prelude.count("\n") + 1

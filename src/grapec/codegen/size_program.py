@@ -133,14 +133,15 @@ G_HD static long long g_size_output(const long long* p, long long j, const long 
 }
 """ % {"max_variables": MAX_VARIABLES}
 
-# The loader node of a shared exec whose record is computed (runtime/cuda/size_record.py): one block;
-# thread 0 works out the variables, then each thread an output
+# The loader node of a family's exec (runtime/cuda/family_exec.py): one block; thread 0 reads the size's
+# dims (written with the inputs, so that a switch between sizes sets no node) and works out the variables,
+# then each thread an output
 EVAL_SIZES = SIZE_PROGRAM + r"""
 extern "C" __global__ void grapec_eval_sizes(const long long* __restrict__ prog, long long* __restrict__ record,
-                                             const long long d0, const long long d1, const long long d2) {
+                                             const long long* __restrict__ dims) {
   __shared__ long long cols[G_MAX_VARIABLES];
   if (threadIdx.x == 0) {
-    cols[0] = d0; cols[1] = d1; cols[2] = d2;
+    for (int i = 0; i < 3; ++i) cols[i] = dims[i];
     g_size_variables(prog, cols);
   }
   __syncthreads();

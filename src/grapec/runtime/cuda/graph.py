@@ -202,8 +202,8 @@ class GraphBuilder:
         ptrs = [self.ptr(a) for a in st.args]
         out = self.bufs[st.out]
         out_shape = list(out.shape)
-        wide = self.r.widest_gemm(self.bucket, st) if not self.moved else None
-        if wide is not None:   # its structure's widest rows: the node is then the same in all its buckets
+        wide = self.r.library_shapes(self.bucket, st) if not self.moved else None
+        if wide is not None:   # its structure's widest rows (the node is then the same in all its buckets), or a family's
             shapes, out_shape = wide
         dtype = self.bufs[st.args[0]].dtype   # A and B; the output may be float32 (attrs out_dtype)
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, out_shape, self.ptr(st.out), dtype, out.dtype)
@@ -220,8 +220,12 @@ class GraphBuilder:
             raise BackendError(f"{gap} (ONNX node(s) {', '.join(st.origin)}); this bundle runs on the CPU backend only")
         shapes = [list(self.bufs[a].shape) if a >= 0 else None for a in st.args]
         out = self.bufs[st.out]
+        out_shape = list(out.shape)
+        wide = self.r.library_shapes(self.bucket, st) if not self.moved else None
+        if wide is not None:   # a range family's band at its widest length, or one of its variants (family_exec.py)
+            shapes, out_shape = wide
         child = self.r.dnn_for_graphs().conv_graph(attrs, shapes, out.dtype, [self.ptr(a) for a in st.args],
-                                                   list(out.shape), self.ptr(st.out), self.r.workspaces.get(st.branch),
+                                                   out_shape, self.ptr(st.out), self.r.workspaces.get(st.branch),
                                                    warm=self.r.tuning)
         self.r.keep(self.bucket, child)
         return child

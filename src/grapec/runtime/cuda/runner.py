@@ -37,6 +37,7 @@ from .driver import call, copy_rows_async
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
 from . import shared_exec, watcher
+from .family_exec import FamilyExecs
 
 # Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
 # about 2.6 MiB of device memory; a switch to a bucket not kept patches its parked graph into a kept exec
@@ -84,6 +85,8 @@ class CudaPlanRunner:
         # buckets of one launch structure share an exec (shared_exec.py); max_graphs, where given, caps them
         self.shared = shared_exec.SharedExecs(self, max_graphs) if shared_exec.enabled() else None
         self._shareable: dict = {}   # bucket -> whether its plan can share its structure's exec
+        # the sizes of large range families run from their formulas, an exec per band (family_exec.py)
+        self.families = FamilyExecs(self) if getattr(bundle.plans, "docs", None) is not None else None
         self.graph_memory = graph_memory   # bytes of instantiated graphs to stay under (None: no limit)
         self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
         self._spare = None      # an evicted bucket's exec, offered to the next segment built
@@ -166,6 +169,8 @@ class CudaPlanRunner:
         self.dev.make_current()
         if self.shared is not None:
             self.shared.close()
+        if self.families is not None:
+            self.families.close()
         for bucket in list(self._built):
             self._evict(bucket, spare=False, park=False)
         for _, programs in self._parked.values():
@@ -220,6 +225,9 @@ class CudaPlanRunner:
         time runs it on arena bytes, which may be an input's. Graphs built later (the bodies of
         host-driven regions, mid-run) keep cuBLASLt's first choice. A bucket evicted before gets its
         parked graphs back, patched into the spare exec: no build, no tuning."""
+        if self.families is not None and self.families.owns(bucket):
+            self.families.prepare(bucket)
+            return
         if self._shares(bucket):
             self.shared.take(bucket, self._build_shared(bucket))
             return
@@ -273,7 +281,16 @@ class CudaPlanRunner:
 
     def sized_launch(self, bucket: int, st):
         """A shared exec's kernel step with its numbers in device memory (size_record.py), or None."""
+        if self.families is not None and self.families.owns(bucket):
+            return self.families.sized_launch(bucket, st)
         return self.shared.sized_launch(bucket, st) if self._shares(bucket) else None
+
+    def library_shapes(self, bucket: int, st):
+        """(argument shapes, output shape) a library step runs at other than its own: a range family's
+        (family_exec.py), or a shared exec's GEMM at its structure's widest rows; None: its own."""
+        if self.families is not None and self.families.owns(bucket):
+            return self.families.library_shapes(bucket, st)
+        return self.widest_gemm(bucket, st) if st.attrs.get("op") == "matmul" else None
 
     def widest_gemm(self, bucket: int, st):
         """A shared exec's GEMM step run at its structure's widest rows (shared_exec.py), or None."""
@@ -289,27 +306,43 @@ class CudaPlanRunner:
         """Mean host time of a switch, in microseconds: between buckets of one shared exec, or (each
         bucket its own exec) of a parked bucket's graphs patched into a kept exec."""
         if self.shared is not None:
-            return self.shared.mean_switch_us()
+            parts = [(self.shared.switch_seconds, self.shared.switch_count)]
+            if self.families is not None:
+                parts.append((self.families.switch_seconds, self.families.switch_count))
+            n = sum(c for _, c in parts)
+            return sum(t for t, _ in parts) / n * 1e6 if n else 0.0
         n = self.switches["restored"]
         return self.restore_seconds / n * 1e6 if n else 0.0
 
     def build_all(self, progress=None) -> int:
         """Every bucket's graphs built (Session.build_graphs); buckets that share their structure's
         exec keep their graphs on the host, the others beyond max_graphs are parked. -> buckets built."""
-        n = len(self.bundle.plans)
-        for bucket in range(n):
+        buckets = self.own_buckets()
+        bands = self.families.bands() if self.families is not None else []
+        total = len(buckets) + len(bands)
+        for i, bucket in enumerate(buckets):
             if self._shares(bucket):
                 self._build_shared(bucket)
             else:
                 self.prepare(bucket)
             if progress is not None:
-                progress(bucket + 1, n)
-        for bucket in range(n):   # every structure's exec instantiated now, not on a request
+                progress(i + 1, total)
+        for bucket in buckets:   # every structure's exec instantiated now, not on a request
             if self._shares(bucket):
                 self.prepare(bucket)
+        if self.families is not None:
+            self.families.build_all(progress, len(buckets), total)
+            self.families.switch_seconds, self.families.switch_count = 0.0, 0
         if self.shared is not None:
             self.shared.reset_switch_time()
-        return n
+        return len(self.bundle.plans)
+
+    def own_buckets(self) -> list:
+        """The buckets with plans of their own here: all but a large range family's (family_exec.py)."""
+        n = len(self.bundle.plans)
+        if self.families is None or not self.families.owner:
+            return list(range(n))
+        return [b for b in range(n) if not self.families.owns(b)]
 
     def _restore(self, bucket: int, built: _Built):
         """A parked bucket's graphs instantiated again (the spare exec patched where it fits)."""
@@ -353,7 +386,7 @@ class CudaPlanRunner:
 
     def members_of(self, key) -> list:
         """The buckets that share an exec key (structure_of)."""
-        return shared_exec.members_of(self, key)
+        return shared_exec.members_of(self, key, self.own_buckets())
 
     def _evict(self, bucket: int, spare: bool, park: bool = True):
         """Give the bucket's execs back (one kept spare where asked); its graphs stay parked on the host
@@ -503,6 +536,8 @@ class CudaPlanRunner:
         and output name -> a caller's device pointer, patched into the graph or copied (binding.py);
         a bound output is returned as its pointer, the others as device arrays (on_device) or numpy.
         watch (runtime/watch.py): a buffer copied to watch.on_value while the run goes (watcher.py)."""
+        if self.families is not None and self.families.owns(bucket):
+            return self.families.run(bucket, feeds, on_device, bound, watch)
         self.dev.make_current()
         self._pending = []
         self.launched = 0
@@ -535,6 +570,8 @@ class CudaPlanRunner:
         return dict(zip([name for name, _ in plan.outputs], self._download(bucket, [b for _, b in plan.outputs])))
 
     def input_buffer(self, bucket: int, name: str):
+        if self.families is not None and self.families.owns(bucket):
+            return self.families.input_buffer(bucket, name)
         self.dev.make_current()
         self.prepare(bucket)   # before the caller writes the buffer
         plan = self.plan(bucket)

@@ -85,9 +85,9 @@ def launch_structure(bundle, bucket: int, shape: tuple) -> tuple:
     return template, shape, kernels, layout
 
 
-def members_of(runner, key) -> list:
-    """The buckets whose exec key (the runner's structure_of) is `key`."""
-    return [b for b in range(len(runner.bundle.plans)) if runner.structure_of(b) == key]
+def members_of(runner, key, buckets=None) -> list:
+    """The buckets (of `buckets`, default all) whose exec key (the runner's structure_of) is `key`."""
+    return [b for b in (range(len(runner.bundle.plans)) if buckets is None else buckets) if runner.structure_of(b) == key]
 
 
 def size_band(bundle, plan) -> int:

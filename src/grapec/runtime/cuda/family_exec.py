@@ -1,0 +1,337 @@
+"""Large range families run on the GPU from their formulas: one exec per band of sizes, no plan per size
+(issue 33; family_plan.py says how each step runs and why).
+
+An exec of a family band is built at load from one member's plan, its origin (the member that launches the
+most blocks), with:
+    - a loader node first (codegen/size_program.py EVAL_SIZES) that computes the running size's record
+      from its dims, which the runner writes with the inputs: a kernel step runs as its sized twin, at the
+      band's largest grid, its numbers read from that record;
+    - "widest" library steps at the band's widest shapes;
+    - "variant" library steps at the origin's shapes; a node per distinct shape among the band's members is
+      built too, and a switch between sizes sets the node whose shape differs (Wav2Vec2: the first
+      convolution's GEMM, whose columns are the length, and the positional convolution's: about 4000
+      variants over 158401 sizes).
+A run then costs a 24-byte copy of the dims, those node settings where the variant changed, the inputs'
+copies and one launch. Every member's inputs and outputs come from the formulas (bundle/families.py
+member_io), computed once at load for the whole family.
+
+Which families: those of at least FAMILY_EXEC_MIN members (GRAPEC_FAMILY_EXECS: "0" none, "all" every
+family that can run so); the others, and the stored sizes, take the shared execs' way (shared_exec.py).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ... import dtypes
+from ...codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS
+from ...errors import BackendError
+from ...plan import KernelStep
+from .driver import call
+from .family_plan import FamilyPlan, plan_family
+from .graph import GraphBuilder, single_kernel
+
+FAMILY_EXEC_MIN = 2048   # members of a family from which it runs from its formulas (below: joining its plans is cheap)
+
+
+@dataclass
+class BandExec:
+    """One exec: a family's band of sizes."""
+    family: int
+    members: np.ndarray              # member indices
+    origin: int                      # the bucket it was built from
+    exec: object = None
+    nodes: list = field(default_factory=list)      # per top-level step of the origin's plan
+    params: dict = field(default_factory=dict)     # variant position -> [(setter, node parameters)] per variant
+    variant_of: dict = field(default_factory=dict)  # variant position -> each member's variant (indexed by member)
+    current: dict = field(default_factory=dict)    # variant position -> the variant its node holds now
+    holder: int = -1                 # the member it ran last
+
+
+@dataclass
+class _Build:
+    """What the runner's hooks answer while a band's exec is built from its origin's plan."""
+    origin: int          # bucket
+    positions: dict      # id(step) -> its position in the origin's plan
+    grids: dict          # sized position -> the band's largest grid
+    records: dict        # sized position -> the device pointer of its numbers in the record
+    overrides: dict      # library position -> (argument shapes, output shape)
+
+
+class FamilyExecs:
+    """The runner's execs of large families (module docstring)."""
+
+    def __init__(self, runner):
+        self.r = runner
+        self.plans: list = []            # FamilyPlan per family that runs so
+        self.owner: dict = {}            # bucket -> (family number, member)
+        self.execs: dict = {}            # (family number, band) -> BandExec
+        self.skipped: list = []          # (members, reason) of large families that cannot run so
+        self._io: dict = {}              # family number -> member_io of all its members
+        self._record: dict = {}          # family number -> (program pointer, record pointer)
+        self._building: _Build | None = None   # the exec being built (the runner's hooks read it)
+        self.dims = 0                    # device pointer: the running size's dims (MAX_DIMS int64)
+        self.switch_seconds, self.switch_count = 0.0, 0
+        self._choose()
+
+    # --- which families ------------------------------------------------------------------------------
+    def _choose(self):
+        mode = os.environ.get("GRAPEC_FAMILY_EXECS", "auto")
+        docs = getattr(self.r.bundle.plans, "docs", None)
+        if mode == "0" or docs is None:
+            return
+        cuda = self.r.bundle.manifest["cuda"]
+        if "grapec_eval_sizes" not in self._functions_available():
+            return
+        sized = set(cuda.get("sized") or [])
+        least = 2 if mode == "all" else FAMILY_EXEC_MIN
+        for family in docs.families:
+            if len(family.buckets) < least or family.sizes.shape[1] > MAX_DIMS:
+                continue
+            fp = plan_family(family, sized)
+            if fp.reason is not None:
+                self.skipped.append((len(family.buckets), fp.reason))
+                continue
+            n = len(self.plans)
+            self.plans.append(fp)
+            for m, b in enumerate(family.buckets):
+                self.owner[b] = (n, m)
+
+    def _functions_available(self) -> set:
+        """Bundles made before the loader kernel was in their module (codegen/build.py) have none."""
+        try:
+            self.r.function("grapec_eval_sizes")
+            return {"grapec_eval_sizes"}
+        except BackendError:
+            return set()
+
+    def owns(self, bucket: int) -> bool:
+        return bucket in self.owner
+
+    def bands(self) -> list:
+        return [(n, int(band)) for n, fp in enumerate(self.plans) for band in sorted(set(fp.bands.tolist()))]
+
+    # --- building ------------------------------------------------------------------------------------
+    def build_all(self, progress=None, done: int = 0, total: int = 0):
+        for i, (n, band) in enumerate(self.bands()):
+            self._exec(n, band)
+            if progress is not None:
+                progress(done + i + 1, total)
+
+    def prepare(self, bucket: int):
+        n, m = self.owner[bucket]
+        self._exec(n, int(self.plans[n].bands[m]))
+
+    def _exec(self, n: int, band: int) -> BandExec:
+        ex = self.execs.get((n, band))
+        if ex is None:
+            self.r.synchronize()   # GEMM tuning at build time runs on the arena
+            ex = self.execs[(n, band)] = self._build(n, band)
+        return ex
+
+    def _record_of(self, n: int) -> tuple:
+        """(program, record) device pointers of family n, made once: every band of it uses the same."""
+        if n not in self._record:
+            dev = self.r.dev
+            prog = np.ascontiguousarray(self.plans[n].record_program())
+            p = dev.alloc(prog.nbytes, "a family's size program")
+            dev.upload(p, prog.ctypes.data, prog.nbytes)
+            self._record[n] = (p, dev.alloc(8 * int(prog[2]) + 8, "a family's size record"))
+            if not self.dims:
+                self.dims = dev.alloc(8 * MAX_DIMS, "the running size's dims")
+        return self._record[n]
+
+    def _build(self, n: int, band: int) -> BandExec:
+        fp: FamilyPlan = self.plans[n]
+        members = fp.members(band)
+        first = fp.origin(members)
+        origin = fp.family.buckets[first]
+        at = int(np.searchsorted(members, first))   # the origin among the members
+        ex = BandExec(n, members, origin)
+        plan = self.r.bundle.plans[origin]
+        prog, record = self._record_of(n)
+        overrides = {p: fp.widest(p, members) for p, form in fp.library.items() if form.kind == "widest"}
+        variants = {p: fp.variants(p, members) for p, form in fp.library.items() if form.kind == "variant"}
+        for p, (rows, which) in variants.items():   # the exec holds the origin's own variant first
+            overrides[p] = fp.unflatten(p, rows[which[at]])
+        offsets, offset = {}, 0
+        for p in fp.sized:   # the record's layout (size_record.py family_record_program)
+            offsets[p] = record + 8 * offset
+            offset += len(self.r.scalars[plan.steps[p].kernel]) + 1
+        self._building = _Build(origin, {id(st): p for p, st in enumerate(plan.steps)}, fp.grids(members), offsets,
+                                overrides)
+        self.r.tuning = True
+        try:
+            graph = call("cuGraphCreate", 0)
+            builder = GraphBuilder(self.r, origin)
+            loader = builder.kernel(graph, [], self.r.function("grapec_eval_sizes"), 1, EVAL_SIZES_BLOCK,
+                                    [prog, record, self.dims], [])
+            builder.add_steps(graph, plan.steps, [loader], record=ex.nodes)
+            ex.exec = call("cuGraphInstantiate", graph, 0)
+            self.r.keep(origin, graph)
+            self.r.switches["instantiated"] += 1
+            self.r.tuning = False
+            for p, (rows, which) in variants.items():
+                ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row)) for row in rows]
+                of = np.full(len(fp.family.sizes), -1, np.int64)
+                of[members] = which
+                ex.variant_of[p] = of
+                ex.current[p] = int(which[at])
+        finally:
+            self.r.tuning = False
+            self._building = None
+        for p in ex.params:   # each variant's node must fit the exec's (the driver sets no cluster shape)
+            self._check_variants(ex, p)
+        return ex
+
+    def _variant(self, builder, st, p: int, shapes: tuple) -> tuple:
+        """(setter, parameters) of one shape of a variant step: its library call captured, as the exec's node
+        takes it (a kernel node's parameters, or a child graph)."""
+        self._building.overrides[p] = shapes
+        child = builder.library_child(st)
+        only = single_kernel(child) if self.r.flat_gemms else None
+        if only is not None:
+            return "cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", only), only
+        return "cuGraphExecChildGraphNodeSetParams", child, None
+
+    def _check_variants(self, ex: BandExec, p: int):
+        from cuda.bindings import driver
+        node = ex.nodes[p]
+        kernel = call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+        attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+        def cluster(nd):
+            v = call("cuGraphKernelNodeGetAttribute", nd, attr).clusterDim
+            return v.x, v.y, v.z
+        want = cluster(node) if kernel else None
+        for setter, _, only in ex.params[p]:
+            if (setter == "cuGraphExecKernelNodeSetParams") != kernel or (kernel and cluster(only) != want):
+                raise BackendError(f"step {p} of a range family (bucket {ex.origin}'s plan): cuBLASLt takes a "
+                                   "kernel of another launch shape at some sizes; set GRAPEC_FAMILY_EXECS=0 to "
+                                   "join every size's plan instead")
+
+    # --- the runner's hooks while an exec is built -----------------------------------------------------
+    def sized_launch(self, bucket: int, st):
+        """(sized twin, the band's largest grid, its record pointer, no constant regions) of a kernel step of
+        the exec being built, or None."""
+        b = self._building
+        if b is None or bucket != b.origin or not isinstance(st, KernelStep):
+            return None
+        p = b.positions.get(id(st))
+        if p not in b.records:
+            return None
+        name = self.r.bundle.manifest["cuda"]["kernels"][st.kernel]
+        return self.r.function(name + "_sized"), b.grids[p], b.records[p], {}
+
+    def library_shapes(self, bucket: int, st):
+        """(argument shapes, output shape) of a library step of the exec being built: widest or a variant's."""
+        b = self._building
+        if b is None or bucket != b.origin:
+            return None
+        return b.overrides.get(b.positions.get(id(st)))
+
+    # --- running --------------------------------------------------------------------------------------
+    def io(self, n: int) -> dict:
+        if n not in self._io:
+            self._io[n] = self.plans[n].io()
+        return self._io[n]
+
+    def switch(self, bucket: int) -> BandExec:
+        """The bucket's band exec, holding the bucket's variants; its dims written."""
+        n, m = self.owner[bucket]
+        fp = self.plans[n]
+        ex = self._exec(n, int(fp.bands[m]))
+        if ex.holder != m:
+            t0 = time.perf_counter()
+            nodes = 0
+            for p, of in ex.variant_of.items():
+                v = int(of[m])
+                if v != ex.current[p]:
+                    setter, params, _ = ex.params[p][v]
+                    call(setter, ex.exec, ex.nodes[p], params)
+                    ex.current[p] = v
+                    nodes += 1
+            if ex.holder >= 0:
+                self.switch_seconds += time.perf_counter() - t0
+                self.switch_count += 1
+                self.r.switches["patched"] += 1
+                self.r.switches["nodes_patched"] += nodes
+            ex.holder = m
+        dims = np.zeros(MAX_DIMS, np.int64)
+        dims[:fp.family.sizes.shape[1]] = fp.family.sizes[m]
+        call("cuMemcpyHtoDAsync", self.dims, dims.ctypes.data, dims.nbytes, self.r.stream)
+        self.r._pending.append(dims)
+        return ex
+
+    def buffers(self, bucket: int, side: str) -> list:
+        """[(name, Buffer)] of the bucket's inputs or outputs."""
+        n, m = self.owner[bucket]
+        return [(name, bufs[m]) for name, bufs in self.io(n)[side]]
+
+    def ptr(self, buf) -> int:
+        return (self.r.arena if buf.space == "arena" else self.r.weights) + buf.offset
+
+    def run(self, bucket: int, feeds: dict, on_device: bool, bound: dict | None, watch) -> dict:
+        from .runner import DeviceArray
+        r = self.r
+        if watch is not None:
+            raise BackendError("watching a buffer while a run goes is not supported for a size of a range family")
+        r.dev.make_current()
+        r._pending = []
+        ex = self.switch(bucket)
+        bound = bound or {}
+        for name, buf in self.buffers(bucket, "inputs"):
+            if name in bound:
+                call("cuMemcpyDtoDAsync", self.ptr(buf), bound[name], buf.nbytes, r.stream)
+            else:
+                self.feed(buf, feeds[name])
+        call("cuGraphLaunch", ex.exec, r.stream)
+        r.launched = 1
+        outs = self.buffers(bucket, "outputs")
+        for name, buf in outs:
+            if name in bound:
+                r.copy_buffer_out(buf, self.ptr(buf), bound[name], host=False)
+        if bound or on_device:
+            if bound:
+                r.synchronize()
+            return {name: bound[name] if name in bound else DeviceArray.of(self.ptr(buf), buf, r.stream)
+                    for name, buf in outs}
+        arrays = [np.empty(buf.shape, dtypes.np_dtype(buf.dtype)) for _, buf in outs]
+        for (_, buf), a in zip(outs, arrays):
+            if a.nbytes:
+                r.copy_buffer_out(buf, self.ptr(buf), a.ctypes.data, host=True)
+        r.synchronize()
+        return {name: a for (name, _), a in zip(outs, arrays)}
+
+    def feed(self, buf, value):
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is not None:
+            if int(cai["data"][0]) != self.ptr(buf):
+                call("cuMemcpyDtoDAsync", self.ptr(buf), int(cai["data"][0]), buf.nbytes, self.r.stream)
+        else:
+            a = np.ascontiguousarray(value)
+            call("cuMemcpyHtoDAsync", self.ptr(buf), a.ctypes.data, a.nbytes, self.r.stream)
+            self.r._pending.append(a)
+
+    def input_buffer(self, bucket: int, name: str):
+        from .runner import DeviceArray
+        self.r.dev.make_current()
+        self.prepare(bucket)
+        buf = dict(self.buffers(bucket, "inputs"))[name]
+        return DeviceArray(self.ptr(buf), buf.shape, buf.dtype, self.r.stream)
+
+    def close(self):
+        for ex in self.execs.values():
+            if ex.exec is not None:
+                call("cuGraphExecDestroy", ex.exec)
+        self.execs.clear()
+        for prog, record in self._record.values():
+            self.r.dev.free(prog)
+            self.r.dev.free(record)
+        self._record.clear()
+        if self.dims:
+            self.r.dev.free(self.dims)
+            self.dims = 0

@@ -1,0 +1,233 @@
+"""How a range family's sizes run on the GPU without a plan per size (issue 33: Grape's metadata, compressed).
+
+A family (bundle/families.py) holds the sizes of one launch structure as formulas: Wav2Vec2 over samples
+1600..160000 keeps 152823 of its 158401 sizes so. The shared execs of shared_exec.py join every size's plan
+at load and keep a row of numbers per size; at that count both cost hours and hundreds of MiB. So a large
+family runs from its formulas alone (family_exec.py), one exec per band of sizes (shared_exec.size_band),
+and this module works out, on the host and without a GPU, how each of its steps runs there:
+
+    a kernel step      its function's sized twin (codegen/module.py), its numbers read from a record that the
+                       exec's first node computes from the size's dims (codegen/size_program.py EVAL_SIZES),
+                       its grid the band's largest;
+    a library step     "fixed" where no number of it differs between sizes; "widest" where only the rows
+                       of a GEMM, or the length of a convolution whose rows lie contiguous and whose end is not
+                       padded, differ: it runs at the band's widest, which computes every size's rows exactly
+                       (shared_exec.widest_gemm says why; a convolution's output row reads input rows before
+                       its own end only); "variant" otherwise: one node per distinct shape among the band's
+                       sizes, built at load, set at a switch.
+
+A family whose steps move a buffer between sizes (a per-size constant), whose library attributes differ
+between sizes, or whose kernels have no sized twin, cannot run so: `reason` says why, and its sizes take the
+shared execs' way (every plan joined at load).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...bundle.families import member_io, numbered_template
+from .shared_exec import _bands, band_ratio
+from .size_record import family_kernels, family_launch_slots, family_record_program
+
+CHUNK = 4096   # members whose numbers are evaluated at once (a family may hold 10^5)
+
+
+@dataclass
+class LibraryForm:
+    """How one library step of a family runs in its band execs."""
+    kind: str       # "fixed" | "widest" | "variant"
+    shapes: list    # per buffer (the output, then the arguments; None for an absent argument): its shape's slots
+
+
+@dataclass
+class FamilyPlan:
+    family: object          # bundle/families.py Family
+    sized: list             # kernel positions (sorted: the record's order)
+    library: dict           # position -> LibraryForm
+    blocks: np.ndarray      # per member: the blocks its kernels launch in all
+    bands: np.ndarray       # per member: its band (shared_exec.size_band)
+    reason: str | None      # why the family cannot run from its formulas; None where it can
+
+    def numbers(self, members, slots: list) -> np.ndarray:
+        """members x slots: the plan formulas' numbers."""
+        return _numbers(self.family.plan.fit, self.family.sizes[np.asarray(members)], slots)
+
+    def members(self, band: int) -> np.ndarray:
+        return np.nonzero(self.bands == band)[0]
+
+    def origin(self, members: np.ndarray) -> int:
+        """The member an exec of these members is built from: the one that launches the most blocks."""
+        return int(members[np.argmax(self.blocks[members])])
+
+    def grids(self, members: np.ndarray) -> dict:
+        """position -> the largest grid of its kernel among these members."""
+        local, launch = family_kernels(self.family), family_launch_slots(self.family)
+        slots = [launch[local[p]][0] for p in self.sized]
+        big = _numbers(self.family.cuda.fit, self.family.sizes[members], slots).max(axis=0)
+        return {p: int(g) for p, g in zip(self.sized, big)}
+
+    def shapes(self, position: int, members) -> np.ndarray:
+        """members x dims: the shapes of the step's buffers, flattened (form.shapes' order)."""
+        flat = [s for shape in self.library[position].shapes if shape for s in shape]
+        return self.numbers(members, flat)
+
+    def unflatten(self, position: int, row) -> tuple:
+        """A flattened shapes row -> (argument shapes, output shape), as GraphBuilder takes them."""
+        out, at = [], 0
+        for shape in self.library[position].shapes:
+            if shape is None:
+                out.append(None)
+                continue
+            out.append([int(v) for v in row[at:at + len(shape)]])
+            at += len(shape)
+        return out[1:], out[0]
+
+    def widest(self, position: int, members: np.ndarray) -> tuple:
+        """(argument shapes, output shape) of a "widest" step at these members' largest."""
+        return self.unflatten(position, self.shapes(position, members).max(axis=0))
+
+    def variants(self, position: int, members: np.ndarray) -> tuple:
+        """(the distinct shapes rows of a "variant" step among these members, each member's row number)."""
+        rows, which = np.unique(self.shapes(position, members), axis=0, return_inverse=True)
+        return rows, which.reshape(-1)
+
+    def record_program(self) -> np.ndarray:
+        return family_record_program(self.family, self.sized)
+
+    def io(self) -> dict:
+        """member_io of every member, in chunks."""
+        n = len(self.family.sizes)
+        out: dict = {}
+        for lo in range(0, n, CHUNK):
+            got = member_io(self.family, list(range(lo, min(n, lo + CHUNK))))
+            for side, rows in got.items():
+                have = out.setdefault(side, [(name, []) for name, _ in rows])
+                for (_, bufs), (_, more) in zip(have, rows):
+                    bufs.extend(more)
+        return out
+
+
+def _numbers(fit, sizes: np.ndarray, slots: list) -> np.ndarray:
+    out = np.empty((len(sizes), len(slots)), np.int64)
+    for lo in range(0, len(sizes), CHUNK):
+        out[lo:lo + CHUNK] = fit.numbers(sizes[lo:lo + CHUNK], slots)
+    return out
+
+
+def plan_family(family, sized_functions: set) -> FamilyPlan:
+    """How the family's steps run from its formulas (module docstring)."""
+    plan_t = numbered_template(family.plan.template)["plan"]
+    fit = family.plan.fit
+    sized, library, reason = [], {}, None
+    if family.cuda is None:
+        reason = "the bundle has no GPU code for it"
+    local = family_kernels(family) if reason is None else {}
+    rows = numbered_template(family.cuda.template) if reason is None else []
+    for p, st in enumerate(plan_t["steps"]):
+        if reason is not None:
+            break
+        bufs = [st["out"]] + list(st["args"])
+        moved = _moved(fit, plan_t["buffers"], bufs)
+        if moved:
+            reason = f"step {p} reads or writes '{moved}' at an offset that differs between sizes (a per-size constant)"
+        elif st["op"] == "kernel":
+            function, launch = rows[local[p]][0], rows[local[p]][1]
+            if function not in sized_functions:
+                reason = f"step {p}'s kernel {function} has no sized twin"
+            elif family.cuda.fit.constant(launch[2]) is None:
+                reason = f"step {p}'s kernel {function} takes another block size at some sizes"
+            else:
+                sized.append(p)
+        elif st["op"] == "library":
+            if any(fit.constant(j) is None for j in _ints(st["attrs"])):
+                reason = f"step {p} ({st['attrs'].get('op')}) has attributes that differ between sizes"
+            else:
+                library[p] = _library_form(fit, plan_t["buffers"], st)
+        else:
+            reason = f"step {p} is a {st['op']} step (a family runs kernel and library steps only)"
+    blocks = np.zeros(len(family.sizes), np.int64)
+    if reason is None and sized:
+        launch = family_launch_slots(family)
+        grids = [launch[local[p]][0] for p in sized]
+        blocks = _numbers(family.cuda.fit, family.sizes, grids).sum(axis=1)
+    ratio = band_ratio()
+    bands = _bands(blocks, ratio) if ratio > 1.0 else np.zeros(len(family.sizes), np.int64)
+    return FamilyPlan(family, sized, library, blocks, bands, reason)
+
+
+def _ints(x) -> list:
+    """The slot numbers in a numbered template's JSON value."""
+    if isinstance(x, bool):
+        return []
+    if isinstance(x, int):
+        return [x]
+    if isinstance(x, list):
+        return [j for v in x for j in _ints(v)]
+    if isinstance(x, dict):
+        return [j for v in x.values() for j in _ints(v)]
+    return []
+
+
+def _buffer(fit, buffers: list, index_slot: int):
+    """A buffer row of the numbered template (name, space, offset, nbytes, dtype, shape, *pitch), or None."""
+    index = fit.constant(index_slot)
+    if index is None or index < 0:
+        return None
+    return buffers[index]
+
+
+def _moved(fit, buffers: list, bufs: list) -> str | None:
+    """The name of the first of these buffers whose offset differs between sizes, or None."""
+    for j in bufs:
+        row = _buffer(fit, buffers, j)
+        if row is not None and fit.constant(row[2]) is None:
+            return row[0]
+    return None
+
+
+def _library_form(fit, buffers: list, st: dict) -> LibraryForm:
+    shapes = []
+    for j in [st["out"]] + list(st["args"]):
+        row = _buffer(fit, buffers, j)
+        shapes.append(list(row[5]) if row is not None else None)
+    varying = [[fit.constant(s) is None for s in shape] if shape else [] for shape in shapes]
+    if not any(any(v) for v in varying):
+        return LibraryForm("fixed", shapes)
+    values = [[fit.constant(s) for s in shape] if shape else [] for shape in shapes]
+    op = st["attrs"].get("op")
+    if op == "matmul" and not st["attrs"].get("views") and _rows_vary(values, varying):
+        return LibraryForm("widest", shapes)
+    if op == "conv" and _length_varies(values, varying, [fit.constant(j) for j in st["attrs"]["pads"]]):
+        return LibraryForm("widest", shapes)
+    return LibraryForm("variant", shapes)
+
+
+def _rows_vary(values: list, varying: list) -> bool:
+    """Only the rows (dim -2) of a GEMM's buffers differ between sizes, their leading dims all 1."""
+    for vals, var in zip(values, varying):
+        if any(var[:-2]) or (var and var[-1]):
+            return False
+        if any(v != 1 for v in vals[:-2]):
+            return False
+        if any(var) and len(vals) < 2:
+            return False
+    return True
+
+
+def _length_varies(values: list, varying: list, pads: list) -> bool:
+    """A convolution (x [N,H,W,C], w, bias, residual: conv's NHWC) whose x, output and residual differ in
+    their outermost spatial dim only, batch 1, that dim's end not padded: its rows then lie as a prefix
+    of the widest size's, and each output row reads input rows before its own end only."""
+    if any(pads[i] is None for i in range(4)):
+        return False
+    for i, (vals, var) in enumerate(zip(values, varying)):
+        if not any(var):
+            continue
+        if i == 2 or len(vals) != 4 or vals[0] != 1 or var[0] or var[3]:   # the weight never varies
+            return False
+        if var[1] and (var[2] or pads[2] != 0):        # H varies: W fixed, no padding at H's end
+            return False
+        if var[2] and (var[1] or vals[1] != 1 or pads[3] != 0):   # W varies: H is 1, no padding at W's end
+            return False
+    return True

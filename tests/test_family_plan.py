@@ -1,0 +1,83 @@
+"""How a range family's sizes run on the GPU from its formulas (runtime/cuda/family_plan.py), worked out on
+the host: every step of tiny Wav2Vec2's families is a sized kernel or a library call that runs at its band's
+widest or as one of a few shape variants; the shapes the formulas give are the joined plans' own; the widest
+cover every member; and a family whose attributes differ between sizes says so instead of running."""
+import os
+
+import numpy as np
+import pytest
+
+from grapec.bundle.format import Bundle
+from grapec.compiler import compile_model
+from grapec.plan import KernelStep, LibraryStep
+from grapec.runtime.cuda.family_plan import plan_family
+
+pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (pip install cuda-bindings nvidia-cuda-nvrtc)")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+W2V = os.path.join(ROOT, "models", "tiny", "wav2vec2.onnx")
+
+
+def _range(precision: str) -> Bundle:
+    b = compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (1600, 4000)}, targets=["sm_90"], jobs=2,
+                      precision=precision)
+    return Bundle.from_bytes(b.to_bytes())
+
+
+@pytest.fixture(scope="module")
+def fp16_range():
+    return _range("fp16")
+
+
+def _plans(bundle):
+    sized = set(bundle.manifest["cuda"]["sized"])
+    return [plan_family(f, sized) for f in bundle.plans.docs.families]
+
+
+def test_every_fp16_family_runs_from_its_formulas(fp16_range):
+    assert b"grapec_eval_sizes" in fp16_range.extra_sections["cuda.source"]   # the loader is in the module
+    plans = _plans(fp16_range)
+    assert plans
+    for fp in plans:
+        assert fp.reason is None, fp.reason
+        steps = fp16_range.plans[fp.family.buckets[0]].steps
+        assert fp.sized == [p for p, st in enumerate(steps) if isinstance(st, KernelStep)]
+        assert sorted(fp.library) == [p for p, st in enumerate(steps) if isinstance(st, LibraryStep)]
+        kinds = {form.kind for form in fp.library.values()}
+        assert "widest" in kinds and "variant" in kinds   # the strided convolutions; the first one's GEMM
+
+
+def test_the_formulas_shapes_are_the_joined_plans_and_the_widest_cover_them(fp16_range):
+    docs = fp16_range.plans.docs
+    rng = np.random.default_rng(3)
+    for fp in _plans(fp16_range):
+        for band in sorted(set(fp.bands.tolist())):
+            members = fp.members(band)
+            picks = sorted({int(members[0]), int(members[-1])} | {int(m) for m in rng.choice(members, 3)})
+            for m in picks:
+                plan = fp16_range.plans[fp.family.buckets[m]]
+                for p, form in fp.library.items():
+                    st = plan.steps[p]
+                    own = [list(plan.buffers[a].shape) if a >= 0 else None for a in st.args]
+                    args, out = fp.unflatten(p, fp.shapes(p, [m])[0])
+                    assert (args, out) == (own, list(plan.buffers[st.out].shape)), (m, p)
+                    if form.kind == "widest":
+                        wide_args, wide_out = fp.widest(p, members)
+                        for mine, wide in zip([out] + args, [wide_out] + wide_args):
+                            assert mine is None or all(a <= b for a, b in zip(mine, wide)), (p, mine, wide)
+                    if form.kind == "variant":
+                        rows, which = fp.variants(p, members)
+                        assert fp.unflatten(p, rows[which[int(np.searchsorted(members, m))]]) == (args, out)
+            origin = fp.origin(members)
+            assert fp.blocks[origin] == fp.blocks[members].max()
+        io = fp.io()
+        for m in (0, len(fp.family.sizes) - 1):
+            plan = fp16_range.plans[fp.family.buckets[m]]
+            for side in ("inputs", "outputs"):
+                assert [(n, bufs[m]) for n, bufs in io[side]] == [(n, plan.buffers[b]) for n, b in getattr(plan, side)]
+    assert docs is fp16_range.plans.docs
+
+
+def test_a_family_whose_attributes_differ_between_sizes_says_why():
+    """fp32 keeps attention as GEMMs over strided views of the length: their attributes are sizes."""
+    reasons = [fp.reason for fp in _plans(_range("fp32"))]
+    assert reasons and all(r and "attributes that differ between sizes" in r for r in reasons), reasons

@@ -1,0 +1,100 @@
+"""GPU: the sizes of a range family run from its formulas (runtime/cuda/family_exec.py): an exec per band
+of sizes built at load from one member's plan, its loader computing each size's record from the dims,
+library calls at the band's widest or set per shape variant; no size's plan joined on the request path;
+every size equal to onnxruntime, and to the same sizes run with a plan each (GRAPEC_FAMILY_EXECS=0)."""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.compiler import compile_model
+from grapec.runtime.devices import gpu_count
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+W2V = os.path.join(ROOT, "models", "tiny", "wav2vec2.onnx")
+LO, HI = 1600, 4000
+
+
+@pytest.fixture(scope="module")
+def w2v_range():
+    b = compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (LO, HI)}, precision="fp16")
+    return Bundle.from_bytes(b.to_bytes())
+
+
+def _samples(bundle, bucket: int) -> int:
+    return bundle.manifest["buckets"][bucket]["shapes"]["input_values"][1]
+
+
+def _picks(bundle, seed: int) -> list:
+    docs = bundle.plans.docs
+    rng = np.random.default_rng(seed)
+    members = [b for f in docs.families for b in f.buckets]
+    picks = [int(b) for b in rng.permutation(members)[:12]] + [int(b) for b in rng.permutation(docs.stored_buckets)[:4]]
+    rng.shuffle(picks)
+    return picks
+
+
+def _rel(got, want) -> float:
+    return float(np.linalg.norm(got.astype(np.float32) - want) / np.linalg.norm(want))
+
+
+def test_family_sizes_run_from_their_formulas_and_match_onnxruntime(w2v_range, monkeypatch):
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "all")
+    docs = w2v_range.plans.docs
+    sess = grapec.load(w2v_range, backend="cuda")
+    fam = sess._runner.families
+    assert fam.plans and not fam.skipped and len(fam.owner) == sum(len(f.buckets) for f in docs.families)
+    sess.build_graphs()
+    assert len(fam.execs) == len(fam.bands())
+    joined = set(docs.base)   # family members whose plans were joined: only the bands' origins
+    assert len(joined) <= len(fam.bands())
+    ref = ort.InferenceSession(W2V, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(21)
+    outs = {}
+    for bucket in _picks(w2v_range, 21) * 2:
+        n = _samples(w2v_range, bucket)
+        x = rng.standard_normal((1, n)).astype(np.float32)
+        got, want = sess.run({"input_values": x})["last_hidden_state"], ref.run(None, {"input_values": x})[0]
+        assert got.shape == want.shape and _rel(got, want) < 1e-2, (n, _rel(got, want))   # fp16's own bound
+        outs[bucket] = (x, got)
+    assert set(docs.base) == joined                   # no plan joined on the request path
+    assert sess._runner.switches["patched"] > 0
+    # bound device buffers give the same as numpy in and out
+    bucket = next(b for b in outs if fam.owns(b))
+    x, got = outs[bucket]
+    dev = sess.run({"input_values": x}, on_device=True)["last_hidden_state"]
+    assert np.array_equal(sess.to_host(dev), got)
+    sess._runner.close()
+    # the same sizes with a plan each (the shared execs' way)
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "0")
+    plain = grapec.load(w2v_range, backend="cuda")
+    assert not plain._runner.families.owner
+    for bucket, (x, got) in outs.items():
+        other = plain.run({"input_values": x})["last_hidden_state"]
+        assert _rel(got, other.astype(np.float32)) < 2e-3, (bucket, _rel(got, other.astype(np.float32)))
+    plain._runner.close()
+
+
+def test_a_large_family_runs_from_its_formulas_by_default(monkeypatch):
+    """Families of at least FAMILY_EXEC_MIN sizes run so without being asked; smaller ones join their plans."""
+    monkeypatch.delenv("GRAPEC_FAMILY_EXECS", raising=False)
+    from grapec.runtime.cuda.family_exec import FAMILY_EXEC_MIN
+    b = Bundle.from_bytes(compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (LO, 16000)},
+                                        precision="fp16").to_bytes())
+    sizes = [len(f.buckets) for f in b.plans.docs.families]
+    assert max(sizes) >= FAMILY_EXEC_MIN, sizes
+    sess = grapec.load(b, backend="cuda")
+    fam = sess._runner.families
+    assert len(fam.owner) == sum(s for s in sizes if s >= FAMILY_EXEC_MIN)
+    ref = ort.InferenceSession(W2V, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(22)
+    for bucket in [int(x) for x in rng.choice(sorted(fam.owner), 6, replace=False)]:
+        n = _samples(b, bucket)
+        x = rng.standard_normal((1, n)).astype(np.float32)
+        got = sess.run({"input_values": x})["last_hidden_state"]
+        assert _rel(got, ref.run(None, {"input_values": x})[0]) < 1e-2, n
+    sess._runner.close()
