@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BackendError, gpu_package
-from .driver import capture_stream, captured, graph_ms, shared
+from .driver import call, capture_stream, captured, graph_ms, shared
 
 CUDA_R = {"float32": 0, "float16": 2, "float64": 1, "bfloat16": 14}
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
@@ -94,16 +94,19 @@ class Blas:
         return lay
 
     def matmul_graph(self, attrs: dict, shapes: list, dtype: str, ptrs: list, out_shape, out_ptr: int,
-                     layouts: dict | None, workspace: tuple, tune: bool = False):
+                     layouts: dict | None, workspace: tuple, tune: bool = False, accept=None):
         """A child graph computing one `matmul` step. shapes/ptrs: A, B, optional C and bias (0 when
         absent); attrs["act"] picks the epilogue. layouts: {"0" (A) | "1" (B) | "out": (ld, batch
         stride)} for operands seen through a view (passes/strided_operands.py); dense otherwise.
         tune: time the candidate algorithms (the caller vouches that nothing lives in the output yet).
-        workspace: (pointer, bytes) the call may use, its runner's for the step's branch (graph.py)."""
+        workspace: (pointer, bytes) the call may use, its runner's for the step's branch (graph.py).
+        accept(graph) -> bool: the graph of the first ranked algorithm it accepts, None where it takes none
+        (a range family's shape variants must launch as the node they are set into: family_exec.py)."""
         with self._lock:
-            return self._matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts or {}, workspace, tune)
+            return self._matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts or {}, workspace, tune,
+                                      accept)
 
-    def _matmul_graph(self, attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts, workspace, tune):
+    def _matmul_graph(self, attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts, workspace, tune, accept=None):
         if dtype not in CUDA_R:
             raise BackendError(f"matmul on {dtype} has no cuBLASLt path in this grapec (only float32/float16/bfloat16/float64)")
         lt = self.lt
@@ -127,9 +130,25 @@ class Blas:
         def launch(algo, stream):
             lt.matmul(self.handle, gemm.desc, gemm.alpha.ctypes.data, ptrs[1], gemm.b_lay, ptrs[0], gemm.a_lay,
                       gemm.beta.ctypes.data, c_ptr, gemm.d_lay, out_ptr, gemm.d_lay, algo, ws, ws_bytes, int(stream))
+        if accept is not None:
+            if len(gemm.algos) < TUNE_CANDIDATES:   # the ranking of the first choice only: rank more
+                gemm = self._gemms[sig] = self._problem(attrs, shapes, dtype, out_shape, layouts, bool(has_c),
+                                                        bool(bias_ptr), ws_bytes, TUNE_CANDIDATES)
+            return self._accepted(launch, gemm.algos, accept)
         if enabled and tune and gemm.choice is None:
             gemm.choice = self._fastest(gemm.algos, launch)
         return self._capture(launch, gemm.algos[gemm.choice or 0])
+
+    def _accepted(self, launch, algos: list, accept):
+        for algo in algos:
+            try:
+                graph = self._capture(launch, algo)
+            except Exception:  # noqa: BLE001 - an algorithm cuBLASLt ranked but cannot run here is not a choice
+                continue
+            if accept(graph):
+                return graph
+            call("cuGraphDestroy", graph)
+        return None
 
     def _problem(self, attrs: dict, shapes: list, dtype: str, out_shape, layouts: dict, has_c: bool, has_bias: bool,
                  ws_bytes: int, candidates: int) -> "GemmProblem":

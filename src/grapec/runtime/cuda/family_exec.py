@@ -51,6 +51,16 @@ class BandExec:
     holder: int = -1                 # the member it ran last
 
 
+def _launch_shape(node) -> tuple | None:
+    """A kernel node's thread block cluster (what a node's parameters cannot change), None for no kernel node."""
+    from cuda.bindings import driver
+    if node is None or call("cuGraphNodeGetType", node) != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+        return None
+    v = call("cuGraphKernelNodeGetAttribute", node,
+             driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION).clusterDim
+    return v.x, v.y, v.z
+
+
 @dataclass
 class _Build:
     """What the runner's hooks answer while a band's exec is built from its origin's plan."""
@@ -175,7 +185,8 @@ class FamilyExecs:
             self.r.switches["instantiated"] += 1
             self.r.tuning = False
             for p, (rows, which) in variants.items():
-                ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row)) for row in rows]
+                ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row), ex.nodes[p])
+                                for row in rows]
                 of = np.full(len(fp.family.sizes), -1, np.int64)
                 of[members] = which
                 ex.variant_of[p] = of
@@ -183,35 +194,25 @@ class FamilyExecs:
         finally:
             self.r.tuning = False
             self._building = None
-        for p in ex.params:   # each variant's node must fit the exec's (the driver sets no cluster shape)
-            self._check_variants(ex, p)
         return ex
 
-    def _variant(self, builder, st, p: int, shapes: tuple) -> tuple:
-        """(setter, parameters) of one shape of a variant step: its library call captured, as the exec's node
-        takes it (a kernel node's parameters, or a child graph)."""
+    def _variant(self, builder, st, p: int, shapes: tuple, node) -> tuple:
+        """(setter, parameters) of one shape of a variant step: its library call captured as a kernel that the
+        exec's node can take (cuGraphExecKernelNodeSetParams sets no thread block cluster: a GEMM takes the
+        first of cuBLASLt's ranked algorithms that launches as one kernel of the node's cluster shape)."""
         self._building.overrides[p] = shapes
-        child = builder.library_child(st)
-        only = single_kernel(child) if self.r.flat_gemms else None
-        if only is not None:
-            return "cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", only), only
-        return "cuGraphExecChildGraphNodeSetParams", child, None
-
-    def _check_variants(self, ex: BandExec, p: int):
-        from cuda.bindings import driver
-        node = ex.nodes[p]
-        kernel = call("cuGraphNodeGetType", node) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
-        attr = driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-
-        def cluster(nd):
-            v = call("cuGraphKernelNodeGetAttribute", nd, attr).clusterDim
-            return v.x, v.y, v.z
-        want = cluster(node) if kernel else None
-        for setter, _, only in ex.params[p]:
-            if (setter == "cuGraphExecKernelNodeSetParams") != kernel or (kernel and cluster(only) != want):
-                raise BackendError(f"step {p} of a range family (bucket {ex.origin}'s plan): cuBLASLt takes a "
-                                   "kernel of another launch shape at some sizes; set GRAPEC_FAMILY_EXECS=0 to "
-                                   "join every size's plan instead")
+        want = _launch_shape(node)
+        if st.attrs.get("op") == "matmul":
+            child = builder.matmul_child(st, accept=lambda g: _launch_shape(single_kernel(g)) == want)
+        else:
+            child = builder.library_child(st)
+            if _launch_shape(single_kernel(child)) != want:
+                child = None
+        if child is None or want is None:
+            raise BackendError(f"step {p} ({st.attrs.get('op')}, ONNX node(s) {', '.join(st.origin)}) of a range family "
+                               f"(bucket {self._building.origin}'s plan): the library takes a kernel of another launch "
+                               f"shape at its shapes {shapes}; set GRAPEC_FAMILY_EXECS=0 to join every size's plan instead")
+        return "cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", single_kernel(child))
 
     # --- the runner's hooks while an exec is built -----------------------------------------------------
     def sized_launch(self, bucket: int, st):
@@ -250,7 +251,7 @@ class FamilyExecs:
             for p, of in ex.variant_of.items():
                 v = int(of[m])
                 if v != ex.current[p]:
-                    setter, params, _ = ex.params[p][v]
+                    setter, params = ex.params[p][v]
                     call(setter, ex.exec, ex.nodes[p], params)
                     ex.current[p] = v
                     nodes += 1

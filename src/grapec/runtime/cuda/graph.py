@@ -191,8 +191,8 @@ class GraphBuilder:
         call("cuGraphKernelNodeSetAttribute", node, driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, value)
         return node
 
-    def matmul_child(self, st: LibraryStep):
-        """The step's cuBLASLt call, captured as a graph (kept with the bucket)."""
+    def matmul_child(self, st: LibraryStep, accept=None):
+        """The step's cuBLASLt call, captured as a graph (kept with the bucket); accept: blas.py matmul_graph's."""
         from .blas import apply_views
         attrs = st.attrs
         gap = library_gap(attrs["op"], self.bufs[st.args[0]].dtype)
@@ -208,8 +208,10 @@ class GraphBuilder:
         dtype = self.bufs[st.args[0]].dtype   # A and B; the output may be float32 (attrs out_dtype)
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, out_shape, self.ptr(st.out), dtype, out.dtype)
         child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts,
-                                                      self.r.workspaces.get(st.branch), tune=self.r.tuning)
-        self.r.keep(self.bucket, child)
+                                                      self.r.workspaces.get(st.branch), tune=self.r.tuning,
+                                                      accept=accept)
+        if child is not None:
+            self.r.keep(self.bucket, child)
         return child
 
     def conv_child(self, st: LibraryStep):
