@@ -183,36 +183,47 @@ class FamilyExecs:
             ex.exec = call("cuGraphInstantiate", graph, 0)
             self.r.keep(origin, graph)
             self.r.switches["instantiated"] += 1
-            self.r.tuning = False
+            # the variants: a GEMM's first acceptable algorithm (not timed), a convolution warmed before its
+            # capture (nothing lives in the arena at load)
             for p, (rows, which) in variants.items():
-                ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row), ex.nodes[p])
-                                for row in rows]
+                ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row), ex) for row in rows]
                 of = np.full(len(fp.family.sizes), -1, np.int64)
                 of[members] = which
                 ex.variant_of[p] = of
                 ex.current[p] = int(which[at])
+                setter, params = ex.params[p][ex.current[p]]   # each was tried on the exec: the origin's back
+                call(setter, ex.exec, ex.nodes[p], params)
         finally:
             self.r.tuning = False
             self._building = None
         return ex
 
-    def _variant(self, builder, st, p: int, shapes: tuple, node) -> tuple:
-        """(setter, parameters) of one shape of a variant step: its library call captured as a kernel that the
-        exec's node can take (cuGraphExecKernelNodeSetParams sets no thread block cluster: a GEMM takes the
-        first of cuBLASLt's ranked algorithms that launches as one kernel of the node's cluster shape)."""
+    def _variant(self, builder, st, p: int, shapes: tuple, ex: BandExec) -> tuple:
+        """(setter, parameters) of one shape of a variant step, tried on the exec at once. Where the exec's node
+        is a kernel node, the variant must be one kernel of the node's thread block cluster (which its
+        parameters cannot change): a GEMM takes the first of cuBLASLt's ranked algorithms that launches so.
+        Where it is a child graph (a cuDNN call of several kernels), the variant's graph must have its
+        topology, which the driver checks when it is set."""
         self._building.overrides[p] = shapes
+        node = ex.nodes[p]
         want = _launch_shape(node)
-        if st.attrs.get("op") == "matmul":
+        if want is not None and st.attrs.get("op") == "matmul":
             child = builder.matmul_child(st, accept=lambda g: _launch_shape(single_kernel(g)) == want)
         else:
             child = builder.library_child(st)
-            if _launch_shape(single_kernel(child)) != want:
-                child = None
-        if child is None or want is None:
+        try:
+            if want is not None:
+                if child is None or _launch_shape(single_kernel(child)) != want:
+                    raise BackendError("another kernel launch shape")
+                made = ("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", single_kernel(child)))
+            else:
+                made = ("cuGraphExecChildGraphNodeSetParams", child)
+            call(made[0], ex.exec, node, made[1])
+        except BackendError as e:
             raise BackendError(f"step {p} ({st.attrs.get('op')}, ONNX node(s) {', '.join(st.origin)}) of a range family "
-                               f"(bucket {self._building.origin}'s plan): the library takes a kernel of another launch "
-                               f"shape at its shapes {shapes}; set GRAPEC_FAMILY_EXECS=0 to join every size's plan instead")
-        return "cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", single_kernel(child))
+                               f"(bucket {ex.origin}'s plan) cannot be set to its shapes {shapes} in the family's exec "
+                               f"({e}); set GRAPEC_FAMILY_EXECS=0 to join every size's plan instead") from None
+        return made
 
     # --- the runner's hooks while an exec is built -----------------------------------------------------
     def sized_launch(self, bucket: int, st):
