@@ -81,3 +81,18 @@ def test_a_family_whose_attributes_differ_between_sizes_says_why():
     """fp32 keeps attention as GEMMs over strided views of the length: their attributes are sizes."""
     reasons = [fp.reason for fp in _plans(_range("fp32"))]
     assert reasons and all(r and "attributes that differ between sizes" in r for r in reasons), reasons
+
+
+def test_a_bound_output_of_a_family_size_is_checked_without_joining_its_plan(fp16_range):
+    """IOBinding checks a bound output against the run's output shape: for a size stored as formulas it comes
+    from them (joining a plan costs milliseconds a request over a range of 10^4 sizes)."""
+    import grapec
+    docs = fp16_range.plans.docs
+    sess = grapec.load(fp16_range, backend="cpu")
+    family = docs.families[-1]
+    bucket = family.buckets[len(family.buckets) // 2]
+    assert bucket not in docs.base
+    shapes = sess._output_shapes(bucket)
+    assert bucket not in docs.base   # not joined
+    plan = fp16_range.plans[bucket]
+    assert shapes == {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}

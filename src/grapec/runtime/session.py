@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import dtypes
+from ..bundle.families import member_io
 from ..bundle.format import Bundle
 from ..errors import BackendError, InputError
 from ..ir.selection import checked_output, hidden_output, output_counts
@@ -393,8 +394,14 @@ class Session:
         which costs milliseconds for GPT-2, too much for every request."""
         shapes = self._out_shapes.get(bucket)
         if shapes is None:
-            plan = self.bundle.plans[bucket]
-            shapes = self._out_shapes[bucket] = {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
+            where = getattr(self.bundle.plans, "docs", None)
+            where = where.at[bucket] if where is not None else ("stored", None)
+            if where[0] != "stored":   # a family member's, from its formulas (bundle/families.py): no plan joined
+                shapes = {n: bufs[0].shape for n, bufs in member_io(where[0], [where[1]])["outputs"]}
+            else:
+                plan = self.bundle.plans[bucket]
+                shapes = {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
+            self._out_shapes[bucket] = shapes
         return shapes
 
     def _check_bound_outputs(self, outputs: dict, bucket: int) -> dict:
