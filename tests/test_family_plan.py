@@ -17,9 +17,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 W2V = os.path.join(ROOT, "models", "tiny", "wav2vec2.onnx")
 
 
+SAID: dict = {}   # precision -> what its compile said
+
+
 def _range(precision: str) -> Bundle:
+    said = SAID[precision] = []
     b = compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (1600, 4000)}, targets=["sm_90"], jobs=2,
-                      precision=precision)
+                      precision=precision, progress=said.append)
     return Bundle.from_bytes(b.to_bytes())
 
 
@@ -96,3 +100,13 @@ def test_a_bound_output_of_a_family_size_is_checked_without_joining_its_plan(fp1
     assert bucket not in docs.base   # not joined
     plan = fp16_range.plans[bucket]
     assert shapes == {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
+
+
+def test_the_compile_says_how_the_range_runs_on_the_gpu(fp16_range, monkeypatch):
+    """The compile reports which sizes run from their family's formulas on the GPU and which join a plan each."""
+    import re
+    from grapec.runtime.cuda.family_exec import FAMILY_EXEC_MIN
+    line = next(m for m in SAID["fp16"] if m.startswith("range on the GPU"))
+    ran, joined = map(int, re.search(r"(\d+) sizes in families.*; (\d+) sizes join", line).groups())
+    assert ran + joined == len(fp16_range.plans)
+    assert ran == sum(len(f.buckets) for f in fp16_range.plans.docs.families if len(f.buckets) >= FAMILY_EXEC_MIN)

@@ -16,7 +16,8 @@ copies and one launch. Every member's inputs and outputs come from the formulas 
 member_io), computed once at load for the whole family.
 
 Which families: those of at least FAMILY_EXEC_MIN members (GRAPEC_FAMILY_EXECS: "0" none, "all" every
-family that can run so); the others, and the stored sizes, take the shared execs' way (shared_exec.py).
+family that can run so, a number: families of at least that many); the others, and the stored sizes, take the
+shared execs' way (shared_exec.py), a plan and a graph per size at load. `grapec compile` says which.
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ class FamilyExecs:
 
     # --- which families ------------------------------------------------------------------------------
     def _choose(self):
-        mode = os.environ.get("GRAPEC_FAMILY_EXECS", "auto")
+        mode = os.environ.get("GRAPEC_FAMILY_EXECS", "auto")   # "0", "all", "auto", or the least members
         docs = getattr(self.r.bundle.plans, "docs", None)
         if mode == "0" or docs is None:
             return
@@ -97,7 +98,7 @@ class FamilyExecs:
         if "grapec_eval_sizes" not in self._functions_available():
             return
         sized = set(cuda.get("sized") or [])
-        least = 2 if mode == "all" else FAMILY_EXEC_MIN
+        least = 2 if mode == "all" else int(mode) if mode.isdigit() else FAMILY_EXEC_MIN
         for family in docs.families:
             if len(family.buckets) < least or family.sizes.shape[1] > MAX_DIMS:
                 continue
