@@ -58,7 +58,7 @@ def test_the_formulas_shapes_are_the_joined_plans_and_the_widest_cover_them(fp16
             members = fp.members(band)
             picks = sorted({int(members[0]), int(members[-1])} | {int(m) for m in rng.choice(members, 3)})
             for m in picks:
-                plan = fp16_range.plans[fp.family.buckets[m]]
+                plan = fp16_range.plans[fp.buckets[m]]
                 for p, form in fp.library.items():
                     st = plan.steps[p]
                     own = [list(plan.buffers[a].shape) if a >= 0 else None for a in st.args]
@@ -109,4 +109,28 @@ def test_the_compile_says_how_the_range_runs_on_the_gpu(fp16_range, monkeypatch)
     line = next(m for m in SAID["fp16"] if m.startswith("range on the GPU"))
     ran, joined = map(int, re.search(r"(\d+) sizes in families.*; (\d+) sizes join", line).groups())
     assert ran + joined == len(fp16_range.plans)
-    assert ran == sum(len(f.buckets) for f in fp16_range.plans.docs.families if len(f.buckets) >= FAMILY_EXEC_MIN)
+    assert ran == sum(len(f.all_buckets) for f in fp16_range.plans.docs.families if len(f.buckets) >= FAMILY_EXEC_MIN)
+
+
+def test_stored_sizes_that_the_formulas_give_run_with_the_family(fp16_range):
+    """A structure's compiled sizes and spot members are stored as plans; where its formulas give their plans
+    and CUDA rows number for number (checked at compile time) the GPU runs them as members, so a range needs a
+    plan and a graph of its own only for the sizes no family gives."""
+    docs = fp16_range.plans.docs
+    assert any(f.also for f in docs.families)
+    stored = set(docs.stored_buckets)
+    sized = set(fp16_range.manifest["cuda"]["sized"])
+    for f in docs.families:
+        assert set(f.also) <= stored and not set(f.also) & set(f.buckets)
+        fp = plan_family(f, sized)
+        io = fp.io()
+        for i in range(len(f.buckets), len(fp.buckets)):   # the also-buckets, after the members
+            bucket = fp.buckets[i]
+            assert fp16_range.manifest["buckets"][bucket]["shapes"]["input_values"] == [1, int(fp.sizes[i][0])]
+            plan = fp16_range.plans[bucket]
+            for p in fp.library:
+                st = plan.steps[p]
+                assert fp.unflatten(p, fp.shapes(p, [i])[0]) == (
+                    [list(plan.buffers[a].shape) if a >= 0 else None for a in st.args], list(plan.buffers[st.out].shape))
+            for side in ("inputs", "outputs"):
+                assert [(n, bufs[i]) for n, bufs in io[side]] == [(n, plan.buffers[b]) for n, b in getattr(plan, side)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -76,6 +76,20 @@ class Family:
     cuda: Numbered | None
     sizes: np.ndarray      # n x dims
     buckets: list          # the bucket index of each size
+    # stored buckets (the structure's compiled sizes and spot members, plans of their own) whose plan and CUDA
+    # rows the formulas give exactly, checked at compile time: the GPU runs them with the members
+    # (runtime/cuda/family_exec.py). also_sizes: their sizes, n x dims
+    also: list = field(default_factory=list)
+    also_sizes: np.ndarray | None = None
+
+    @property
+    def all_sizes(self) -> np.ndarray:
+        """The members' sizes, then the also-buckets'."""
+        return self.sizes if not self.also else np.concatenate([self.sizes, self.also_sizes])
+
+    @property
+    def all_buckets(self) -> list:
+        return list(self.buckets) + list(self.also)
 
     def document(self, i: int) -> dict:
         """Member i's bucket document."""
@@ -86,8 +100,11 @@ class Family:
         return doc
 
     def to_json(self) -> dict:
-        return {"plan": self.plan.to_json(), "cuda": self.cuda.to_json() if self.cuda else None,
-                "sizes": self.sizes.tolist(), "buckets": [int(b) for b in self.buckets]}
+        d = {"plan": self.plan.to_json(), "cuda": self.cuda.to_json() if self.cuda else None,
+             "sizes": self.sizes.tolist(), "buckets": [int(b) for b in self.buckets]}
+        if self.also:
+            d["also"] = [[int(b)] + [int(v) for v in size] for b, size in zip(self.also, self.also_sizes)]
+        return d
 
     @staticmethod
     def from_json(d: dict) -> "Family":
@@ -95,8 +112,12 @@ class Family:
         buckets = [int(b) for b in d["buckets"]]
         if sizes.ndim != 2 or len(sizes) != len(buckets):
             raise ValueError("a family's sizes and buckets differ in number")
+        also = [[int(v) for v in row] for row in d.get("also") or []]
+        if any(len(row) != 1 + sizes.shape[1] for row in also):
+            raise ValueError("a family's also-bucket has another number of dims")
         return Family(Numbered.from_json(d["plan"]), Numbered.from_json(d["cuda"]) if d["cuda"] else None,
-                      sizes, buckets)
+                      sizes, buckets, [row[0] for row in also],
+                      np.array([row[1:] for row in also], np.int64).reshape(len(also), sizes.shape[1]) if also else None)
 
 
 def numbered_template(key: str):
@@ -118,9 +139,13 @@ def member_io(family: Family, members: list) -> dict:
     """{"inputs"|"outputs": [(name, [Buffer of each member])]}: the I/O buffers of these members (indices into
     family.sizes) from the family's formulas, without joining their plans: what a run reads of a member's plan
     to copy its inputs in and its outputs out."""
+    return sizes_io(family, family.sizes[list(members)])
+
+
+def sizes_io(family: Family, sizes: np.ndarray) -> dict:
+    """member_io at these sizes (n x dims)."""
     from ..plan import Buffer
     plan_t = numbered_template(family.plan.template)["plan"]
-    sizes = family.sizes[list(members)]
     out = {}
     for side in ("inputs", "outputs"):
         rows = []

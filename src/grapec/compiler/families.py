@@ -71,9 +71,35 @@ class RangeFamily:
             nf.slots[j] = refit.slots[0]
         return True
 
-    def stored(self, buckets: list, cuda: Numbered | None) -> Family:
+    def stored(self, buckets: list, cuda: Numbered | None, also: list = ()) -> Family:
+        """also: [(bucket, size)] of stored plans that the formulas give (also_given)."""
         nf, floats = self.fit
-        return Family(Numbered(self.key, nf, floats), cuda, np.array(self.sizes, np.int64), buckets)
+        return Family(Numbered(self.key, nf, floats), cuda, np.array(self.sizes, np.int64), buckets,
+                      [b for b, _ in also], np.array([s for _, s in also], np.int64) if also else None)
+
+    def also_given(self, plan_of: dict, kernels: list, entry: dict | None, cuda: Numbered | None) -> list:
+        """[(bucket, size)] of the structure's compiled sizes and spot members whose stored plan (and CUDA rows)
+        the family's formulas give number for number: the GPU runs them as members (runtime/cuda/family_exec.py)
+        instead of a plan and a graph each. plan_of: size -> its stored plan."""
+        from .structures import bucket_document   # structures.py forms the families: imported where used
+        nf, floats = self.fit
+        out = []
+        for size in sorted(set(self.evidence) | set(self.spots)):
+            plan = plan_of[size]
+            at = np.array([size], np.int64).reshape(1, -1)
+            if not _gives(Numbered(self.key, nf, floats), at, bucket_document(plan, kernels)):
+                continue
+            if cuda is not None and (entry is None or not _gives(cuda, at, cuda_rows(entry, kernel_order(plan)))):
+                continue
+            out.append((self.bucket_of[size], list(np.atleast_1d(size))))
+        return out
+
+
+def _gives(numbered: Numbered, at: np.ndarray, doc) -> bool:
+    """Whether the numbered template at these sizes (one row) is this document, number for number."""
+    t, ints, floats = split(doc)
+    return (json.dumps(t, separators=(",", ":")) == numbered.template and floats == numbered.floats
+            and len(ints) == len(numbered.fit.slots) and numbered.fit.numbers(at)[0].tolist() == list(ints))
 
 
 def buffer_needs(key: str, fit: tuple, members: list) -> list:
@@ -174,6 +200,7 @@ class RangeFamilies:
         self.families: list = []     # RangeFamily, each with .buckets
         self.results: dict = {}      # bucket -> BucketResult of the buckets stored as plans
         self.cuda: dict = {}         # id(family) -> Numbered CUDA rows
+        self.also: dict = {}         # id(family) -> [(bucket, size)] of stored plans its formulas give (find_also)
         self.derive = None           # (family, weight bytes or None: today's) -> {bucket: BucketResult}: its members as plans
         self.meta = None             # (family, member index) -> its bucket's manifest record
         self.account: dict | None = None   # how the range was compiled, for `grapec inspect` (manifest "range_compile")
@@ -237,6 +264,12 @@ class RangeFamilies:
         self.families = kept
         return fell
 
+    def find_also(self, kernels: list, entry: dict):
+        """Each family's also-buckets (RangeFamily.also_given), once its CUDA rows are fitted."""
+        for f in self.families:
+            plan_of = {s: self._plan(f, s) for s in f.evidence + f.spots}
+            self.also[id(f)] = f.also_given(plan_of, kernels, entry, self.cuda.get(id(f)))
+
     def gpu_report(self, entry: dict) -> str | None:
         """How the range's sizes will run on the GPU (runtime/cuda/family_exec.py): which families run from
         their formulas, with how many execs and shape variants, which join a plan per size, and why."""
@@ -249,14 +282,14 @@ class RangeFamilies:
         ran, execs, variants, joined = 0, 0, 0, self.n
         why = []
         for f in self.families:
-            fp = plan_family(f.stored(f.buckets, self.cuda.get(id(f))), sized)
+            fp = plan_family(f.stored(f.buckets, self.cuda.get(id(f)), self.also.get(id(f), ())), sized)
             if len(f.buckets) < FAMILY_EXEC_MIN:
                 continue
             if fp.reason is not None:
                 why.append(f"{len(f.buckets)} sizes from {f.sizes[0]}: {fp.reason}")
                 continue
-            ran += len(f.buckets)
-            joined -= len(f.buckets)
+            ran += len(fp.buckets)
+            joined -= len(fp.buckets)
             for band in sorted(set(fp.bands.tolist())):
                 execs += 1
                 members = fp.members(band)
@@ -275,6 +308,6 @@ class RangeFamilies:
         from ..bundle.families import BucketDocs
         from ..bundle.format import StoredPlans
         stored = [p.to_json() for p in b.plans]
-        fams = [f.stored(f.buckets, self.cuda.get(id(f))) for f in self.families]
+        fams = [f.stored(f.buckets, self.cuda.get(id(f)), self.also.get(id(f), ())) for f in self.families]
         b.plans = StoredPlans(BucketDocs(stored, sorted(self.results), fams, b), b, "the compiled bundle")
         return b

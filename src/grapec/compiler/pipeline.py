@@ -502,8 +502,11 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         plans = families.stored_plans()
         targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels(),
                                                      jobs)
-    if gpu_entry and families.gpu_report(gpu_entry):
-        say(families.gpu_report(gpu_entry))
+    if gpu_entry:
+        families.find_also(kernels.kernels, gpu_entry)
+        report = families.gpu_report(gpu_entry)
+        if report:
+            say(report)
 
     ranges = value_ranges(proto, user_bounds)
     op_counts = Counter(n.op_type for n in proto.graph.node)

@@ -107,8 +107,8 @@ class FamilyExecs:
                 self.skipped.append((len(family.buckets), fp.reason))
                 continue
             n = len(self.plans)
-            self.plans.append(fp)
-            for m, b in enumerate(family.buckets):
+            self.plans.append(fp)   # its also-buckets (stored plans its formulas give) run with its members
+            for m, b in enumerate(family.all_buckets):
                 self.owner[b] = (n, m)
 
     def _functions_available(self) -> set:
@@ -159,7 +159,7 @@ class FamilyExecs:
         fp: FamilyPlan = self.plans[n]
         members = fp.members(band)
         first = fp.origin(members)
-        origin = fp.family.buckets[first]
+        origin = fp.buckets[first]
         at = int(np.searchsorted(members, first))   # the origin among the members
         ex = BandExec(n, members, origin)
         plan = self.r.bundle.plans[origin]
@@ -188,7 +188,7 @@ class FamilyExecs:
             # capture (nothing lives in the arena at load)
             for p, (rows, which) in variants.items():
                 ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row), ex) for row in rows]
-                of = np.full(len(fp.family.sizes), -1, np.int64)
+                of = np.full(len(fp.sizes), -1, np.int64)
                 of[members] = which
                 ex.variant_of[p] = of
                 ex.current[p] = int(which[at])
@@ -274,7 +274,7 @@ class FamilyExecs:
                 self.r.switches["nodes_patched"] += nodes
             ex.holder = m
         dims = np.zeros(MAX_DIMS, np.int64)
-        dims[:fp.family.sizes.shape[1]] = fp.family.sizes[m]
+        dims[:fp.sizes.shape[1]] = fp.sizes[m]
         call("cuMemcpyHtoDAsync", self.dims, dims.ctypes.data, dims.nbytes, self.r.stream)
         self.r._pending.append(dims)
         return ex

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...bundle.families import member_io, numbered_template
+from ...bundle.families import numbered_template, sizes_io
 from .shared_exec import _bands, band_ratio
 from .size_record import family_kernels, family_launch_slots, family_record_program
 
@@ -47,11 +47,12 @@ class FamilyPlan:
     library: dict           # position -> LibraryForm
     blocks: np.ndarray      # per member: the blocks its kernels launch in all
     bands: np.ndarray       # per member: its band (shared_exec.size_band)
+    # members: the family's sizes, then its also-buckets (stored plans that its formulas give: `sizes`, `buckets`)
     reason: str | None      # why the family cannot run from its formulas; None where it can
 
     def numbers(self, members, slots: list) -> np.ndarray:
         """members x slots: the plan formulas' numbers."""
-        return _numbers(self.family.plan.fit, self.family.sizes[np.asarray(members)], slots)
+        return _numbers(self.family.plan.fit, self.sizes[np.asarray(members)], slots)
 
     def members(self, band: int) -> np.ndarray:
         return np.nonzero(self.bands == band)[0]
@@ -64,7 +65,7 @@ class FamilyPlan:
         """position -> the largest grid of its kernel among these members."""
         local, launch = family_kernels(self.family), family_launch_slots(self.family)
         slots = [launch[local[p]][0] for p in self.sized]
-        big = _numbers(self.family.cuda.fit, self.family.sizes[members], slots).max(axis=0)
+        big = _numbers(self.family.cuda.fit, self.sizes[members], slots).max(axis=0)
         return {p: int(g) for p, g in zip(self.sized, big)}
 
     def shapes(self, position: int, members) -> np.ndarray:
@@ -96,16 +97,24 @@ class FamilyPlan:
         return family_record_program(self.family, self.sized)
 
     def io(self) -> dict:
-        """member_io of every member, in chunks."""
-        n = len(self.family.sizes)
+        """sizes_io of every member, in chunks."""
         out: dict = {}
-        for lo in range(0, n, CHUNK):
-            got = member_io(self.family, list(range(lo, min(n, lo + CHUNK))))
+        for lo in range(0, len(self.sizes), CHUNK):
+            got = sizes_io(self.family, self.sizes[lo:lo + CHUNK])
             for side, rows in got.items():
                 have = out.setdefault(side, [(name, []) for name, _ in rows])
                 for (_, bufs), (_, more) in zip(have, rows):
                     bufs.extend(more)
         return out
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Every member's sizes: the family's, then its also-buckets' (bundle/families.py Family.also)."""
+        return self.family.all_sizes
+
+    @property
+    def buckets(self) -> list:
+        return self.family.all_buckets
 
 
 def _numbers(fit, sizes: np.ndarray, slots: list) -> np.ndarray:
@@ -146,13 +155,14 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
                 library[p] = _library_form(fit, plan_t["buffers"], st)
         else:
             reason = f"step {p} is a {st['op']} step (a family runs kernel and library steps only)"
-    blocks = np.zeros(len(family.sizes), np.int64)
+    sizes = family.all_sizes
+    blocks = np.zeros(len(sizes), np.int64)
     if reason is None and sized:
         launch = family_launch_slots(family)
         grids = [launch[local[p]][0] for p in sized]
-        blocks = _numbers(family.cuda.fit, family.sizes, grids).sum(axis=1)
+        blocks = _numbers(family.cuda.fit, sizes, grids).sum(axis=1)
     ratio = band_ratio()
-    bands = _bands(blocks, ratio) if ratio > 1.0 else np.zeros(len(family.sizes), np.int64)
+    bands = _bands(blocks, ratio) if ratio > 1.0 else np.zeros(len(sizes), np.int64)
     return FamilyPlan(family, sized, library, blocks, bands, reason)
 
 
