@@ -105,7 +105,7 @@ def test_a_bound_output_of_a_family_size_is_checked_without_joining_its_plan(fp1
 def test_the_compile_says_how_the_range_runs_on_the_gpu(fp16_range, monkeypatch):
     """The compile reports which sizes run from their family's formulas on the GPU and which join a plan each."""
     import re
-    from grapec.runtime.cuda.family_exec import FAMILY_EXEC_MIN
+    from grapec.runtime.cuda.family_plan import FAMILY_EXEC_MIN
     line = next(m for m in SAID["fp16"] if m.startswith("range on the GPU"))
     ran, joined = map(int, re.search(r"(\d+) sizes in families.*; (\d+) sizes join", line).groups())
     assert ran + joined == len(fp16_range.plans)
@@ -134,3 +134,18 @@ def test_stored_sizes_that_the_formulas_give_run_with_the_family(fp16_range):
                     [list(plan.buffers[a].shape) if a >= 0 else None for a in st.args], list(plan.buffers[st.out].shape))
             for side in ("inputs", "outputs"):
                 assert [(n, bufs[i]) for n, bufs in io[side]] == [(n, plan.buffers[b]) for n, b in getattr(plan, side)]
+
+
+def test_inspect_says_how_the_range_runs_on_the_gpu(fp16_range, tmp_path, monkeypatch):
+    """`grapec inspect` reports the same as the compile: which sizes run from their families' formulas."""
+    from click.testing import CliRunner
+    from grapec.tools.cli import main
+    path = tmp_path / "w2v.grape"
+    fp16_range.write(str(path))
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "all")
+    out = CliRunner().invoke(main, ["inspect", str(path)])
+    assert out.exit_code == 0, out.output
+    total = len(fp16_range.plans)
+    given = sum(len(f.all_buckets) for f in fp16_range.plans.docs.families)
+    assert f"range on the GPU: {given} sizes in families of at least 2 run from their formulas" in out.output
+    assert f"{total - given} sizes join a plan each at load" in out.output

@@ -82,7 +82,7 @@ def test_family_sizes_run_from_their_formulas_and_match_onnxruntime(w2v_range, m
 def test_a_large_family_runs_from_its_formulas_by_default(monkeypatch):
     """Families of at least FAMILY_EXEC_MIN sizes run so without being asked; smaller ones join their plans."""
     monkeypatch.delenv("GRAPEC_FAMILY_EXECS", raising=False)
-    from grapec.runtime.cuda.family_exec import FAMILY_EXEC_MIN
+    from grapec.runtime.cuda.family_plan import FAMILY_EXEC_MIN
     b = Bundle.from_bytes(compile_model(W2V, dims={"batch": 1}, dynamic={"samples": (LO, 16000)},
                                         precision="fp16").to_bytes())
     families = b.plans.docs.families

@@ -271,32 +271,13 @@ class RangeFamilies:
             self.also[id(f)] = f.also_given(plan_of, kernels, entry, self.cuda.get(id(f)))
 
     def gpu_report(self, entry: dict) -> str | None:
-        """How the range's sizes will run on the GPU (runtime/cuda/family_exec.py): which families run from
-        their formulas, with how many execs and shape variants, which join a plan per size, and why."""
+        """How the range's sizes will run on the GPU (runtime/cuda/family_plan.py range_on_gpu)."""
         if not self.families:
             return None
         # above the runtime: the compiler says what the CUDA runtime will make of the bundle (host-side only)
-        from ..runtime.cuda.family_exec import FAMILY_EXEC_MIN
-        from ..runtime.cuda.family_plan import plan_family
-        sized = set(entry.get("sized") or [])
-        ran, execs, variants, joined = 0, 0, 0, self.n
-        why = []
-        for f in self.families:
-            fp = plan_family(f.stored(f.buckets, self.cuda.get(id(f)), self.also.get(id(f), ())), sized)
-            if len(f.buckets) < FAMILY_EXEC_MIN:
-                continue
-            if fp.reason is not None:
-                why.append(f"{len(f.buckets)} sizes from {f.sizes[0]}: {fp.reason}")
-                continue
-            ran += len(fp.buckets)
-            joined -= len(fp.buckets)
-            for band in sorted(set(fp.bands.tolist())):
-                execs += 1
-                members = fp.members(band)
-                variants += sum(len(fp.variants(p, members)[0]) for p, form in fp.library.items() if form.kind == "variant")
-        text = (f"range on the GPU: {ran} sizes in families of at least {FAMILY_EXEC_MIN} run from their formulas "
-                f"({execs} execs, {variants} shape variants built at load); {joined} sizes join a plan each at load")
-        return text + "".join(f"; a family of {w}" for w in why)
+        from ..runtime.cuda.family_plan import range_on_gpu
+        fams = [f.stored(f.buckets, self.cuda.get(id(f)), self.also.get(id(f), ())) for f in self.families]
+        return range_on_gpu(fams, set(entry.get("sized") or []), self.n).text()
 
     def stored_plans(self) -> list:
         return [self.results[b].plan for b in sorted(self.results)]

@@ -35,6 +35,9 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
     execs = shared_execs(b)
     if execs is not None:
         summary["gpu_execs"] = execs
+    on_gpu = range_on_gpu_of(b)
+    if on_gpu is not None:
+        summary["range_on_gpu"] = {k: v for k, v in vars(on_gpu).items()}
     shown = range(len(m["buckets"])) if as_json or len(m["buckets"]) <= 16 else \
         [0, 1, 2, len(m["buckets"]) - 2, len(m["buckets"]) - 1]
     plans = [{"shapes": m["buckets"][i]["shapes"], "steps": m["buckets"][i]["steps"], "library_ops": library_ops(p),
@@ -85,6 +88,8 @@ def show_bundle(bundle: str, b, as_json: bool, fusion: bool, schedule: bool):
                    f"(a template with the same kernel functions) and band of sizes (their kernels' blocks within "
                    f"{execs['band_ratio']}x: GRAPEC_BAND_RATIO); {execs['sized_steps']} kernel steps of execs of several sizes read their sizes "
                    "from device memory")
+        if on_gpu is not None:
+            click.echo("    " + on_gpu.text())
         for sw in execs["switches"]:
             ops = ", ".join(f"{n} {op}" for op, n in sw["ops"].items())
             click.echo(f"    a switch between its {len(sw['buckets'])} sizes from bucket {sw['buckets'][0]} sets "
@@ -147,6 +152,16 @@ def launch_structures(b) -> list:
         st["sizes"] = {d: sorted(v) for d, v in st["sizes"].items()}
         st["differences"] = launch_differences(b, sampled(st["buckets"]))
     return [out[k] for k in sorted(out)]
+
+
+def range_on_gpu_of(b):
+    """How a bundle with range families runs on the GPU (runtime/cuda/family_plan.py RangeOnGpu), or None."""
+    docs = getattr(b.plans, "docs", None)
+    cuda = b.manifest.get("cuda")
+    if docs is None or not docs.families or not cuda:
+        return None
+    from ..runtime.cuda.family_plan import range_on_gpu
+    return range_on_gpu(docs.families, set(cuda.get("sized") or []), len(b.plans))
 
 
 def shared_execs(b) -> dict | None:

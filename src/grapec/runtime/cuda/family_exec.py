@@ -15,13 +15,12 @@ A run then costs a 24-byte copy of the dims, those node settings where the varia
 copies and one launch. Every member's inputs and outputs come from the formulas (bundle/families.py
 member_io), computed once at load for the whole family.
 
-Which families: those of at least FAMILY_EXEC_MIN members (GRAPEC_FAMILY_EXECS: "0" none, "all" every
+Which families: those of at least family_plan.FAMILY_EXEC_MIN members (GRAPEC_FAMILY_EXECS: "0" none, "all" every
 family that can run so, a number: families of at least that many); the others, and the stored sizes, take the
 shared execs' way (shared_exec.py), a plan and a graph per size at load. `grapec compile` says which.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -32,10 +31,8 @@ from ...codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS
 from ...errors import BackendError
 from ...plan import KernelStep
 from .driver import call
-from .family_plan import FamilyPlan, plan_family
+from .family_plan import FamilyPlan, least_members, plan_family
 from .graph import GraphBuilder, single_kernel
-
-FAMILY_EXEC_MIN = 2048   # members of a family from which it runs from its formulas (below: joining its plans is cheap)
 
 
 @dataclass
@@ -90,15 +87,14 @@ class FamilyExecs:
 
     # --- which families ------------------------------------------------------------------------------
     def _choose(self):
-        mode = os.environ.get("GRAPEC_FAMILY_EXECS", "auto")   # "0", "all", "auto", or the least members
+        least = least_members()
         docs = getattr(self.r.bundle.plans, "docs", None)
-        if mode == "0" or docs is None:
+        if least is None or docs is None:
             return
         cuda = self.r.bundle.manifest["cuda"]
         if "grapec_eval_sizes" not in self._functions_available():
             return
         sized = set(cuda.get("sized") or [])
-        least = 2 if mode == "all" else int(mode) if mode.isdigit() else FAMILY_EXEC_MIN
         for family in docs.families:
             if len(family.buckets) < least or family.sizes.shape[1] > MAX_DIMS:
                 continue

@@ -22,7 +22,8 @@ shared execs' way (every plan joined at load).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +32,16 @@ from .shared_exec import _bands, band_ratio
 from .size_record import family_kernels, family_launch_slots, family_record_program
 
 CHUNK = 4096   # members whose numbers are evaluated at once (a family may hold 10^5)
+FAMILY_EXEC_MIN = 2048   # members of a family from which it runs from its formulas (below: joining its plans is cheap)
+
+
+def least_members() -> int | None:
+    """GRAPEC_FAMILY_EXECS: the least members of a family that runs from its formulas ("0": none runs so, None;
+    "all": every family; a number; default FAMILY_EXEC_MIN)."""
+    mode = os.environ.get("GRAPEC_FAMILY_EXECS", "auto")
+    if mode == "0":
+        return None
+    return 2 if mode == "all" else int(mode) if mode.isdigit() else FAMILY_EXEC_MIN
 
 
 @dataclass
@@ -241,3 +252,40 @@ def _length_varies(values: list, varying: list, pads: list) -> bool:
         if var[2] and (var[1] or vals[1] != 1 or pads[3] != 0):   # W varies: H is 1, no padding at W's end
             return False
     return True
+
+
+@dataclass
+class RangeOnGpu:
+    """How a range's sizes run on the CUDA backend (`grapec compile` and `grapec inspect` say it)."""
+    sizes: int                  # all of the range's
+    from_formulas: int = 0      # sizes run by family execs (members and also-buckets)
+    execs: int = 0              # family execs: bands of those families
+    variants: int = 0           # library nodes built per shape at load
+    least: int | None = None    # least_members()
+    reasons: list = field(default_factory=list)   # (members, first size, why) of large families that cannot
+
+    def text(self) -> str:
+        if self.least is None:
+            return f"range on the GPU: GRAPEC_FAMILY_EXECS=0: all {self.sizes} sizes join a plan each at load"
+        out = (f"range on the GPU: {self.from_formulas} sizes in families of at least {self.least} run from their "
+               f"formulas ({self.execs} execs, {self.variants} shape variants built at load); "
+               f"{self.sizes - self.from_formulas} sizes join a plan each at load")
+        return out + "".join(f"; a family of {n} sizes from {first}: {why}" for n, first, why in self.reasons)
+
+
+def range_on_gpu(families: list, sized_functions: set, sizes: int) -> RangeOnGpu:
+    """RangeOnGpu of a bundle's families (bundle/families.py Family) over its `sizes` sizes in all."""
+    out = RangeOnGpu(sizes, least=least_members())
+    for family in families if out.least is not None else ():
+        if len(family.buckets) < out.least:
+            continue
+        fp = plan_family(family, sized_functions)
+        if fp.reason is not None:
+            out.reasons.append((len(family.buckets), tuple(int(v) for v in family.sizes[0]), fp.reason))
+            continue
+        out.from_formulas += len(fp.buckets)
+        for band in sorted(set(fp.bands.tolist())):
+            out.execs += 1
+            members = fp.members(band)
+            out.variants += sum(len(fp.variants(p, members)[0]) for p, form in fp.library.items() if form.kind == "variant")
+    return out
