@@ -20,15 +20,36 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..bundle.families import Family, Numbered, cuda_rows, kernel_order, numbered_template
+from ..bundle.families import Family, Numbered, cuda_rows, kernel_order, kernel_to_document, numbered_template
 from ..bundle.templates import split
 from ..passes.plan_memory import ALIGN
-from ..plan import Plan
+from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .formulas import fit_numbers
 
 FAMILY_MIN = 8      # structures with fewer derived sizes keep them as plans
 SPOTS = 3           # members of a family joined, checked and stored as plans (its smallest, largest, one drawn)
 CHUNK = 4096        # sizes whose numbers are evaluated at once
+
+
+# a library step's estimates for `grapec inspect` (passes/sdpa.py: cuDNN's attention against the generated
+# kernel's, in us): floats of every size, not part of what runs; derived plans go without them
+REPORT_ONLY = "priced"
+
+
+def bucket_document(plan: Plan, kernels: list) -> dict:
+    """The plan with its kernels inline (indices local to it), without what derived plans recompute
+    (arena_bytes) or do not have (the memory planner's report, REPORT_ONLY estimates)."""
+    local: dict = {}
+    doc = Plan.from_json(plan.to_json())
+    for st in walk_steps(doc.steps):
+        if isinstance(st, KernelStep):
+            st.kernel = local.setdefault(st.kernel, len(local))
+        elif isinstance(st, LibraryStep) and REPORT_ONLY in st.attrs:
+            st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
+    d = doc.to_json()
+    del d["memory"], d["arena_bytes"]
+    return {"plan": d, "kernels": [kernel_to_document(kernels[i]) for i in local]}
+
 
 
 @dataclass
@@ -81,7 +102,6 @@ class RangeFamily:
         """[(bucket, size)] of the structure's compiled sizes and spot members whose stored plan (and CUDA rows)
         the family's formulas give number for number: the GPU runs them as members (runtime/cuda/family_exec.py)
         instead of a plan and a graph each. plan_of: size -> its stored plan."""
-        from .structures import bucket_document   # structures.py forms the families: imported where used
         nf, floats = self.fit
         out = []
         for size in sorted(set(self.evidence) | set(self.spots)):

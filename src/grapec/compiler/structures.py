@@ -39,14 +39,14 @@ from typing import Callable
 
 import numpy as np
 
-from ..bundle.families import kernel_from_document, kernel_to_document
+from ..bundle.families import kernel_from_document
 from ..bundle.format import validate_plan
 from ..bundle.templates import JoinText, split
 from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .boxes import Box, coincident, initial_boxes, likes, probe
 from .fanout import map_buckets
-from .families import buffer_needs, form_family
+from .families import REPORT_ONLY, bucket_document, buffer_needs, form_family
 from .formulas import fit_numbers, spans
 from .shared_layout import buffer_bytes, fits_slot, layout_misfit, widened
 
@@ -66,26 +66,6 @@ class Compiled:
     key: str
     ints: list
     floats: list
-
-
-# a library step's estimates for `grapec inspect` (passes/sdpa.py: cuDNN's attention against the generated
-# kernel's, in us): floats of every size, not part of what runs; derived plans go without them
-REPORT_ONLY = "priced"
-
-
-def bucket_document(plan: Plan, kernels: list) -> dict:
-    """The plan with its kernels inline (indices local to it), without what derived plans recompute
-    (arena_bytes) or do not have (the memory planner's report, REPORT_ONLY estimates)."""
-    local: dict = {}
-    doc = Plan.from_json(plan.to_json())
-    for st in walk_steps(doc.steps):
-        if isinstance(st, KernelStep):
-            st.kernel = local.setdefault(st.kernel, len(local))
-        elif isinstance(st, LibraryStep) and REPORT_ONLY in st.attrs:
-            st.attrs = {k: v for k, v in st.attrs.items() if k != REPORT_ONLY}
-    d = doc.to_json()
-    del d["memory"], d["arena_bytes"]
-    return {"plan": d, "kernels": [kernel_to_document(kernels[i]) for i in local]}
 
 
 def _document(plan: Plan, kernels: list) -> Compiled:

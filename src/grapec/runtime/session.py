@@ -394,8 +394,8 @@ class Session:
         which costs milliseconds for GPT-2, too much for every request."""
         shapes = self._out_shapes.get(bucket)
         if shapes is None:
-            where = getattr(self.bundle.plans, "docs", None)
-            where = where.at[bucket] if where is not None else ("stored", None)
+            at = getattr(getattr(self.bundle.plans, "docs", None), "at", None)   # a range's (bundle/families.py BucketDocs)
+            where = at[bucket] if at is not None else ("stored", None)
             if where[0] != "stored":   # a family member's, from its formulas (bundle/families.py): no plan joined
                 shapes = {n: bufs[0].shape for n, bufs in member_io(where[0], [where[1]])["outputs"]}
             else:

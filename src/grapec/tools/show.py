@@ -156,12 +156,12 @@ def launch_structures(b) -> list:
 
 def range_on_gpu_of(b):
     """How a bundle with range families runs on the GPU (runtime/cuda/family_plan.py RangeOnGpu), or None."""
-    docs = getattr(b.plans, "docs", None)
+    families = getattr(getattr(b.plans, "docs", None), "families", None)   # a range's (bundle/families.py BucketDocs)
     cuda = b.manifest.get("cuda")
-    if docs is None or not docs.families or not cuda:
+    if not families or not cuda:
         return None
     from ..runtime.cuda.family_plan import range_on_gpu
-    return range_on_gpu(docs.families, set(cuda.get("sized") or []), len(b.plans))
+    return range_on_gpu(families, set(cuda.get("sized") or []), len(b.plans))
 
 
 def shared_execs(b) -> dict | None:

@@ -30,6 +30,7 @@ from ... import dtypes
 from ...codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS
 from ...errors import BackendError
 from ...plan import KernelStep
+from .device_array import DeviceArray
 from .driver import call
 from .family_plan import FamilyPlan, least_members, plan_family
 from .graph import GraphBuilder, single_kernel
@@ -88,14 +89,14 @@ class FamilyExecs:
     # --- which families ------------------------------------------------------------------------------
     def _choose(self):
         least = least_members()
-        docs = getattr(self.r.bundle.plans, "docs", None)
-        if least is None or docs is None:
+        families = getattr(getattr(self.r.bundle.plans, "docs", None), "families", None)   # a range's (BucketDocs)
+        if least is None or not families:
             return
         cuda = self.r.bundle.manifest["cuda"]
         if "grapec_eval_sizes" not in self._functions_available():
             return
         sized = set(cuda.get("sized") or [])
-        for family in docs.families:
+        for family in families:
             if len(family.buckets) < least or family.sizes.shape[1] > MAX_DIMS:
                 continue
             fp = plan_family(family, sized)
@@ -284,7 +285,6 @@ class FamilyExecs:
         return (self.r.arena if buf.space == "arena" else self.r.weights) + buf.offset
 
     def run(self, bucket: int, feeds: dict, on_device: bool, bound: dict | None, watch) -> dict:
-        from .runner import DeviceArray
         r = self.r
         if watch is not None:
             raise BackendError("watching a buffer while a run goes is not supported for a size of a range family")
@@ -326,7 +326,6 @@ class FamilyExecs:
             self.r._pending.append(a)
 
     def input_buffer(self, bucket: int, name: str):
-        from .runner import DeviceArray
         self.r.dev.make_current()
         self.prepare(bucket)
         buf = dict(self.buffers(bucket, "inputs"))[name]

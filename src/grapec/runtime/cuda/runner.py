@@ -37,6 +37,7 @@ from .driver import call, copy_rows_async
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
 from . import shared_exec, watcher
+from .device_array import DeviceArray
 from .family_exec import FamilyExecs
 
 # Buckets whose graphs stay instantiated at once, by default. An exec of GPT-2 (about 300 nodes) takes
@@ -86,7 +87,7 @@ class CudaPlanRunner:
         self.shared = shared_exec.SharedExecs(self, max_graphs) if shared_exec.enabled() else None
         self._shareable: dict = {}   # bucket -> whether its plan can share its structure's exec
         # the sizes of large range families run from their formulas, an exec per band (family_exec.py)
-        self.families = FamilyExecs(self) if getattr(bundle.plans, "docs", None) is not None else None
+        self.families = FamilyExecs(self) if getattr(getattr(bundle.plans, "docs", None), "families", None) else None
         self.graph_memory = graph_memory   # bytes of instantiated graphs to stay under (None: no limit)
         self._built: OrderedDict = OrderedDict()   # bucket -> _Built, least recently run first
         self._spare = None      # an evicted bucket's exec, offered to the next segment built
@@ -591,24 +592,3 @@ class _BucketMemory:
     def set(self, b, value):
         buf = self.r.plan(self.bucket).buffers[b]
         self.r._write(self.bucket, b, np.asarray(value, dtypes.np_dtype(buf.dtype)).reshape(buf.shape))
-
-
-class DeviceArray:
-    """A view of device memory in the arena, for zero-copy interop (__cuda_array_interface__);
-    `stream`: the stream of the runner whose arena it is (the work that writes it runs there)."""
-
-    def __init__(self, ptr: int, shape, dtype: str, stream=None, strides: tuple | None = None):
-        self.ptr, self.shape, self.dtype, self.stream = ptr, tuple(shape), dtype, stream
-        self.strides = strides   # bytes per dim, where the rows are padded (as torch's own padded logits)
-
-    @staticmethod
-    def of(ptr: int, buf, stream=None) -> "DeviceArray":
-        """A plan buffer's bytes at ptr, with its padded rows' strides."""
-        isz = dtypes.itemsize(buf.dtype)
-        strides = tuple(s * isz for s in buf.strides) if buf.pitch else None
-        return DeviceArray(ptr, buf.shape, buf.dtype, stream, strides)
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": dtypes.np_dtype(self.dtype).str, "data": (self.ptr, False),
-                "version": 3, "strides": self.strides}
