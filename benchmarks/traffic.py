@@ -6,7 +6,8 @@ peers, one process, one GPU (issue 33's benchmark).
                                  [--baseline-own-execs] [--out DIR] [--cache DIR]
 
 Two traffics of --requests each: lengths drawn uniformly from the range, and from a log-normal
-(median 40 tokens, sigma 0.8, clipped to the range), in one seeded random order. Every request is
+(median 40 tokens, or 32000 samples, 2 s of 16 kHz audio, for wav2vec2; --median; sigma 0.8; clipped to the
+range), in one seeded random order. Every request is
 timed from its numpy input to its numpy output (wall time, the device synchronized), and for grapec
 also with its buffers bound (IOBinding: input and output stay on the device). Rows:
 
@@ -48,12 +49,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 MIB = 2 ** 20
 LOGNORMAL_MEDIAN, LOGNORMAL_SIGMA = 40, 0.8
+LOGNORMAL_MEDIAN_SAMPLES = 32000   # audio: 2 s at 16 kHz (40 would clip every request to a 0.1 s range's floor)
 
 
-def traffics(lo: int, hi: int, n: int, seed: int = 0) -> dict:
+def traffics(lo: int, hi: int, n: int, seed: int = 0, median: int = LOGNORMAL_MEDIAN) -> dict:
     """name -> the request lengths, in arrival order."""
     rng = np.random.default_rng(seed)
-    skewed = np.clip(np.rint(rng.lognormal(np.log(LOGNORMAL_MEDIAN), LOGNORMAL_SIGMA, n)), lo, hi)
+    skewed = np.clip(np.rint(rng.lognormal(np.log(median), LOGNORMAL_SIGMA, n)), lo, hi)
     return {"uniform": [int(x) for x in rng.integers(lo, hi + 1, n)], "log-normal": [int(x) for x in skewed]}
 
 
@@ -398,6 +400,9 @@ def main():
                     help="build each length's graph at its first request instead of at load (Session.build_graphs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     ap.add_argument("--cache", default=os.path.join(ROOT, "out", "bench", "traffic-bundles"))
+    ap.add_argument("--median", type=int, default=None,
+                    help=f"the log-normal traffic's median length (default {LOGNORMAL_MEDIAN} tokens, "
+                         f"{LOGNORMAL_MEDIAN_SAMPLES} for the samples of wav2vec2)")
     a = ap.parse_args()
     import grapec
     say = lambda m: print(f"[traffic] {m}", file=sys.stderr, flush=True)  # noqa: E731
@@ -406,7 +411,8 @@ def main():
     lo, hi = (int(x) for x in a.range.split(":"))
     a.dim = a.dim or ("samples" if a.model == "wav2vec2" else "seq")
     path = model_path(a.model, a.size)
-    lengths = traffics(lo, hi, a.requests)
+    median = a.median or (LOGNORMAL_MEDIAN_SAMPLES if a.dim == "samples" else LOGNORMAL_MEDIAN)
+    lengths = traffics(lo, hi, a.requests, median=median)
     inputs = model_inputs(path)
     if a.ideal_lengths:
         sampled = sorted({int(round(x)) for x in np.linspace(lo, hi, a.ideal_lengths)})
