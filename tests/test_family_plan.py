@@ -149,3 +149,34 @@ def test_inspect_says_how_the_range_runs_on_the_gpu(fp16_range, tmp_path, monkey
     given = sum(len(f.all_buckets) for f in fp16_range.plans.docs.families)
     assert f"range on the GPU: {given} sizes in families of at least 2 run from their formulas" in out.output
     assert f"{total - given} sizes join a plan each at load" in out.output
+
+
+def test_a_2d_range_runs_its_gemms_over_all_rows_at_the_widest():
+    """Over batch x seq, a GEMM's operands differ in their leading dims too (GPT-2's LM head: [batch, seq, 768]
+    against a [vocab, 768] weight): one GEMM over the flattened rows at the band's most rows serves every size,
+    no shape variant per size."""
+    gpt2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+    b = Bundle.from_bytes(compile_model(gpt2, dynamic={"batch": (1, 2), "seq": (1, 64)}, targets=["sm_90"], jobs=2,
+                                        precision="fp16").to_bytes())
+    sized = set(b.manifest["cuda"]["sized"])
+    over_rows = 0
+    for f in b.plans.docs.families:
+        fp = plan_family(f, sized)
+        if fp.reason is not None:
+            continue
+        for p, form in fp.library.items():
+            if not form.rows:
+                continue
+            over_rows += 1
+            for band in sorted(set(fp.bands.tolist())):
+                members = fp.members(band)
+                args, out = fp.widest(p, members)
+                for m in (int(members[0]), int(members[-1])):
+                    plan = b.plans[fp.buckets[m]]
+                    st = plan.steps[p]
+                    mine = [plan.buffers[st.out].shape, plan.buffers[st.args[0]].shape]
+                    for shape, wide in zip(mine, [out, args[0]]):
+                        assert wide[-1] == shape[-1] and wide[-2] >= int(np.prod(shape[:-1])), (p, shape, wide)
+                        assert all(d == 1 for d in wide[:-2])
+                    assert args[1] == list(plan.buffers[st.args[1]].shape)   # the weight as it is
+    assert over_rows

@@ -99,3 +99,26 @@ def test_a_large_family_runs_from_its_formulas_by_default(monkeypatch):
         got = sess.run({"input_values": x})["last_hidden_state"]
         assert _rel(got, ref.run(None, {"input_values": x})[0]) < 1e-2, n
     sess._runner.close()
+
+
+def test_a_2d_range_runs_from_its_formulas_with_no_node_set_at_a_switch(monkeypatch):
+    """GPT-2 fp16 over batch x seq: its GEMMs run over all rows at each band's widest (the LM head's [batch, seq]
+    rows too), so a switch between sizes of a band sets no node; random sizes equal onnxruntime."""
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "all")
+    gpt2 = os.path.join(ROOT, "models", "tiny", "gpt2.onnx")
+    b = Bundle.from_bytes(compile_model(gpt2, dynamic={"batch": (1, 2), "seq": (1, 64)}, precision="fp16").to_bytes())
+    sess = grapec.load(b, backend="cuda")
+    fam = sess._runner.families
+    assert fam.plans
+    sess.build_graphs()
+    assert not any(ex.params for ex in fam.execs.values())   # no shape variants
+    ref = ort.InferenceSession(gpt2, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(23)
+    owned = sorted(fam.owner)
+    for bucket in [int(x) for x in rng.choice(owned, 16, replace=False)] * 2:
+        batch, seq = b.manifest["buckets"][bucket]["shapes"]["input_ids"]
+        feeds = {"input_ids": rng.integers(0, 256, (batch, seq)).astype(np.int64)}
+        got, want = sess.run(feeds)["logits"], ref.run(None, feeds)[0]
+        assert got.shape == want.shape and _rel(got, want) < 1e-2, (batch, seq, _rel(got, want))
+    assert sess._runner.switches["nodes_patched"] == 0
+    sess._runner.close()

@@ -49,6 +49,7 @@ class LibraryForm:
     """How one library step of a family runs in its band execs."""
     kind: str       # "fixed" | "widest" | "variant"
     shapes: list    # per buffer (the output, then the arguments; None for an absent argument): its shape's slots
+    rows: bool = False   # a "widest" GEMM whose leading dims differ too: run as one GEMM over all its rows
 
 
 @dataclass
@@ -96,8 +97,25 @@ class FamilyPlan:
         return out[1:], out[0]
 
     def widest(self, position: int, members: np.ndarray) -> tuple:
-        """(argument shapes, output shape) of a "widest" step at these members' largest."""
-        return self.unflatten(position, self.shapes(position, members).max(axis=0))
+        """(argument shapes, output shape) of a "widest" step at these members' largest: each dim's largest, or
+        for a GEMM over rows (LibraryForm.rows), each row operand as [1.., the most rows, its last dim]."""
+        form = self.library[position]
+        table = self.shapes(position, members)
+        if not form.rows:
+            return self.unflatten(position, table.max(axis=0))
+        out, at = [], 0
+        for i, shape in enumerate(form.shapes):
+            if shape is None:
+                out.append(None)
+                continue
+            block = table[:, at:at + len(shape)]
+            at += len(shape)
+            if i in (2, 4):   # the weight, the bias: as they are
+                out.append([int(v) for v in block[0]])
+            else:        # A, the output, C: its rows (all dims but the last) flattened, the most of them
+                rows = int(np.prod(block[:, :-1], axis=1).max())
+                out.append([1] * (len(shape) - 2) + [rows, int(block[0, -1])])
+        return out[1:], out[0]
 
     def variants(self, position: int, members: np.ndarray) -> tuple:
         """(the distinct shapes rows of a "variant" step among these members, each member's row number)."""
@@ -219,6 +237,8 @@ def _library_form(fit, buffers: list, st: dict) -> LibraryForm:
     op = st["attrs"].get("op")
     if op == "matmul" and not st["attrs"].get("views") and _rows_vary(values, varying):
         return LibraryForm("widest", shapes)
+    if op == "matmul" and _over_rows(fit, buffers, st, values, varying):
+        return LibraryForm("widest", shapes, rows=True)
     if op == "conv" and _length_varies(values, varying, [fit.constant(j) for j in st["attrs"]["pads"]]):
         return LibraryForm("widest", shapes)
     return LibraryForm("variant", shapes)
@@ -232,6 +252,27 @@ def _rows_vary(values: list, varying: list) -> bool:
         if any(v != 1 for v in vals[:-2]):
             return False
         if any(var) and len(vals) < 2:
+            return False
+    return True
+
+
+def _over_rows(fit, buffers: list, st: dict, values: list, varying: list) -> bool:
+    """A GEMM of a 2-D weight whose other operands differ in their leading dims and rows (a 2-D range's
+    [batch, seq, K]), dense, A not transposed: one GEMM over all their rows flattened computes each row from
+    that row of A alone, so the widest member's rows cover every member's, laid out as its own."""
+    attrs = st["attrs"]   # numbered: each number is a slot, constant over the family (plan_family checked)
+    if attrs.get("views") or ("trans_a" in attrs and fit.constant(attrs["trans_a"]) != 0):
+        return False
+    if len(values) < 3 or len(values[2]) != 2 or any(varying[2]):   # the weight: 2-D, fixed
+        return False
+    for i, (vals, var) in enumerate(zip(values, varying)):   # the output, A, the weight, C, the bias
+        if i in (2, 4) or not vals:
+            continue
+        if len(vals) < 2 or var[-1]:
+            return False
+    for j in [st["out"]] + list(st["args"]):   # dense: no padded rows
+        row = _buffer(fit, buffers, j)
+        if row is not None and len(row) > 6 and fit.constant(row[6]) != 0:
             return False
     return True
 
