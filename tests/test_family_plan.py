@@ -180,3 +180,26 @@ def test_a_2d_range_runs_its_gemms_over_all_rows_at_the_widest():
                         assert all(d == 1 for d in wide[:-2])
                     assert args[1] == list(plan.buffers[st.args[1]].shape)   # the weight as it is
     assert over_rows
+
+
+def test_a_kernel_without_a_sized_twin_runs_as_it_is_where_its_launch_never_changes(fp16_range):
+    """A function merged across no sizes has no sized twin: the family still runs from its formulas where that
+    kernel's launch (grid, block, arguments) is the same at every size, and says why not where it is not."""
+    from grapec.bundle.families import numbered_template
+    from grapec.runtime.cuda.family_plan import _ints
+    from grapec.runtime.cuda.size_record import family_kernels
+    sized = set(fp16_range.manifest["cuda"]["sized"])
+    fixed = moving = 0
+    for f in fp16_range.plans.docs.families:
+        rows = numbered_template(f.cuda.template)
+        for p, k in family_kernels(f).items():
+            function = rows[k][0]
+            same = all(f.cuda.fit.constant(j) is not None for j in _ints(rows[k][1]) + _ints(rows[k][2]))
+            fp = plan_family(f, sized - {function})
+            if same:
+                fixed += 1
+                assert fp.reason is None and p not in fp.sized, fp.reason
+            else:
+                moving += 1
+                assert fp.reason and "launches otherwise at some sizes" in fp.reason, fp.reason
+    assert moving   # (no kernel of these families keeps one launch; full BERT 1..512 has one: not a test of its size)

@@ -55,7 +55,8 @@ class LibraryForm:
 @dataclass
 class FamilyPlan:
     family: object          # bundle/families.py Family
-    sized: list             # kernel positions (sorted: the record's order)
+    sized: list             # kernel positions run as sized twins (sorted: the record's order); the others' launch
+    #                         is the same at every size
     library: dict           # position -> LibraryForm
     blocks: np.ndarray      # per member: the blocks its kernels launch in all
     bands: np.ndarray       # per member: its band (shared_exec.size_band)
@@ -171,8 +172,11 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
             reason = f"step {p} reads or writes '{moved}' at an offset that differs between sizes (a per-size constant)"
         elif st["op"] == "kernel":
             function, launch = rows[local[p]][0], rows[local[p]][1]
+            numbers = _ints(launch) + _ints(rows[local[p]][2])   # grid, block, split; the scalars' slots
             if function not in sized_functions:
-                reason = f"step {p}'s kernel {function} has no sized twin"
+                # no twin: the same function at every size; it runs as it is where its launch is the same too
+                if any(family.cuda.fit.constant(j) is None for j in numbers):
+                    reason = f"step {p}'s kernel {function} has no sized twin and launches otherwise at some sizes"
             elif family.cuda.fit.constant(launch[2]) is None:
                 reason = f"step {p}'s kernel {function} takes another block size at some sizes"
             else:
@@ -186,9 +190,9 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
             reason = f"step {p} is a {st['op']} step (a family runs kernel and library steps only)"
     sizes = family.all_sizes
     blocks = np.zeros(len(sizes), np.int64)
-    if reason is None and sized:
+    if reason is None and local:   # every kernel's blocks, as shared_exec.size_band counts them
         launch = family_launch_slots(family)
-        grids = [launch[local[p]][0] for p in sized]
+        grids = [launch[k][0] for k in local.values()]
         blocks = _numbers(family.cuda.fit, sizes, grids).sum(axis=1)
     ratio = band_ratio()
     bands = _bands(blocks, ratio) if ratio > 1.0 else np.zeros(len(sizes), np.int64)
