@@ -296,7 +296,7 @@ class FamilyExecs:
             if name in bound:
                 call("cuMemcpyDtoDAsync", self.ptr(buf), bound[name], buf.nbytes, r.stream)
             else:
-                self.feed(buf, feeds[name])
+                r.copy_in(self.ptr(buf), buf.nbytes, feeds[name])
         call("cuGraphLaunch", ex.exec, r.stream)
         r.launched = 1
         outs = self.buffers(bucket, "outputs")
@@ -314,16 +314,6 @@ class FamilyExecs:
                 r.copy_buffer_out(buf, self.ptr(buf), a.ctypes.data, host=True)
         r.synchronize()
         return {name: a for (name, _), a in zip(outs, arrays)}
-
-    def feed(self, buf, value):
-        cai = getattr(value, "__cuda_array_interface__", None)
-        if cai is not None:
-            if int(cai["data"][0]) != self.ptr(buf):
-                call("cuMemcpyDtoDAsync", self.ptr(buf), int(cai["data"][0]), buf.nbytes, self.r.stream)
-        else:
-            a = np.ascontiguousarray(value)
-            call("cuMemcpyHtoDAsync", self.ptr(buf), a.ctypes.data, a.nbytes, self.r.stream)
-            self.r._pending.append(a)
 
     def input_buffer(self, bucket: int, name: str):
         self.r.dev.make_current()

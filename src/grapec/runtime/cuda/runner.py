@@ -522,14 +522,17 @@ class CudaPlanRunner:
         self.synchronize()
 
     def feed(self, bucket: int, name: str, b: int, value):
-        buf = self.plan(bucket).buffers[b]
+        self.copy_in(self.ptr(bucket, b), self.plan(bucket).buffers[b].nbytes, value)
+
+    def copy_in(self, dst: int, nbytes: int, value):
+        """A host or device array's bytes to dst on this runner's stream (nothing where it already lies there)."""
         cai = getattr(value, "__cuda_array_interface__", None)
         if cai is not None:
-            if int(cai["data"][0]) != self.ptr(bucket, b):   # not already the graph's own buffer
-                call("cuMemcpyDtoDAsync", self.ptr(bucket, b), int(cai["data"][0]), buf.nbytes, self.stream)
+            if int(cai["data"][0]) != dst:   # not already the graph's own buffer
+                call("cuMemcpyDtoDAsync", dst, int(cai["data"][0]), nbytes, self.stream)
         else:
             a = np.ascontiguousarray(value)
-            call("cuMemcpyHtoDAsync", self.ptr(bucket, b), a.ctypes.data, a.nbytes, self.stream)
+            call("cuMemcpyHtoDAsync", dst, a.ctypes.data, a.nbytes, self.stream)
             self._pending.append(a)   # the async copy may read it after we return
 
     def run(self, bucket: int, feeds: dict, on_device: bool = False, bound: dict | None = None, watch=None) -> dict:
