@@ -203,3 +203,16 @@ def test_a_kernel_without_a_sized_twin_runs_as_it_is_where_its_launch_never_chan
                 moving += 1
                 assert fp.reason and "launches otherwise at some sizes" in fp.reason, fp.reason
     assert moving   # (no kernel of these families keeps one launch; full BERT 1..512 has one: not a test of its size)
+
+
+def test_the_report_follows_grapec_family_execs(fp16_range, monkeypatch):
+    """GRAPEC_FAMILY_EXECS=0 keeps every size on its own plan, and a number sets the least members a family needs."""
+    from grapec.runtime.cuda.family_plan import range_on_gpu
+    families, sized, n = fp16_range.plans.docs.families, set(fp16_range.manifest["cuda"]["sized"]), len(fp16_range.plans)
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "0")
+    assert range_on_gpu(families, sized, n).text() == f"range on the GPU: GRAPEC_FAMILY_EXECS=0: all {n} sizes join a plan each at load"
+    biggest = max(len(f.buckets) for f in families)
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", str(biggest))
+    got = range_on_gpu(families, sized, n)
+    assert got.least == biggest and got.from_formulas == sum(len(f.all_buckets) for f in families if len(f.buckets) == biggest)
+    assert got.execs >= 1
