@@ -296,7 +296,7 @@ class FamilyExecs:
             if name in bound:
                 call("cuMemcpyDtoDAsync", self.ptr(buf), bound[name], buf.nbytes, r.stream)
             else:
-                r.copy_in(self.ptr(buf), buf.nbytes, feeds[name])
+                r.copy_array_in(self.ptr(buf), buf.nbytes, feeds[name])
         call("cuGraphLaunch", ex.exec, r.stream)
         r.launched = 1
         outs = self.buffers(bucket, "outputs")

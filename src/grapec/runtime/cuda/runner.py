@@ -522,9 +522,9 @@ class CudaPlanRunner:
         self.synchronize()
 
     def feed(self, bucket: int, name: str, b: int, value):
-        self.copy_in(self.ptr(bucket, b), self.plan(bucket).buffers[b].nbytes, value)
+        self.copy_array_in(self.ptr(bucket, b), self.plan(bucket).buffers[b].nbytes, value)
 
-    def copy_in(self, dst: int, nbytes: int, value):
+    def copy_array_in(self, dst: int, nbytes: int, value):
         """A host or device array's bytes to dst on this runner's stream (nothing where it already lies there)."""
         cai = getattr(value, "__cuda_array_interface__", None)
         if cai is not None:
