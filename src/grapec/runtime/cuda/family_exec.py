@@ -48,6 +48,8 @@ class BandExec:
     variant_of: dict = field(default_factory=dict)  # variant position -> each member's variant (indexed by member)
     current: dict = field(default_factory=dict)    # variant position -> the variant its node holds now
     holder: int = -1                 # the member it ran last
+    regions: dict = field(default_factory=dict)    # per-size constant -> the device region its kernels read
+    places: dict = field(default_factory=dict)     # per-size constant -> (weight offsets, bytes) by member
 
 
 def _launch_shape(node) -> tuple | None:
@@ -68,6 +70,7 @@ class _Build:
     grids: dict          # sized position -> the band's largest grid
     records: dict        # sized position -> the device pointer of its numbers in the record
     overrides: dict      # library position -> (argument shapes, output shape)
+    regions: dict        # per-size constant -> its region (the kernels that read it point there)
 
 
 class FamilyExecs:
@@ -169,8 +172,13 @@ class FamilyExecs:
         for p in fp.sized:   # the record's layout (size_record.py family_record_program)
             offsets[p] = record + 8 * offset
             offset += len(self.r.scalars[plan.steps[p].kernel]) + 1
+        for name in fp.constants:   # each in a region of this exec's, filled at a switch (switch)
+            offs, nbytes = fp.places(name, members)
+            ex.places[name] = (np.full(len(fp.sizes), -1, np.int64), np.zeros(len(fp.sizes), np.int64))
+            ex.places[name][0][members], ex.places[name][1][members] = offs, nbytes
+            ex.regions[name] = self.r.dev.alloc(max(8, int(nbytes.max())), "a per-size constant's region")
         self._building = _Build(origin, {id(st): p for p, st in enumerate(plan.steps)}, fp.grids(members), offsets,
-                                overrides)
+                                overrides, ex.regions)
         self.r.tuning = True
         try:
             graph = call("cuGraphCreate", 0)
@@ -225,8 +233,8 @@ class FamilyExecs:
 
     # --- the runner's hooks while an exec is built -----------------------------------------------------
     def sized_launch(self, bucket: int, st):
-        """(sized twin, the band's largest grid, its record pointer, no constant regions) of a kernel step of
-        the exec being built, or None."""
+        """(sized twin, the band's largest grid, its record pointer, the per-size constants' regions) of a kernel
+        step of the exec being built, or None."""
         b = self._building
         if b is None or bucket != b.origin or not isinstance(st, KernelStep):
             return None
@@ -234,7 +242,7 @@ class FamilyExecs:
         if p not in b.records:
             return None
         name = self.r.bundle.manifest["cuda"]["kernels"][st.kernel]
-        return self.r.function(name + "_sized"), b.grids[p], b.records[p], {}
+        return self.r.function(name + "_sized"), b.grids[p], b.records[p], b.regions
 
     def library_shapes(self, bucket: int, st):
         """(argument shapes, output shape) of a library step of the exec being built: widest or a variant's."""
@@ -256,6 +264,10 @@ class FamilyExecs:
         ex = self._exec(n, int(fp.bands[m]))
         if ex.holder != m:
             t0 = time.perf_counter()
+            for name, (offs, nbytes) in ex.places.items():   # this size's per-size constants into their regions
+                if nbytes[m]:
+                    call("cuMemcpyDtoDAsync", ex.regions[name], self.r.weights + int(offs[m]), int(nbytes[m]),
+                         self.r.stream)
             nodes = 0
             for p, of in ex.variant_of.items():
                 v = int(of[m])
@@ -325,6 +337,8 @@ class FamilyExecs:
         for ex in self.execs.values():
             if ex.exec is not None:
                 call("cuGraphExecDestroy", ex.exec)
+            for ptr in ex.regions.values():
+                self.r.dev.free(ptr)
         self.execs.clear()
         for prog, record in self._record.values():
             self.r.dev.free(prog)

@@ -62,10 +62,18 @@ class FamilyPlan:
     bands: np.ndarray       # per member: its band (shared_exec.size_band)
     # members: the family's sizes, then its also-buckets (stored plans that its formulas give: `sizes`, `buckets`)
     reason: str | None      # why the family cannot run from its formulas; None where it can
+    # per-size constants (weights at another offset at each size, read by sized kernels only): buffer name ->
+    # (the slots of its offset and bytes); an exec reads each from a region of its own, copied at a switch
+    constants: dict = field(default_factory=dict)
 
     def numbers(self, members, slots: list) -> np.ndarray:
         """members x slots: the plan formulas' numbers."""
         return _numbers(self.family.plan.fit, self.sizes[np.asarray(members)], slots)
+
+    def places(self, name: str, members) -> tuple:
+        """(weight offsets, bytes) of a per-size constant at these members."""
+        got = self.numbers(members, list(self.constants[name]))
+        return got[:, 0], got[:, 1]
 
     def members(self, band: int) -> np.ndarray:
         return np.nonzero(self.bands == band)[0]
@@ -158,7 +166,7 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
     """How the family's steps run from its formulas (module docstring)."""
     plan_t = numbered_template(family.plan.template)["plan"]
     fit = family.plan.fit
-    sized, library, reason = [], {}, None
+    sized, library, reason, constants, readers = [], {}, None, {}, set()
     if family.cuda is None:
         reason = "the bundle has no GPU code for it"
     local = family_kernels(family) if reason is None else {}
@@ -166,11 +174,14 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
     for p, st in enumerate(plan_t["steps"]):
         if reason is not None:
             break
-        bufs = [st["out"]] + list(st["args"])
-        moved = _moved(fit, plan_t["buffers"], bufs)
-        if moved:
-            reason = f"step {p} reads or writes '{moved}' at an offset that differs between sizes (a per-size constant)"
+        moved = _moved(fit, plan_t["buffers"], [st["out"]] + list(st["args"]))
+        if moved and (st["op"] != "kernel" or any(row[1] != "weight" for row in moved)):
+            reason = (f"step {p} reads or writes '{moved[0][0]}' at an offset that differs between sizes"
+                      + (" (a per-size constant, read by a library call)" if moved[0][1] == "weight" else ""))
         elif st["op"] == "kernel":
+            for row in moved:   # a per-size constant (a weight at another offset at each size): read from a region
+                constants[row[0]] = (row[2], row[3])
+                readers.add(p)
             function, launch = rows[local[p]][0], rows[local[p]][1]
             numbers = _ints(launch) + _ints(rows[local[p]][2])   # grid, block, split; the scalars' slots
             if function not in sized_functions:
@@ -188,6 +199,8 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
                 library[p] = _library_form(fit, plan_t["buffers"], st)
         else:
             reason = f"step {p} is a {st['op']} step (a family runs kernel and library steps only)"
+    if reason is None and readers - set(sized):   # a kernel without a twin points at one size's bytes
+        reason = f"step {min(readers - set(sized))} reads a per-size constant but its kernel has no sized twin"
     sizes = family.all_sizes
     blocks = np.zeros(len(sizes), np.int64)
     if reason is None and local:   # every kernel's blocks, as shared_exec.size_band counts them
@@ -196,7 +209,7 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
         blocks = _numbers(family.cuda.fit, sizes, grids).sum(axis=1)
     ratio = band_ratio()
     bands = _bands(blocks, ratio) if ratio > 1.0 else np.zeros(len(sizes), np.int64)
-    return FamilyPlan(family, sized, library, blocks, bands, reason)
+    return FamilyPlan(family, sized, library, blocks, bands, reason, constants)
 
 
 def _ints(x) -> list:
@@ -220,13 +233,10 @@ def _buffer(fit, buffers: list, index_slot: int):
     return buffers[index]
 
 
-def _moved(fit, buffers: list, bufs: list) -> str | None:
-    """The name of the first of these buffers whose offset differs between sizes, or None."""
-    for j in bufs:
-        row = _buffer(fit, buffers, j)
-        if row is not None and fit.constant(row[2]) is None:
-            return row[0]
-    return None
+def _moved(fit, buffers: list, bufs: list) -> list:
+    """The rows (numbered template) of these buffers whose offset differs between sizes."""
+    rows = [_buffer(fit, buffers, j) for j in bufs]
+    return [row for row in rows if row is not None and fit.constant(row[2]) is None]
 
 
 def _library_form(fit, buffers: list, st: dict) -> LibraryForm:
