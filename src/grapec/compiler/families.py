@@ -24,6 +24,7 @@ from ..bundle.families import Family, Numbered, cuda_rows, kernel_order, kernel_
 from ..bundle.templates import split
 from ..passes.plan_memory import ALIGN
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
+from .fanout import map_forked
 from .formulas import fit_numbers
 
 FAMILY_MIN = 8      # structures with fewer derived sizes keep them as plans
@@ -98,21 +99,15 @@ class RangeFamily:
         return Family(Numbered(self.key, nf, floats), cuda, np.array(self.sizes, np.int64), buckets,
                       [b for b, _ in also], np.array([s for _, s in also], np.int64) if also else None)
 
-    def also_given(self, plan_of: dict, kernels: list, entry: dict | None, cuda: Numbered | None) -> list:
-        """[(bucket, size)] of the structure's compiled sizes and spot members whose stored plan (and CUDA rows)
-        the family's formulas give number for number: the GPU runs them as members (runtime/cuda/family_exec.py)
-        instead of a plan and a graph each. plan_of: size -> its stored plan."""
+    def gives(self, size, plan: Plan, kernels: list, entry: dict | None, cuda: Numbered | None) -> bool:
+        """Whether the family's formulas give this stored plan of one of its structure's sizes (and its CUDA rows)
+        number for number: then the GPU runs it as a member (runtime/cuda/family_exec.py; Family.also) instead
+        of with a plan and a graph of its own."""
         nf, floats = self.fit
-        out = []
-        for size in sorted(set(self.evidence) | set(self.spots)):
-            plan = plan_of[size]
-            at = np.array([size], np.int64).reshape(1, -1)
-            if not _gives(Numbered(self.key, nf, floats), at, bucket_document(plan, kernels)):
-                continue
-            if cuda is not None and (entry is None or not _gives(cuda, at, cuda_rows(entry, kernel_order(plan)))):
-                continue
-            out.append((self.bucket_of[size], list(np.atleast_1d(size))))
-        return out
+        at = np.array([size], np.int64).reshape(1, -1)
+        if not _gives(Numbered(self.key, nf, floats), at, bucket_document(plan, kernels)):
+            return False
+        return cuda is None or (entry is not None and _gives(cuda, at, cuda_rows(entry, kernel_order(plan))))
 
 
 def _gives(numbered: Numbered, at: np.ndarray, doc) -> bool:
@@ -284,11 +279,22 @@ class RangeFamilies:
         self.families = kept
         return fell
 
-    def find_also(self, kernels: list, entry: dict):
-        """Each family's also-buckets (RangeFamily.also_given), once its CUDA rows are fitted."""
+    def find_also(self, kernels: list, entry: dict, jobs: int | None = None):
+        """Each family's also-buckets: [(bucket, size)] of its structure's compiled sizes and spot members that it
+        gives (RangeFamily.gives), once its CUDA rows are fitted; over forked processes (a full-size plan's check
+        takes tens of ms, and a range compiles thousands of sizes)."""
+        pairs = [(i, s) for i, f in enumerate(self.families) for s in sorted(set(f.evidence) | set(f.spots))]
+
+        def given(pair) -> bool:
+            f = self.families[pair[0]]
+            return f.gives(pair[1], self._plan(f, pair[1]), kernels, entry, self.cuda.get(id(f)))
+        found = map_forked(given, pairs, jobs, chunk=64)
         for f in self.families:
-            plan_of = {s: self._plan(f, s) for s in f.evidence + f.spots}
-            self.also[id(f)] = f.also_given(plan_of, kernels, entry, self.cuda.get(id(f)))
+            self.also[id(f)] = []
+        for (i, size), ok in zip(pairs, found):
+            if ok:
+                f = self.families[i]
+                self.also[id(f)].append((f.bucket_of[size], list(np.atleast_1d(size))))
 
     def gpu_report(self, entry: dict) -> str | None:
         """How the range's sizes will run on the GPU (runtime/cuda/family_plan.py range_on_gpu)."""

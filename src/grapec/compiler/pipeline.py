@@ -503,7 +503,7 @@ def compile_model(model, shapes: dict | None = None, dims: dict | None = None, b
         targets, gpu_sections, gpu_entry = _gpu_code(kernels.kernels, plans, targets, notes, say, families.evidence_kernels(),
                                                      jobs)
     if gpu_entry:
-        families.find_also(kernels.kernels, gpu_entry)
+        families.find_also(kernels.kernels, gpu_entry, jobs)
         report = families.gpu_report(gpu_entry)
         if report:
             say(report)
