@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ... import dtypes
 from ...codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS
 from ...errors import BackendError
 from ...plan import KernelStep
@@ -320,11 +319,7 @@ class FamilyExecs:
                 r.synchronize()
             return {name: bound[name] if name in bound else DeviceArray.of(self.ptr(buf), buf, r.stream)
                     for name, buf in outs}
-        arrays = [np.empty(buf.shape, dtypes.np_dtype(buf.dtype)) for _, buf in outs]
-        for (_, buf), a in zip(outs, arrays):
-            if a.nbytes:
-                r.copy_buffer_out(buf, self.ptr(buf), a.ctypes.data, host=True)
-        r.synchronize()
+        arrays = r.download([(buf, self.ptr(buf)) for _, buf in outs])
         return {name: a for (name, _), a in zip(outs, arrays)}
 
     def input_buffer(self, bucket: int, name: str):

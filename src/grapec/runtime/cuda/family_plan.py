@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...bundle.families import numbered_template, sizes_io
-from .shared_exec import _bands, band_ratio
+from .shared_exec import bands_of, family_blocks
 from .size_record import family_kernels, family_launch_slots, family_record_program
 
 CHUNK = 4096   # members whose numbers are evaluated at once (a family may hold 10^5)
@@ -202,14 +202,8 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
     if reason is None and readers - set(sized):   # a kernel without a twin points at one size's bytes
         reason = f"step {min(readers - set(sized))} reads a per-size constant but its kernel has no sized twin"
     sizes = family.all_sizes
-    blocks = np.zeros(len(sizes), np.int64)
-    if reason is None and local:   # every kernel's blocks, as shared_exec.size_band counts them
-        launch = family_launch_slots(family)
-        grids = [launch[k][0] for k in local.values()]
-        blocks = _numbers(family.cuda.fit, sizes, grids).sum(axis=1)
-    ratio = band_ratio()
-    bands = _bands(blocks, ratio) if ratio > 1.0 else np.zeros(len(sizes), np.int64)
-    return FamilyPlan(family, sized, library, blocks, bands, reason, constants)
+    blocks = family_blocks(family, sizes) if reason is None else np.zeros(len(sizes), np.int64)
+    return FamilyPlan(family, sized, library, blocks, bands_of(blocks), reason, constants)
 
 
 def _ints(x) -> list:

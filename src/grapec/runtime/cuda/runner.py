@@ -495,13 +495,16 @@ class CudaPlanRunner:
         return self._download(bucket, [b])[0]
 
     def _download(self, bucket, bufs: list) -> list:
-        """Buffers copied to new host arrays on this runner's stream, then waited for (every copy on
-        the runner's own stream: the legacy stream would join another thread's stream capture)."""
         plan = self.plan(bucket)
-        outs = [np.empty(plan.buffers[b].shape, dtypes.np_dtype(plan.buffers[b].dtype)) for b in bufs]
-        for b, out in zip(bufs, outs):
+        return self.download([(plan.buffers[b], self.ptr(bucket, b)) for b in bufs])
+
+    def download(self, places: list) -> list:
+        """[(Buffer, its device pointer)] copied to new host arrays on this runner's stream, then waited for
+        (every copy on the runner's own stream: the legacy stream would join another thread's stream capture)."""
+        outs = [np.empty(buf.shape, dtypes.np_dtype(buf.dtype)) for buf, _ in places]
+        for (buf, ptr), out in zip(places, outs):
             if out.nbytes:
-                self.copy_buffer_out(plan.buffers[b], self.ptr(bucket, b), out.ctypes.data, host=True)
+                self.copy_buffer_out(buf, ptr, out.ctypes.data, host=True)
         self.synchronize()
         return outs
 

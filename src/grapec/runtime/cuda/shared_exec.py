@@ -98,32 +98,36 @@ def size_band(bundle, plan) -> int:
     H200, one exec for lengths 97..320: at 147, 29 us of GEMM rows and 8 us of empty attention blocks
     over the single-length bundle's 420, benchmarks/results/2026-11-28-h200-bert-gap). A band bounds
     that waste by the ratio, at an exec per band."""
-    ratio = band_ratio()
-    if ratio <= 1.0:
-        return 0
     launch = bundle.manifest["cuda"]["launch"]
     blocks = sum(int(launch[st.kernel][1]) for st in plan.steps if isinstance(st, KernelStep))
-    return int(_bands(np.array([blocks]), ratio)[0])
+    return int(bands_of(np.array([blocks]))[0])
 
 
-def _bands(blocks: np.ndarray, ratio: float) -> np.ndarray:
-    """The band of each count of launched blocks: floor(log base ratio)."""
+def bands_of(blocks: np.ndarray) -> np.ndarray:
+    """The band of each count of launched blocks: floor(log base band_ratio()); all 0 for one band."""
+    ratio = band_ratio()
+    if ratio <= 1.0:
+        return np.zeros(len(blocks), np.int64)
     return np.floor(np.log(np.maximum(blocks, 1)) / math.log(ratio) + 1e-9).astype(np.int64)
 
 
-def family_bands(family) -> np.ndarray:
-    """size_band of every member of a range family (bundle/families.py) at once, from its CUDA formulas:
-    no member's plan joined (158401 joined plans are more than a load can afford)."""
+def family_blocks(family, sizes: np.ndarray | None = None) -> np.ndarray:
+    """The blocks all kernels of a range family (bundle/families.py) launch at each of these sizes (default its
+    members'), from its CUDA formulas: no member's plan joined (158401 joined plans are more than a load can
+    afford)."""
     from .size_record import family_kernels, family_launch_slots
-    ratio = band_ratio()
-    if ratio <= 1.0:
-        return np.zeros(len(family.sizes), np.int64)
+    sizes = family.sizes if sizes is None else sizes
     launch = family_launch_slots(family)
     grids = [launch[k][0] for k in family_kernels(family).values()]
-    blocks = np.zeros(len(family.sizes), np.int64)
-    for lo in range(0, len(family.sizes) if grids else 0, 4096):   # in chunks: a family may hold 10^5 sizes
-        blocks[lo:lo + 4096] = family.cuda.fit.numbers(family.sizes[lo:lo + 4096], grids).sum(axis=1)
-    return _bands(blocks, ratio)
+    blocks = np.zeros(len(sizes), np.int64)
+    for lo in range(0, len(sizes) if grids else 0, 4096):   # in chunks: a family may hold 10^5 sizes
+        blocks[lo:lo + 4096] = family.cuda.fit.numbers(sizes[lo:lo + 4096], grids).sum(axis=1)
+    return blocks
+
+
+def family_bands(family) -> np.ndarray:
+    """size_band of every member of a range family at once (family_blocks)."""
+    return bands_of(family_blocks(family))
 
 
 def family_exec_keys(bundle, family) -> list | None:
