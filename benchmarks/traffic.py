@@ -24,8 +24,12 @@ also with its buffers bound (IOBinding: input and output stay on the device). Ro
                       of them loaded at once (--ideal-lengths: the K-length traffic)
   torch graphs        PyTorch, one CUDA graph per length, every graph kept (its memory reported)
   torch.compile       torch.compile(dynamic=True), no CUDA graphs
-  padded to 64        PyTorch, lengths padded to the next multiple of 64, one CUDA graph per bucket
-                      (what services do today)
+  padded to P         PyTorch, lengths padded to the next multiple of P (--pad-to: 64 tokens, or 1600
+                      samples, 0.1 s of audio), one CUDA graph per bucket (what services do today;
+                      audio padded without a mask: timed only, its outputs differ)
+A PyTorch peer that runs out of device memory (one graph per length of a range of 10^5 sizes) is reported
+as failed, with how many graphs it held. --peer-requests times the peers on the first N requests of
+each traffic (a graph captured per length costs about 0.1 s).
 
 Prints mean, p50 and p99 latency (ms) per row and traffic, the device memory each took (MiB), the
 ratios to the ideal, grapec's graph switches (runner.switches where the runner counts them) and the
@@ -238,7 +242,23 @@ def ideal_in_traffic(singles: dict, lengths: list, inputs: list, backend: str) -
             sess.close()
 
 
-def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str, peers: list, say) -> dict:
+def output_length(module, n: int) -> int:
+    """The output's length for an input of length n: Wav2Vec2's frames (its feature extractor's
+    convolutions, from the transformers config), else n."""
+    config = next((m.config for m in module.modules() if hasattr(getattr(m, "config", None), "conv_kernel")), None)
+    if config is None:
+        return n
+    for k, st in zip(config.conv_kernel, config.conv_stride):
+        n = (n - k) // st + 1
+    return n
+
+
+class PeerOutOfMemory(Exception):
+    """A peer's graphs filled the device: (graphs held, MiB held)."""
+
+
+def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str, peers: list, say,
+               pad_to: int = 64) -> dict:
     """PyTorch peers on the zoo module's weights: one CUDA graph per length, torch.compile(dynamic=True),
     and padding to multiples of 64 with one graph per bucket. The module takes `inputs` in order; where it
     returns several outputs, the first is the one copied out. Memory: what torch's caching allocator holds
@@ -265,15 +285,22 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         base = torch.cuda.memory_reserved()
         rng = np.random.default_rng(5)
         for n in lengths:
-            xs = to_device([i.make(n, rng) for i in inputs])
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s), torch.no_grad():
-                module(*xs)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.no_grad(), torch.cuda.graph(g):
-                y = first(module(*xs))
+            try:
+                xs = to_device([i.make(n, rng) for i in inputs])
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s), torch.no_grad():
+                    module(*xs)
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.no_grad(), torch.cuda.graph(g):
+                    y = first(module(*xs))
+            except torch.cuda.OutOfMemoryError:
+                held, count = (torch.cuda.memory_reserved() - base) / MIB, len(kept)
+                kept.clear()
+                torch.cuda.empty_cache()
+                raise PeerOutOfMemory(f"out of device memory at graph {count + 1} of {len(lengths)} "
+                                      f"({held:.0f} MiB held)") from None
             kept[n] = (g, xs, y)
         torch.cuda.synchronize()
         return kept, (torch.cuda.memory_reserved() - base) / MIB
@@ -290,7 +317,14 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         return stats(times)
 
     if "torch" in peers:
-        kept, mib = graphs_for(all_lengths)
+        try:
+            kept, mib = graphs_for(all_lengths)
+        except PeerOutOfMemory as e:
+            say(f"torch graphs: {e}")
+            out["torch graphs"] = {"failed": str(e)}
+            peers = [p for p in peers if p != "torch"]
+            kept = None
+    if "torch" in peers:
         say(f"torch: {len(kept)} graphs captured, {mib:.0f} MiB")
 
         def run(arrays):
@@ -303,18 +337,18 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         del kept
         torch.cuda.empty_cache()
     if "padded" in peers:
-        buckets = sorted({-(-n // 64) * 64 for n in all_lengths})
+        buckets = sorted({-(-n // pad_to) * pad_to for n in all_lengths})
         kept, mib = graphs_for(buckets)
 
         def run(arrays):
             n = arrays[0].shape[1]
-            g, xs, y = kept[-(-n // 64) * 64]
+            g, xs, y = kept[-(-n // pad_to) * pad_to]
             for x, i, a in zip(xs, inputs, arrays):
                 # GPT-2 is causal and BERT's mask hides the padding: positions < n are unchanged by it
                 x.copy_(torch.from_numpy(i.padded(a, x.shape[1])))
             g.replay()
-            return y[:, :n].float().cpu().numpy()
-        out["padded to 64"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
+            return y[:, :output_length(module, n)].float().cpu().numpy()
+        out[f"padded to {pad_to}"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
         del kept
         torch.cuda.empty_cache()
     if "compile" in peers:
@@ -340,9 +374,20 @@ def _free_device_bytes(backend: str):
     return Device(0).mem_info()[0]
 
 
-def every_length_once(sess, lo: int, hi: int, inputs: list):
+EVERY_LENGTH_AT_MOST = 4096
+
+
+def once_lengths(lo: int, hi: int) -> list:
+    """The lengths run once before memory is read: every one, or in a range of more than
+    EVERY_LENGTH_AT_MOST (Wav2Vec2's 158401 samples), an even spread of that many with both ends."""
+    if hi - lo + 1 <= EVERY_LENGTH_AT_MOST:
+        return list(range(lo, hi + 1))
+    return sorted({int(round(x)) for x in np.linspace(lo, hi, EVERY_LENGTH_AT_MOST)})
+
+
+def every_length_once(sess, lengths: list, inputs: list):
     rng = np.random.default_rng(4)
-    for n in range(lo, hi + 1):
+    for n in lengths:
         sess.run(feeds_for(n, inputs, rng))
 
 
@@ -356,10 +401,16 @@ def table(res: dict) -> list:
              f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
              f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}. "
-             f"grapec's memory limit (weights + 1.2 x the largest arena + 64 MiB): {res.get('memory_limit_mib', 0):.0f} MiB.",
+             f"grapec's memory limit (weights + 1.2 x the largest arena + 64 MiB): {res.get('memory_limit_mib', 0):.0f} MiB, "
+             f"read after {res.get('ran_once', 'every')} lengths ran once."
+             + (f" The PyTorch rows timed the first {res['peer_requests']} requests of each traffic."
+                if res.get("peer_requests") else ""),
              "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():
+        if "failed" in per:
+            lines.append(f"| {row} | all | failed: {per['failed']} | | | | | {per.get('memory_mib', 0):.0f} |")
+            continue
         for traffic, s in per.items():
             ide = res["rows"].get("ideal", {}).get(traffic)
             mem = s.get("memory_mib")
@@ -400,6 +451,10 @@ def main():
                     help="build each length's graph at its first request instead of at load (Session.build_graphs)")
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     ap.add_argument("--cache", default=os.path.join(ROOT, "out", "bench", "traffic-bundles"))
+    ap.add_argument("--pad-to", type=int, default=None,
+                    help="the padded peer's multiple (default 64 tokens, or 1600 samples for wav2vec2)")
+    ap.add_argument("--peer-requests", type=int, default=None, metavar="N",
+                    help="time the PyTorch peers on the first N requests of each traffic (default: all)")
     ap.add_argument("--median", type=int, default=None,
                     help=f"the log-normal traffic's median length (default {LOGNORMAL_MEDIAN} tokens, "
                          f"{LOGNORMAL_MEDIAN_SAMPLES} for the samples of wav2vec2)")
@@ -445,9 +500,15 @@ def main():
         t0 = time.perf_counter()
         sess = grapec.load(ranged, backend=a.backend, **options)
         if not a.lazy_graphs:
-            sess.build_graphs()
+            def progress(done, total, t0=t0, every=[0]):   # a line per tenth: a long load shows where it is
+                if done * 10 // max(total, 1) > every[0] or done == total:
+                    every[0] = done * 10 // max(total, 1)
+                    say(f"{row}: graphs built {done} of {total}, {time.perf_counter() - t0:.0f}s")
+            sess.build_graphs(progress)
         res.setdefault("load_s", time.perf_counter() - t0)
-        every_length_once(sess, lo, hi, inputs)   # the memory read below is after every size ran
+        once = once_lengths(lo, hi)
+        res["ran_once"] = len(once)
+        every_length_once(sess, once, inputs)   # the memory read below is after every size ran (or a spread)
         res["rows"][row] = {t: time_grapec(sess, ls, inputs, a.backend, False) for t, ls in lengths.items()}
         if row.startswith("grapec range") and "own execs" not in row and not a.no_ideal:   # measured as the ideal is
             res["rows"][row + ", length medians"] = {t: length_medians(lambda n: sess, ls, inputs, a.backend)
@@ -475,8 +536,12 @@ def main():
                                            for t, ls in lengths.items() if set(ls) <= set(singles)}
         save(res, a.out)
     if a.backend == "cuda" and a.peers:
+        pad_to = a.pad_to or (1600 if a.dim == "samples" else 64)
+        peer_lengths = {t: ls[:a.peer_requests] for t, ls in lengths.items()}
+        if a.peer_requests:
+            res["peer_requests"] = a.peer_requests
         for peer in a.peers.split(","):   # saved after each: a run cut short keeps what it measured
-            res["rows"].update(torch_rows(a.model, inputs, lengths, a.precision, [peer], say))
+            res["rows"].update(torch_rows(a.model, inputs, peer_lengths, a.precision, [peer], say, pad_to))
             save(res, a.out)
     print("\n".join(table(res)))
 
