@@ -1,15 +1,24 @@
 # session 47: 16 sampled lengths of the full-size Wav2Vec2 range bundle (12 uniform over the range, 4 among the
 # short sizes) on a backend against onnxruntime's float32 run (CPU), the families' sizes run from their formulas
-# usage: python check16.py BUNDLE ONNX [cuda|cpu]
+# usage: python check16.py BUNDLE ONNX [cuda|cpu] [--ref-cpu-backend]
+# --ref-cpu-backend: the reference is the same bundle on grapec's CPU backend (which matched onnxruntime at 16 lengths
+# on the CPU machine, ../2026-11-28-cpu-wav2vec2-full): the device's models/build.py gives other seeded weights
 import sys, time
 import numpy as np, onnxruntime as ort, grapec
 from grapec.bundle.format import Bundle
 BUNDLE, ONNX = sys.argv[1], sys.argv[2]
-backend = sys.argv[3] if len(sys.argv) > 3 else "cuda"
+backend = sys.argv[3] if len(sys.argv) > 3 and not sys.argv[3].startswith("--") else "cuda"
 t0 = time.time(); b = Bundle.read(BUNDLE); print(f"read {time.time()-t0:.1f}s", flush=True)
 sess = grapec.load(b, backend=backend)
 fam = getattr(sess._runner, "families", None)
-ref = ort.InferenceSession(ONNX, providers=["CPUExecutionProvider"])
+if "--ref-cpu-backend" in sys.argv:
+    cpu = grapec.load(b, backend="cpu")
+    class _Ref:
+        def run(self, _, feeds):
+            return [cpu.run(feeds)["last_hidden_state"].astype(np.float32)]
+    ref = _Ref()
+else:
+    ref = ort.InferenceSession(ONNX, providers=["CPUExecutionProvider"])
 rng = np.random.default_rng(47)
 lengths = [int(v) for v in rng.integers(1600, 160001, 12)] + [int(v) for v in rng.integers(1600, 5601, 4)]
 worst = 0.0
