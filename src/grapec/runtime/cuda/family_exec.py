@@ -61,10 +61,6 @@ def _launch_shape(node) -> tuple | None:
     return v.x, v.y, v.z
 
 
-def _unclustered(graph) -> bool:
-    return _launch_shape(single_kernel(graph)) == (1, 1, 1)
-
-
 @dataclass
 class _Build:
     """What the runner's hooks answer while a band's exec is built from its origin's plan."""
@@ -74,7 +70,6 @@ class _Build:
     records: dict        # sized position -> the device pointer of its numbers in the record
     overrides: dict      # library position -> (argument shapes, output shape)
     regions: dict        # per-size constant -> its region (the kernels that read it point there)
-    variants: frozenset = frozenset()   # positions of the shape-variant library steps
 
 
 class FamilyExecs:
@@ -182,7 +177,7 @@ class FamilyExecs:
             ex.places[name][0][members], ex.places[name][1][members] = offs, nbytes
             ex.regions[name] = self.r.dev.alloc(max(8, int(nbytes.max())), "a per-size constant's region")
         self._building = _Build(origin, {id(st): p for p, st in enumerate(plan.steps)}, fp.grids(members), offsets,
-                                overrides, ex.regions, frozenset(variants))
+                                overrides, ex.regions)
         self.r.tuning = True
         try:
             graph = call("cuGraphCreate", 0)
@@ -247,16 +242,6 @@ class FamilyExecs:
             return None
         name = self.r.bundle.manifest["cuda"]["kernels"][st.kernel]
         return self.r.function(name + "_sized"), b.grids[p], b.records[p], b.regions
-
-    def gemm_accept(self, bucket: int, st):
-        """A shape-variant GEMM's node in the exec being built: one kernel without a thread block cluster.
-        Each variant is set into that node (_variant), and a kernel node's cluster cannot change: an origin
-        whose first ranked algorithm launches clusters of 2 left a variant of Wav2Vec2's positional
-        convolution ([16, 48, 6144] x [16, 6144, 192]) no algorithm of that shape (H200, session 47)."""
-        b = self._building
-        if b is None or bucket != b.origin or b.positions.get(id(st)) not in b.variants:
-            return None
-        return _unclustered
 
     def library_shapes(self, bucket: int, st):
         """(argument shapes, output shape) of a library step of the exec being built: widest or a variant's."""

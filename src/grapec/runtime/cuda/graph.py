@@ -207,13 +207,9 @@ class GraphBuilder:
             shapes, out_shape = wide
         dtype = self.bufs[st.args[0]].dtype   # A and B; the output may be float32 (attrs out_dtype)
         out_shape, out_ptr, layouts = apply_views(attrs, shapes, ptrs, out_shape, self.ptr(st.out), dtype, out.dtype)
-        blas = self.r.blas_for_graphs()
-        asked = accept if accept is not None else self.r.gemm_accept(self.bucket, st)
-        child = blas.matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts,
-                                  self.r.workspaces.get(st.branch), tune=self.r.tuning, accept=asked)
-        if child is None and accept is None and asked is not None:   # none launches so: cuBLASLt's own choice
-            child = blas.matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts,
-                                      self.r.workspaces.get(st.branch), tune=self.r.tuning)
+        child = self.r.blas_for_graphs().matmul_graph(attrs, shapes, dtype, ptrs, out_shape, out_ptr, layouts,
+                                                      self.r.workspaces.get(st.branch), tune=self.r.tuning,
+                                                      accept=accept)
         if child is not None:
             self.r.keep(self.bucket, child)
         return child

@@ -293,13 +293,6 @@ class CudaPlanRunner:
             return self.families.library_shapes(bucket, st)
         return self.widest_gemm(bucket, st) if st.attrs.get("op") == "matmul" else None
 
-    def gemm_accept(self, bucket: int, st):
-        """What a GEMM step's cuBLASLt algorithm must give (blas.py matmul_graph's accept), or None: a range
-        family's shape-variant GEMM takes one kernel without a thread block cluster (family_exec.py)."""
-        if self.families is not None and self.families.owns(bucket):
-            return self.families.gemm_accept(bucket, st)
-        return None
-
     def widest_gemm(self, bucket: int, st):
         """A shared exec's GEMM step run at its structure's widest rows (shared_exec.py), or None."""
         if not self._shares(bucket) or os.environ.get("GRAPEC_WIDEST_GEMMS", "1") == "0":
