@@ -242,19 +242,21 @@ def ideal_in_traffic(singles: dict, lengths: list, inputs: list, backend: str) -
             sess.close()
 
 
-def output_length(module, n: int) -> int:
-    """The output's length for an input of length n: Wav2Vec2's frames (its feature extractor's
-    convolutions, from the transformers config), else n."""
+def output_length(module):
+    """n -> the output's length for an input of length n: Wav2Vec2's frames (its feature extractor's
+    convolutions, from the transformers config), else n. Worked out once, outside the timed requests."""
     config = next((m.config for m in module.modules() if hasattr(getattr(m, "config", None), "conv_kernel")), None)
-    if config is None:
+    convs = list(zip(config.conv_kernel, config.conv_stride)) if config is not None else []
+
+    def length(n: int) -> int:
+        for k, st in convs:
+            n = (n - k) // st + 1
         return n
-    for k, st in zip(config.conv_kernel, config.conv_stride):
-        n = (n - k) // st + 1
-    return n
+    return length
 
 
 class PeerOutOfMemory(Exception):
-    """A peer's graphs filled the device: (graphs held, MiB held)."""
+    """A peer's graphs filled the device; its message says at which graph and how much they held."""
 
 
 def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str, peers: list, say,
@@ -339,6 +341,7 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
     if "padded" in peers:
         buckets = sorted({-(-n // pad_to) * pad_to for n in all_lengths})
         kept, mib = graphs_for(buckets)
+        out_length = output_length(module)
 
         def run(arrays):
             n = arrays[0].shape[1]
@@ -347,7 +350,7 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
                 # GPT-2 is causal and BERT's mask hides the padding: positions < n are unchanged by it
                 x.copy_(torch.from_numpy(i.padded(a, x.shape[1])))
             g.replay()
-            return y[:, :output_length(module, n)].float().cpu().numpy()
+            return y[:, :out_length(n)].float().cpu().numpy()
         out[f"padded to {pad_to}"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
         del kept
         torch.cuda.empty_cache()
