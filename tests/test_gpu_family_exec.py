@@ -125,3 +125,78 @@ def test_a_2d_range_runs_from_its_formulas_with_no_node_set_at_a_switch(monkeypa
     assert after["patched"] > before["patched"]   # the requests switched between sizes ...
     assert after["nodes_patched"] == before["nodes_patched"]   # ... and set no node
     sess._runner.close()
+
+
+_SCALE = r"""
+extern "C" __global__ void add_one(float* x, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f; }
+extern "C" __global__ void scale(float* x, long long n, double k) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; if (i < n) x[i] *= k; }
+"""
+
+
+def test_a_variant_of_another_launch_form_runs_in_its_sibling_node():
+    """A variant whose launch form differs from its node's (a kernel of another thread block cluster, which a
+    parameter update cannot change; two kernels where the node is one) gets a sibling node with the node's edges;
+    holding a variant enables its node alone (family_exec._sibling, FamilyExecs._hold)."""
+    from cuda.bindings import driver as d
+
+    from grapec.codegen.nvrtc import compile_cuda
+    from grapec.runtime.cuda.driver import Device, KernelArgs, call
+    from grapec.runtime.cuda.family_exec import BandExec, FamilyExecs, Variant, _form, _node_form, _sibling
+    dev = Device(0)
+    if dev.cc < (9, 0):
+        pytest.skip("thread block clusters need sm_90")
+    module = call("cuModuleLoadData", compile_cuda(_SCALE, dev.arch))
+    add_one, scale = (call("cuModuleGetFunction", module, name) for name in (b"add_one", b"scale"))
+    n = 1024
+    x = dev.alloc(4 * n, "x")
+    keep = []
+
+    def params(func, *scalars):
+        args = KernelArgs([x], [["i64", n], *scalars])
+        keep.append(args)
+        p = d.CUDA_KERNEL_NODE_PARAMS()
+        p.func, p.gridDimX, p.gridDimY, p.gridDimZ = func, n // 128, 1, 1
+        p.blockDimX, p.blockDimY, p.blockDimZ = 128, 1, 1
+        p.kernelParams = args.address
+        return p
+
+    graph = call("cuGraphCreate", 0)
+    first = call("cuGraphAddKernelNode", graph, [], 0, params(add_one))
+    node = call("cuGraphAddKernelNode", graph, [first], 1, params(scale, ["f64", 2.0]))
+    call("cuGraphAddKernelNode", graph, [node], 1, params(add_one))
+    # variant 1: scale by 3 in clusters of 2, captured apart as cuBLASLt's kernels are
+    clustered = call("cuGraphCreate", 0)
+    kernel = call("cuGraphAddKernelNode", clustered, [], 0, params(scale, ["f64", 3.0]))
+    value = d.CUlaunchAttributeValue()
+    value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = 2, 1, 1
+    call("cuGraphKernelNodeSetAttribute", kernel, d.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value)
+    # variant 2: two kernels (as a split-K GEMM and its reduction): scale by 5, then by 0.5
+    pair = call("cuGraphCreate", 0)
+    half = call("cuGraphAddKernelNode", pair, [], 0, params(scale, ["f64", 5.0]))
+    call("cuGraphAddKernelNode", pair, [half], 1, params(scale, ["f64", 0.5]))
+    forms = [_node_form(node), _form(clustered), _form(pair)]
+    assert len(set(forms)) == 3 and forms[1] == ("kernel", (2, 1, 1)) and forms[2][0] == "graph", forms
+    siblings = [_sibling(graph, node, clustered), _sibling(graph, node, pair)]
+    for sibling in siblings:   # the node's edges: one in, one out
+        assert call("cuGraphNodeGetDependencies", sibling, 0)[-1] == 1
+        assert call("cuGraphNodeGetDependentNodes", sibling, 0)[-1] == 1
+    ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", graph, 0))
+    ex.params[0] = [Variant("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", node), node, ()),
+                    Variant("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", kernel), siblings[0], ()),
+                    Variant("cuGraphExecChildGraphNodeSetParams", pair, siblings[1], ())]
+    ex.current[0] = -1
+    stream = call("cuStreamCreate", 0)
+    rng = np.random.default_rng(24)
+    for v in [0, 1, 1, 2, 0, 2, 1, 0]:
+        FamilyExecs._hold(ex, 0, v)
+        host = rng.standard_normal(n).astype(np.float32)
+        dev.upload(x, host.ctypes.data, host.nbytes)
+        call("cuGraphLaunch", ex.exec, stream)
+        call("cuStreamSynchronize", stream)
+        got = np.empty_like(host)
+        dev.download(got.ctypes.data, x, got.nbytes)
+        np.testing.assert_allclose(got, (host + 1) * (2.0, 3.0, 2.5)[v] + 1, rtol=1e-6, err_msg=f"variant {v}")
+    call("cuGraphExecDestroy", ex.exec)
+    dev.free(x)

@@ -10,7 +10,9 @@ most blocks), with:
     - "variant" library steps at the origin's shapes; a node per distinct shape among the band's members is
       built too, and a switch between sizes sets the node whose shape differs (Wav2Vec2: the first
       convolution's GEMM, whose columns are the length, and the positional convolution's: about 4000
-      variants over 158401 sizes).
+      variants over 158401 sizes). A variant of another launch form than the node's (a GEMM kernel of
+      another thread block cluster, a split-K pair of kernels) runs in a sibling node of that form, with the
+      node's edges, enabled alone while it holds the step.
 A run then costs a 24-byte copy of the dims, those node settings where the variant changed, the inputs'
 copies and one launch. Every member's inputs and outputs come from the formulas (bundle/families.py
 member_io), computed once at load for the whole family.
@@ -36,6 +38,15 @@ from .graph import GraphBuilder, single_kernel
 
 
 @dataclass
+class Variant:
+    """One shape of a variant step, as its node in a band's exec takes it."""
+    setter: str          # cuGraphExecKernelNodeSetParams or cuGraphExecChildGraphNodeSetParams
+    params: object       # the kernel's parameters, or the child graph
+    node: object         # the node that runs it (a kernel node's sibling where its launch shape differs)
+    shapes: tuple        # (argument shapes, output shape)
+
+
+@dataclass
 class BandExec:
     """One exec: a family's band of sizes."""
     family: int
@@ -43,7 +54,8 @@ class BandExec:
     origin: int                      # the bucket it was built from
     exec: object = None
     nodes: list = field(default_factory=list)      # per top-level step of the origin's plan
-    params: dict = field(default_factory=dict)     # variant position -> [(setter, node parameters)] per variant
+    params: dict = field(default_factory=dict)     # variant position -> [Variant]
+    forms: dict = field(default_factory=dict)      # variant position -> how many nodes it has (one per launch form)
     variant_of: dict = field(default_factory=dict)  # variant position -> each member's variant (indexed by member)
     current: dict = field(default_factory=dict)    # variant position -> the variant its node holds now
     holder: int = -1                 # the member it ran last
@@ -59,6 +71,47 @@ def _launch_shape(node) -> tuple | None:
     v = call("cuGraphKernelNodeGetAttribute", node,
              driver.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION).clusterDim
     return v.x, v.y, v.z
+
+
+def _graph_form(graph) -> tuple:
+    """What a child graph node's update cannot change: its nodes' kinds and clusters, in order, and its edges."""
+    n = call("cuGraphGetNodes", graph, 0)[-1]
+    nodes = call("cuGraphGetNodes", graph, n)[0] if n else []
+    return ("graph", tuple((int(call("cuGraphNodeGetType", x)), _launch_shape(x)) for x in nodes),
+            call("cuGraphGetEdges", graph, 0)[-1])
+
+
+def _form(child) -> tuple:
+    """A captured library call's launch form: ("kernel", cluster) where it is one kernel (its exec node a kernel
+    node), else its graph's form (a child graph node). Variants of one form share a node."""
+    only = single_kernel(child)
+    return ("kernel", _launch_shape(only)) if only is not None else _graph_form(child)
+
+
+def _node_form(node) -> tuple:
+    shape = _launch_shape(node)
+    return ("kernel", shape) if shape is not None else _graph_form(call("cuGraphChildGraphNodeGetGraph", node))
+
+
+def _sibling(graph, node, child):
+    """A node beside node, with its edges (in and out, their kinds too), running child: its one kernel as a kernel
+    node with that kernel's attributes (its thread block cluster), else as a child graph node. A switch enables
+    one of them (cuGraphNodeSetEnabled)."""
+    kernel = single_kernel(child)
+    if kernel is not None:
+        sibling = call("cuGraphAddKernelNode", graph, [], 0, call("cuGraphKernelNodeGetParams", kernel))
+        call("cuGraphKernelNodeCopyAttributes", sibling, kernel)
+    else:
+        sibling = call("cuGraphAddChildGraphNode", graph, [], 0, child)
+    n = call("cuGraphNodeGetDependencies", node, 0)[-1]
+    if n:
+        deps, data, n = call("cuGraphNodeGetDependencies", node, n)
+        call("cuGraphAddDependencies", graph, deps, [sibling] * n, data, n)
+    n = call("cuGraphNodeGetDependentNodes", node, 0)[-1]
+    if n:
+        after, data, n = call("cuGraphNodeGetDependentNodes", node, n)
+        call("cuGraphAddDependencies", graph, [sibling] * n, after, data, n)
+    return sibling
 
 
 @dataclass
@@ -185,50 +238,92 @@ class FamilyExecs:
             loader = builder.kernel(graph, [], self.r.function("grapec_eval_sizes"), 1, EVAL_SIZES_BLOCK,
                                     [prog, record, self.dims], [])
             builder.add_steps(graph, plan.steps, [loader], record=ex.nodes)
-            ex.exec = call("cuGraphInstantiate", graph, 0)
-            self.r.keep(origin, graph)
-            self.r.switches["instantiated"] += 1
             # the variants: a GEMM's first acceptable algorithm (not timed), a convolution warmed before its
-            # capture (nothing lives in the arena at load)
+            # capture (nothing lives in the arena at load); made before instantiating, as a variant of another
+            # launch shape adds a node to the graph
             for p, (rows, which) in variants.items():
-                ex.params[p] = [self._variant(builder, plan.steps[p], p, fp.unflatten(p, row), ex) for row in rows]
+                ex.params[p] = self._variants(builder, graph, plan.steps[p], p, rows, ex)
                 of = np.full(len(fp.sizes), -1, np.int64)
                 of[members] = which
                 ex.variant_of[p] = of
-                ex.current[p] = int(which[at])
-                setter, params = ex.params[p][ex.current[p]]   # each was tried on the exec: the origin's back
-                call(setter, ex.exec, ex.nodes[p], params)
+            ex.exec = call("cuGraphInstantiate", graph, 0)
+            self.r.keep(origin, graph)
+            self.r.switches["instantiated"] += 1
+            for p, (rows, which) in variants.items():
+                self._try_variants(p, ex)
+                ex.current[p] = -1
+                self._hold(ex, p, int(which[at]))
         finally:
             self.r.tuning = False
             self._building = None
         return ex
 
-    def _variant(self, builder, st, p: int, shapes: tuple, ex: BandExec) -> tuple:
-        """(setter, parameters) of one shape of a variant step, tried on the exec at once. Where the exec's node
-        is a kernel node, the variant must be one kernel of the node's thread block cluster (which its
-        parameters cannot change): a GEMM takes the first of cuBLASLt's ranked algorithms that launches so.
-        Where it is a child graph (a cuDNN call of several kernels), the variant's graph must have its
-        topology, which the driver checks when it is set."""
-        self._building.overrides[p] = shapes
+    def _variants(self, builder, graph, st, p: int, rows: list, ex: BandExec) -> list:
+        """[Variant] per shape of a variant step. A node's parameters can change its kernels' arguments and grids
+        but not its launch form (_form: one kernel and its thread block cluster, or a child graph's topology and
+        clusters): a variant of another form gets a sibling node of that form with the node's edges, and a
+        switch enables the variant's node alone. A GEMM takes the first of cuBLASLt's ranked algorithms of a
+        form it has a node of, else the first (none is timed: nothing lives in the arena at load)."""
         node = ex.nodes[p]
-        want = _launch_shape(node)
-        if want is not None and st.attrs.get("op") == "matmul":
-            child = builder.matmul_child(st, accept=lambda g: _launch_shape(single_kernel(g)) == want)
-        else:
-            child = builder.library_child(st)
-        try:
-            if want is not None:
-                if child is None or _launch_shape(single_kernel(child)) != want:
-                    raise BackendError("another kernel launch shape")
-                made = ("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", single_kernel(child)))
-            else:
-                made = ("cuGraphExecChildGraphNodeSetParams", child)
-            call(made[0], ex.exec, node, made[1])
-        except BackendError as e:
-            raise BackendError(f"step {p} ({st.attrs.get('op')}, ONNX node(s) {', '.join(st.origin)}) of a range family "
-                               f"(bucket {ex.origin}'s plan) cannot be set to its shapes {shapes} in the family's exec "
-                               f"({e}); set GRAPEC_FAMILY_EXECS=0 to join every size's plan instead") from None
+        nodes = {_node_form(node): node}   # launch form -> the node that launches so
+        made = []
+        for row in rows:
+            shapes = self._building.overrides[p] = self.plans[ex.family].unflatten(p, row)
+            try:
+                if st.attrs.get("op") == "matmul":
+                    child = builder.matmul_child(st, accept=lambda g: _form(g) in nodes) \
+                        or builder.matmul_child(st, accept=lambda g: True)
+                else:
+                    child = builder.library_child(st)
+                if child is None:
+                    raise BackendError("cuBLASLt gave no algorithm for it")
+                form = _form(child)
+                if form not in nodes:
+                    nodes[form] = _sibling(graph, node, child)
+                if form[0] == "kernel":
+                    made.append(Variant("cuGraphExecKernelNodeSetParams",
+                                        call("cuGraphKernelNodeGetParams", single_kernel(child)), nodes[form], shapes))
+                else:
+                    made.append(Variant("cuGraphExecChildGraphNodeSetParams", child, nodes[form], shapes))
+            except BackendError as e:
+                raise self._unset(st, p, ex, shapes, e) from None
+        ex.forms[p] = len(nodes)
+        self.r.switches["sibling_nodes"] += len(nodes) - 1
         return made
+
+    def _try_variants(self, p: int, ex: BandExec):
+        """Each variant set on the instantiated exec once, so a switch cannot fail later."""
+        st = self.r.bundle.plans[ex.origin].steps[p]
+        for v in ex.params[p]:
+            try:
+                call(v.setter, ex.exec, v.node, v.params)
+            except BackendError as e:
+                raise self._unset(st, p, ex, v.shapes, e) from None
+
+    @staticmethod
+    def _unset(st, p: int, ex: BandExec, shapes, e) -> BackendError:
+        return BackendError(f"step {p} ({st.attrs.get('op')}, ONNX node(s) {', '.join(st.origin)}) of a range family "
+                            f"(bucket {ex.origin}'s plan) cannot be set to its shapes {shapes} in the family's exec "
+                            f"({e}); set GRAPEC_FAMILY_EXECS=0 to join every size's plan instead")
+
+    @staticmethod
+    def _hold(ex: BandExec, p: int, v: int) -> bool:
+        """Variant v into its node, that node alone of the step's enabled; False where it held it already."""
+        if ex.current[p] == v:
+            return False
+        new = ex.params[p][v]
+        call(new.setter, ex.exec, new.node, new.params)
+        if ex.current[p] < 0:   # the first hold: every other sibling off
+            for other in {id(x.node): x.node for x in ex.params[p]}.values():
+                if other is not new.node:
+                    call("cuGraphNodeSetEnabled", ex.exec, other, 0)
+        else:
+            held = ex.params[p][ex.current[p]].node
+            if held is not new.node:
+                call("cuGraphNodeSetEnabled", ex.exec, held, 0)
+                call("cuGraphNodeSetEnabled", ex.exec, new.node, 1)
+        ex.current[p] = v
+        return True
 
     # --- the runner's hooks while an exec is built -----------------------------------------------------
     def sized_launch(self, bucket: int, st):
@@ -267,14 +362,7 @@ class FamilyExecs:
                 if nbytes[m]:
                     call("cuMemcpyDtoDAsync", ex.regions[name], self.r.weights + int(offs[m]), int(nbytes[m]),
                          self.r.stream)
-            nodes = 0
-            for p, of in ex.variant_of.items():
-                v = int(of[m])
-                if v != ex.current[p]:
-                    setter, params = ex.params[p][v]
-                    call(setter, ex.exec, ex.nodes[p], params)
-                    ex.current[p] = v
-                    nodes += 1
+            nodes = sum(self._hold(ex, p, int(of[m])) for p, of in ex.variant_of.items())
             if ex.holder >= 0:
                 self.switch_seconds += time.perf_counter() - t0
                 self.switch_count += 1

@@ -98,7 +98,8 @@ class CudaPlanRunner:
         self._structures: dict = {}   # bucket -> structure_of
         # GRAPEC_SPARE_BY_SHAPE=0: the spare exec is the least recently run bucket's, whatever its shape (a baseline)
         self.spare_by_shape = os.environ.get("GRAPEC_SPARE_BY_SHAPE", "1") != "0"
-        self.switches = Counter()   # "instantiated", "patched", "evicted", "restored": what switches cost
+        self.switches = Counter()   # "instantiated", "patched", "evicted", "restored": what switches cost;
+        # "sibling_nodes": range families' variant kernels of another launch shape than their node (family_exec.py)
         self.restore_seconds = 0.0  # host time of the restores (a parked bucket's graphs into an exec)
         self.arena_bytes = bundle.largest_arena()
         self.arena = self.dev.alloc(self.arena_bytes, "the activation arena")
