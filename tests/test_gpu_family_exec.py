@@ -135,68 +135,113 @@ extern "C" __global__ void scale(float* x, long long n, double k) {
 """
 
 
-def test_a_variant_of_another_launch_form_runs_in_its_sibling_node():
-    """A variant whose launch form differs from its node's (a kernel of another thread block cluster, which a
-    parameter update cannot change; two kernels where the node is one) gets a sibling node with the node's edges;
-    holding a variant enables its node alone (family_exec._sibling, FamilyExecs._hold)."""
-    from cuda.bindings import driver as d
+class _Chain:
+    """x += 1; x *= k (the node whose variants are tried); x += 1: a graph on one buffer, checked against numpy."""
 
-    from grapec.codegen.nvrtc import compile_cuda
-    from grapec.runtime.cuda.driver import Device, KernelArgs, call
-    from grapec.runtime.cuda.family_exec import BandExec, FamilyExecs, Variant, _form, _node_form, _sibling
-    dev = Device(0)
-    if dev.cc < (9, 0):
-        pytest.skip("thread block clusters need sm_90")
-    module = call("cuModuleLoadData", compile_cuda(_SCALE, dev.arch))
-    add_one, scale = (call("cuModuleGetFunction", module, name) for name in (b"add_one", b"scale"))
-    n = 1024
-    x = dev.alloc(4 * n, "x")
-    keep = []
+    def __init__(self):
+        from cuda.bindings import driver as d
 
-    def params(func, *scalars):
-        args = KernelArgs([x], [["i64", n], *scalars])
-        keep.append(args)
-        p = d.CUDA_KERNEL_NODE_PARAMS()
-        p.func, p.gridDimX, p.gridDimY, p.gridDimZ = func, n // 128, 1, 1
+        from grapec.codegen.nvrtc import compile_cuda
+        from grapec.runtime.cuda.driver import Device, call
+        self.d, self.call = d, call
+        self.dev = Device(0)
+        if self.dev.cc < (9, 0):
+            pytest.skip("thread block clusters need sm_90")
+        module = call("cuModuleLoadData", compile_cuda(_SCALE, self.dev.arch))
+        self.add_one, self.scale = (call("cuModuleGetFunction", module, name) for name in (b"add_one", b"scale"))
+        self.n, self.keep = 1024, []
+        self.x = self.dev.alloc(4 * self.n, "x")
+        self.graph = call("cuGraphCreate", 0)
+        first = call("cuGraphAddKernelNode", self.graph, [], 0, self.params(self.add_one))
+        self.node = call("cuGraphAddKernelNode", self.graph, [first], 1, self.params(self.scale, 2.0))
+        call("cuGraphAddKernelNode", self.graph, [self.node], 1, self.params(self.add_one))
+        self.stream = call("cuStreamCreate", 0)
+        self.rng = np.random.default_rng(24)
+
+    def params(self, func, k=None):
+        from grapec.runtime.cuda.driver import KernelArgs
+        args = KernelArgs([self.x], [["i64", self.n]] + ([["f64", k]] if k is not None else []))
+        self.keep.append(args)
+        p = self.d.CUDA_KERNEL_NODE_PARAMS()
+        p.func, p.gridDimX, p.gridDimY, p.gridDimZ = func, self.n // 128, 1, 1
         p.blockDimX, p.blockDimY, p.blockDimZ = 128, 1, 1
         p.kernelParams = args.address
         return p
 
-    graph = call("cuGraphCreate", 0)
-    first = call("cuGraphAddKernelNode", graph, [], 0, params(add_one))
-    node = call("cuGraphAddKernelNode", graph, [first], 1, params(scale, ["f64", 2.0]))
-    call("cuGraphAddKernelNode", graph, [node], 1, params(add_one))
-    # variant 1: scale by 3 in clusters of 2, captured apart as cuBLASLt's kernels are
-    clustered = call("cuGraphCreate", 0)
-    kernel = call("cuGraphAddKernelNode", clustered, [], 0, params(scale, ["f64", 3.0]))
-    value = d.CUlaunchAttributeValue()
-    value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = 2, 1, 1
-    call("cuGraphKernelNodeSetAttribute", kernel, d.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value)
-    # variant 2: two kernels (as a split-K GEMM and its reduction): scale by 5, then by 0.5
-    pair = call("cuGraphCreate", 0)
-    half = call("cuGraphAddKernelNode", pair, [], 0, params(scale, ["f64", 5.0]))
-    call("cuGraphAddKernelNode", pair, [half], 1, params(scale, ["f64", 0.5]))
-    forms = [_node_form(node), _form(clustered), _form(pair)]
-    assert len(set(forms)) == 3 and forms[1] == ("kernel", (2, 1, 1)) and forms[2][0] == "graph", forms
-    siblings = [_sibling(graph, node, clustered), _sibling(graph, node, pair)]
-    for sibling in siblings:   # the node's edges: one in, one out
-        assert call("cuGraphNodeGetDependencies", sibling, 0)[-1] == 1
-        assert call("cuGraphNodeGetDependentNodes", sibling, 0)[-1] == 1
-    ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", graph, 0))
-    ex.params[0] = [Variant("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", node), node, ()),
-                    Variant("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", kernel), siblings[0], ()),
-                    Variant("cuGraphExecChildGraphNodeSetParams", pair, siblings[1], ())]
-    ex.current[0] = -1
-    stream = call("cuStreamCreate", 0)
-    rng = np.random.default_rng(24)
-    for v in [0, 1, 1, 2, 0, 2, 1, 0]:
-        FamilyExecs._hold(ex, 0, v)
-        host = rng.standard_normal(n).astype(np.float32)
-        dev.upload(x, host.ctypes.data, host.nbytes)
-        call("cuGraphLaunch", ex.exec, stream)
-        call("cuStreamSynchronize", stream)
+    def clustered(self, k: float):
+        """scale by k in clusters of 2, one kernel captured apart (as cuBLASLt's are): (graph, its kernel node)"""
+        g = self.call("cuGraphCreate", 0)
+        kernel = self.call("cuGraphAddKernelNode", g, [], 0, self.params(self.scale, k))
+        value = self.d.CUkernelNodeAttrValue()
+        value.clusterDim.x, value.clusterDim.y, value.clusterDim.z = 2, 1, 1
+        self.call("cuGraphKernelNodeSetAttribute", kernel,
+                  self.d.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value)
+        return g, kernel
+
+    def check(self, exec_, k: float, what: str):
+        host = self.rng.standard_normal(self.n).astype(np.float32)
+        self.dev.upload(self.x, host.ctypes.data, host.nbytes)
+        self.call("cuGraphLaunch", exec_, self.stream)
+        self.call("cuStreamSynchronize", self.stream)
         got = np.empty_like(host)
-        dev.download(got.ctypes.data, x, got.nbytes)
-        np.testing.assert_allclose(got, (host + 1) * (2.0, 3.0, 2.5)[v] + 1, rtol=1e-6, err_msg=f"variant {v}")
-    call("cuGraphExecDestroy", ex.exec)
-    dev.free(x)
+        self.dev.download(got.ctypes.data, self.x, got.nbytes)
+        np.testing.assert_allclose(got, (host + 1) * k + 1, rtol=1e-6, err_msg=what)
+
+
+def test_a_disabled_kernel_node_keeps_parameters_set_while_it_was_off():
+    """The driver behaviour a switch relies on: a node's parameters set while it is disabled run once enabled."""
+    c = _Chain()
+    call = c.call
+    ex = call("cuGraphInstantiate", c.graph, 0)
+    c.check(ex, 2.0, "as built")
+    call("cuGraphNodeSetEnabled", ex, c.node, 0)
+    c.check(ex, 1.0, "disabled: an empty node")
+    call("cuGraphExecKernelNodeSetParams", ex, c.node, c.params(c.scale, 4.0))
+    c.check(ex, 1.0, "set while disabled")
+    call("cuGraphNodeSetEnabled", ex, c.node, 1)
+    c.check(ex, 4.0, "enabled again")
+
+
+def test_a_variant_of_another_cluster_runs_in_its_sibling_node():
+    """A variant kernel of another thread block cluster (which a parameter update cannot change) gets a sibling
+    node with the node's edges; holding a variant enables its node alone (family_exec._sibling, FamilyExecs._hold),
+    each node taking several variants in turn."""
+    from grapec.runtime.cuda.family_exec import BandExec, FamilyExecs, Variant, _form, _node_form, _sibling
+    c = _Chain()
+    call = c.call
+    (g3, k3), (g5, k5) = c.clustered(3.0), c.clustered(5.0)
+    assert _node_form(c.node) != _form(g3)
+    assert _form(g3) == _form(g5) == ("kernel", (2, 1, 1))
+    sibling = _sibling(c.graph, c.node, g3)
+    assert call("cuGraphNodeGetDependencies", sibling, 0)[-1] == 1
+    assert call("cuGraphNodeGetDependentNodes", sibling, 0)[-1] == 1
+    ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", c.graph, 0))
+    set_kernel = "cuGraphExecKernelNodeSetParams"
+    ex.params[0] = [Variant(set_kernel, call("cuGraphKernelNodeGetParams", c.node), c.node, ()),
+                    Variant(set_kernel, call("cuGraphKernelNodeGetParams", k3), sibling, ()),
+                    Variant(set_kernel, call("cuGraphKernelNodeGetParams", k5), sibling, ()),
+                    Variant(set_kernel, c.params(c.scale, 7.0), c.node, ())]
+    ex.current[0] = -1
+    for v in [0, 1, 2, 1, 3, 2, 0, 2, 3, 1]:
+        FamilyExecs._hold(ex, 0, v)
+        c.check(ex.exec, (2.0, 3.0, 5.0, 7.0)[v], f"variant {v}")
+
+
+def test_a_variant_of_two_kernels_runs_in_a_child_graph_sibling():
+    """A variant of two kernels (a split-K GEMM and its reduction) where the node is one kernel: a child graph
+    sibling, enabled alone while it holds the step."""
+    from grapec.runtime.cuda.family_exec import BandExec, FamilyExecs, Variant, _form, _sibling
+    c = _Chain()
+    call = c.call
+    pair = call("cuGraphCreate", 0)
+    first = call("cuGraphAddKernelNode", pair, [], 0, c.params(c.scale, 5.0))
+    call("cuGraphAddKernelNode", pair, [first], 1, c.params(c.scale, 0.5))
+    assert _form(pair)[0] == "graph"
+    sibling = _sibling(c.graph, c.node, pair)
+    ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", c.graph, 0))
+    ex.params[0] = [Variant("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", c.node), c.node, ()),
+                    Variant("cuGraphExecChildGraphNodeSetParams", pair, sibling, ())]
+    ex.current[0] = -1
+    for v in [0, 1, 0, 1]:
+        FamilyExecs._hold(ex, 0, v)
+        c.check(ex.exec, (2.0, 2.5)[v], f"variant {v}")
