@@ -217,6 +217,7 @@ def test_a_variant_of_another_cluster_runs_in_its_sibling_node():
     assert call("cuGraphNodeGetDependentNodes", sibling, 0)[-1] == 1
     ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", c.graph, 0))
     set_kernel = "cuGraphExecKernelNodeSetParams"
+    ex.siblings[0] = [c.node, sibling]
     ex.params[0] = [Variant(set_kernel, call("cuGraphKernelNodeGetParams", c.node), c.node, ()),
                     Variant(set_kernel, call("cuGraphKernelNodeGetParams", k3), sibling, ()),
                     Variant(set_kernel, call("cuGraphKernelNodeGetParams", k5), sibling, ()),
@@ -225,23 +226,28 @@ def test_a_variant_of_another_cluster_runs_in_its_sibling_node():
     for v in [0, 1, 2, 1, 3, 2, 0, 2, 3, 1]:
         FamilyExecs._hold(ex, 0, v)
         c.check(ex.exec, (2.0, 3.0, 5.0, 7.0)[v], f"variant {v}")
+    # every variant in the sibling (none launches as the exec's own node): that node stays off
+    ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", c.graph, 0))
+    ex.siblings[0] = [c.node, sibling]
+    ex.params[0] = [Variant(set_kernel, call("cuGraphKernelNodeGetParams", k3), sibling, ()),
+                    Variant(set_kernel, call("cuGraphKernelNodeGetParams", k5), sibling, ())]
+    ex.current[0] = -1
+    for v in [1, 0, 1]:
+        FamilyExecs._hold(ex, 0, v)
+        c.check(ex.exec, (3.0, 5.0)[v], f"sibling-only variant {v}")
 
 
-def test_a_variant_of_two_kernels_runs_in_a_child_graph_sibling():
-    """A variant of two kernels (a split-K GEMM and its reduction) where the node is one kernel: a child graph
-    sibling, enabled alone while it holds the step."""
-    from grapec.runtime.cuda.family_exec import BandExec, FamilyExecs, Variant, _form, _sibling
+def test_a_child_graph_node_cannot_be_disabled():
+    """Why a variant of several kernels (a split-K GEMM and its reduction) gets no sibling and a child graph
+    node's variants must all take its form (family_exec._variants): the driver refuses to disable such a node.
+    Should a driver allow it, this fails, and child graph siblings become possible."""
+    from grapec.runtime.cuda.driver import CudaError
     c = _Chain()
     call = c.call
     pair = call("cuGraphCreate", 0)
     first = call("cuGraphAddKernelNode", pair, [], 0, c.params(c.scale, 5.0))
     call("cuGraphAddKernelNode", pair, [first], 1, c.params(c.scale, 0.5))
-    assert _form(pair)[0] == "graph"
-    sibling = _sibling(c.graph, c.node, pair)
-    ex = BandExec(0, np.arange(1), 0, exec=call("cuGraphInstantiate", c.graph, 0))
-    ex.params[0] = [Variant("cuGraphExecKernelNodeSetParams", call("cuGraphKernelNodeGetParams", c.node), c.node, ()),
-                    Variant("cuGraphExecChildGraphNodeSetParams", pair, sibling, ())]
-    ex.current[0] = -1
-    for v in [0, 1, 0, 1]:
-        FamilyExecs._hold(ex, 0, v)
-        c.check(ex.exec, (2.0, 2.5)[v], f"variant {v}")
+    child = call("cuGraphAddChildGraphNode", c.graph, [c.node], 1, pair)
+    ex = call("cuGraphInstantiate", c.graph, 0)
+    with pytest.raises(CudaError, match="cuGraphNodeSetEnabled"):
+        call("cuGraphNodeSetEnabled", ex, child, 0)

@@ -24,10 +24,10 @@ for n in (87725, 120981):
     ex, k, m = band(n)
     rel(n)
     for p, vs in ex.params.items():
-        nodes = list({id(v.node): v.node for v in vs}.values())
+        nodes = ex.siblings[p]
         st = b.plans[ex.origin].steps[p]
         print(f"{n}: band origin {ex.origin} step {p} ({st.attrs.get('op')}, {','.join(st.origin)}): {len(vs)} variants, "
-              f"{ex.forms[p]} forms, holds {ex.current[p]} (node {[id(x) for x in nodes].index(id(vs[ex.current[p]].node))}), "
+              f"{len(ex.siblings[p])} nodes, holds {ex.current[p]} (node {[id(x) for x in nodes].index(id(vs[ex.current[p]].node))}), "
               f"enabled {[call('cuGraphNodeGetEnabled', ex.exec, x) for x in nodes]}, "
               f"variants per node {[sum(v.node is x for v in vs) for x in nodes]}", flush=True)
 ex, k, m = band(87725)

@@ -10,8 +10,8 @@ most blocks), with:
     - "variant" library steps at the origin's shapes; a node per distinct shape among the band's members is
       built too, and a switch between sizes sets the node whose shape differs (Wav2Vec2: the first
       convolution's GEMM, whose columns are the length, and the positional convolution's: about 4000
-      variants over 158401 sizes). A variant of another launch form than the node's (a GEMM kernel of
-      another thread block cluster, a split-K pair of kernels) runs in a sibling node of that form, with the
+      variants over 158401 sizes). A variant kernel of another thread block cluster than its kernel node's
+      (which the node's parameters cannot change) runs in a sibling kernel node of that cluster, with the
       node's edges, enabled alone while it holds the step.
 A run then costs a 24-byte copy of the dims, those node settings where the variant changed, the inputs'
 copies and one launch. Every member's inputs and outputs come from the formulas (bundle/families.py
@@ -55,7 +55,8 @@ class BandExec:
     exec: object = None
     nodes: list = field(default_factory=list)      # per top-level step of the origin's plan
     params: dict = field(default_factory=dict)     # variant position -> [Variant]
-    forms: dict = field(default_factory=dict)      # variant position -> how many nodes it has (one per launch form)
+    siblings: dict = field(default_factory=dict)   # variant position -> its nodes, one per launch form (the exec's
+                                                   # own first, which holds no variant where none launches as it)
     variant_of: dict = field(default_factory=dict)  # variant position -> each member's variant (indexed by member)
     current: dict = field(default_factory=dict)    # variant position -> the variant its node holds now
     holder: int = -1                 # the member it ran last
@@ -94,15 +95,12 @@ def _node_form(node) -> tuple:
 
 
 def _sibling(graph, node, child):
-    """A node beside node, with its edges (in and out, their kinds too), running child: its one kernel as a kernel
-    node with that kernel's attributes (its thread block cluster), else as a child graph node. A switch enables
-    one of them (cuGraphNodeSetEnabled)."""
+    """A kernel node beside node, with its edges (in and out, their kinds too), running child's one kernel with that
+    kernel's attributes (its thread block cluster). A switch enables one of them (cuGraphNodeSetEnabled, which
+    takes kernel nodes but not child graph nodes: a variant of several kernels cannot have a sibling)."""
     kernel = single_kernel(child)
-    if kernel is not None:
-        sibling = call("cuGraphAddKernelNode", graph, [], 0, call("cuGraphKernelNodeGetParams", kernel))
-        call("cuGraphKernelNodeCopyAttributes", sibling, kernel)
-    else:
-        sibling = call("cuGraphAddChildGraphNode", graph, [], 0, child)
+    sibling = call("cuGraphAddKernelNode", graph, [], 0, call("cuGraphKernelNodeGetParams", kernel))
+    call("cuGraphKernelNodeCopyAttributes", sibling, kernel)
     n = call("cuGraphNodeGetDependencies", node, 0)[-1]
     if n:
         deps, data, n = call("cuGraphNodeGetDependencies", node, n)
@@ -261,23 +259,31 @@ class FamilyExecs:
     def _variants(self, builder, graph, st, p: int, rows: list, ex: BandExec) -> list:
         """[Variant] per shape of a variant step. A node's parameters can change its kernels' arguments and grids
         but not its launch form (_form: one kernel and its thread block cluster, or a child graph's topology and
-        clusters): a variant of another form gets a sibling node of that form with the node's edges, and a
-        switch enables the variant's node alone. A GEMM takes the first of cuBLASLt's ranked algorithms of a
-        form it has a node of, else the first (none is timed: nothing lives in the arena at load)."""
+        clusters). Where the node is a kernel, a variant kernel of another cluster gets a sibling kernel node with
+        the node's edges, and a switch enables the variant's node alone (the exec's own node too may hold none:
+        its algorithm was timed at the origin's shape, the variants' are cuBLASLt's first ranked of a form it
+        has a node of, else the first of one kernel; none is timed, as nothing lives in the arena at load).
+        Where the node is a child graph (a cuDNN call of several kernels), which cannot be disabled, every
+        variant must take its form; the driver checks the topology when it is set."""
         node = ex.nodes[p]
-        nodes = {_node_form(node): node}   # launch form -> the node that launches so
+        own = _node_form(node)
+        nodes = {own: node}   # launch form -> the node that launches so
         made = []
         for row in rows:
             shapes = self._building.overrides[p] = self.plans[ex.family].unflatten(p, row)
             try:
-                if st.attrs.get("op") == "matmul":
+                if own[0] == "graph":   # a child graph node cannot be disabled: every variant takes its form
+                    child = builder.matmul_child(st, accept=lambda g: _form(g) == own) \
+                        if st.attrs.get("op") == "matmul" else builder.library_child(st)
+                elif st.attrs.get("op") == "matmul":
                     child = builder.matmul_child(st, accept=lambda g: _form(g) in nodes) \
-                        or builder.matmul_child(st, accept=lambda g: True)
+                        or builder.matmul_child(st, accept=lambda g: single_kernel(g) is not None)
                 else:
                     child = builder.library_child(st)
-                if child is None:
-                    raise BackendError("cuBLASLt gave no algorithm for it")
-                form = _form(child)
+                form = _form(child) if child is not None else None
+                if form is None or (form != own and (own[0] == "graph" or form[0] == "graph")):
+                    raise BackendError("no algorithm of it launches as one kernel" if own[0] == "kernel" else
+                                       "no algorithm of it launches as the node's graph of kernels")
                 if form not in nodes:
                     nodes[form] = _sibling(graph, node, child)
                 if form[0] == "kernel":
@@ -287,7 +293,7 @@ class FamilyExecs:
                     made.append(Variant("cuGraphExecChildGraphNodeSetParams", child, nodes[form], shapes))
             except BackendError as e:
                 raise self._unset(st, p, ex, shapes, e) from None
-        ex.forms[p] = len(nodes)
+        ex.siblings[p] = list(nodes.values())
         self.r.switches["sibling_nodes"] += len(nodes) - 1
         return made
 
@@ -313,8 +319,8 @@ class FamilyExecs:
             return False
         new = ex.params[p][v]
         call(new.setter, ex.exec, new.node, new.params)
-        if ex.current[p] < 0:   # the first hold: every other sibling off
-            for other in {id(x.node): x.node for x in ex.params[p]}.values():
+        if ex.current[p] < 0:   # the first hold: every other node of the step off
+            for other in ex.siblings[p]:
                 if other is not new.node:
                     call("cuGraphNodeSetEnabled", ex.exec, other, 0)
         else:
