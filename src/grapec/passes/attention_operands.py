@@ -103,15 +103,13 @@ def _output_through_copy(g: Graph, node) -> bool:
     k = copy.attrs["kernel"]
     if k.size != ak.size or copy.outputs[0] in g.outputs:
         return False
-    table = _gather_table(k, k.inputs[0][0])    # output element j of the copy reads element table[j]
-    where = np.full(ak.size, -1, np.int64)
-    where[table] = np.arange(k.size)
-    if (where < 0).any():
+    where = _inverse_permutation(_reads_at(k), k.shape) or _inverse_table(k, ak.size)
+    if where is None:
         return False   # not a permutation: some element is read twice, another never
     op = ak.out
 
     def at(x):
-        return int(where[op.offset + sum(s * xi for s, xi in zip(op.strides, x))])
+        return where(op.offset + sum(s * xi for s, xi in zip(op.strides, x)))
     found = _affine(at, (*ak.batch, ak.seq_q, ak.value_dim))
     if found is None:
         return False
@@ -120,6 +118,53 @@ def _output_through_copy(g: Graph, node) -> bool:
     node.attrs["kernel"] = replace(ak, shape=tuple(k.shape), out=Operand(*found))
     g.nodes = [n for n in g.nodes if n is not copy]
     return True
+
+
+def _reads_at(k: K.Kernel):
+    """j -> the flat index (in its source) that element j (an index tuple) of a pure-gather kernel reads."""
+    index, src_shape = k.body.args[1], k.inputs[0][0]
+
+    def at(j):
+        got = K.rebuild(k.body, tuple(K.const(int(i), "int64") for i in j)).args[1] if index else ()
+        if not all(i.is_const for i in got):
+            return None
+        try:
+            return int(np.ravel_multi_index([i.value for i in got], src_shape))
+        except ValueError:
+            return None
+    return at
+
+
+def _inverse_permutation(reads_at, shape):
+    """f -> the row-major position of the element that reads f, where reads_at is affine (at the probes,
+    as every map here) and its strides a mixed radix of the extents (every element read once: a
+    transpose, a reshape); else None. Point by point: a copy after attention holds batch x seq x hidden
+    elements, a table of them cost GPT-2 most of a 64 x 512 size's compile."""
+    found = _affine(reads_at, tuple(shape))
+    if found is None:
+        return None
+    offset, strides = found
+    dims = sorted((s, e, d) for d, (s, e) in enumerate(zip(strides, shape)) if e > 1)
+    size = 1
+    for s, e, _ in dims:
+        if s != size:
+            return None
+        size *= e
+    if offset != 0:
+        return None
+    row = _strides(shape)
+    return lambda f: sum(((f // s) % e) * row[d] for s, e, d in dims) if 0 <= f < size else None
+
+
+def _inverse_table(k: K.Kernel, size: int):
+    """The same as _inverse_permutation for any permutation, from the whole table; None where the kernel
+    reads some element twice (and another never)."""
+    table = _gather_table(k, k.inputs[0][0])    # output element j of the copy reads element table[j]
+    where = np.full(size, -1, np.int64)
+    where[table] = np.arange(k.size)
+    if (where < 0).any():
+        return None
+    return lambda f: int(where[f])
 
 
 def _gather_table(k: K.Kernel, src_shape) -> np.ndarray:
