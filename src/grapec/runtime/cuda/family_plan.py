@@ -32,7 +32,10 @@ from .shared_exec import bands_of, family_blocks
 from .size_record import family_kernels, family_launch_slots, family_record_program
 
 CHUNK = 4096   # members whose numbers are evaluated at once (a family may hold 10^5)
-FAMILY_EXEC_MIN = 2048   # members of a family from which it runs from its formulas (below: joining its plans is cheap)
+# members of a family from which it runs from its formulas. A size that joins its plan instead builds its graph at
+# load: full Wav2Vec2's 5841 such sizes took about 82 ms each on an H200 (8 minutes), against 1.6-7.6 s for a
+# band's exec (benchmarks/results/2026-11-28-wav2vec2-siblings): from a few hundred members, formulas load faster.
+FAMILY_EXEC_MIN = 256
 
 
 def least_members() -> int | None:
