@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BundleError
-from .alu import apply_op
+from .alu import ALU, apply_op
 from .kernel import Expr, Kernel, walk
 
 
@@ -245,6 +245,40 @@ def _store(out: np.ndarray, part: np.ndarray, shape: tuple, rows: tuple | None):
         out[at] = np.broadcast_to(part, tuple(shape[:axis]) + (stop - start,) + tuple(shape[axis + 1:]))
     else:
         out[...] = np.broadcast_to(part, shape)
+
+
+def eval_at_points(exprs, points: np.ndarray) -> list | None:
+    """Index expressions (indices, constants and arithmetic) at each row of points ([P, rank] int64): an array of
+    P values per expression, each what folding the expression at that point's constants gives (the same numpy
+    operations); None where one reads memory or reduces. One pass for all points: composing a copy into an
+    operand asks a few dozen points of every attention of every size a range compiles."""
+    values: dict = {}
+    for e in walk_all(exprs):
+        if e.op == "idx":
+            r = points[:, e.args[0]]
+        elif e.op == "const":
+            r = np.full(len(points), e.value, dtypes.np_dtype(e.dtype))
+        elif e.op == "cast":
+            with np.errstate(all="ignore"):
+                r = values[e.args[0]].astype(dtypes.np_dtype(e.dtype))
+        elif e.op in ALU:
+            with np.errstate(all="ignore"):
+                r = np.asarray(apply_op(e.op, [values[a] for a in e.args])).astype(dtypes.np_dtype(e.dtype))
+        else:
+            return None
+        values[e] = r
+    return [values[e] for e in exprs]
+
+
+def walk_all(exprs) -> list:
+    """Every distinct subexpression of exprs, children before parents."""
+    seen, out = set(), []
+    for x in exprs:
+        for e in walk(x):
+            if e not in seen:
+                seen.add(e)
+                out.append(e)
+    return out
 
 
 def loads_of(kernel: Kernel) -> set:

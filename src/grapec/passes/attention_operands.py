@@ -27,7 +27,7 @@ import numpy as np
 from ..ir import kernel as K
 from ..ir.attention import AttentionKernel, Operand
 from ..ir.graph import Graph
-from ..ir.interpret import run_kernel
+from ..ir.interpret import eval_at_points, run_kernel
 from .fuse import drop_unused, is_gather
 
 PROBES = 16   # random points each composed map is checked at, besides the corners and unit steps
@@ -67,12 +67,10 @@ def _inputs_through_copies(g: Graph, node) -> bool:
         src_slot = k.body.args[0]
         src_shape = k.inputs[src_slot][0]
 
-        def at(x, op=ops[slot], shape=k.shape, k=k, src_shape=src_shape):
-            flat = op.offset + sum(s * xi for s, xi in zip(op.strides, x))
-            index = K.rebuild(k.body, tuple(K.const(int(i), "int64") for i in np.unravel_index(flat, shape))).args[1]
-            if not all(i.is_const for i in index):
-                return None
-            return int(np.ravel_multi_index([i.value for i in index], src_shape))
+        reads = _reads_at(k)
+
+        def at(x, op=ops[slot], size=k.size):
+            return reads(_flat_unravelled(op, x, k.shape, size))
         found = _affine(at, extents[slot])
         if found is None:
             continue
@@ -109,7 +107,7 @@ def _output_through_copy(g: Graph, node) -> bool:
     op = ak.out
 
     def at(x):
-        return where(op.offset + sum(s * xi for s, xi in zip(op.strides, x)))
+        return where(op.offset + x @ np.array(op.strides, np.int64))
     found = _affine(at, (*ak.batch, ak.seq_q, ak.value_dim))
     if found is None:
         return False
@@ -121,25 +119,37 @@ def _output_through_copy(g: Graph, node) -> bool:
 
 
 def _reads_at(k: K.Kernel):
-    """j -> the flat index (in its source) that element j (an index tuple) of a pure-gather kernel reads."""
-    index, src_shape = k.body.args[1], k.inputs[0][0]
+    """j -> the flat indices (in its source) that elements j ([P, rank] index rows) of a pure-gather kernel read;
+    None where one lies outside or its index reads memory."""
+    slot, index = k.body.args[0], k.body.args[1]
+    src_shape = k.inputs[slot][0]
 
     def at(j):
-        got = K.rebuild(k.body, tuple(K.const(int(i), "int64") for i in j)).args[1] if index else ()
-        if not all(i.is_const for i in got):
+        if j is None:
+            return None
+        got = eval_at_points(index, j)
+        if got is None:
             return None
         try:
-            return int(np.ravel_multi_index([i.value for i in got], src_shape))
+            return np.ravel_multi_index(got, src_shape)
         except ValueError:
             return None
     return at
 
 
+def _flat_unravelled(op: Operand, x: np.ndarray, shape, size: int):
+    """The index rows of the elements an operand's points x ([P, rank]) address in a buffer of this shape."""
+    flat = op.offset + x @ np.array(op.strides, np.int64)
+    if ((flat < 0) | (flat >= size)).any():
+        return None
+    return np.stack(np.unravel_index(flat, shape), axis=1)
+
+
 def _inverse_permutation(reads_at, shape):
-    """f -> the row-major position of the element that reads f, where reads_at is affine (at the probes,
-    as every map here) and its strides a mixed radix of the extents (every element read once: a
+    """f -> the row-major positions of the elements that read flat indices f, where reads_at is affine (at the
+    probes, as every map here) and its strides a mixed radix of the extents (every element read once: a
     transpose, a reshape); else None. Point by point: a copy after attention holds batch x seq x hidden
-    elements, a table of them cost GPT-2 most of a 64 x 512 size's compile."""
+    elements, and a table of them cost GPT-2 most of a 64 x 512 size's compile."""
     found = _affine(reads_at, tuple(shape))
     if found is None:
         return None
@@ -153,7 +163,12 @@ def _inverse_permutation(reads_at, shape):
     if offset != 0:
         return None
     row = _strides(shape)
-    return lambda f: sum(((f // s) % e) * row[d] for s, e, d in dims) if 0 <= f < size else None
+
+    def where(f):
+        if ((f < 0) | (f >= size)).any():
+            return None
+        return sum(((f // s) % e) * row[d] for s, e, d in dims) + np.zeros_like(f)
+    return where
 
 
 def _inverse_table(k: K.Kernel, size: int):
@@ -164,7 +179,7 @@ def _inverse_table(k: K.Kernel, size: int):
     where[table] = np.arange(k.size)
     if (where < 0).any():
         return None
-    return lambda f: int(where[f])
+    return lambda f: None if ((f < 0) | (f >= size)).any() else where[f]
 
 
 def _gather_table(k: K.Kernel, src_shape) -> np.ndarray:
@@ -177,30 +192,23 @@ def _gather_table(k: K.Kernel, src_shape) -> np.ndarray:
 
 
 def _affine(at, extents):
-    """(offset, strides) when at(x) = offset + Σ strides·x over the index space `extents`, else None."""
+    """(offset, strides) when at(x) = offset + Σ strides·x over the index space `extents`, else None.
+    at: points [P, n] -> their values [P], or None where some point has none."""
     n = len(extents)
-    zero = (0,) * n
-    c0 = at(zero)
-    if c0 is None:
-        return None
-    strides = []
-    for d in range(n):
-        if extents[d] == 1:
-            strides.append(0)
-            continue
-        unit = tuple(1 if e == d else 0 for e in range(n))
-        v = at(unit)
-        if v is None:
-            return None
-        strides.append(v - c0)
+    units = [tuple(1 if e == d and extents[d] > 1 else 0 for e in range(n)) for d in range(n)]   # a 1: its stride is 0
     rng = np.random.default_rng(0)
     probes = [tuple(e - 1 for e in extents)] + [tuple(int(rng.integers(0, e)) for e in extents) for _ in range(PROBES)]
-    for d in range(n):
-        probes.append(tuple(extents[e] - 1 if e == d else 0 for e in range(n)))
-    for x in probes:
-        if at(x) != c0 + sum(s * xi for s, xi in zip(strides, x)):
-            return None
-    return c0, tuple(strides)
+    probes += [tuple(extents[e] - 1 if e == d else 0 for e in range(n)) for d in range(n)]
+    points = np.array([(0,) * n] + units + probes, np.int64).reshape(-1, n)
+    values = at(points)
+    if values is None:
+        return None
+    values = np.asarray(values, np.int64)
+    c0 = int(values[0])
+    strides = np.array([0 if extents[d] == 1 else int(values[1 + d]) - c0 for d in range(n)], np.int64)
+    if (values != c0 + points @ strides).any():
+        return None
+    return c0, tuple(int(s) for s in strides)
 
 
 def _strides(shape) -> list:
