@@ -245,3 +245,33 @@ def test_batched_attention_through_the_head_copies_on_gpu(name, dims):
     from grapec.tools.check import check_model
     results, _ = check_model(_zoo(name), dims=dims, precision="fp16", backend="cuda", seed=9)
     assert all(r.ok for r in results), [(r.name, r.rel) for r in results]
+
+
+def test_index_maps_evaluated_at_points_equal_folding_and_the_whole_table():
+    """attention_operands composes copies point by point (ir/interpret.py eval_at_points): at every point, the value
+    that folding the index at that point's constants gives; and a transpose's inverse from its strides equals the one
+    from its whole gather table (_inverse_table)."""
+    from grapec.ir import kernel as K
+    from grapec.ir.interpret import eval_at_points
+    from grapec.passes.attention_operands import _inverse_permutation, _inverse_table, _reads_at
+    rng = np.random.default_rng(48)
+    # [B, S, H, D] -> [B, H, S, D] (the head split), as its load index: (b, s, h, d) read at (b, h, s, d)
+    B, S, H, D = 3, 5, 4, 6
+    body = K.load(0, (K.idx(0), K.idx(2), K.idx(1), K.idx(3)), "float16")
+    copy = K.Kernel((B, H, S, D), "float16", body, (((B, S, H, D), "float16"),))
+    flat = K.idx(0) * K.const(7, "int64") + (K.idx(1) + K.const(3, "int64")) % K.const(4, "int64") - K.idx(2) // K.const(2, "int64")
+    points = np.stack([rng.integers(0, n, 40) for n in (B, H, S, D)], axis=1).astype(np.int64)
+    got = eval_at_points([flat, *body.args[1]], points)
+    for p, row in enumerate(points):
+        folded = [K.rebuild(e, tuple(K.const(int(v), "int64") for v in row)) for e in [flat, *body.args[1]]]
+        assert all(f.is_const for f in folded)
+        assert [int(g[p]) for g in got] == [f.value for f in folded], row
+    assert eval_at_points([K.load(0, (K.idx(0),), "int64")], points) is None   # an index that reads memory
+    by_strides = _inverse_permutation(_reads_at(copy), copy.shape)
+    by_table = _inverse_table(copy, copy.size)
+    f = np.arange(copy.size, dtype=np.int64)
+    assert by_strides is not None and np.array_equal(by_strides(f), by_table(f))
+    assert by_strides(np.array([copy.size])) is None
+    # a gather that reads one element twice is no permutation either way
+    twice = K.Kernel((2, 3), "float16", K.load(0, (K.const(0, "int64"), K.idx(1)), "float16"), (((2, 3), "float16"),))
+    assert _inverse_permutation(_reads_at(twice), twice.shape) is None and _inverse_table(twice, twice.size) is None
