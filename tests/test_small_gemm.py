@@ -1,5 +1,7 @@
 """passes/small_gemm.py: a few-row GEMM against a weight becomes one kernel, with the LayerNorm that
 feeds it as prologue and its bias / activation / residual as epilogue; answers unchanged."""
+import json
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -20,7 +22,8 @@ def gelu_tanh(x: str, out: str) -> list:
 
 
 def block(rows=8, depth=64, cols=48, ln_is_output=False, seed=0):
-    """x -> LayerNorm -> MatMul + bias -> GELU -> MatMul + bias + x (a transformer MLP at batch 1)."""
+    """x -> LayerNorm -> MatMul + bias -> GELU -> MatMul + bias + x (a transformer MLP at batch 1).
+    rows may be a name (a dim that --dynamic ranges over); the feeds then have 8 rows."""
     rng = np.random.default_rng(seed)
     w = lambda *s: (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)  # noqa: E731
     n = helper.make_node
@@ -35,7 +38,7 @@ def block(rows=8, depth=64, cols=48, ln_is_output=False, seed=0):
               init("three", np.float32(3)), init("k0", np.float32(0.044715)),
               init("k1", np.float32(np.sqrt(2 / np.pi))), init("one", np.float32(1)), init("half", np.float32(0.5))]
     m = model(nodes, [tinfo("x", shape=[1, rows, depth])], outs, consts)
-    return m, {"x": rng.standard_normal((1, rows, depth)).astype(np.float32)}
+    return m, {"x": rng.standard_normal((1, rows if isinstance(rows, int) else 8, depth)).astype(np.float32)}
 
 
 def small_gemms(bundle) -> list:
@@ -188,3 +191,67 @@ def test_small_gemm_kernels_on_the_gpu_match_the_cpu_backend(rows, depth, cols, 
     # the GPU sums in another order than numpy; a handful of values round to the neighbouring fp16
     assert rel_err(gpu, cpu) < limit / 5 and np.abs(gpu - cpu).max() < 0.05 * np.abs(cpu).max(), \
         (rel_err(gpu, cpu), np.abs(gpu - cpu).max())
+
+
+def _range_of_rows(tmp_path, lo=1, hi=16, depth=256, cols=512):
+    """The block over rows lo..hi as one range bundle, every GEMM a one-tile small GEMM."""
+    from grapec.compiler import compile_model
+    m, _ = block("rows", depth, cols)
+    path = tmp_path / "block.onnx"
+    __import__("onnx").save(m, str(path))
+    b = compile_model(str(path), dynamic={"rows": (lo, hi)}, targets=["sm_90"], precision="fp16",
+                      device_profile=profile_file(tmp_path), jobs=1)
+    return m, b
+
+
+def test_small_gemms_of_a_range_share_a_function_with_the_rows_as_argument(tmp_path):
+    """codegen/small_gemm.py one_tile_group: the one-tile form of sizes 1..16 rows renders alike but for
+    its row count, so each GEMM of the block is one function over the whole range (not one per size),
+    its rows the one argument; put back, each kernel's rows give exactly its own text. Fewer functions
+    make fewer launch structures (one function per size made every size a structure of its own). Kernels
+    whose text differs otherwise stay apart: at 1 row the row index drops out of the prologue and
+    epilogue, and this block's LayerNorm is lowered otherwise at some sizes (a plan's choice)."""
+    needs_nvrtc()
+    import re
+    from grapec.codegen.module import _NUMBER
+    from grapec.codegen.small_gemm import render_small_gemm
+    m, b = _range_of_rows(tmp_path)
+    cuda = b.manifest["cuda"]
+    kernels = [(i, kernel_from_json(k)) for i, k in enumerate(b.kernels) if k.get("kind") == "small_gemm"]
+    assert {k.rows for _, k in kernels} == set(range(1, 17))
+    users = {}
+    for i, k in kernels:
+        users.setdefault(cuda["kernels"][i], set()).add(k.rows)
+    assert len(users) <= 6, users   # 32 kernels, one per GEMM and size
+    assert sorted(map(len, users.values()))[-2:] == [12, 15], users   # rows 2..16 of each GEMM, but as above
+    src = b.extra_sections["cuda.source"].decode()
+    for i, k in kernels:
+        name = cuda["kernels"][i]
+        if len(users[name]) == 1:   # a function of one size keeps its literals
+            assert cuda["scalars"][i] == []
+            continue
+        assert cuda["scalars"][i] == [["i64", k.rows]], cuda["scalars"][i]
+        body = re.search(rf'extern "C" __global__ void[^\n]* {name}\(.*?\n}}\n', src, re.S).group(0)
+        body = body.replace(", const i64 s0", "").replace("= s0;", f"= {k.rows};")
+        own = render_small_gemm(k, name)
+        assert body.strip() == own[own.index('extern "C"'):].strip()
+    functions = {json.dumps([cuda["kernels"][st.kernel] for st in p.steps if hasattr(st, "kernel")]) for p in b.plans}
+    assert len(functions) <= 3, functions
+
+
+@pytest.mark.gpu
+def test_a_range_of_small_gemm_rows_runs_one_function_on_the_gpu(tmp_path):
+    """The merged small GEMMs (rows as an argument, read from the size record in a shared exec) give every
+    size's answer: 16 sizes in random order, twice, against onnxruntime and the CPU backend."""
+    m, b = _range_of_rows(tmp_path)
+    gpu, cpu = grapec.load(b, backend="cuda"), grapec.load(b, backend="cpu")
+    rng = np.random.default_rng(7)
+    for rows in list(rng.permutation(np.arange(1, 17))) * 2:
+        x = rng.standard_normal((1, int(rows), 256)).astype(np.float32)
+        got = gpu.run({"x": x})["y"].astype(np.float32)
+        ref = ort_run(m, {"x": x})["y"]
+        mine = cpu.run({"x": x})["y"].astype(np.float32)
+        assert rel_err(got, ref) < 1e-2, (rows, rel_err(got, ref))   # the fp16 compile's own bound
+        assert np.allclose(got, ref, rtol=5e-2, atol=5e-2), rows
+        assert rel_err(got, mine) < 2e-3, (rows, rel_err(got, mine))
+    gpu._runner.close()

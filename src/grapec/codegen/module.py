@@ -17,8 +17,9 @@ A tensor-core kernel's structural numbers (its shared arrays, register fragments
 must stay literals. Attention kernels therefore merge only within one structure (attention_structure:
 the launch shape and the head dims those numbers derive from), so the numbers that differ are the
 sequence lengths, tile counts and strides: a range of 512 lengths compiles one attention function
-per structure instead of 512. Small-GEMM kernels, used at a handful of sizes, never merge, nor do
-NonZero's and NonMaxSuppression's (codegen/selection.py).
+per structure instead of 512. Small-GEMM kernels merge only where their row count alone differs
+(codegen/small_gemm.py one_tile_group: the one-tile form, whose tiling the rows do not change); the
+split form never merges, nor do NonZero's and NonMaxSuppression's (codegen/selection.py).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from .cuda import CudaRenderer
 from .prelude import PRELUDE
 from .launch import plan_launch
 from .selection import render_selection, selection_launch
-from .small_gemm import render_small_gemm, small_gemm_launch
+from .small_gemm import one_tile_group, render_small_gemm, small_gemm_launch
 
 TENSOR_CORE_KINDS = (AttentionKernel, SmallGemmKernel)
 SELECTION_KINDS = (NonZeroKernel, NmsKernel, NmsMaskKernel, TopKKernel)   # codegen/selection.py: never merged across sizes
@@ -89,9 +90,14 @@ def render_kernel(k) -> RenderedKernel:
         launch = attention_launch(k)
         text = render_attention(k, launch, _NAME)
         group = (_NUMBER.sub("#", text), attention_structure(k, launch))
-    elif isinstance(k, (SmallGemmKernel, *SELECTION_KINDS)):
-        launch = small_gemm_launch(k) if isinstance(k, SmallGemmKernel) else selection_launch(k)
-        text = render_small_gemm(k, _NAME) if isinstance(k, SmallGemmKernel) else render_selection(k, _NAME)
+    elif isinstance(k, SmallGemmKernel):
+        launch = small_gemm_launch(k)
+        text = render_small_gemm(k, _NAME)
+        rows_blanked = one_tile_group(text)
+        group = text if rows_blanked is None else ("small_gemm", rows_blanked)
+    elif isinstance(k, SELECTION_KINDS):
+        launch = selection_launch(k)
+        text = render_selection(k, _NAME)
         group = text
     else:
         launch = plan_launch(k)
@@ -101,7 +107,7 @@ def render_kernel(k) -> RenderedKernel:
         if any(style):
             scalar = CudaRenderer(k, launch, hold_rows=False, vectors=False).render(_NAME)[1]
         group = _NUMBER.sub("#", text)
-    plain = _NUMBER.sub("#", scalar) if scalar is not None else (group if isinstance(group, str) else group[0])
+    plain = _NUMBER.sub("#", scalar) if scalar is not None else (group if isinstance(group, str) else _NUMBER.sub("#", text))
     return RenderedKernel(launch, text, scalar, group, plain, isinstance(k, TENSOR_CORE_KINDS), style)
 
 

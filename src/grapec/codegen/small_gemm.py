@@ -33,6 +33,7 @@ Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..ir.small_gemm import SmallGemmKernel
@@ -134,11 +135,13 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L = []
     if k.prologue is not None:
         L += [RowFunctionRenderer(k.prologue, m, depth).render_function(f"{name}_prologue"), ""]
+    staged = staged_rows(m, depth)
     L += [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     L.append(f'extern "C" __global__ void __launch_bounds__({t.block}) {name}({", ".join(params)}) {{')
     if t.k_slices > 1:
         L.append(f"  __shared__ float g_part[{(t.k_slices - 1) * t.col_tiles * 128}];   /* partial tiles of slices 1.. */")
+    L.append(f"  const int {ROWS} = {m};   /* A's rows: the one number that differs between sizes (one_tile_group) */")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
     L.append(f"  const int ct = warp % {t.col_tiles}, ks = warp / {t.col_tiles};")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
@@ -149,8 +152,8 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
     if k.prologue is not None:
         args = "".join(f", in{i}" for i in range(p))
-        L.append(f"  __shared__ __align__(16) {ty} g_a[{m * lda}];   /* A's rows, stride {lda} */")
-        L.append(f"  for (int r = warp; r < {m}; r += {t.block // 32}) {name}_prologue(g_a + r * {lda}, r, lane{args});")
+        L.append(f"  __shared__ __align__(16) {ty} g_a[{staged * lda}];   /* A's rows, stride {lda} */")
+        L.append(f"  for (int r = warp; r < {ROWS}; r += {t.block // 32}) {name}_prologue(g_a + r * {lda}, r, lane{args});")
         L.append("  __syncthreads();")
         a_rows, a_ld = "g_a", lda
     else:   # A is read where it lies (L1 and L2 serve the blocks after the first)
@@ -161,8 +164,8 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append("    #pragma unroll")
     L.append(f"    for (int s = 0; s < {t.steps}; ++s) {{")
     L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
-    L.append(f"      const uint4 lo = (g < {m} && kk < {depth}) ? *(const uint4*)({a_rows} + g * {a_ld} + kk) : zero;")
-    L.append(f"      const uint4 hi = (g + 8 < {m} && kk < {depth}) ? *(const uint4*)({a_rows} + (g + 8) * {a_ld} + kk) : zero;")
+    L.append(f"      const uint4 lo = (g < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + g * {a_ld} + kk) : zero;")
+    L.append(f"      const uint4 hi = (g + 8 < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + (g + 8) * {a_ld} + kk) : zero;")
     L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
     L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
     L.append("    }")
@@ -183,12 +186,34 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append("      #pragma unroll")
     L.append("      for (int h = 0; h < 4; ++h) {")
     L.append("        const i64 r = g + (h >> 1) * 8, j = n0 + 2 * t + (h & 1);")
-    L.append(f"        if (r < {m} && j < {n}) out[r * {n}LL + j] = {store}({name}_epilogue(c[h], r, j{extras}));")
+    L.append(f"        if (r < {ROWS} && j < {n}) out[r * {n}LL + j] = {store}({name}_epilogue(c[h], r, j{extras}));")
     L.append("      }")
     L.append("    }")
     L.append("  }")
     L.append("}")
     return "\n".join(L)
+
+
+ROWS = "g_rows"
+_ROWS_LINE = re.compile(rf"(  const int {ROWS} = )\d+;")
+
+
+def staged_rows(rows: int, depth: int) -> int:
+    """The rows a prologue's shared array holds: a whole mma tile where that fits, so that the array
+    (a literal) is the same at every row count and the kernel's text differs in ROWS alone."""
+    return MAX_ROWS if staged_bytes(MAX_ROWS, depth) <= SMEM_BYTES else rows
+
+
+def one_tile_group(text: str) -> str | None:
+    """What one-tile small GEMMs that may merge across sizes share (codegen/module.py): their text with
+    the row count blanked. Everything else (tiling, K, N, the staged array, the epilogue) stays as it is,
+    so kernels merge only where the rows alone differ, and the merged function takes them as its one
+    argument: the one-tile form's tiling and grid do not depend on the rows (small_gemm_tiling), so the
+    sizes of a range whose GEMMs are short (Wav2Vec2 under 0.35 s, a transformer under 17 tokens) run one
+    function, as their other kernels do, and can be stored as formulas (bundle/families.py). None for the
+    split form (its row tiles are structural)."""
+    blanked, found = _ROWS_LINE.subn(r"\1#;", text)
+    return blanked if found == 1 else None
 
 
 def _epilogue_args(k: SmallGemmKernel) -> str:
