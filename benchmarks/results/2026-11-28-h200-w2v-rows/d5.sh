@@ -1,4 +1,4 @@
-# call 5 (part_ae): the bundle whole (sha256 checked), cached for traffic.py; its load timed and 16 lengths checked
+# call 6 (part_ae): the bundle whole (sha256 checked), cached for traffic.py; its load timed and 16 lengths checked
 . benchmarks/results/2026-11-27-h200-bert-traffic/setup.sh
 D=benchmarks/results/2026-11-28-h200-w2v-rows
 bash $D/ship.sh part_ae
