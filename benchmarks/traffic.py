@@ -174,6 +174,7 @@ def time_traffic(session_of, lengths, inputs, backend, bound: bool = False) -> d
     for n, f in requests[:20]:   # warm: the first lengths' graphs
         session_of(n).run(f)
     times = []
+    slow = []   # (seconds, length) of requests past SLOW_S: named at the end, so a stalled run says where
     for n, f in requests:
         sess = session_of(n)
         t0 = time.perf_counter()
@@ -188,7 +189,15 @@ def time_traffic(session_of, lengths, inputs, backend, bound: bool = False) -> d
             sess.run(f)
         sync(backend)
         times.append(time.perf_counter() - t0)
+        if times[-1] > SLOW_S:
+            slow.append((times[-1], n))
+            if len(slow) <= 10 or len(slow) % 100 == 0:
+                print(f"[traffic] request {len(times)} of {len(requests)} (length {n}) took {times[-1] * 1e3:.0f} ms "
+                      f"({len(slow)} over {SLOW_S * 1e3:.0f} ms so far)", file=sys.stderr, flush=True)
     return stats(times)
+
+
+SLOW_S = 0.1   # a request slower than this is reported as it happens
 
 
 def length_medians(session_of, lengths: list, inputs: list, backend: str) -> dict:
@@ -390,8 +399,16 @@ def once_lengths(lo: int, hi: int) -> list:
 
 def every_length_once(sess, lengths: list, inputs: list):
     rng = np.random.default_rng(4)
-    for n in lengths:
+    slow = 0
+    for i, n in enumerate(lengths):
+        t0 = time.perf_counter()
         sess.run(feeds_for(n, inputs, rng))
+        if time.perf_counter() - t0 > SLOW_S:
+            slow += 1
+            if slow <= 10 or slow % 100 == 0:
+                print(f"[traffic] length {n} ({i + 1} of {len(lengths)} run once) took "
+                      f"{(time.perf_counter() - t0) * 1e3:.0f} ms ({slow} over {SLOW_S * 1e3:.0f} ms so far)",
+                      file=sys.stderr, flush=True)
 
 
 def memory_limit_mib(bundle) -> float:
@@ -511,8 +528,14 @@ def main():
         res.setdefault("load_s", time.perf_counter() - t0)
         once = once_lengths(lo, hi)
         res["ran_once"] = len(once)
+        t1 = time.perf_counter()
         every_length_once(sess, once, inputs)   # the memory read below is after every size ran (or a spread)
-        res["rows"][row] = {t: time_grapec(sess, ls, inputs, a.backend, False) for t, ls in lengths.items()}
+        say(f"{row}: {len(once)} lengths run once in {time.perf_counter() - t1:.1f}s")
+        res["rows"][row] = {}
+        for t, ls in lengths.items():
+            t1 = time.perf_counter()
+            res["rows"][row][t] = time_grapec(sess, ls, inputs, a.backend, False)
+            say(f"{row}: traffic '{t}' in {time.perf_counter() - t1:.1f}s, mean {res['rows'][row][t]['mean_ms']:.2f} ms")
         if row.startswith("grapec range") and "own execs" not in row and not a.no_ideal:   # measured as the ideal is
             res["rows"][row + ", length medians"] = {t: length_medians(lambda n: sess, ls, inputs, a.backend)
                                                      for t, ls in lengths.items() if set(ls) <= set(singles)}
