@@ -15,7 +15,7 @@ most blocks), with:
       node's edges, enabled alone while it holds the step.
 A run then costs a 24-byte copy of the dims, those node settings where the variant changed, the inputs'
 copies and one launch. Every member's inputs and outputs come from the formulas (bundle/families.py
-member_io), computed once at load for the whole family.
+member_io: a table of numbers per buffer), computed once at load for the whole family.
 
 Which families: those of at least family_plan.FAMILY_EXEC_MIN members (GRAPEC_FAMILY_EXECS: "0" none, "all" every
 family that can run so, a number: families of at least that many); the others, and the stored sizes, take the
@@ -177,6 +177,8 @@ class FamilyExecs:
 
     # --- building ------------------------------------------------------------------------------------
     def build_all(self, progress=None, done: int = 0, total: int = 0):
+        for n in range(len(self.plans)):   # every member's I/O, here and not at a family's first request (0.3 s
+            self.io(n)                     # for Wav2Vec2's larger families)
         for i, (n, band) in enumerate(self.bands()):
             self._exec(n, band)
             if progress is not None:

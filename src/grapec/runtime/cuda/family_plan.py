@@ -138,14 +138,13 @@ class FamilyPlan:
         return family_record_program(self.family, self.sized)
 
     def io(self) -> dict:
-        """sizes_io of every member, in chunks."""
+        """sizes_io of every member, in chunks: {"inputs"|"outputs": [(name, BufferTable)]}."""
         out: dict = {}
         for lo in range(0, len(self.sizes), CHUNK):
             got = sizes_io(self.family, self.sizes[lo:lo + CHUNK])
             for side, rows in got.items():
-                have = out.setdefault(side, [(name, []) for name, _ in rows])
-                for (_, bufs), (_, more) in zip(have, rows):
-                    bufs.extend(more)
+                out[side] = rows if side not in out else \
+                    [(name, table.extended(more)) for (name, table), (_, more) in zip(out[side], rows)]
         return out
 
     @property
