@@ -81,6 +81,19 @@ class Family:
     # (runtime/cuda/family_exec.py). also_sizes: their sizes, n x dims
     also: list = field(default_factory=list)
     also_sizes: np.ndarray | None = None
+    _io: dict | None = field(default=None, repr=False, compare=False)   # io_rows(), once worked out
+
+    def io_rows(self) -> dict:
+        """{"inputs"|"outputs": [(name, slot of its buffer's index, its buffer's template row)]}: what sizes_io
+        reads of the plan's template, taken out of it once (the whole numbered template of a large plan is
+        10^5 Python objects: 8 ms a request, and pauses of the collector, where a bound run asked for it)."""
+        if self._io is None:
+            plan_t = numbered_template(self.plan.template)["plan"]
+            # a buffer's index is a number of the plan too, the same at every size of one template
+            index = lambda slot: int(self.plan.fit.numbers(self.sizes[:1], [slot])[0, 0])  # noqa: E731
+            self._io = {side: [(name, slot, plan_t["buffers"][index(slot)]) for name, slot in plan_t[side]]
+                        for side in ("inputs", "outputs")}
+        return self._io
 
     @property
     def all_sizes(self) -> np.ndarray:
@@ -170,13 +183,11 @@ class BufferTable:
 
 def sizes_io(family: Family, sizes: np.ndarray) -> dict:
     """member_io at these sizes (n x dims): {"inputs"|"outputs": [(name, BufferTable)]}."""
-    plan_t = numbered_template(family.plan.template)["plan"]
     out = {}
-    for side in ("inputs", "outputs"):
+    for side, entries in family.io_rows().items():
         rows = []
-        for name, index_slot in plan_t[side]:
-            index = int(family.plan.fit.numbers(sizes[:1], [index_slot])[0, 0])
-            bname, space, off, nbytes, dtype, shape, *pitch = plan_t["buffers"][index]
+        for name, _, row in entries:
+            bname, space, off, nbytes, dtype, shape, *pitch = row
             slots = [off, nbytes] + list(shape) + list(pitch)
             nums = np.asarray(family.plan.fit.numbers(sizes, slots), np.int64)
             rows.append((name, BufferTable(bname, space, dtype, len(shape), bool(pitch), nums)))
