@@ -102,6 +102,28 @@ def test_a_bound_output_of_a_family_size_is_checked_without_joining_its_plan(fp1
     assert shapes == {n: tuple(plan.buffers[b].shape) for n, b in plan.outputs}
 
 
+def test_output_shapes_of_family_sizes_parse_the_template_once_a_family(fp16_range, monkeypatch):
+    """A bound run asks for its size's output shapes; over a range each request is mostly a new size. The family's
+    I/O rows are taken out of its plan template once (Family.io_rows): parsing the whole template for each size
+    cost 8 ms a request on full Wav2Vec2 and woke the collector. Every size still gets its own shapes."""
+    import grapec
+    from grapec.bundle import families as fam
+    calls = []
+    real = fam.numbered_template
+    monkeypatch.setattr(fam, "numbered_template", lambda key: calls.append(key) or real(key))
+    docs = fp16_range.plans.docs
+    sess = grapec.load(fp16_range, backend="cpu")
+    family = docs.families[-1]
+    family._io = None
+    members = list(family.buckets[:: max(1, len(family.buckets) // 6)])
+    shapes = [sess._output_shapes(b) for b in members]
+    assert len(calls) == 1, len(calls)
+    for b, got in zip(members, shapes):
+        plan = fp16_range.plans[b]
+        assert got == {n: tuple(plan.buffers[i].shape) for n, i in plan.outputs}
+    assert len({tuple(map(tuple, g.values())) for g in shapes}) > 1   # (frames: two lengths may give one count)
+
+
 def test_the_compile_says_how_the_range_runs_on_the_gpu(fp16_range, monkeypatch):
     """The compile reports which sizes run from their family's formulas on the GPU and which join a plan each."""
     import re
