@@ -159,8 +159,8 @@ def member_io(family: Family, members: list) -> dict:
 class BufferTable:
     """One I/O buffer of many members: its numbers a row per member (offset, bytes, the shape's dims, the
     pitch where it has one), a Buffer made from its row when asked for (table[i]). Rows, not Buffer objects:
-    Wav2Vec2's 158401 sizes made about a million Python objects, and the collector's sweeps over them stalled
-    requests by 0.4 s (session 49, H200)."""
+    as objects, Wav2Vec2's 158401 sizes took about a million of them, 0.3 s to make for a large family (at its
+    first request, on an H200's host: session 49) and more for the collector to sweep after."""
     name: str
     space: str
     dtype: str
