@@ -34,7 +34,8 @@ each traffic (a graph captured per length costs about 0.1 s).
 Prints mean, p50 and p99 latency (ms) per row and traffic, the device memory each took (MiB), the
 ratios to the ideal, grapec's graph switches (runner.switches where the runner counts them) and the
 mean host time of a switch (runner.switch_us).
-Writes DIR/traffic.json and DIR/traffic.md. `--backend cpu` runs the grapec rows only, on the CPU
+A request slower than 100 ms is named as it happens (its length, its place in the traffic), and each traffic's
+time is said when it ends, so a run that stalls shows where. Writes DIR/traffic.json and DIR/traffic.md. `--backend cpu` runs the grapec rows only, on the CPU
 backend (a check that the script runs; its times say nothing about the GPU).
 """
 from __future__ import annotations
