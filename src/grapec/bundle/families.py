@@ -84,14 +84,14 @@ class Family:
     _io: dict | None = field(default=None, repr=False, compare=False)   # io_rows(), once worked out
 
     def io_rows(self) -> dict:
-        """{"inputs"|"outputs": [(name, slot of its buffer's index, its buffer's template row)]}: what sizes_io
+        """{"inputs"|"outputs": [(name, its buffer's template row)]}: what sizes_io
         reads of the plan's template, taken out of it once (the whole numbered template of a large plan is
         10^5 Python objects: 8 ms a request, and pauses of the collector, where a bound run asked for it)."""
         if self._io is None:
             plan_t = numbered_template(self.plan.template)["plan"]
             # a buffer's index is a number of the plan too, the same at every size of one template
             index = lambda slot: int(self.plan.fit.numbers(self.sizes[:1], [slot])[0, 0])  # noqa: E731
-            self._io = {side: [(name, slot, plan_t["buffers"][index(slot)]) for name, slot in plan_t[side]]
+            self._io = {side: [(name, plan_t["buffers"][index(slot)]) for name, slot in plan_t[side]]
                         for side in ("inputs", "outputs")}
         return self._io
 
@@ -186,7 +186,7 @@ def sizes_io(family: Family, sizes: np.ndarray) -> dict:
     out = {}
     for side, entries in family.io_rows().items():
         rows = []
-        for name, _, row in entries:
+        for name, row in entries:
             bname, space, off, nbytes, dtype, shape, *pitch = row
             slots = [off, nbytes] + list(shape) + list(pitch)
             nums = np.asarray(family.plan.fit.numbers(sizes, slots), np.int64)
