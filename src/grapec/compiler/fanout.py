@@ -10,6 +10,8 @@ rewrites into the bundle's.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import os
 import time
@@ -47,7 +49,7 @@ def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = 
     say(f"compiling {len(items) - len(results)} more buckets on {jobs} processes")
     seen: dict = {}
     try:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with _frozen_heap(), multiprocessing.get_context("fork").Pool(jobs) as pool:
             for packed in pool.imap(_worker, range(len(results), len(items)), chunksize=1):
                 merged = merge_result(packed, weights, kernels, _WORK["base"], seen)
                 results.append(_progress(merged, len(results) + 1, len(items), t0, say))
@@ -67,12 +69,25 @@ def map_forked(fn: Callable, items: list, jobs: int | None = None, chunk: int = 
     _FORKED.update(fn=fn, items=items, chunk=chunk)
     out: list = []
     try:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with _frozen_heap(), multiprocessing.get_context("fork").Pool(jobs) as pool:
             for part in pool.imap(_forked_chunk, range(0, len(items), chunk)):
                 out.extend(part)
     finally:
         _FORKED.clear()
     return out
+
+
+@contextlib.contextmanager
+def _frozen_heap():
+    """The objects alive at the fork kept out of the garbage collector's reach while the workers run. A
+    worker's full collection would otherwise walk every object the parent holds (a range's compiled
+    plans: millions of them), writing to each one's header and so copying every page it shares with the
+    parent (fork's copy-on-write), in every worker of every round."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _forked_chunk(lo: int) -> list:

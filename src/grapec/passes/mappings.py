@@ -18,7 +18,7 @@ from dataclasses import replace
 from ..cost.device import DeviceProfile
 from ..cost.model import price_mappings
 from ..codegen.attention import attention_tiling
-from ..codegen.launch import per_thread_for
+from ..codegen.launch import candidate_mappings, per_thread_for
 from ..ir.attention import AttentionKernel
 from ..ir.graph import Graph
 from ..ir.kernel import is_kernel_node
@@ -36,12 +36,13 @@ def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None
             node.attrs["kernel"] = replace(k, tiling=attention_tiling(k))   # that a plan names its function
         if not is_kernel_node(node):
             continue
-        priced = price_mappings(k, profile)
-        mapping = priced[0][0]
+        candidates = candidate_mappings(k)
         pinned = chosen.get(node.name) if chosen is not None else None
-        if pinned is not None and any(m == pinned[:2] for m, *_ in priced):
+        if pinned is not None and pinned[:2] in candidates:   # repeated, not priced again
             mapping = pinned[:2]
-        mapped = mapping if len(priced) > 1 else k.mapping
+        else:
+            mapping = price_mappings(k, profile)[0][0]
+        mapped = mapping if len(candidates) > 1 else k.mapping
         if mapping[0] == "element":
             per = pinned[2] if pinned is not None and pinned[:2] == mapping and len(pinned) > 2 \
                 else per_thread_for(k.size)
