@@ -49,7 +49,7 @@ def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = 
     say(f"compiling {len(items) - len(results)} more buckets on {jobs} processes")
     seen: dict = {}
     try:
-        with _frozen_heap(), multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with frozen_heap(), multiprocessing.get_context("fork").Pool(jobs) as pool:
             for packed in pool.imap(_worker, range(len(results), len(items)), chunksize=1):
                 merged = merge_result(packed, weights, kernels, _WORK["base"], seen)
                 results.append(_progress(merged, len(results) + 1, len(items), t0, say))
@@ -69,7 +69,7 @@ def map_forked(fn: Callable, items: list, jobs: int | None = None, chunk: int = 
     _FORKED.update(fn=fn, items=items, chunk=chunk)
     out: list = []
     try:
-        with _frozen_heap(), multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with frozen_heap(), multiprocessing.get_context("fork").Pool(jobs) as pool:
             for part in pool.imap(_forked_chunk, range(0, len(items), chunk)):
                 out.extend(part)
     finally:
@@ -77,17 +77,24 @@ def map_forked(fn: Callable, items: list, jobs: int | None = None, chunk: int = 
     return out
 
 
+_FROZEN = [0]   # frozen_heap's depth: the outermost one thaws
+
+
 @contextlib.contextmanager
-def _frozen_heap():
-    """The objects alive at the fork kept out of the garbage collector's reach while the workers run. A
-    worker's full collection would otherwise walk every object the parent holds (a range's compiled
-    plans: millions of them), writing to each one's header and so copying every page it shares with the
-    parent (fork's copy-on-write), in every worker of every round."""
+def frozen_heap():
+    """The objects alive now (and at each nested entry) kept out of the garbage collector's reach until the
+    outermost exit. A forked worker's full collection would otherwise walk every object the parent holds
+    (a range's compiled plans: millions of them), writing to each one's header and so copying every page
+    it shares with the parent (fork's copy-on-write), in every worker of every round; and the parent's
+    own, between rounds, walked them all again (compile_range holds one around its rounds)."""
+    _FROZEN[0] += 1
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        _FROZEN[0] -= 1
+        if not _FROZEN[0]:
+            gc.unfreeze()
 
 
 def _forked_chunk(lo: int) -> list:

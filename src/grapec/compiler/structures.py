@@ -45,7 +45,7 @@ from ..bundle.templates import JoinText, split
 from ..errors import BundleError
 from ..plan import KernelStep, LibraryStep, Plan, walk_steps
 from .boxes import Box, coincident, initial_boxes, likes, probe
-from .fanout import map_buckets
+from .fanout import frozen_heap, map_buckets
 from .families import REPORT_ONLY, bucket_document, buffer_needs, form_family
 from .formulas import fit_numbers, spans
 from .shared_layout import buffer_bytes, fits_slot, layout_misfit, widened
@@ -274,6 +274,12 @@ def compile_range(compile_one: Callable, sizes: list, shapes_of: Callable, weigh
     bucket order, RangeCompile: report.families holds the rest). The plans come back at their
     structure's arena layout (shared_layout.py). floors: the model's floors of the dims (floor_dims.py),
     variables of every formula beside the dims."""
+    with frozen_heap():   # its compiled plans, millions of objects, kept from every collection until it ends
+        return _compile_sampled(compile_one, sizes, shapes_of, weights, kernels, jobs, say, derived_result, as_formulas,
+                              floors)
+
+
+def _compile_sampled(compile_one, sizes, shapes_of, weights, kernels, jobs, say, derived_result, as_formulas, floors):
     ranges = [(min(s[d] for s in sizes), max(s[d] for s in sizes)) for d in range(len(sizes[0]))]
     done = _Compiles(compile_one, shapes_of, {s: i for i, s in enumerate(sizes)}, weights, kernels, jobs, say,
                      floors)
