@@ -304,6 +304,23 @@ def test_kernels_rendered_over_processes_give_the_same_module():
     assert [la.to_json() for la in forked.launches] == [la.to_json() for la in here.launches]
 
 
+def test_the_objects_of_a_range_compile_stay_frozen_only_while_it_runs():
+    """compiler/fanout.py frozen_heap keeps the objects alive at its entry out of every garbage collection
+    (a forked worker's would copy every page it shares with the parent) until the outermost one exits: a
+    range compile holds one around its rounds, and each round's fork takes one of its own, which must not
+    thaw the range's."""
+    import gc
+    from grapec.compiler.fanout import frozen_heap, map_forked
+    assert gc.get_freeze_count() == 0
+    with frozen_heap():
+        outer = gc.get_freeze_count()
+        assert outer > 0
+        xs = list(range(-2000, 2000))
+        assert map_forked(abs, xs, jobs=2, chunk=512) == [abs(x) for x in xs]
+        assert gc.get_freeze_count() >= outer
+    assert gc.get_freeze_count() == 0
+
+
 def helper_init(m, name):
     from onnx import numpy_helper
     return next(numpy_helper.to_array(t) for t in m.graph.initializer if t.name == name)
