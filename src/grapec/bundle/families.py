@@ -176,9 +176,12 @@ class BufferTable:
         return Buffer(self.name, self.space, r[0], r[1], self.dtype, tuple(r[2:2 + self.ndim]),
                       r[-1] if self.pitched else 0)
 
-    def extended(self, more: "BufferTable") -> "BufferTable":
-        return BufferTable(self.name, self.space, self.dtype, self.ndim, self.pitched,
-                           np.concatenate([self.numbers, more.numbers]))
+    @staticmethod
+    def joined(parts: list) -> "BufferTable":
+        """One buffer's tables of consecutive member chunks as one table."""
+        first = parts[0]
+        return BufferTable(first.name, first.space, first.dtype, first.ndim, first.pitched,
+                           np.concatenate([p.numbers for p in parts]))
 
 
 def sizes_io(family: Family, sizes: np.ndarray) -> dict:

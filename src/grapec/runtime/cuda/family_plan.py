@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...bundle.families import numbered_template, sizes_io
+from ...bundle.families import BufferTable, numbered_template, sizes_io
 from .shared_exec import bands_of, family_blocks
 from .size_record import family_kernels, family_launch_slots, family_record_program
 
@@ -139,13 +139,9 @@ class FamilyPlan:
 
     def io(self) -> dict:
         """sizes_io of every member, in chunks: {"inputs"|"outputs": [(name, BufferTable)]}."""
-        out: dict = {}
-        for lo in range(0, len(self.sizes), CHUNK):
-            got = sizes_io(self.family, self.sizes[lo:lo + CHUNK])
-            for side, rows in got.items():
-                out[side] = rows if side not in out else \
-                    [(name, table.extended(more)) for (name, table), (_, more) in zip(out[side], rows)]
-        return out
+        chunks = [sizes_io(self.family, self.sizes[lo:lo + CHUNK]) for lo in range(0, len(self.sizes), CHUNK)]
+        return {side: [(name, BufferTable.joined([c[side][j][1] for c in chunks]))
+                       for j, (name, _) in enumerate(rows)] for side, rows in chunks[0].items()}
 
     @property
     def sizes(self) -> np.ndarray:
