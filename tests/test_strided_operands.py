@@ -104,3 +104,83 @@ def test_gemm_with_odd_rows_against_an_input_writes_through_an_output_view():
     assert mm.attrs["views"]["out"] == [0, 8 * 260, 260, [1, 8, 257]]
     got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cpu").run(feeds)["z"]
     assert rel_err(got, ort_run(m, feeds)["z"]) < 1e-5
+
+
+def _evaluated(kernel, shape):
+    """The copy's strides as every element's offset says (the evaluation copy_strides falls back to)."""
+    from grapec.passes import strided_operands as so
+    return so._copy_strides.__wrapped__(kernel.body, tuple(kernel.shape), tuple(kernel.inputs[0][0]), tuple(shape))
+
+
+def _reshapes(shape, rng):
+    """shape itself, its axes merged pairwise, a split of its last axis, and all merged into two."""
+    out = [tuple(shape)]
+    for a in range(len(shape) - 1):
+        out.append(tuple(shape[:a]) + (shape[a] * shape[a + 1],) + tuple(shape[a + 2:]))
+    last = shape[-1]
+    div = [d for d in range(2, last) if last % d == 0]
+    if div:
+        d = int(rng.choice(div))
+        out.append(tuple(shape[:-1]) + (last // d, d))
+    out.append((int(np.prod(shape[:2])), int(np.prod(shape[2:]))))
+    return out
+
+
+def test_affine_copies_get_the_strides_that_evaluating_every_element_finds():
+    """A copy whose index has no div or mod is fitted from its index (no element evaluated): the strides,
+    and None where a reshape makes it non-affine, must be what evaluating every offset gives."""
+    from grapec.ir import kernel as K
+    from grapec.passes import strided_operands as so
+    rng = np.random.default_rng(7)
+    decided = 0
+    for _ in range(80):
+        rank = int(rng.integers(2, 5))
+        in_shape = tuple(int(d) for d in rng.choice([1, 2, 3, 4, 6], rank))
+        perm = [int(p) for p in rng.permutation(rank)]
+        out_shape = tuple(in_shape[p] for p in perm)
+        index = []
+        for a in range(rank):   # in axis a read at out axis perm.index(a), scaled or shifted now and then
+            i = K.idx(perm.index(a))
+            kind = int(rng.integers(0, 4))
+            index.append(i * 2 if kind == 1 else i + 3 if kind == 2 else 1 + i - 1 if kind == 3 else i)
+        kernel = K.Kernel(out_shape, "float32", K.load(0, tuple(index), "float32"), ((in_shape, "float32"),))
+        read = so._affine(kernel.body, in_shape)
+        assert read is not None
+        for shape in _reshapes(out_shape, rng):
+            want = _evaluated(kernel, shape)
+            got = so._reshaped(out_shape, read, shape)
+            if got is not so._UNDECIDED:
+                decided += 1
+                assert got == want, (in_shape, perm, shape)
+            assert so.copy_strides(kernel, shape) == want
+    assert decided > 250
+
+
+def test_a_copy_past_the_evaluation_limit_is_fitted_from_its_index():
+    """A head split of 25 million elements (GPT-2 batch 64 x seq 512) evaluated no offset table, so it kept
+    its copy; fitted from its index it becomes a view, and a merge that is not affine stays refused."""
+    from grapec.ir import kernel as K
+    from grapec.passes.strided_operands import MAX_FIT_ELEMENTS, copy_strides
+    b, s, h, d = 64, 512, 12, 64
+    assert b * s * h * d > MAX_FIT_ELEMENTS
+    i0, i1, i2, i3 = (K.idx(a) for a in range(4))
+    split = K.Kernel((b, h, s, d), "float16", K.load(0, (i0, i2, i1 * d + i3), "float16"), (((b, s, 3 * h * d), "float16"),))
+    assert copy_strides(split) == (0, (s * 3 * h * d, d, 3 * h * d, 1))
+    merge = K.Kernel((b, s, h, d), "float16", K.load(0, (i0, i2, i1, i3), "float16"), (((b, h, s, d), "float16"),))
+    assert copy_strides(merge, (b * s, h * d)) is None
+
+
+def test_a_head_split_read_from_a_fused_projection_fits_from_its_index():
+    """GPT-2's Q/K/V copies: a slice of the [b, s, 3 * heads * d] projection, split into heads, with a
+    constant offset; the index-fitted answer equals the evaluated one, also as the GEMM's merged view."""
+    from grapec.ir import kernel as K
+    from grapec.passes.strided_operands import copy_strides
+    b, s, h, d = 3, 5, 4, 8
+    i0, i1, i2, i3 = (K.idx(a) for a in range(4))
+    for part in range(3):
+        body = K.load(0, (i0, i2, i1 * d + i3 + part * h * d), "float16")
+        kernel = K.Kernel((b, h, s, d), "float16", body, (((b, s, 3 * h * d), "float16"),))
+        for shape in [(b, h, s, d), (b * h, s, d), (b, h * s, d), (b, h, s * d)]:
+            want = _evaluated(kernel, shape)
+            assert copy_strides(kernel, shape) == want, (part, shape)
+    assert copy_strides(kernel)[1] == (s * 3 * h * d, d, 3 * h * d, 1)

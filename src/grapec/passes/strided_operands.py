@@ -92,11 +92,93 @@ def copy_strides(kernel: K.Kernel, shape=None):
     div/mod (a reshape's unravelling) counts as affine wherever it is. Each copy is evaluated once: a
     transformer's layers repeat the same few (GPT-2 at batch 41 x seq 131: 98 copies of 4 million
     elements, a second of its compile, 8 of them distinct)."""
-    if not is_gather(kernel) or len(kernel.inputs) != 1 or kernel.body.dtype != kernel.dtype \
-            or not 0 < kernel.size <= MAX_FIT_ELEMENTS:
+    if not is_gather(kernel) or len(kernel.inputs) != 1 or kernel.body.dtype != kernel.dtype or kernel.size <= 0:
         return None
-    return _copy_strides(kernel.body, tuple(kernel.shape), tuple(kernel.inputs[0][0]),
-                         tuple(kernel.shape if shape is None else shape))
+    out_shape, in_shape = tuple(kernel.shape), tuple(kernel.inputs[0][0])
+    shape = out_shape if shape is None else tuple(shape)
+    read = _affine(kernel.body, in_shape)
+    if read is not None:
+        found = _reshaped(out_shape, read, shape)
+        if found is not _UNDECIDED:
+            return found
+    if kernel.size > MAX_FIT_ELEMENTS:
+        return None
+    return _copy_strides(kernel.body, out_shape, in_shape, shape)
+
+
+_UNDECIDED = object()
+
+
+def _affine(load: K.Expr, in_shape: tuple):
+    """The flat source offset of a load whose index is written without div or mod (a head split, a
+    transpose: what GPT-2's copies are) -> (offset, {output axis: stride}); None where it is not so
+    written. Exact: the index is int64 sums of constants and constant multiples of the coordinates."""
+    def terms(e):
+        if e.dtype != "int64":
+            return None
+        if e.op == "const":
+            return int(e.value), {}
+        if e.op == "idx":
+            return 0, {e.args[0]: 1}
+        if e.op in ("add", "sub", "mul"):
+            a, b = terms(e.args[0]), terms(e.args[1])
+            if a is None or b is None:
+                return None
+            if e.op == "mul":
+                if a[1] and b[1]:
+                    return None   # a product of two coordinates
+                (c, k), v = (a, b[0]) if not b[1] else (b, a[0])
+                return c * v, {ax: m * v for ax, m in k.items()}
+            sign = 1 if e.op == "add" else -1
+            coef = dict(a[1])
+            for ax, m in b[1].items():
+                coef[ax] = coef.get(ax, 0) + sign * m
+            return a[0] + sign * b[0], coef
+        return None
+    offset, coef = 0, {}
+    for comp, st in zip(load.args[1], _row_major(in_shape)):
+        t = terms(comp)
+        if t is None:
+            return None
+        offset += t[0] * st
+        for ax, m in t[1].items():
+            coef[ax] = coef.get(ax, 0) + m * st
+    return offset, coef
+
+
+def _reshaped(out_shape: tuple, read: tuple, shape: tuple):
+    """An affine read over the copy's output coordinates, seen in `shape` (a reshape of them) ->
+    (offset, stride per axis of shape), None where it is not affine in shape's coordinates, or
+    _UNDECIDED (left to the evaluation). Axes are grouped as a reshape groups them (equal products,
+    axes of 1 aside); a group whose output axes are not nested strides (stride = next stride x next
+    size) is affine in shape's coordinates only if it is split, not merged: merged into one axis it
+    is not (its step at a wrap differs from its step inside), and merged into several is left to
+    the evaluation."""
+    offset, coef = read
+    if math.prod(out_shape) != math.prod(shape):
+        return _UNDECIDED
+    strides = {a: coef.get(a, 0) for a, d in enumerate(out_shape) if d > 1}
+    src = [a for a, d in enumerate(out_shape) if d > 1]
+    dst = [a for a, d in enumerate(shape) if d > 1]
+    out = [0] * len(shape)
+    i = j = 0
+    while i < len(src) or j < len(dst):
+        group, into = [src[i]], [dst[j]]
+        p, q = out_shape[src[i]], shape[dst[j]]
+        i, j = i + 1, j + 1
+        while p != q:
+            if p < q:
+                group.append(src[i]); p *= out_shape[src[i]]; i += 1
+            else:
+                into.append(dst[j]); q *= shape[dst[j]]; j += 1
+        nested = all(strides[a] == strides[b] * out_shape[b] for a, b in zip(group, group[1:]))
+        if not nested:
+            return None if len(into) == 1 else _UNDECIDED
+        step = strides[group[-1]]
+        for b in reversed(into):
+            out[b] = step
+            step *= shape[b]
+    return offset, tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
