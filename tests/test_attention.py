@@ -275,3 +275,55 @@ def test_index_maps_evaluated_at_points_equal_folding_and_the_whole_table():
     # a gather that reads one element twice is no permutation either way
     twice = K.Kernel((2, 3), "float16", K.load(0, (K.const(0, "int64"), K.idx(1)), "float16"), (((2, 3), "float16"),))
     assert _inverse_permutation(_reads_at(twice), twice.shape) is None and _inverse_table(twice, twice.size) is None
+
+
+def test_a_size_takes_its_structures_attention_tiling_only_where_priced_close():
+    """A range's size repeating its launch structure's choices (passes/mappings.py _tiling) takes the
+    structure's attention tiling where it differs only in warps per block and key tile and the cost model
+    prices it within PINNED_TILING_WITHIN of the size's own; a tiling with key slices, on either side, never."""
+    from dataclasses import replace
+    from grapec.codegen.attention import attention_tiling
+    from grapec.cost.device import load_profile
+    from grapec.cost.model import estimate
+    from grapec.cost.work import attention_work
+    from grapec.passes.mappings import PINNED_TILING_WITHIN, _tiling
+    bundle, _ = compile_case("gpt2-s128-causal-key-slices", targets=[])
+    (k0,) = attention_kernels(bundle)
+    profile = load_profile("h100")
+    at = lambda b, s: replace(k0, batch=(b, 12), seq_q=s, seq_k=s, tiling=())   # noqa: E731
+    top = attention_tiling(at(64, 512))
+    assert top[:2] == (4, 1)
+    taken = refused = 0
+    for b in range(1, 65, 3):
+        for s in (1, 7, 40, 65, 100, 200, 300, 511):
+            k = at(b, s)
+            own, got = attention_tiling(k), _tiling(k, top, profile)
+            assert got in (own, top)
+            if own[1] > 1:
+                assert got == own, (b, s)   # key slices: never the structure's
+            if got != own:
+                taken += 1
+                price = lambda t: estimate(attention_work(replace(k, tiling=t)), profile).us   # noqa: E731
+                assert price(got) <= PINNED_TILING_WITHIN * price(own)
+            elif own != top:
+                refused += 1
+    assert taken >= 10 and refused >= 10, (taken, refused)
+    sliced = attention_tiling(at(1, 128))
+    assert sliced[1] > 1 and _tiling(at(64, 512), sliced, profile) == top   # a sliced tiling is not pinned either
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiling,case", [((4, 1, 64), "head-dim-80"), ((4, 1, 64), "plain-odd-sizes"),
+                                         ((2, 1, 64), "causal-two-tiles"), ((4, 1, 64), "additive-padding")])
+def test_an_attention_kernel_runs_right_with_a_larger_sizes_tiling_on_gpu(tiling, case, monkeypatch):
+    """A size of a range may run its launch structure's tiling, chosen for its largest size: more warps
+    per block than its query tiles fill, a key tile past all of its keys. Against float64 and the CPU."""
+    from grapec.passes import mappings
+    monkeypatch.setattr(mappings, "attention_tiling", lambda k: tiling)
+    b, h, s, t, d, dv, mask = CASES[case]
+    bundle, feeds = compile_case(case, targets=["sm_90"])
+    assert [k.tiling for k in attention_kernels(bundle)] == [tiling]
+    got = grapec.load(bundle, backend="cuda").run(feeds)["y"]
+    cpu = grapec.load(bundle, backend="cpu").run(feeds)["y"]
+    assert_close(got, reference(feeds, mask, s, t, d), f"{case} at tiling {tiling} (cuda vs float64)")
+    assert rel_err(got, cpu) < 2e-3

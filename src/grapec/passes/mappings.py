@@ -16,12 +16,33 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..cost.device import DeviceProfile
-from ..cost.model import price_mappings
+from ..cost.model import estimate, price_mappings
+from ..cost.work import attention_work
 from ..codegen.attention import attention_tiling
 from ..codegen.launch import candidate_mappings, per_thread_for
 from ..ir.attention import AttentionKernel
 from ..ir.graph import Graph
 from ..ir.kernel import is_kernel_node
+
+
+TILING = "attention tiling"   # `chosen`'s key for an attention kernel's tiling: (TILING, node name)
+# A size repeating its launch structure's choices takes the structure's attention tiling where the cost
+# model prices it within this factor of the size's own. The tiling's warps per block follow the grid's
+# fill of the SMs (heads x query tiles: a hyperbola in batch x seq), so a range of batch x seq that took
+# each size's own was cut along those curves (GPT-2 batch 1:64 x seq 1:512: 78 launch structures, 66 with this).
+PINNED_TILING_WITHIN = 1.10
+
+
+def _tiling(k: AttentionKernel, pinned, profile: DeviceProfile) -> tuple:
+    """The attention kernel's tiling: its own by its sizes (codegen/attention.py attention_tiling), or
+    the pinned one where that differs only in warps per block and key tile (no key slices on either
+    side: a slice of a shorter key range could be left with no keys) and is priced within
+    PINNED_TILING_WITHIN of its own."""
+    own = attention_tiling(k)
+    if pinned is None or tuple(pinned) == own or pinned[1] != 1 or own[1] != 1:
+        return own
+    cost = lambda t: estimate(attention_work(replace(k, tiling=t)), profile).us   # noqa: E731
+    return tuple(pinned) if cost(tuple(pinned)) <= PINNED_TILING_WITHIN * cost(own) else own
 
 
 def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None) -> Graph:
@@ -33,7 +54,11 @@ def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None
     for node in g.nodes:
         k = node.attrs.get("kernel") if node.op == "Kernel" else None
         if isinstance(k, AttentionKernel) and not k.tiling:   # its own launch, by its sizes: recorded, so
-            node.attrs["kernel"] = replace(k, tiling=attention_tiling(k))   # that a plan names its function
+            key = (TILING, node.name)                            # that a plan names its function
+            tiling = _tiling(k, chosen.get(key) if chosen is not None else None, profile)
+            if chosen is not None:
+                chosen[key] = tiling
+            node.attrs["kernel"] = replace(k, tiling=tiling)
         if not is_kernel_node(node):
             continue
         candidates = candidate_mappings(k)
