@@ -87,11 +87,12 @@ def strided_operands(g: Graph) -> Graph:
 def copy_strides(kernel: K.Kernel, shape=None):
     """A kernel that copies elements of its one input, seen in `shape` (a reshape of its output,
     through View nodes) -> (offset, flat input stride per axis of shape), or None when the copy is
-    not affine in those coordinates. Found numerically: the source offset of every element is
-    evaluated and checked against offset + sum(stride * coordinate), so index math written with
-    div/mod (a reshape's unravelling) counts as affine wherever it is. Each copy is evaluated once: a
-    transformer's layers repeat the same few (GPT-2 at batch 41 x seq 131: 98 copies of 4 million
-    elements, a second of its compile, 8 of them distinct)."""
+    not affine in those coordinates. An index written without div or mod (a head split, a transpose)
+    is fitted from the index itself (_affine, _reshaped), exactly and at any size. Otherwise it is
+    found numerically, up to MAX_FIT_ELEMENTS: the source offset of every element is evaluated and
+    checked against offset + sum(stride * coordinate), so index math written with div/mod (a
+    reshape's unravelling) counts as affine wherever it is; each such copy is evaluated once a
+    compile (_copy_strides' cache: a transformer's layers repeat the same few)."""
     if not is_gather(kernel) or len(kernel.inputs) != 1 or kernel.body.dtype != kernel.dtype or kernel.size <= 0:
         return None
     out_shape, in_shape = tuple(kernel.shape), tuple(kernel.inputs[0][0])
@@ -168,9 +169,11 @@ def _reshaped(out_shape: tuple, read: tuple, shape: tuple):
         i, j = i + 1, j + 1
         while p != q:
             if p < q:
-                group.append(src[i]); p *= out_shape[src[i]]; i += 1
+                group.append(src[i])
+                p, i = p * out_shape[src[i]], i + 1
             else:
-                into.append(dst[j]); q *= shape[dst[j]]; j += 1
+                into.append(dst[j])
+                q, j = q * shape[dst[j]], j + 1
         nested = all(strides[a] == strides[b] * out_shape[b] for a, b in zip(group, group[1:]))
         if not nested:
             return None if len(into) == 1 else _UNDECIDED
