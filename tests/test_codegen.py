@@ -350,3 +350,25 @@ def test_numbered_names_never_take_a_prelude_type_name():
     names = [r.fresh(p) for _ in range(40) for p in ("f", "i", "bf")]
     assert not RESERVED_NAMES & set(names)
     assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_each_compiled_bucket_is_handed_over_as_it_comes_in(jobs):
+    """compiler/fanout.py map_buckets calls `each(i, result)` for every item, in order, as its result comes
+    in (a range compile makes each size's document then, while the workers go on), with the result it
+    returns; in the parent process, so what `each` records stays."""
+    import os
+    from types import SimpleNamespace
+    from grapec.compiler.fanout import map_buckets
+    from grapec.passes.build_plan import KernelStore, WeightStore
+    from grapec.plan import Plan
+
+    def compile_one(item, weights, kernels):
+        return SimpleNamespace(plan=Plan([], [], [], [], 0), item=item, pid=os.getpid())
+    seen = []
+    items = [f"size{k}" for k in range(9)]
+    out = map_buckets(compile_one, items, WeightStore(), KernelStore(), jobs,
+                      each=lambda i, r: seen.append((i, r.item, os.getpid())))
+    assert [r.item for r in out] == items
+    assert seen == [(i, it, os.getpid()) for i, it in enumerate(items)]
+    assert (len({r.pid for r in out}) > 1) == (jobs > 1)   # the workers compiled them, here handed over

@@ -33,18 +33,26 @@ def default_jobs(n_items: int) -> int:
 
 
 def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = None,
-                say: Callable = lambda m: None) -> list:
+                say: Callable = lambda m: None, each: Callable = lambda i, result: None) -> list:
     """[fn(item, weights, kernels) for item in items], in order, over `jobs` processes. fn returns an
-    object with a `plan` attribute whose weight offsets and kernel indices point into the stores."""
+    object with a `plan` attribute whose weight offsets and kernel indices point into the stores.
+    each(i, result) is called here as each result comes in (merged into the stores), while the workers
+    go on with the rest."""
     if not items:
         return []
     jobs = default_jobs(len(items)) if jobs is None else jobs
     t0 = time.perf_counter()
     if jobs <= 1 or len(items) == 1:
-        return [_progress(fn(it, weights, kernels), i + 1, len(items), t0, say) for i, it in enumerate(items)]
+        results = []
+        for i, it in enumerate(items):
+            results.append(_progress(fn(it, weights, kernels), i + 1, len(items), t0, say))
+            each(i, results[-1])
+        return results
     # the first compiled here where the stores are empty: the workers then inherit the model's weights
     # (else each would send them all back); later calls (a range's rounds) fork at once
     results = [fn(items[0], weights, kernels)] if weights.size == 0 else []
+    if results:
+        each(0, results[0])
     _WORK.update(fn=fn, items=items, weights=weights, kernels=kernels, base=(weights.size, len(kernels.kernels)))
     say(f"compiling {len(items) - len(results)} more buckets on {jobs} processes")
     seen: dict = {}
@@ -53,6 +61,7 @@ def map_buckets(fn: Callable, items: list, weights, kernels, jobs: int | None = 
             for packed in pool.imap(_worker, range(len(results), len(items)), chunksize=1):
                 merged = merge_result(packed, weights, kernels, _WORK["base"], seen)
                 results.append(_progress(merged, len(results) + 1, len(items), t0, say))
+                each(len(results) - 1, merged)
     finally:
         _WORK.clear()
     return results

@@ -189,10 +189,11 @@ class _Compiles:
         def one(s, w, k):
             rep = self.results.get(like.get(s))
             return self.compile_one(self.shapes_of(s), w, k, rep.choices if rep is not None else None)
+        def arrived(i, r):   # its document made while the workers compile the rest
+            self.results[todo[i]] = r
+            self.docs[todo[i]] = _document(r.plan, self.kernels.kernels)
         t = time.perf_counter()
-        for s, r in zip(todo, map_buckets(one, todo, self.weights, self.kernels, self.jobs)):
-            self.results[s] = r
-            self.docs[s] = _document(r.plan, self.kernels.kernels)
+        map_buckets(one, todo, self.weights, self.kernels, self.jobs, each=arrived)
         tally = self.phases.setdefault(self.phase, [0, 0.0])
         tally[0] += len(todo)
         tally[1] += time.perf_counter() - t
