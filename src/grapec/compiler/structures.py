@@ -186,9 +186,12 @@ class _Compiles:
             return
         like = like or {}
 
+        reps = {s: self.results.get(like.get(s)) for s in todo}   # as they were before this batch (arrived fills in)
+
         def one(s, w, k):
-            rep = self.results.get(like.get(s))
+            rep = reps[s]
             return self.compile_one(self.shapes_of(s), w, k, rep.choices if rep is not None else None)
+
         def arrived(i, r):   # its document made while the workers compile the rest
             self.results[todo[i]] = r
             self.docs[todo[i]] = _document(r.plan, self.kernels.kernels)
