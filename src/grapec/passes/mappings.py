@@ -46,7 +46,8 @@ def _tiling(k: AttentionKernel, pinned, profile: DeviceProfile) -> tuple:
 
 
 def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None) -> Graph:
-    """chosen: kernel node name -> mapping, filled in as the mappings are picked; a name already in it
+    """chosen: kernel node name -> mapping, and (TILING, node name) -> a fused attention kernel's tiling
+    (_tiling), filled in as they are picked; a name already in it
     keeps that mapping where it is one of the kernel's (a size of a range taking its launch
     structure's choices: compiler/structures.py). There an element-mode mapping also records the
     elements a thread computes, which a kernel's size picks (codegen/launch.py): a smaller size takes
