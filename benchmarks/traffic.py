@@ -412,10 +412,44 @@ def every_length_once(sess, lengths: list, inputs: list):
                       file=sys.stderr, flush=True)
 
 
+def check_against_onnxruntime(sess, path: str, lo: int, hi: int, k: int, inputs: list, precision: str, say) -> list:
+    """k lengths drawn at random over the range (in the order drawn), each run through the session and
+    through onnxruntime (CPU, float32) on the same fresh inputs, every output judged by `grapec check`'s
+    measure (compiler/accuracy.py: ||out-ref||/||ref|| in half, allclose in float32)."""
+    import onnxruntime as ort
+    from grapec.compiler.accuracy import check_limits, compare
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(33)
+    atol, rtol, limit = check_limits(precision)
+    out = []
+    for n in (int(x) for x in rng.integers(lo, hi + 1, k)):
+        feeds = feeds_for(n, inputs, rng)
+        got = sess.run(feeds)
+        want = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, feeds)))
+        for name, w in want.items():
+            c = compare(name, np.asarray(got[name], np.float32), np.asarray(w, np.float32), atol, rtol, limit,
+                        elementwise=limit is None)
+            out.append({"length": n, "output": name, "rel_l2": c.rel, "max_abs": c.max_abs, "ok": bool(c.ok),
+                        "allclose_5e-2": bool(np.allclose(got[name], w, atol=5e-2, rtol=5e-2))})
+        say(f"check: length {n}: " + ", ".join(f"{c['output']} rel L2 {c['rel_l2']:.2e} max abs {c['max_abs']:.2e}"
+                                               f"{'' if c['ok'] else ' FAILS'}" for c in out[-len(want):]))
+    return out
+
+
 def memory_limit_mib(bundle) -> float:
     """Issue 33's bound on a range bundle's device memory: its weights + 1.2 x the largest arena + 64 MiB."""
     # the manifest's arena sizes: joining every size's plan to read it took over 8 minutes for Wav2Vec2's 158401
     return (bundle.weights_nbytes + 1.2 * bundle.largest_arena()) / MIB + 64
+
+
+def _checks_line(checks: list) -> str:
+    lengths = sorted({c["length"] for c in checks})
+    bad = [c for c in checks if not c["ok"]]
+    return (f" Against onnxruntime (CPU, float32) at {len(lengths)} random lengths: rel L2 "
+            f"{min(c['rel_l2'] for c in checks):.2e}..{max(c['rel_l2'] for c in checks):.2e}, max abs up to "
+            f"{max(c['max_abs'] for c in checks):.2e}, allclose(5e-2) at {sum(c['allclose_5e-2'] for c in checks)} of "
+            f"{len(checks)} outputs; " + ("every output passes check's measure." if not bad else
+                                          f"FAILS at {sorted({c['length'] for c in bad})}."))
 
 
 def table(res: dict) -> list:
@@ -426,7 +460,10 @@ def table(res: dict) -> list:
              f"grapec's memory limit (weights + 1.2 x the largest arena + 64 MiB): {res.get('memory_limit_mib', 0):.0f} MiB, "
              f"read after {res.get('ran_once', 'every')} lengths ran once."
              + (f" The PyTorch rows timed the first {res['peer_requests']} requests of each traffic."
-                if res.get("peer_requests") else ""),
+                if res.get("peer_requests") else "")
+             + (_checks_line(res["checks"]) if res.get("checks") else "")
+             + (f" Outputs of at least 1 MiB copied into {res['host_blocks']} page-locked block(s), "
+                f"{res['host_pageable']} into pageable arrays (the pool full)." if "host_blocks" in res else ""),
              "", "| row | traffic | mean ms | p50 ms | p99 ms | mean / ideal | p99 / ideal | memory MiB |",
              "|---|---|---|---|---|---|---|---|"]
     for row, per in res["rows"].items():
@@ -477,6 +514,9 @@ def main():
                     help="the padded peer's multiple (default 64 tokens, or 1600 samples for wav2vec2)")
     ap.add_argument("--peer-requests", type=int, default=None, metavar="N",
                     help="time the PyTorch peers on the first N requests of each traffic (default: all)")
+    ap.add_argument("--check", type=int, default=0, metavar="K",
+                    help="also run K random lengths through the range bundle and onnxruntime (CPU, float32) and "
+                         "compare every output (after the first row's timings, so they do not disturb them)")
     ap.add_argument("--median", type=int, default=None,
                     help=f"the log-normal traffic's median length (default {LOGNORMAL_MEDIAN} tokens, "
                          f"{LOGNORMAL_MEDIAN_SAMPLES} for the samples of wav2vec2)")
@@ -544,7 +584,13 @@ def main():
         used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
         for st in res["rows"][row].values():
             st["memory_mib"] = used
+        if a.check and row == variants[0][0]:
+            res["checks"] = check_against_onnxruntime(sess, path, lo, hi, a.check, inputs, a.precision, say)
+            save(res, a.out)
         if a.backend == "cuda":
+            pool = getattr(sess._runner, "host_arrays", None)
+            if pool is not None:
+                res["host_blocks"], res["host_pageable"] = pool.allocated, pool.pageable
             res["rows"][row + " bound"] = {t: time_grapec(sess, ls, inputs, a.backend, True) for t, ls in lengths.items()}
             res.setdefault("switches", {})[row] = dict(getattr(sess._runner, "switches", {}))
             res.setdefault("switch_us", {})[row] = sess._runner.switch_us

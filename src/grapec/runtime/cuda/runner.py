@@ -36,7 +36,7 @@ from .binding import ZeroCopy
 from .driver import call, copy_rows_async
 from .graph import GraphBuilder, edge_counts
 from .model import CudaModel
-from . import shared_exec, watcher
+from . import host_arrays, shared_exec, watcher
 from .device_array import DeviceArray
 from .family_exec import FamilyExecs
 
@@ -107,6 +107,7 @@ class CudaPlanRunner:
         self.blas = None
         self.dnn = None
         from .blas import Workspaces
+        self.host_arrays = host_arrays.for_device(self.dev)   # outputs copied into page-locked memory
         self.workspaces = Workspaces(self.dev)   # this lane's: GEMMs of two lanes may run at once
         self._graphs: dict = {}
         self._counters: dict = {}   # (bucket, first step) -> device pointer of a stitch's barrier counter
@@ -502,7 +503,7 @@ class CudaPlanRunner:
     def download(self, places: list) -> list:
         """[(Buffer, its device pointer)] copied to new host arrays on this runner's stream, then waited for
         (every copy on the runner's own stream: the legacy stream would join another thread's stream capture)."""
-        outs = [np.empty(buf.shape, dtypes.np_dtype(buf.dtype)) for buf, _ in places]
+        outs = [self.host_arrays.empty(buf.shape, dtypes.np_dtype(buf.dtype)) for buf, _ in places]
         for (buf, ptr), out in zip(places, outs):
             if out.nbytes:
                 self.copy_buffer_out(buf, ptr, out.ctypes.data, host=True)
