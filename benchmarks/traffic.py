@@ -498,6 +498,8 @@ def main():
     ap.add_argument("--only-peers", action="store_true", help="time the PyTorch peers only (no grapec rows, no compile)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile the range and single-length bundles into --cache, then stop (a later run times them)")
+    ap.add_argument("--singles-only", action="store_true",
+                    help="compile the single-length bundles into --cache, then stop (another process compiles the range)")
     ap.add_argument("--baseline-own-execs", action="store_true",
                     help="also run the range bundle with an exec per length (GRAPEC_SHARED_EXECS=0), as before shared execs")
     ap.add_argument("--baseline-spare", action="store_true",
@@ -542,6 +544,9 @@ def main():
     if a.only_peers:
         a.no_ideal = True
     singles = {} if a.no_ideal else compile_singles(path, a.dim, used, a.precision, a.cache)   # forks: before CUDA starts
+    if a.singles_only:
+        say(f"compiled: {len(singles)} single-length bundles in {a.cache}")
+        return
     ranged = None if a.only_peers else compile_range(path, a.dim, lo, hi, a.precision, a.cache, say)
     if a.compile_only:
         say(f"compiled: the range and {len(singles)} single-length bundles in {a.cache}")
