@@ -94,11 +94,11 @@ def test_the_pool_stays_within_its_bytes():
     assert big.base is not None and pool.held_bytes <= 8 * MiB and len(pool.live) == 1
 
 
-def test_block_sizes_round_up_by_at_most_an_eighth():
+def test_block_sizes_are_the_next_power_of_two():
     rng = np.random.default_rng(1)
-    for n in rng.integers(host_arrays.PINNED_FROM, 1 << 31, 500):
+    for n in list(rng.integers(host_arrays.PINNED_FROM, 1 << 31, 500)) + [MiB, 2 * MiB, 2 * MiB + 1]:
         size = host_arrays._block_size(int(n))
-        assert n <= size <= n * 1.125 + 4096 and size % 4096 == 0
+        assert n <= size < 2 * n and size & (size - 1) == 0
 
 
 def _scale_model():
