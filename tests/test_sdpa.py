@@ -187,3 +187,87 @@ def test_a_range_of_many_sizes_keeps_the_generated_attention_unless_asked():
     said = [n for n in many.manifest["notes"] if "generated kernel where cuDNN's SDPA is priced faster" in n]
     assert len(said) == 1 and "in a bundle of 16 sizes" in said[0], many.manifest["notes"]
     assert sdpa_steps(grapec.compile(m, buckets=buckets, targets=[], attention="cudnn")) == [1] * 16
+
+
+def _shape_mask_model(shift: int):
+    """Attention whose mask is made from q's length as exporters write a causal mask: positions as the
+    running count of ones (a CumSum: a kernel of its own, which fusion does not inline into the score),
+    key j visible where its position <= query i's + shift. Shift 0 is the causal band, 1 shows one key more."""
+    from onnx import TensorProto, helper
+    f16 = TensorProto.FLOAT16
+    i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [], [v])  # noqa: E731
+    nodes = [helper.make_node("Shape", ["q"], ["qs"]),
+             helper.make_node("Gather", ["qs", "two"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["s", "last"], ["s1"]),
+             helper.make_node("ConstantOfShape", ["s1"], ["ones"], value=helper.make_tensor("v", TensorProto.INT64, [1], [1])),
+             helper.make_node("CumSum", ["ones", "zero"], ["count"]),
+             helper.make_node("Sub", ["count", "one"], ["pos"]),
+             helper.make_node("Unsqueeze", ["pos", "last"], ["rows"]),
+             helper.make_node("Add", ["rows", "shift"], ["reach"]),
+             helper.make_node("LessOrEqual", ["pos", "reach"], ["keep"]),          # [s, s]: j <= i + shift
+             helper.make_node("Where", ["keep", "zero_h", "ninf"], ["bias"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Mul", ["qk", "scale"], ["scores"]),
+             helper.make_node("Add", ["scores", "bias"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inits = [i64("two", 2), i64("zero", 0), i64("one", 1), i64("shift", shift),
+             helper.make_tensor("last", TensorProto.INT64, [1], [-1]),
+             helper.make_tensor("zero_h", f16, [], [0.0]), helper.make_tensor("ninf", f16, [], [float("-inf")]),
+             helper.make_tensor("scale", f16, [], [0.125])]
+    ins = [helper.make_tensor_value_info(n, f16, [1, 4, "s", 64]) for n in "qkv"]
+    g = helper.make_graph(nodes, "shape_mask", ins, [helper.make_tensor_value_info("y", f16, [1, 4, "s", 64])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_a_mask_made_from_the_shapes_is_compared_by_index_only_where_it_is_the_causal_band(shift):
+    """A range of sizes keeps a mask made from the shapes computed (each size would store its own). Where
+    it is exactly the causal band, the generated attention compares the query and key indices instead:
+    its score reads nothing but the product, and the kernels that made the mask are gone. A mask one key
+    wider keeps them. Both match float64 at every size."""
+    from grapec.ir.kinds import kernel_from_json
+    bundle = grapec.compile(_shape_mask_model(shift), dims={}, dynamic={"s": (17, 40)}, targets=[], attention="kernel")
+    rng = np.random.default_rng(shift)
+    for i, s in enumerate(range(17, 41)):
+        steps = bundle.plans[i].steps
+        (att,) = [kernel_from_json(bundle.kernels[st.kernel]) for st in steps
+                  if st.op == "kernel" and bundle.kernels[st.kernel].get("kind") == "attention"]
+        if shift == 0:
+            assert att.causal_offset == 0 and len(att.score.inputs) == 1 and len(steps) == 1, (s, len(steps))
+        else:
+            assert att.causal_offset is None and len(att.score.inputs) == 2 and len(steps) > 1, s
+    sess = grapec.load(bundle, backend="cpu")
+    for s in (17, 29, 40):
+        feeds = {n: rng.standard_normal((1, 4, s, 64)).astype(np.float16) for n in "qkv"}
+        q, k, v = (feeds[n].astype(np.float64) for n in "qkv")
+        x = q @ np.swapaxes(k, -1, -2) * 0.125
+        i, j = np.arange(s)[:, None], np.arange(s)[None, :]
+        x = np.where(j <= i + shift, x, -np.inf)
+        x = np.exp(x - x.max(-1, keepdims=True))
+        assert_close(sess.run(feeds)["y"], (x / x.sum(-1, keepdims=True)) @ v, f"shift {shift}, s {s}")
+
+
+def test_gpt2s_causal_mask_is_compared_by_index_at_every_size_of_a_range():
+    """GPT-2's exporter makes its causal mask from the shapes (Range, CumSum, GatherND, Where): folded where
+    one size is compiled, computed in a range. Either way the attention compares indices, and the range's
+    plans have the single size's steps, not a mask's kernels more; outputs match onnxruntime."""
+    import onnxruntime as ort
+    from grapec.ir.kinds import kernel_from_json
+    path = os.path.join(ZOO, "gpt2.onnx")
+    ranged = grapec.compile(path, dims={"batch": 1}, dynamic={"seq": (2, 24)}, precision="fp16", targets=[])
+    for n in (2, 11, 24):
+        plan = ranged.plans[n - 2]
+        att = [kernel_from_json(ranged.kernels[st.kernel]) for st in plan.steps
+               if st.op == "kernel" and ranged.kernels[st.kernel].get("kind") == "attention"]
+        assert len(att) == 2 and all(k.causal_offset == 0 and len(k.score.inputs) == 1 for k in att), n
+        single = grapec.compile(path, dims={"batch": 1, "seq": n}, precision="fp16", targets=[])
+        assert len(plan.steps) == len(single.plans[0].steps), n
+    sess = grapec.load(ranged, backend="cpu")
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(7)
+    for n in rng.permutation(np.arange(2, 25))[:4]:
+        ids = rng.integers(0, 256, (1, int(n))).astype(np.int64)
+        got, want = sess.run({"input_ids": ids})["logits"], ref.run(None, {"input_ids": ids})[0]
+        assert rel_err(got.astype(np.float64), want) < 1e-2 and np.allclose(got, want, atol=5e-2, rtol=5e-2), n

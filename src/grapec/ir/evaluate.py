@@ -57,13 +57,13 @@ def run_graph(graph: Graph, feeds: dict, on_value=None, outer=None, keep: list |
         elif node.op == "Loop":
             _run_loop(node, read, write, graph, consts, on_value)
         else:
-            write(node.outputs[0], _run_node(node, read, graph.lookup(node.outputs[0])))
+            write(node.outputs[0], run_node(node, read, graph.lookup(node.outputs[0])))
         for name in dies[i]:
             env.pop(name, None)
     return [read(o) for o in wanted]
 
 
-def _run_node(node, read, out):
+def run_node(node, read, out):
     """A Kernel, Library or View node's output value `out`, as the CPU backend computes it into its
     buffer: a library op through its operands' and output's views (runtime/cpu/runner.py), every
     result stored in the value's type."""
