@@ -271,3 +271,34 @@ def test_gpt2s_causal_mask_is_compared_by_index_at_every_size_of_a_range():
         ids = rng.integers(0, 256, (1, int(n))).astype(np.int64)
         got, want = sess.run({"input_ids": ids})["logits"], ref.run(None, {"input_ids": ids})[0]
         assert rel_err(got.astype(np.float64), want) < 1e-2 and np.allclose(got, want, atol=5e-2, rtol=5e-2), n
+
+
+def test_a_batch_of_one_mask_is_evaluated_once(monkeypatch):
+    """A mask made from the shapes is [batch, 1, S, T]: the same S x T band per batch index. The cone is
+    evaluated once where every slice must be equal (sdpa._same_along_axis0), so a batch of 48 at 64 tokens
+    (196608 elements) is checked within a budget of 32768 elements; a kernel reading its first index
+    other than to pick an input's first index, or an input whose slices differ, is evaluated whole."""
+    from grapec.ir.kinds import kernel_from_json
+    from grapec.passes import sdpa
+    monkeypatch.setattr(sdpa, "CONE_ELEMENTS", 1 << 15)
+    path = os.path.join(ZOO, "gpt2.onnx")
+    bundle = grapec.compile(path, dims={}, dynamic={"batch": (47, 48), "seq": (63, 64)}, precision="fp16", targets=[])
+    for plan in bundle.plans:
+        att = [kernel_from_json(bundle.kernels[st.kernel]) for st in plan.steps
+               if st.op == "kernel" and bundle.kernels[st.kernel].get("kind") == "attention"]
+        assert att and all(k.causal_offset == 0 and len(k.score.inputs) == 1 for k in att)
+
+    shape = (3, 1, 4, 4)
+    same = np.broadcast_to(np.arange(16.0).reshape(1, 1, 4, 4), shape)
+    differs = same + np.arange(3.0).reshape(3, 1, 1, 1)
+    at = tuple(K.idx(a) for a in range(4))
+    load = K.load(0, at, "float32")
+
+    def kernel(body):
+        return K.Kernel(shape, "float32", body, ((shape, "float32"),))
+    assert sdpa._same_along_axis0(kernel(load), [same])
+    assert not sdpa._same_along_axis0(kernel(load), [differs])
+    batch_index = K.cast(K.idx(0), "float32")
+    assert not sdpa._same_along_axis0(kernel(K.binary("add", load, batch_index)), [same])
+    picked = K.load(0, (K.binary("sub", K.const(2, "int64"), K.idx(0)), *at[1:]), "float32")   # any first index
+    assert sdpa._same_along_axis0(kernel(picked), [same])

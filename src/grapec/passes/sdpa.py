@@ -156,11 +156,13 @@ def _causal_instead(g: Graph, node: Node, attrs: dict, bias, seen: dict, cone: "
         source = (name, offset, tuple(dims), tuple(strides))
         if source not in seen:
             const = cone.values([name])
-            seen[source] = const is not None and is_causal(strided(np.asarray(const[0]), offset, dims, strides))
+            seen[source] = const is not None and is_causal(_mask_view(np.asarray(const[0]), offset, dims, strides))
     else:              # an expression: constant when every input of the kernel writing it is
         source = (bias, tuple(node.inputs[3:]))
         if source not in seen:
             consts = cone.values(node.inputs[3:])
+            if consts is not None and _same_along_axis0(bias, consts):   # a batch of one mask: checked once
+                bias = replace(bias, shape=(1, *bias.shape[1:]))
             seen[source] = consts is not None and \
                 is_causal(run_kernel(_unread_axes_shrunk(bias), [np.asarray(c) for c in consts]))
     if not seen[source]:
@@ -209,18 +211,68 @@ class _ConstantCone:
                 or len(node.outputs) != 1 or (node.op == "Kernel" and getattr(node.attrs["kernel"], "kind", None)):
             return None
         size = math.prod(value.shape)
-        if self.spent + size > CONE_ELEMENTS:
-            return None
         ins = []
         for x in node.inputs:
             v = self._value(x, depth + 1) if x else None
             if v is None:
                 return None
             ins.append(v)
+        once = node.op == "Kernel" and _same_along_axis0(node.attrs["kernel"], ins)   # a batch of copies: one made
+        if self.spent + (size // value.shape[0] if once else size) > CONE_ELEMENTS:
+            return None
+        if once:
+            k = node.attrs["kernel"]
+            self.spent += size // k.shape[0]
+            one = run_kernel(replace(k, shape=(1, *k.shape[1:])), [_widened(a) for a in ins])
+            self.memo[name] = np.broadcast_to(one, k.shape)
+            return self.memo[name]
         self.spent += size
         got = dict(zip([x for x in node.inputs if x], ins))
         self.memo[name] = run_node(node, lambda n, wide=False: _widened(got[n]) if wide else got[n], value)
         return self.memo[name]
+
+
+def _mask_view(buf: np.ndarray, offset: int, dims: list, strides: list) -> np.ndarray:
+    """The mask's view of its buffer; a buffer that the cone made as one slice broadcast over its first axis
+    (_same_along_axis0) gives the view's first slice alone where that axis is the view's first (the same
+    answer from is_causal, without the batch of copies made)."""
+    per = math.prod(buf.shape[1:])
+    reach = offset + sum((d - 1) * st for d, st in zip(dims[1:], strides[1:]))   # the view's last element in slice 0
+    if buf.ndim > 1 and buf.strides[0] == 0 and dims[0] > 1 and strides[0] == per and 0 <= offset <= reach < per:
+        return strided(np.ascontiguousarray(buf[:1]), offset, [1, *dims[1:]], strides)
+    return strided(buf, offset, dims, strides)
+
+
+def _same_along_axis0(k: K.Kernel, inputs: list) -> bool:
+    """Is k's output the same at every index of its first axis? So where every input is the same along its own
+    first axis (a broadcast, or equal slices: the batch of a mask made from the shapes) and the body reads
+    the output's first index only to choose an input's first index: whichever it chooses, the load is the
+    same. A [batch, 1, S, T] mask is then computed once, not batch times."""
+    if len(k.shape) < 2 or k.shape[0] == 1 or not all(_equal_slices(a) for a in inputs):
+        return False
+
+    def free_of_axis0(e: K.Expr) -> bool:
+        if e.op == "idx":
+            return e.args[0] != 0
+        if e.op == "load":
+            _, index, mask, other = e.args
+            return all(free_of_axis0(x) for x in (*index[1:], mask, other) if x is not None) and \
+                (not index or _loads_only(index[0], free_of_axis0))
+        return all(free_of_axis0(c) for c in K.children(e))
+    return free_of_axis0(k.body)
+
+
+def _loads_only(e: K.Expr, inner) -> bool:
+    """A load's first index may use the output's first index as it likes, but the loads inside it must
+    themselves be free of it (inner), as must nothing else."""
+    if e.op == "load":
+        return inner(e)
+    return all(_loads_only(c, inner) for c in K.children(e))
+
+
+def _equal_slices(a) -> bool:
+    a = np.asarray(a)
+    return a.ndim == 0 or a.shape[0] == 1 or a.strides[0] == 0 or bool(np.array_equal(a, np.broadcast_to(a[:1], a.shape)))
 
 
 def _widened(a):
