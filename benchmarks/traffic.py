@@ -179,15 +179,7 @@ def time_traffic(session_of, lengths, inputs, backend, bound: bool = False) -> d
     for n, f in requests:
         sess = session_of(n)
         t0 = time.perf_counter()
-        if bound:
-            binding = sess.io_binding()
-            for k, v in f.items():
-                binding.bind_input(k, v)
-            for o in sess.get_outputs():
-                binding.bind_output(o.name)
-            sess.run_with_iobinding(binding)
-        else:
-            sess.run(f)
+        run_once(sess, f, bound)
         sync(backend)
         times.append(time.perf_counter() - t0)
         if times[-1] > SLOW_S:
@@ -201,8 +193,21 @@ def time_traffic(session_of, lengths, inputs, backend, bound: bool = False) -> d
 SLOW_S = 0.1   # a request slower than this is reported as it happens
 
 
-def length_medians(session_of, lengths: list, inputs: list, backend: str) -> dict:
-    """Each length that occurs run 5 times, then timed 20 times in a row (numpy in and out): -> the
+def run_once(sess, feeds: dict, bound: bool):
+    """One request: numpy in and out, or (bound) through an IOBinding whose outputs stay on the device."""
+    if not bound:
+        sess.run(feeds)
+        return
+    binding = sess.io_binding()
+    for k, v in feeds.items():
+        binding.bind_input(k, v)
+    for o in sess.get_outputs():
+        binding.bind_output(o.name)
+    sess.run_with_iobinding(binding)
+
+
+def length_medians(session_of, lengths: list, inputs: list, backend: str, bound: bool = False) -> dict:
+    """Each length that occurs run 5 times, then timed 20 times in a row (numpy in and out, or bound): -> the
     traffic's latencies as those medians, in the traffic's order. session_of(n) is called once a length."""
     rng = np.random.default_rng(2)
     per = {}
@@ -210,18 +215,18 @@ def length_medians(session_of, lengths: list, inputs: list, backend: str) -> dic
         sess = session_of(n)
         f = feeds_for(n, inputs, rng)
         for _ in range(5):
-            sess.run(f)
+            run_once(sess, f, bound)
         ts = []
         for _ in range(20):
             t0 = time.perf_counter()
-            sess.run(f)
+            run_once(sess, f, bound)
             sync(backend)
             ts.append(time.perf_counter() - t0)
         per[n] = statistics.median(ts)
     return stats([per[n] for n in lengths])
 
 
-def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict:
+def ideal(singles: dict, lengths: list, inputs: list, backend: str, say, bound: bool = False) -> dict:
     """Each length's single-size bundle, loaded one at a time: its median latency (length_medians)."""
     import grapec
     opened = []
@@ -231,7 +236,7 @@ def ideal(singles: dict, lengths: list, inputs: list, backend: str, say) -> dict
             opened.pop().close()
         opened.append(grapec.load(singles[n], backend=backend))
         return opened[-1]
-    out = length_medians(session_of, lengths, inputs, backend)
+    out = length_medians(session_of, lengths, inputs, backend, bound)
     while opened:
         opened.pop().close()
     say(f"ideal: {len(set(lengths))} single-length bundles timed")
@@ -454,7 +459,7 @@ def _checks_line(checks: list) -> str:
 
 def table(res: dict) -> list:
     lines = [f"{res['model']} {res['precision']}, {res.get('dim', 'seq')} {res['range'][0]}..{res['range'][1]}, {res['requests']} requests "
-             f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal. "
+             f"per traffic, {res['backend']}. Latency of one request, numpy in and out unless bound; ratio = row / ideal (a bound row's: / the ideal's bound row). "
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
              f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}. "
              f"grapec's memory limit (weights + 1.2 x the largest arena + 64 MiB): {res.get('memory_limit_mib', 0):.0f} MiB, "
@@ -471,7 +476,8 @@ def table(res: dict) -> list:
             lines.append(f"| {row} | all | failed: {per['failed']} | | | | | {per.get('memory_mib', 0):.0f} |")
             continue
         for traffic, s in per.items():
-            ide = res["rows"].get("ideal", {}).get(traffic)
+            ideal_row = "ideal bound" if "bound" in row and "ideal bound" in res["rows"] else "ideal"
+            ide = res["rows"].get(ideal_row, {}).get(traffic)
             mem = s.get("memory_mib")
             ratio = (f"{s['mean_ms'] / ide['mean_ms']:.2f}x | {s['p99_ms'] / ide['p99_ms']:.2f}x" if ide else "- | -")
             lines.append(f"| {row} | {traffic} | {s['mean_ms']:.3f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {ratio} | "
@@ -586,6 +592,10 @@ def main():
         if row.startswith("grapec range") and "own execs" not in row and not a.no_ideal:   # measured as the ideal is
             res["rows"][row + ", length medians"] = {t: length_medians(lambda n: sess, ls, inputs, a.backend)
                                                      for t, ls in lengths.items() if set(ls) <= set(singles)}
+            if a.backend == "cuda":   # the device's work alone: the ideal's bound row is its counterpart
+                res["rows"][row + " bound, length medians"] = {
+                    t: length_medians(lambda n: sess, ls, inputs, a.backend, bound=True)
+                    for t, ls in lengths.items() if set(ls) <= set(singles)}
         used = None if free0 is None else (free0 - _free_device_bytes(a.backend)) / MIB
         for st in res["rows"][row].values():
             st["memory_mib"] = used
@@ -611,6 +621,10 @@ def main():
         res["rows"]["ideal"] = {t: ideal(singles, ls, inputs, a.backend, say) for t, ls in lengths.items()
                                 if set(ls) <= set(singles)}
         save(res, a.out)
+        if a.backend == "cuda":
+            res["rows"]["ideal bound"] = {t: ideal(singles, ls, inputs, a.backend, say, bound=True)
+                                          for t, ls in lengths.items() if set(ls) <= set(singles)}
+            save(res, a.out)
         res["rows"]["ideal in traffic"] = {t: ideal_in_traffic(singles, ls, inputs, a.backend)
                                            for t, ls in lengths.items() if set(ls) <= set(singles)}
         save(res, a.out)
