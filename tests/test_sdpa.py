@@ -238,7 +238,10 @@ def test_a_mask_made_from_the_shapes_is_compared_by_index_only_where_it_is_the_c
             assert att.causal_offset == 0 and len(att.score.inputs) == 1 and len(steps) == 1, (s, len(steps))
         else:
             assert att.causal_offset is None and len(att.score.inputs) == 2 and len(steps) > 1, s
-    sess = grapec.load(bundle, backend="cpu")
+    _check_shape_mask_sizes(grapec.load(bundle, backend="cpu"), shift, rng)
+
+
+def _check_shape_mask_sizes(sess, shift, rng):
     for s in (17, 29, 40):
         feeds = {n: rng.standard_normal((1, 4, s, 64)).astype(np.float16) for n in "qkv"}
         q, k, v = (feeds[n].astype(np.float64) for n in "qkv")
@@ -247,6 +250,15 @@ def test_a_mask_made_from_the_shapes_is_compared_by_index_only_where_it_is_the_c
         x = np.where(j <= i + shift, x, -np.inf)
         x = np.exp(x - x.max(-1, keepdims=True))
         assert_close(sess.run(feeds)["y"], (x / x.sum(-1, keepdims=True)) @ v, f"shift {shift}, s {s}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [0, 1])
+def test_a_mask_made_from_the_shapes_runs_right_compared_by_index_on_gpu(shift):
+    """The GPU kernel of the range above: shift 0's score compares indices and skips the key tiles past the
+    band, shift 1's reads its mask; both against float64 at three sizes of one range."""
+    bundle = grapec.compile(_shape_mask_model(shift), dims={}, dynamic={"s": (17, 40)}, attention="kernel")
+    _check_shape_mask_sizes(grapec.load(bundle, backend="cuda"), shift, np.random.default_rng(10 + shift))
 
 
 def test_gpt2s_causal_mask_is_compared_by_index_at_every_size_of_a_range():
