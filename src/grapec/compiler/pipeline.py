@@ -17,7 +17,8 @@
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
         attention_operands        ... reading q, k, v and writing its output through the head split and
                                   merge copies around it (batch > 1), which then go
-        attention_engines         each fused attention as the generated kernel or cuDNN's SDPA, per the cost model
+        attention_engines         each fused attention as the generated kernel or cuDNN's SDPA, per the cost model;
+                                  a mask that is exactly the causal band compared by index, its kernels gone
         small_gemms               few-row GEMMs against weights as one kernel each, with the LayerNorm
                                   before them as prologue and bias/activation/residual as epilogue
         fold_output_casts         a GEMM whose output is only widened to float32 writes float32 itself
