@@ -463,6 +463,8 @@ def table(res: dict) -> list:
              f"grapec's graphs {res.get('graphs', 'lazy')} (load {res.get('load_s', float('nan')):.2f} s); "
              f"switches {res.get('switches')}; mean host time of a switch, us (runner.switch_us): {res.get('switch_us')}. "
              f"grapec's memory limit (weights + 1.2 x the largest arena + 64 MiB): {res.get('memory_limit_mib', 0):.0f} MiB, "
+             f"its memory column the free device memory its session took (the weights, {res.get('weights_mib', 0):.0f} MiB, "
+             f"included); a PyTorch row's, what torch reserved beyond the model already loaded (weights not counted), "
              f"read after {res.get('ran_once', 'every')} lengths ran once."
              + (f" The PyTorch rows timed the first {res['peer_requests']} requests of each traffic."
                 if res.get("peer_requests") else "")
@@ -616,6 +618,7 @@ def main():
     if ranged is not None:
         res["graphs"] = "lazy" if a.lazy_graphs else "built at load"
         res["memory_limit_mib"] = memory_limit_mib(ranged)
+        res["weights_mib"] = ranged.weights_nbytes / MIB
     save(res, a.out)
     if not a.no_ideal:
         res["rows"]["ideal"] = {t: ideal(singles, ls, inputs, a.backend, say) for t, ls in lengths.items()
