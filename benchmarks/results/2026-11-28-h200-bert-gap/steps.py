@@ -1,7 +1,8 @@
 """Where BERT's range loses to its single-length bundles (H100 run of session 45 below: 1.21x in length
 medians, the 97..320 structure worst): per top-level step, the GPU time of the range bundle's step at a
 length (its shared exec's launch: sized twin, widest GEMM) against the single-length bundle's, then the
-whole replay of each between CUDA events, numpy and bound times."""
+whole replay of each between CUDA events, numpy and bound times.
+usage: steps.py [MODEL] L1,L2,..  (MODEL bert by default; session 52 added it for GPT-2's range)"""
 import statistics, sys, time
 import numpy as np
 sys.path.insert(0, "benchmarks")
@@ -11,10 +12,11 @@ from grapec.runtime.cuda.profile import profile_steps
 from grapec.runtime.cuda.driver import call
 from traffic import compile_range, compile_singles, model_inputs, model_path, feeds_for, sync
 
-path = model_path("bert", "full")
+MODEL, LENGTHS = (sys.argv[1], sys.argv[2]) if len(sys.argv) > 2 else ("bert", sys.argv[1] if len(sys.argv) > 1 else "147,293,400")
+path = model_path(MODEL, "full")
 cache = "out/bench/traffic-bundles"
 say = lambda m: print(m, file=sys.stderr, flush=True)
-lengths = [int(x) for x in sys.argv[1].split(",")] if len(sys.argv) > 1 else [147, 293, 400]
+lengths = [int(x) for x in LENGTHS.split(",")]
 singles = compile_singles(path, "seq", lengths, "fp16", cache)
 ranged = compile_range(path, "seq", 1, 512, "fp16", cache, say)
 inputs = model_inputs(path)
