@@ -300,3 +300,25 @@ def test_calibration_lowers_the_batch_to_fit_in_memory_and_says_so(monkeypatch, 
     assert feeds["input_ids"].shape == (8, 16)
     want = ort_run(onnx.load(path), feeds)
     assert all(rel_err(sess.run(feeds)[k], want[k]) < 1e-2 for k in want)
+
+
+def test_calibrations_error_measure_matches_float64_on_every_path():
+    """compiler/mixed_precision._rel_err: the float32 fast path (finiteness read from the sum of squares) gives
+    float64's ||got - ref|| / ||ref||, and the exact path takes over for a non-finite got, a ref past half's
+    range (saturation counts as right) and a float32 value whose square overflows float32 (measured in float64)."""
+    from grapec.compiler.mixed_precision import _rel_err
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(10000).astype(np.float32) * 100
+    got = (ref + rng.standard_normal(10000).astype(np.float32)).astype(np.float16)
+    want = np.linalg.norm(got.astype(np.float64) - ref) / np.linalg.norm(ref.astype(np.float64))
+    assert _rel_err(got, ref) == pytest.approx(want, rel=1e-4)
+    for bad in (np.inf, -np.inf, np.nan):
+        g = got.copy()
+        g[17] = bad
+        assert _rel_err(g, ref) == float("inf")
+    saturated_ref, saturated_got = ref.copy(), got.astype(np.float32)
+    saturated_ref[3], saturated_got[3] = -3.4e38, -65504.0
+    assert _rel_err(saturated_got, saturated_ref) == pytest.approx(want, rel=1e-3)
+    huge = got.astype(np.float32)   # a float32 result (a node kept in float32) whose square overflows float32
+    huge[5] = 1e20
+    assert _rel_err(huge, ref) == pytest.approx(1e20 / np.linalg.norm(ref.astype(np.float64)), rel=1e-3)

@@ -456,10 +456,13 @@ def _rel_err(got, ref) -> float:
     ref is not. An element beyond float16's range (a -3.4e38 mask value) counts as right when got
     saturates the same way (-65504 or -inf)."""
     g32, r32 = np.asarray(got, np.float32).reshape(-1), np.asarray(ref, np.float32).reshape(-1)
-    if np.isfinite(g32).all() and np.isfinite(r32).all() and np.abs(r32).max(initial=0.0) <= FP16_MAX:
-        d = g32 - r32   # the common case, in float32 dot products: calibration takes this for every probe
-        num, den = float(np.sqrt(np.dot(d, d))), float(np.sqrt(np.dot(r32, r32)))
-        return num / den if den else (0.0 if num == 0 else float("inf"))
+    if np.abs(r32).max(initial=0.0) <= FP16_MAX:   # False where ref holds a NaN or an infinity too
+        with np.errstate(over="ignore", invalid="ignore"):
+            d = g32 - r32   # the common case, in float32 dot products: calibration takes this for every probe
+            num2 = float(np.dot(d, d))   # not finite where got is not (or a float32 result's square overflows: below)
+        if np.isfinite(num2):
+            num, den = float(np.sqrt(num2)), float(np.sqrt(np.dot(r32, r32)))
+            return num / den if den else (0.0 if num == 0 else float("inf"))
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     saturated = (np.abs(r) > FP16_MAX) & (np.abs(g) >= FP16_MAX) & (np.sign(g) == np.sign(r))
     g, r = np.where(saturated, 0.0, g), np.where(saturated, 0.0, r)
