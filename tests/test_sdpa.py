@@ -45,7 +45,7 @@ def test_the_score_forms_cudnn_takes_and_those_it_does_not():
 
 
 def test_a_causal_mask_is_recognized_by_its_values():
-    from grapec.passes.sdpa import is_causal
+    from grapec.passes.causal_mask import is_causal
     s, t = 6, 9
     seen = np.arange(t)[None, :] <= np.arange(s)[:, None] + (t - s)   # bottom-right: query i sees keys up to i + 3
     for hidden in (-np.inf, -65504.0, -1e4):
@@ -287,12 +287,12 @@ def test_gpt2s_causal_mask_is_compared_by_index_at_every_size_of_a_range():
 
 def test_a_batch_of_one_mask_is_evaluated_once(monkeypatch):
     """A mask made from the shapes is [batch, 1, S, T]: the same S x T band per batch index. The cone is
-    evaluated once where every slice must be equal (sdpa._same_along_axis0), so a batch of 48 at 64 tokens
+    evaluated once where every slice must be equal (causal_mask.same_along_axis0), so a batch of 48 at 64 tokens
     (196608 elements) is checked within a budget of 32768 elements; a kernel reading its first index
     other than to pick an input's first index, or an input whose slices differ, is evaluated whole."""
     from grapec.ir.kinds import kernel_from_json
-    from grapec.passes import sdpa
-    monkeypatch.setattr(sdpa, "CONE_ELEMENTS", 1 << 15)
+    from grapec.passes import causal_mask
+    monkeypatch.setattr(causal_mask, "CONE_ELEMENTS", 1 << 15)
     path = os.path.join(ZOO, "gpt2.onnx")
     bundle = grapec.compile(path, dims={}, dynamic={"batch": (47, 48), "seq": (63, 64)}, precision="fp16", targets=[])
     for plan in bundle.plans:
@@ -308,9 +308,9 @@ def test_a_batch_of_one_mask_is_evaluated_once(monkeypatch):
 
     def kernel(body):
         return K.Kernel(shape, "float32", body, ((shape, "float32"),))
-    assert sdpa._same_along_axis0(kernel(load), [same])
-    assert not sdpa._same_along_axis0(kernel(load), [differs])
+    assert causal_mask.same_along_axis0(kernel(load), [same])
+    assert not causal_mask.same_along_axis0(kernel(load), [differs])
     batch_index = K.cast(K.idx(0), "float32")
-    assert not sdpa._same_along_axis0(kernel(K.binary("add", load, batch_index)), [same])
+    assert not causal_mask.same_along_axis0(kernel(K.binary("add", load, batch_index)), [same])
     picked = K.load(0, (K.binary("sub", K.const(2, "int64"), K.idx(0)), *at[1:]), "float32")   # any first index
-    assert sdpa._same_along_axis0(kernel(picked), [same])
+    assert causal_mask.same_along_axis0(kernel(picked), [same])

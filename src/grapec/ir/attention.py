@@ -69,7 +69,7 @@ class AttentionKernel:
     v: Operand
     out: Operand
     score: Kernel
-    # keys j > i + causal_offset are hidden by the score (a constant causal mask, passes/sdpa.py): the
+    # keys j > i + causal_offset are hidden by the score (a causal mask, passes/causal_mask.py): the
     # GPU kernel skips the key tiles past its queries' last visible key. The score still masks within
     # a tile, so the semantics (and the CPU backend) are the same with or without it.
     causal_offset: int | None = None
