@@ -31,7 +31,8 @@ CONE_ELEMENTS = 1 << 22
 
 def drop_unread(g: Graph, names: list):
     """The Kernel and View nodes that made `names` (a causal mask and what it was computed from), where
-    nothing reads their outputs any more."""
+    nothing reads their outputs any more. Only those: simplify.remove_dead_code run over the lowered graph
+    here dropped a value the plan still needed (GPT-2: "value add_17_as_c__54 has no storage" in build_plan)."""
     if not names:
         return
     readers: dict = {}

@@ -1,9 +1,10 @@
 """Page-locked host arrays for the outputs a run copies off the GPU, reused from run to run.
 
 A copy into pageable memory goes through the driver's staging buffer, and a fresh numpy array of
-many megabytes is fresh pages: each faulted in by the copy itself. GPT-2's float32 logits at 512
-tokens are 103 MB; copied into a new numpy array they took 6-18 ms on H200 hosts (3-9 GB/s, the
-figure differing between hosts), where the copy engine moves them in about 2 ms into locked pages.
+many megabytes is fresh pages: each faulted in by the copy itself. GPT-2's float32 logits reach 103 MB
+at 512 tokens; over uniform random lengths (51 MB on average) a request with numpy in and out took 5.9
+and 18.2 ms on two H200 hosts for 0.66 ms of device work, and 1.71 ms with the copies into locked pages
+(benchmarks/results/2026-11-28-h200-s51, -s52).
 
 So an output of at least PINNED_FROM bytes is copied into a block of page-locked memory
 (cuMemAllocHost) and handed out as a numpy array over it. The block goes back to the pool when the
@@ -56,9 +57,8 @@ class _Lease:
 
 def _block_size(nbytes: int) -> int:
     """nbytes rounded up to a power of two: a block then serves every output down to a quarter of it, and
-    a traffic of many lengths allocates a few blocks per doubling. Allocating is what costs (locking the
-    pages: a 64 MiB block takes milliseconds); with blocks rounded up by an eighth instead, GPT-2's traffic
-    over 512 lengths allocated 52 of them."""
+    a traffic of many lengths allocates a few blocks per doubling (allocating locks pages, the pool's one
+    slow step). With blocks rounded up by an eighth instead, GPT-2's traffic over 512 lengths allocated 52."""
     return 1 << max(nbytes - 1, 1).bit_length()
 
 
