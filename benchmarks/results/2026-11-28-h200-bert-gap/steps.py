@@ -2,7 +2,8 @@
 medians, the 97..320 structure worst): per top-level step, the GPU time of the range bundle's step at a
 length (its shared exec's launch: sized twin, widest GEMM) against the single-length bundle's, then the
 whole replay of each between CUDA events, numpy and bound times.
-usage: steps.py [MODEL] L1,L2,..  (MODEL bert by default; session 52 added it for GPT-2's range)"""
+usage: steps.py [MODEL] L1,L2,.. [P1,P2,..]  (MODEL bert by default; session 52 added it for GPT-2's range; session
+53 the lengths P profiled per step, all by default, and each length's numpy time when the lengths alternate)"""
 import statistics, sys, time
 import numpy as np
 sys.path.insert(0, "benchmarks")
@@ -17,6 +18,7 @@ path = model_path(MODEL, "full")
 cache = "out/bench/traffic-bundles"
 say = lambda m: print(m, file=sys.stderr, flush=True)
 lengths = [int(x) for x in LENGTHS.split(",")]
+profiled = [int(x) for x in sys.argv[3].split(",")] if len(sys.argv) > 3 else lengths
 singles = compile_singles(path, "seq", lengths, "fp16", cache)
 ranged = compile_range(path, "seq", 1, 512, "fp16", cache, say)
 inputs = model_inputs(path)
@@ -69,6 +71,9 @@ for n in lengths:
     rs.run(feeds[n]); ss.run(feeds[n])
     rows += [replay_ms(sr, sb), replay_ms(rr, rb)]
     summary.append(rows)
+    if n not in profiled:
+        ss.close()
+        continue
     rp, sp = profile_steps(rr, rb), profile_steps(sr, sb)
     rplan, splan = rr.plan(rb), sr.plan(sb)
     print(f"\n## length {n}: single {len(splan.steps)} steps, sum {sum(t.us for t in sp):.1f} us; "
@@ -84,5 +89,12 @@ for n in lengths:
             for i, t in enumerate(prof):
                 print(f"{i} {t.us:.1f} {describe(r, sb if name == 'single' else rb, plan.steps[i])}")
     ss.close()
-print("\n| length | single numpy | range numpy | single bound | range bound | single replay | range replay |\n|---|---|---|---|---|---|---|")
-for r in summary: print("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % tuple(r))
+# the range in traffic: each request's length another than the last (a switch each time), numpy in and out
+order = list(np.random.default_rng(1).choice(lengths, 40 * len(lengths)))
+alternating = {n: [] for n in lengths}
+for n in order[:10]: rs.run(feeds[n])
+for n in order:
+    t0 = time.perf_counter(); rs.run(feeds[n]); sync("cuda"); alternating[n].append(time.perf_counter() - t0)
+for r in summary: r.append(statistics.median(alternating[r[0]]) * 1e3)
+print("\n| length | single numpy | range numpy | single bound | range bound | single replay | range replay | range numpy, random order |\n|---|---|---|---|---|---|---|---|")
+for r in summary: print("| %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % tuple(r))
