@@ -36,13 +36,15 @@ from .. import dtypes
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
 from ..ir.tensor import substitute_loads, unravel
+from .choices import pinned, record
 
 
 def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
     """chosen: matmul node name -> whether its row group was padded, filled in as the pass goes. A
     name recorded as padded is padded again where its rows happen to be aligned (to their own width),
     so that the sizes of a range whose widths follow a length (Wav2Vec2's frames) keep one structure
-    instead of one per remainder (compiler/structures.py repeats the largest size's choices)."""
+    instead of one per remainder (compiler/structures.py repeats the largest size's choices, for the same ONNX
+    nodes: passes/choices.py)."""
     for node in list(g.nodes):
         if not _is_matmul(node) or "out" in (node.attrs.get("views") or {}):
             continue
@@ -52,7 +54,7 @@ def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
         if not width:
             continue
         if width % per_vector == 0:
-            group = _group_of(g, node, width) if chosen is not None and chosen.get(node.name) else None
+            group = _group_of(g, node, width) if pinned(chosen, node.name, tuple(node.origin)) else None
             if group is not None:
                 _pad(g, group, width, width, node)
             continue
@@ -65,8 +67,7 @@ def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
                 continue
             copy = _output_through_copy(g, reached)
             group = _group_of(g, node, width)
-        if chosen is not None:
-            chosen[node.name] = group is not None
+        record(chosen, node.name, group is not None, tuple(node.origin))
         if group is not None:
             _pad(g, group, width, cols, node)
         elif copy is not None:

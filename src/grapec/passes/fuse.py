@@ -28,6 +28,7 @@ from ..codegen.launch import plan_launch
 from ..ir import kernel as K
 from ..ir.graph import Graph, outer_reads
 from ..ir.tensor import T, guard_loads, reshape
+from .choices import pinned as pinned_choice, record
 
 MAX_BODY_NODES = 3000     # keeps generated functions (and compile times) reasonable
 CHEAP_OPS = 24            # an elementwise producer this small may be inlined into several consumers
@@ -49,8 +50,8 @@ MAX_STITCH_READERS = 2
 
 def fuse(g: Graph, chosen: dict | None = None) -> Graph:
     """chosen: (kernel node name, producer value) -> whether it was inlined, filled in as fusion goes;
-    a pair already in it is decided as it says (a size of a range repeating its launch structure's
-    fusion: compiler/structures.py)."""
+    a pair already in it, for the same ONNX nodes, is decided as it says (a size of a range repeating its launch
+    structure's fusion: compiler/structures.py, passes/choices.py)."""
     pinned_choices = dict(chosen or {})   # the choices given; `chosen` then records this graph's own
     producers = {n.outputs[0]: n for n in g.nodes if K.is_kernel_node(n)}
     view_source = {n.outputs[0]: n.inputs[0] for n in g.nodes if n.op == "View"}
@@ -87,11 +88,12 @@ def fuse(g: Graph, chosen: dict | None = None) -> Graph:
                     # the producer inlined, each reader would write its own copy of it, where one stored
                     # value can be read by all of them in place (passes/channels_last.py)
                     continue
-                key = (node.name, src)
+                # the two ops by their own ONNX nodes (a kernel's first origin): what they inlined so far grows
+                # as fusion goes, the same at every size of one structure but not in the same order
+                key, made_of = (node.name, src), (node.origin[:1], p.origin[:1])
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
-                                    list(p.inputs), readers[src], pinned_choices.get(key))
-                if chosen is not None:
-                    chosen[key] = fused is not None
+                                    list(p.inputs), readers[src], pinned_choice(pinned_choices, key, made_of))
+                record(chosen, key, fused is not None, made_of)
                 if fused is not None:
                     before = reads(node)
                     node.attrs["kernel"], node.inputs = fused

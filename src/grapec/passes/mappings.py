@@ -23,6 +23,7 @@ from ..codegen.launch import candidate_mappings, per_thread_for
 from ..ir.attention import AttentionKernel
 from ..ir.graph import Graph
 from ..ir.kernel import is_kernel_node
+from .choices import made_of, pinned as pinned_choice, record
 
 
 TILING = "attention tiling"   # `chosen`'s key for an attention kernel's tiling: (TILING, node name)
@@ -45,16 +46,6 @@ def _tiling(k: AttentionKernel, pinned, profile: DeviceProfile) -> tuple:
     return tuple(pinned) if cost(tuple(pinned)) <= PINNED_TILING_WITHIN * cost(own) else own
 
 
-def _pinned(chosen: dict | None, key, node):
-    """The choice recorded under key for this node, or None. A size compiled like another (compiler/structures.py)
-    may have another launch structure, where a node of the same name is another op: a choice carries over only to
-    a node made from the same ONNX nodes (GPT-2 seq 1..512: seq 1's LM-head gemv took the name of seq 512's
-    logits cast and its thread per element, 50 blocks for 50257 columns, 422 us where its own warps take 19)."""
-    if chosen is None or chosen.get(("origin", node.name)) != tuple(node.origin):
-        return None
-    return chosen.get(key)
-
-
 def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None) -> Graph:
     """chosen: kernel node name -> mapping, and (TILING, node name) -> a fused attention kernel's tiling
     (_tiling), filled in as they are picked; a name already in it
@@ -66,15 +57,13 @@ def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None
         k = node.attrs.get("kernel") if node.op == "Kernel" else None
         if isinstance(k, AttentionKernel) and not k.tiling:   # its own launch, by its sizes: recorded, so
             key = (TILING, node.name)                            # that a plan names its function
-            tiling = _tiling(k, _pinned(chosen, key, node), profile)
-            if chosen is not None:
-                chosen[key] = tiling
-                chosen[("origin", node.name)] = tuple(node.origin)
+            tiling = _tiling(k, pinned_choice(chosen, key, made_of(node.origin)), profile)
+            record(chosen, key, tiling, made_of(node.origin))
             node.attrs["kernel"] = replace(k, tiling=tiling)
         if not is_kernel_node(node):
             continue
         candidates = candidate_mappings(k)
-        pinned = _pinned(chosen, node.name, node)
+        pinned = pinned_choice(chosen, node.name, made_of(node.origin))
         if pinned is not None and pinned[:2] in candidates:   # repeated, not priced again
             mapping = pinned[:2]
         else:
@@ -86,9 +75,7 @@ def choose_mappings(g: Graph, profile: DeviceProfile, chosen: dict | None = None
             if per > 1:   # in the kernel (so in its plan's template: another function)
                 mapped = (*mapping, per)
             mapping = (*mapping, per)
-        if chosen is not None:
-            chosen[node.name] = mapping
-            chosen[("origin", node.name)] = tuple(node.origin)
+        record(chosen, node.name, mapping, made_of(node.origin))
         if mapped != k.mapping:
             node.attrs["kernel"] = replace(k, mapping=mapped)
     return g
