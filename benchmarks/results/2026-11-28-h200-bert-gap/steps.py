@@ -3,7 +3,8 @@ medians, the 97..320 structure worst): per top-level step, the GPU time of the r
 length (its shared exec's launch: sized twin, widest GEMM) against the single-length bundle's, then the
 whole replay of each between CUDA events, numpy and bound times.
 usage: steps.py [MODEL] L1,L2,.. [P1,P2,..]  (MODEL bert by default; session 52 added it for GPT-2's range; session
-53 the lengths P profiled per step, all by default, and each length's numpy time when the lengths alternate)"""
+53 the lengths P profiled per step, all by default, each length's numpy time when the lengths alternate, and
+wav2vec2 over its samples 1600..160000)"""
 import statistics, sys, time
 import numpy as np
 sys.path.insert(0, "benchmarks")
@@ -19,8 +20,9 @@ cache = "out/bench/traffic-bundles"
 say = lambda m: print(m, file=sys.stderr, flush=True)
 lengths = [int(x) for x in LENGTHS.split(",")]
 profiled = [int(x) for x in sys.argv[3].split(",")] if len(sys.argv) > 3 else lengths
-singles = compile_singles(path, "seq", lengths, "fp16", cache)
-ranged = compile_range(path, "seq", 1, 512, "fp16", cache, say)
+dim, lo, hi = ("samples", 1600, 160000) if MODEL == "wav2vec2" else ("seq", 1, 512)   # traffic.py's ranges
+singles = compile_singles(path, dim, lengths, "fp16", cache)
+ranged = compile_range(path, dim, lo, hi, "fp16", cache, say)
 inputs = model_inputs(path)
 rng = np.random.default_rng(0)
 feeds = {n: feeds_for(n, inputs, rng) for n in lengths}
