@@ -36,11 +36,14 @@ def med(fn, k=60):
 
 def replay_ms(runner, bucket, k=50):
     """One bucket's exec replayed k times between events (inputs already in the arena)."""
-    seg = runner.program(bucket, runner.plan(bucket).steps)[0]
+    if runner.families is not None and runner.families.owns(bucket):   # a range family's band exec, its dims set
+        exe = runner.families.switch(bucket).exec
+    else:
+        exe = runner.program(bucket, runner.plan(bucket).steps)[0].exec
     a, b = call("cuEventCreate", 0), call("cuEventCreate", 0)
-    for _ in range(5): call("cuGraphLaunch", seg.exec, runner.stream)
+    for _ in range(5): call("cuGraphLaunch", exe, runner.stream)
     call("cuEventRecord", a, runner.stream)
-    for _ in range(k): call("cuGraphLaunch", seg.exec, runner.stream)
+    for _ in range(k): call("cuGraphLaunch", exe, runner.stream)
     call("cuEventRecord", b, runner.stream); call("cuEventSynchronize", b)
     return float(call("cuEventElapsedTime", a, b)) / k
 
@@ -74,6 +77,25 @@ for n in lengths:
     rows += [replay_ms(sr, sb), replay_ms(rr, rb)]
     summary.append(rows)
     if n not in profiled:
+        ss.close()
+        continue
+    if rr.families is not None and rr.families.owns(rb):
+        # profile_steps builds a step at the size's own shapes, not its band exec's: the band's facts instead, and
+        # the single bundle's steps (where the time goes)
+        fam, m = rr.families.owner[rb]
+        fp = rr.families.plans[fam]
+        members = fp.members(int(fp.bands[m]))
+        print(f"\n## length {n}: family {fam} member {m}, band of {len(members)} sizes "
+              f"{fp.sizes[members].min()}..{fp.sizes[members].max()}, blocks {fp.blocks[m]} of the band's "
+              f"{fp.blocks[members].max()}")
+        for p, form in sorted(fp.library.items()):
+            own = fp.unflatten(p, fp.shapes(p, [m])[0])
+            ran = fp.widest(p, members) if form.kind == "widest" else own
+            print(f"library step {p} {form.kind}: own {own[1]} <- {own[0]}; runs {ran[1]}")
+        sp = profile_steps(sr, sb)
+        print("### single")
+        for i, t in enumerate(sp):
+            print(f"{i} {t.us:.1f} {describe(sr, sb, sr.plan(sb).steps[i])}")
         ss.close()
         continue
     rp, sp = profile_steps(rr, rb), profile_steps(sr, sb)
