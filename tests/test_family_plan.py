@@ -238,3 +238,22 @@ def test_the_report_follows_grapec_family_execs(fp16_range, monkeypatch):
     got = range_on_gpu(families, sized, n)
     assert got.least == biggest and got.from_formulas == sum(len(f.all_buckets) for f in families if len(f.buckets) == biggest)
     assert got.execs >= 1
+
+
+@pytest.mark.parametrize("ratio", ["1.5", "1.25", "1.1"])
+def test_a_familys_bands_are_the_fewest_within_the_ratio(ratio, monkeypatch):
+    """shared_exec.even_bands: a family's blocks cut into the fewest bands whose largest is within the ratio of
+    their smallest; the grid of powers of the ratio (bands_of) takes as many or more for the same span."""
+    from grapec.runtime.cuda.shared_exec import bands_of, even_bands
+    monkeypatch.setenv("GRAPEC_BAND_RATIO", ratio)
+    r = float(ratio)
+    for lo, hi in ((1000, 1001), (1000, 1400), (347, 35021), (5, 5)):
+        blocks = np.arange(lo, hi + 1)   # every count between: a family's sizes launch blocks densely
+        bands = even_bands(blocks)
+        want = max(1, int(np.ceil(np.log(hi / lo) / np.log(r) - 1e-9)))
+        assert sorted(set(bands.tolist())) == list(range(want)), (lo, hi)
+        assert np.all(np.diff(bands) >= 0)   # in order of blocks
+        for band in range(want):
+            inside = blocks[bands == band]
+            assert inside.max() <= r * inside.min() + 1e-9, (lo, hi, band)
+        assert want <= len(set(bands_of(blocks).tolist()))

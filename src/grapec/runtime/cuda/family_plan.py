@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...bundle.families import BufferTable, numbered_template, sizes_io
-from .shared_exec import bands_of, family_blocks
+from .shared_exec import even_bands, family_blocks
 from .size_record import family_kernels, family_launch_slots, family_record_program
 
 CHUNK = 4096   # members whose numbers are evaluated at once (a family may hold 10^5)
@@ -62,7 +62,7 @@ class FamilyPlan:
     #                         is the same at every size
     library: dict           # position -> LibraryForm
     blocks: np.ndarray      # per member: the blocks its kernels launch in all
-    bands: np.ndarray       # per member: its band (shared_exec.size_band)
+    bands: np.ndarray       # per member: its band (shared_exec.even_bands)
     # members: the family's sizes, then its also-buckets (stored plans that its formulas give: `sizes`, `buckets`)
     reason: str | None      # why the family cannot run from its formulas; None where it can
     # per-size constants (weights at another offset at each size, read by sized kernels only): buffer name ->
@@ -201,7 +201,7 @@ def plan_family(family, sized_functions: set) -> FamilyPlan:
         reason = f"step {min(readers - set(sized))} reads a per-size constant but its kernel has no sized twin"
     sizes = family.all_sizes
     blocks = family_blocks(family, sizes) if reason is None else np.zeros(len(sizes), np.int64)
-    return FamilyPlan(family, sized, library, blocks, bands_of(blocks), reason, constants)
+    return FamilyPlan(family, sized, library, blocks, even_bands(blocks), reason, constants)
 
 
 def _ints(x) -> list:

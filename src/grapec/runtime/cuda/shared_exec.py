@@ -111,6 +111,23 @@ def bands_of(blocks: np.ndarray) -> np.ndarray:
     return np.floor(np.log(np.maximum(blocks, 1)) / math.log(ratio) + 1e-9).astype(np.int64)
 
 
+def even_bands(blocks: np.ndarray) -> np.ndarray:
+    """The band of each count of launched blocks of one range family: its span, largest over smallest, cut into the
+    fewest bands of at most band_ratio() each, all of one ratio (equal in log). bands_of's grid of powers of the
+    ratio, the same for every structure, can leave a family a sliver of a band at each end: as many execs or
+    more, and bands as wide as the ratio (tiny Wav2Vec2's family over 69486..160000 samples: 3 execs either way,
+    each size's library work 1.09-1.32x its own on the grid)."""
+    ratio = band_ratio()
+    if ratio <= 1.0 or not len(blocks):
+        return np.zeros(len(blocks), np.int64)
+    logs = np.log(np.maximum(blocks, 1).astype(np.float64))
+    span = float(logs.max() - logs.min())
+    n = max(1, math.ceil(span / math.log(ratio) - 1e-9))
+    if span <= 0:
+        return np.zeros(len(blocks), np.int64)
+    return np.minimum(np.floor((logs - logs.min()) / (span / n)).astype(np.int64), n - 1)
+
+
 def family_blocks(family, sizes: np.ndarray | None = None) -> np.ndarray:
     """The blocks all kernels of a range family (bundle/families.py) launch at each of these sizes (default its
     members'), from its CUDA formulas: no member's plan joined (158401 joined plans are more than a load can
