@@ -36,7 +36,7 @@ from .. import dtypes
 from ..ir import kernel as K
 from ..ir.graph import Graph, Node
 from ..ir.tensor import substitute_loads, unravel
-from .choices import pinned, record
+from .choices import made_of, pinned, record
 
 
 def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
@@ -54,7 +54,7 @@ def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
         if not width:
             continue
         if width % per_vector == 0:
-            group = _group_of(g, node, width) if pinned(chosen, node.name, tuple(node.origin)) else None
+            group = _group_of(g, node, width) if pinned(chosen, node.name, made_of(node.origin)) else None
             if group is not None:
                 _pad(g, group, width, width, node)
             continue
@@ -67,7 +67,7 @@ def aligned_rows(g: Graph, chosen: dict | None = None) -> Graph:
                 continue
             copy = _output_through_copy(g, reached)
             group = _group_of(g, node, width)
-        record(chosen, node.name, group is not None, tuple(node.origin))
+        record(chosen, node.name, group is not None, made_of(node.origin))
         if group is not None:
             _pad(g, group, width, cols, node)
         elif copy is not None:

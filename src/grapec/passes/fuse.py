@@ -90,10 +90,10 @@ def fuse(g: Graph, chosen: dict | None = None) -> Graph:
                     continue
                 # the two ops by their own ONNX nodes (a kernel's first origin): what they inlined so far grows
                 # as fusion goes, the same at every size of one structure but not in the same order
-                key, made_of = (node.name, src), (node.origin[:1], p.origin[:1])
+                key, ops = (node.name, src), (node.origin[:1], p.origin[:1])
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
-                                    list(p.inputs), readers[src], pinned_choice(pinned_choices, key, made_of))
-                record(chosen, key, fused is not None, made_of)
+                                    list(p.inputs), readers[src], pinned_choice(pinned_choices, key, ops))
+                record(chosen, key, fused is not None, ops)
                 if fused is not None:
                     before = reads(node)
                     node.attrs["kernel"], node.inputs = fused

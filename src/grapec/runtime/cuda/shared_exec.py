@@ -115,16 +115,14 @@ def even_bands(blocks: np.ndarray) -> np.ndarray:
     """The band of each count of launched blocks of one range family: its span, largest over smallest, cut into the
     fewest bands of at most band_ratio() each, all of one ratio (equal in log). bands_of's grid of powers of the
     ratio, the same for every structure, can leave a family a sliver of a band at each end: as many execs or
-    more, and bands as wide as the ratio (tiny Wav2Vec2's family over 69486..160000 samples: 3 execs either way,
-    each size's library work 1.09-1.32x its own on the grid)."""
+    more, and bands as wide as the ratio (tiny Wav2Vec2 over 1600..160000 samples at 1.5: 17 execs against 19, each
+    size's library work 1.130x its own on average against 1.137x, 1.328x at p99 against 1.405x)."""
     ratio = band_ratio()
-    if ratio <= 1.0 or not len(blocks):
-        return np.zeros(len(blocks), np.int64)
     logs = np.log(np.maximum(blocks, 1).astype(np.float64))
-    span = float(logs.max() - logs.min())
-    n = max(1, math.ceil(span / math.log(ratio) - 1e-9))
-    if span <= 0:
+    span = float(logs.max() - logs.min()) if len(blocks) else 0.0
+    if ratio <= 1.0 or span <= 0:
         return np.zeros(len(blocks), np.int64)
+    n = max(1, math.ceil(span / math.log(ratio) - 1e-9))
     return np.minimum(np.floor((logs - logs.min()) / (span / n)).astype(np.int64), n - 1)
 
 
