@@ -29,6 +29,26 @@ def pytest_runtest_makereport(item, call):
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_round_trip(reason): the bundles this test compiles are not written, "
                                        "loaded and run again after it (say why)")
+    config.addinivalue_line("markers", "device_memory: reads the device's free memory, so it runs alone among "
+                                       "this machine's GPU tests (pytest -n runs the others in other processes)")
+
+
+GPU_LOCK = os.path.join(os.environ.get("TMPDIR", "/tmp"), "grapec-gpu-tests.lock")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """cuMemGetInfo counts every process on the device: a test that reads it takes this lock alone, every
+    other GPU test shares it. The whole protocol is inside it, since module fixtures allocate in setup."""
+    if "gpu" not in item.keywords or item.get_closest_marker("skip"):
+        return (yield)
+    import fcntl
+    with open(GPU_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if "device_memory" in item.keywords else fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

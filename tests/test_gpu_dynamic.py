@@ -255,6 +255,7 @@ def test_graphs_built_at_load_serve_random_sizes_without_a_build(ranged, own_exe
     sess._runner.close()
 
 
+@pytest.mark.device_memory
 def test_device_memory_stays_flat_over_every_size(ranged, own_execs):
     sess = grapec.load(ranged, backend="cuda", max_graphs=4)
     runner = sess._runner

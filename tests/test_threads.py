@@ -187,6 +187,7 @@ def test_a_device_that_is_not_there_is_named():
 
 
 @pytest.mark.gpu
+@pytest.mark.device_memory
 def test_every_gpu_runs_the_bundle_on_its_own_memory():
     """device=N puts the weights and arena on GPU N (its free memory drops, the others' does not) and
     gives GPU 0's answers; sessions on all GPUs run at once from threads."""
