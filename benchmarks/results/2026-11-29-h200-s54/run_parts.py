@@ -74,7 +74,7 @@ def parts(sess, feeds):
 
 
 rs = grapec.load(Bundle.read(range_path), backend="cuda")
-rs.build_graphs()
+# no build_graphs(): a tiny range builds thousands of small plans at load; a family builds its band exec at first use
 rng = np.random.default_rng(0)
 rows = []
 for n in lengths:
@@ -82,6 +82,7 @@ for n in lengths:
     ss = grapec.load(Bundle.read(pattern.format(n=n)), backend="cuda")
     rows.append((n, "single", parts(ss, feeds)))
     rows.append((n, "range", parts(rs, feeds)))
+    print(n, rows[-2][2], rows[-1][2], flush=True)
     ss.close()
 print("| length | bundle | run | switch | in | launch | wait | alone | replay |\n|---|---|---|---|---|---|---|---|---|")
 for n, which, p in rows:
