@@ -91,8 +91,14 @@ def fuse(g: Graph, chosen: dict | None = None) -> Graph:
                 # the two ops by their own ONNX nodes (a kernel's first origin): what they inlined so far grows
                 # as fusion goes, the same at every size of one structure but not in the same order
                 key, ops = (node.name, src), (node.origin[:1], p.origin[:1])
+                decided = pinned_choice(pinned_choices, key, ops)
+                if decided is None and _index_only(p.attrs["kernel"]) and set(p.origin) <= set(node.origin):
+                    # already inlined in another part of this kernel (a reduction it took in): loaded here, the
+                    # kernel would hold two forms of one value, and fuse_attention takes no softmax whose score
+                    # is written two ways (Wav2Vec2's arange >= 0 mask at a range's largest sizes)
+                    decided = True
                 fused = _try_inline(node.attrs["kernel"], list(node.inputs), slot, p.attrs["kernel"],
-                                    list(p.inputs), readers[src], pinned_choice(pinned_choices, key, ops))
+                                    list(p.inputs), readers[src], decided)
                 record(chosen, key, fused is not None, ops)
                 if fused is not None:
                     before = reads(node)
@@ -224,6 +230,11 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
             # whole score matrix): a block or two would do all the consumer's work
             return None
     return fused, names
+
+
+def _index_only(kernel: K.Kernel) -> bool:
+    """A function of the indices alone (an arange, a mask computed from the shapes): no load, no reduction."""
+    return not any(e.op in ("load", "reduce") for e in K.walk(kernel.body))
 
 
 def _reduction_rows(kernel: K.Kernel) -> int:
