@@ -68,6 +68,15 @@ def test_family_sizes_run_from_their_formulas_and_match_onnxruntime(w2v_range, m
     x, got = outs[bucket]
     dev = sess.run({"input_values": x}, on_device=True)["last_hidden_state"]
     assert np.array_equal(sess.to_host(dev), got)
+    # an IOBinding whose output stays in the session's buffer gets it as a device array, as a planned size does
+    # (the family's path copied it to the host: the request paid a device-to-host copy it did not ask for)
+    binding = sess.io_binding()
+    binding.bind_input("input_values", x)
+    binding.bind_output("last_hidden_state")
+    sess.run_with_iobinding(binding)
+    left = binding.get_outputs()["last_hidden_state"]
+    assert hasattr(left, "__cuda_array_interface__"), type(left)
+    assert np.array_equal(sess.to_host(left), got)
     sess._runner.close()
     # the same sizes with a plan each (the shared execs' way)
     monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "0")
