@@ -28,7 +28,11 @@ from .fanout import map_forked
 from .formulas import fit_numbers
 
 FAMILY_MIN = 8      # structures with fewer derived sizes keep them as plans
-SPOTS = 3           # members of a family joined, checked and stored as plans (its smallest, largest, one drawn)
+SPOTS = 5           # members of a family joined, checked and stored as plans (its smallest, largest, three drawn)
+# A spot whose CUDA rows the compiled sizes' fit misses may join them and the fit be tried again, this many at most:
+# the spots it leaves out still check the new fit. Compiled sizes can leave two formulas apart (tiny Wav2Vec2's
+# im2col grid ceil(L / 8) against ceil((L + 1) / 8): 22 sizes with no L = 0 mod 8), and a spot tells them apart.
+REFIT_SPOTS = 2
 CHUNK = 4096        # sizes whose numbers are evaluated at once
 
 
@@ -189,7 +193,23 @@ def fit_cuda_rows(family: RangeFamily, entry: dict, plan_of: dict) -> Numbered |
     key = json.dumps(fitted[0][0], separators=(",", ":"))
     if any(json.dumps(t, separators=(",", ":")) != key or f != fitted[0][2] for t, _, f in fitted):
         return "its compiled sizes run different functions or fractional arguments"
-    sizes, ints = np.array(family.evidence, np.int64), np.array([i for _, i, _ in fitted], np.int64).reshape(len(fitted), -1)
+    numbered = _fit_rows(family, family.evidence, [i for _, i, _ in fitted], key, fitted[0][2])
+    if isinstance(numbered, str):
+        return numbered
+    missed = _missed_spots(numbered, family.spots, entry, plan_of)
+    seen = [rows(s) for s in missed]
+    if missed and len(missed) <= REFIT_SPOTS and len(family.spots) - len(missed) >= 2 and \
+            all(json.dumps(t, separators=(",", ":")) == key and f == fitted[0][2] for t, _, f in seen):
+        refit = _fit_rows(family, family.evidence + missed, [i for _, i, _ in fitted + seen], key, fitted[0][2])
+        if not isinstance(refit, str) and not _missed_spots(refit, family.spots, entry, plan_of):
+            return refit
+    if missed:
+        return f"its size {missed[0]} launches otherwise than its formulas say"
+    return numbered
+
+
+def _fit_rows(family: RangeFamily, sizes: list, ints: list, key: str, floats: list) -> Numbered | str:
+    sizes, ints = np.array(sizes, np.int64), np.array(ints, np.int64).reshape(len(sizes), -1)
     nf = fit_numbers(sizes, ints, family.floors)
     if not nf.complete:
         # a grid may round up what only the plan's formulas hold (ceil(a buffer's bytes / 1024) blocks, its
@@ -198,12 +218,12 @@ def fit_cuda_rows(family: RangeFamily, entry: dict, plan_of: dict) -> Numbered |
         nf = fit_numbers(sizes, ints, plan_fit.extra, [s for s in plan_fit.slots if s is not None])
     if not nf.complete:
         return "launch numbers that follow no formula"
-    numbered = Numbered(key, nf, fitted[0][2])
-    joined = numbered.join(np.array(family.spots, np.int64))
-    for s, got in zip(family.spots, joined):
-        if got != cuda_rows(entry, kernel_order(plan_of[s])):
-            return f"its size {s} launches otherwise than its formulas say"
-    return numbered
+    return Numbered(key, nf, floats)
+
+
+def _missed_spots(numbered: Numbered, spots: list, entry: dict, plan_of: dict) -> list:
+    joined = numbered.join(np.array(spots, np.int64))
+    return [s for s, got in zip(spots, joined) if got != cuda_rows(entry, kernel_order(plan_of[s]))]
 
 
 class RangeFamilies:
