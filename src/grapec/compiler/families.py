@@ -9,7 +9,8 @@ the fit, when:
   weight buffers lie within the weights, at offsets that do not depend on the size: checked for all
   members at once on the formulas' numbers (numpy, in chunks);
 - a few spot members, joined as plans and stored as such, pass every check a stored plan passes
-  (bundle/format.py validate_plan), and later show the CUDA rows the formulas give (pipeline.py).
+  (bundle/format.py validate_plan), and later show the CUDA rows the formulas give (pipeline.py); a spot
+  or two that the compiled sizes' fit misses join them and the fit is tried again, the others checking it.
 A family that fails either is stored plan by plan, as before.
 """
 from __future__ import annotations
