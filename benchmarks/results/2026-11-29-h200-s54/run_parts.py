@@ -8,6 +8,7 @@ Per length, medians over K runs at that length, host clock, for the range bundle
     wait    cuStreamSynchronize after the launch (GPU time not yet hidden by the host)
     alone   one launch between events after an idle stream (what a request's GPU part costs)
     replay  K launches back to back between events, per launch
+    alone, uploaded   one launch alone again, after cuGraphUpload (a re-upload per launch would show here)
 usage: run_parts.py ONNX RANGE_BUNDLE SINGLE_PATTERN L1,L2,..  (SINGLE_PATTERN holds {n})"""
 import statistics, sys, time
 import numpy as np
@@ -70,7 +71,15 @@ def parts(sess, feeds):
         call("cuGraphLaunch", exe, r.stream)
     call("cuEventRecord", b, r.stream); call("cuEventSynchronize", b)
     replay = float(call("cuEventElapsedTime", a, b)) / 1e3 / K
-    return [med(run), med(sw), med(cin), med(lau), med(wait), med(alone), replay * 1e3]
+    # the exec uploaded first: an exec the driver re-uploads at each launch (after node updates) runs faster so
+    call("cuGraphUpload", exe, r.stream); call("cuStreamSynchronize", r.stream)
+    uploaded = []
+    for _ in range(K):
+        call("cuEventRecord", a, r.stream)
+        call("cuGraphLaunch", exe, r.stream)
+        call("cuEventRecord", b, r.stream); call("cuEventSynchronize", b)
+        uploaded.append(float(call("cuEventElapsedTime", a, b)) / 1e3)
+    return [med(run), med(sw), med(cin), med(lau), med(wait), med(alone), replay * 1e3, med(uploaded)]
 
 
 rs = grapec.load(Bundle.read(range_path), backend="cuda")
@@ -84,6 +93,6 @@ for n in lengths:
     rows.append((n, "range", parts(rs, feeds)))
     print(n, rows[-2][2], rows[-1][2], flush=True)
     ss.close()
-print("| length | bundle | run | switch | in | launch | wait | alone | replay |\n|---|---|---|---|---|---|---|---|---|")
+print("| length | bundle | run | switch | in | launch | wait | alone | replay | alone, uploaded |\n|---|---|---|---|---|---|---|---|---|---|")
 for n, which, p in rows:
     print(f"| {n} | {which} | " + " | ".join(f"{x:.3f}" for x in p) + " |")
