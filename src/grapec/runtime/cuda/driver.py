@@ -152,6 +152,15 @@ def graph_ms(graph, stream, launches: int) -> float:
     """GPU milliseconds per launch of graph on stream (after one warm launch: code loaded, caches
     as in a replay); the graph is destroyed."""
     exec_ = call("cuGraphInstantiate", graph, 0)
+    try:
+        return exec_ms(exec_, stream, launches)
+    finally:
+        call("cuGraphExecDestroy", exec_)
+        call("cuGraphDestroy", graph)
+
+
+def exec_ms(exec_, stream, launches: int) -> float:
+    """GPU milliseconds per launch of an instantiated graph, after one warm launch."""
     start, end = call("cuEventCreate", 0), call("cuEventCreate", 0)
     try:
         call("cuGraphLaunch", exec_, stream)
@@ -164,8 +173,6 @@ def graph_ms(graph, stream, launches: int) -> float:
     finally:
         for e in (start, end):
             call("cuEventDestroy", e)
-        call("cuGraphExecDestroy", exec_)
-        call("cuGraphDestroy", graph)
 
 
 _SCALAR_TYPES = {"i64": ctypes.c_int64, "f64": ctypes.c_double}

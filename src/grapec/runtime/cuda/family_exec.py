@@ -53,6 +53,7 @@ class BandExec:
     members: np.ndarray              # member indices
     origin: int                      # the bucket it was built from
     exec: object = None
+    graph: object = None             # the graph exec was instantiated from (per-node profiling names its nodes)
     nodes: list = field(default_factory=list)      # per top-level step of the origin's plan
     params: dict = field(default_factory=dict)     # variant position -> [Variant]
     siblings: dict = field(default_factory=dict)   # variant position -> its nodes, one per launch form (the exec's
@@ -246,7 +247,7 @@ class FamilyExecs:
                 of = np.full(len(fp.sizes), -1, np.int64)
                 of[members] = which
                 ex.variant_of[p] = of
-            ex.exec = call("cuGraphInstantiate", graph, 0)
+            ex.exec, ex.graph = call("cuGraphInstantiate", graph, 0), graph
             self.r.keep(origin, graph)
             self.r.switches["instantiated"] += 1
             for p, (rows, which) in variants.items():
@@ -378,7 +379,8 @@ class FamilyExecs:
                 self.r.switches["nodes_patched"] += nodes
             ex.holder = m
         dims = np.zeros(MAX_DIMS, np.int64)
-        dims[:fp.sizes.shape[1]] = fp.sizes[m]
+        size = fp.sizes[m]
+        dims[:len(size)] = size
         call("cuMemcpyHtoDAsync", self.dims, dims.ctypes.data, dims.nbytes, self.r.stream)
         self.r._pending.append(dims)
         return ex

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...plan import KernelStep, LibraryStep, chain_deps
-from .driver import call, graph_ms
+from .driver import CudaError, call, exec_ms, graph_ms
 from .graph import GraphBuilder
 
 REPEAT = 16
@@ -47,3 +47,57 @@ def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = I
         ms = graph_ms(graph, runner.stream, iterations)
         out.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
     return out
+
+
+@dataclass
+class NodeTime:
+    index: int          # position in cuGraphGetNodes' order (the order the nodes were added)
+    kind: str           # kernel | memcpy | memset | child (a captured library call of several kernels)
+    name: str           # a kernel node's function name ("" for the others)
+    us: float           # GPU time of one launch of the exec with this node alone enabled, less the empty launch;
+    #                     a child graph's: its own graph cloned and replayed alone (it cannot be switched off)
+
+
+def profile_nodes(graph, exec_, stream, launches: int = ITERATIONS * 2) -> list:
+    """-> [NodeTime] for every node of exec_ (instantiated from graph) that was enabled, each timed alone in
+    the exec as it is: its launch form, its arguments, the sizes a range's switch wrote. What profile_steps
+    cannot time: a range family's band exec runs steps at its widest shapes and its sized twins read the sizes
+    from the device. Every node's enabled state is put back."""
+    from cuda.bindings import driver
+    kinds = {driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL: "kernel",
+             driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMCPY: "memcpy",
+             driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET: "memset"}
+    count = call("cuGraphGetNodes", graph, 0)[-1]
+    nodes = call("cuGraphGetNodes", graph, count)[0][:count] if count else []
+    # only these kinds can be switched off in an exec; any other node runs in every launch, the empty one too
+    timed = [(i, n, kinds[call("cuGraphNodeGetType", n)]) for i, n in enumerate(nodes)
+             if call("cuGraphNodeGetType", n) in kinds]
+    was = {i: int(call("cuGraphNodeGetEnabled", exec_, n)) for i, n, _ in timed}
+    on = [(i, n, kind) for i, n, kind in timed if was[i]]
+    try:
+        for _, n, _ in on:
+            call("cuGraphNodeSetEnabled", exec_, n, 0)
+        empty = exec_ms(exec_, stream, launches)
+        out = []
+        for i, n, kind in on:
+            call("cuGraphNodeSetEnabled", exec_, n, 1)
+            ms = exec_ms(exec_, stream, launches)
+            call("cuGraphNodeSetEnabled", exec_, n, 0)
+            out.append(NodeTime(i, kind, _kernel_name(n) if kind == "kernel" else "", (ms - empty) * 1e3))
+        for i, n in enumerate(nodes):
+            if call("cuGraphNodeGetType", n) == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_GRAPH:
+                child = call("cuGraphClone", call("cuGraphChildGraphNodeGetGraph", n))
+                out.append(NodeTime(i, "child", "", graph_ms(child, stream, launches) * 1e3))
+        return sorted(out, key=lambda t: t.index)
+    finally:
+        for i, n, _ in timed:
+            call("cuGraphNodeSetEnabled", exec_, n, was[i])
+
+
+def _kernel_name(node) -> str:
+    func = call("cuGraphKernelNodeGetParams", node).func
+    try:
+        name = call("cuFuncGetName", func)
+    except CudaError:   # a library's kernel of a module the driver names otherwise: the node is still timed
+        return "?"
+    return name.decode() if isinstance(name, bytes) else str(name)
