@@ -188,3 +188,44 @@ def test_a_members_inputs_and_outputs_come_from_its_familys_formulas(families):
             for side in ("inputs", "outputs"):
                 want = [(name, bufs[b]) for name, b in doc[side]]
                 assert [(name, got[i]) for name, got in io[side]] == want, (f.sizes[m], side)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shared", [None, 40], ids=["records-in-shared-memory", "records-read-from-global"])
+def test_the_loader_kernel_gives_what_the_formulas_give(families, shared):
+    """The loader (EVAL_SIZES) run on the GPU, several blocks of outputs, at members of every family: its
+    record equals the formulas'. With 40 int64s of shared memory no block's records fit, so the same kernel
+    reads them from global memory, which must give the same."""
+    from grapec.runtime.devices import gpu_count
+    if not gpu_count():
+        pytest.skip("needs an NVIDIA GPU")
+    from grapec.codegen.nvrtc import compile_cuda
+    from grapec.codegen.size_program import EVAL_SHARED, EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
+    from grapec.runtime.cuda.driver import Device, KernelArgs, call
+    source = EVAL_SIZES if shared is None else EVAL_SIZES.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}",
+                                                                  f"#define G_EVAL_SHARED {shared}")
+    assert shared is None or source != EVAL_SIZES
+    dev = Device(0)
+    module = call("cuModuleLoadData", compile_cuda(source, dev.arch))
+    func = call("cuModuleGetFunction", module, b"grapec_eval_sizes")
+    stream = call("cuStreamCreate", 0)
+    for f in families:
+        fit = f.plan.fit
+        slots = list(range(len(fit.slots)))
+        prog = size_program(fit, 1, slots, f64=[j % 5 == 0 for j in slots])
+        assert eval_sizes_grid(prog) > 1   # several blocks, each its own outputs
+        p_prog, p_rec, p_dims = (dev.alloc(n, "test") for n in (prog.nbytes, 8 * len(slots) + 8, 8 * MAX_DIMS))
+        dev.upload(p_prog, prog.ctypes.data, prog.nbytes)
+        for size in _members(f, n=6, seed=1):
+            dims = np.zeros(MAX_DIMS, np.int64)
+            dims[:len(size)] = size
+            dev.upload(p_dims, dims.ctypes.data, dims.nbytes)
+            args = KernelArgs([p_prog, p_rec, p_dims])
+            call("cuLaunchKernel", func, eval_sizes_grid(prog), 1, 1, EVAL_SIZES_BLOCK, 1, 1, 0, stream,
+                 args.address, 0)
+            call("cuStreamSynchronize", stream)
+            got = np.empty(len(slots), np.int64)
+            dev.download(got.ctypes.data, p_rec, got.nbytes)
+            assert (got == run_size_program(prog, size)).all(), (size, np.flatnonzero(got != run_size_program(prog, size))[:5])
+        for ptr in (p_prog, p_rec, p_dims):
+            dev.free(ptr)

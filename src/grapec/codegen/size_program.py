@@ -10,7 +10,8 @@ from the size's dims, gives the record instead.
 
 The program is an int64 array:
     [0] dims  [1] variables beyond the dims (Rounded)  [2] outputs
-    then the offset of each variable's record, then the offset of each output's record;
+    then the offset of each variable's record, then the offset of each output's record, then the program's
+    length (where the last record ends: the loader copies a block's records whole);
     a variable's record: to, divide (0 or 1), polynomial   (ceil(P / to), or that times to)
     an output's record:  is_f64 (0 or 1), polynomial       (an f64 output is stored as its double's bits)
     a polynomial: terms, then per term: coefficient, factors, then (variable, exponent) per factor
@@ -44,11 +45,12 @@ def size_program(fit, ndims: int, slots: list, f64: list | None = None) -> np.nd
             raise ValueError(f"slot {j} has no formula")
         monos, coefs = fit.slots[j]
         records.append([int(bool(is_f64))] + _polynomial(monos, coefs))
-    head = 3 + len(records)
+    head = 3 + len(records) + 1
     offsets, at = [], head
     for rec in records:
         offsets.append(at)
         at += len(rec)
+    offsets.append(at)
     return np.array([ndims, len(fit.extra), len(slots)] + offsets + [x for rec in records for x in rec], np.int64)
 
 
@@ -133,19 +135,60 @@ G_HD static long long g_size_output(const long long* p, long long j, const long 
 }
 """ % {"max_variables": MAX_VARIABLES}
 
-# The loader node of a family's exec (runtime/cuda/family_exec.py): one block; thread 0 reads the size's
-# dims (written with the inputs, so that a switch between sizes sets no node) and works out the variables,
-# then each thread an output
+# The loader node of a family's exec (runtime/cuda/family_exec.py), first in every launch, so on the critical
+# path: the dims are written with the inputs, so that a switch between sizes sets no node. Evaluating a
+# program is a chain of dependent loads (a term's factor count, then its factors, then their variables): read
+# from global memory by one thread it took 60 us a launch (session 55, full Wav2Vec2: 11 variables of up to 39
+# terms, 118 outputs of up to 39). So each block copies the variables' records and its outputs' records into
+# shared memory first, all its threads at once, then thread 0 works out the variables and each thread an
+# output. A block whose records do not fit evaluates from global memory: slower, never wrong.
+EVAL_OUTPUTS_PER_BLOCK = 64   # a loader block's outputs: its grid is the outputs over this (eval_sizes_grid)
+EVAL_SHARED = 4096            # int64s of records a block holds in shared memory (32 KiB)
+EVAL_SIZES_BLOCK = 128
 EVAL_SIZES = SIZE_PROGRAM + r"""
+#define G_EVAL_OUTPUTS %(outputs)d
+#define G_EVAL_SHARED %(shared)d
 extern "C" __global__ void grapec_eval_sizes(const long long* __restrict__ prog, long long* __restrict__ record,
                                              const long long* __restrict__ dims) {
   __shared__ long long cols[G_MAX_VARIABLES];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 3; ++i) cols[i] = dims[i];
-    g_size_variables(prog, cols);
+  __shared__ long long held[G_EVAL_SHARED];
+  const long long nd = prog[0], nx = prog[1], no = prog[2];
+  const long long j0 = (long long)blockIdx.x * G_EVAL_OUTPUTS;
+  const long long j1 = min(no, j0 + G_EVAL_OUTPUTS);
+  if (j0 >= no && blockIdx.x > 0) return;
+  /* the variables' records [v0, v1) and this block's outputs' [o0, o1); the offsets' fence ends the last */
+  const long long v0 = 3 + nx + no + 1, v1 = prog[3 + nx];
+  const long long o0 = prog[3 + nx + j0], o1 = prog[3 + nx + j1];
+  const bool fits = (v1 - v0) + (o1 - o0) <= G_EVAL_SHARED;
+  if (fits) {
+    for (long long i = threadIdx.x; i < v1 - v0; i += blockDim.x) held[i] = prog[v0 + i];
+    for (long long i = threadIdx.x; i < o1 - o0; i += blockDim.x) held[v1 - v0 + i] = prog[o0 + i];
   }
   __syncthreads();
-  for (long long j = threadIdx.x; j < prog[2]; j += blockDim.x) record[j] = g_size_output(prog, j, cols);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 3; ++i) cols[i] = dims[i];
+    for (long long i = 0; i < nx; ++i) {
+      const long long at = prog[3 + i];
+      const long long* p = fits ? held : prog;
+      const long long a = fits ? at - v0 : at;
+      const long long to = p[a];
+      const long long v = g_size_poly(p, a + 2, cols);
+      const long long q = v >= 0 ? (v + to - 1) / to : -((-v) / to);   /* ceil(v / to), as g_size_variables */
+      cols[nd + i] = p[a + 1] ? q : q * to;
+    }
+  }
+  __syncthreads();
+  for (long long j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+    const long long at = prog[3 + nx + j];
+    const long long* p = fits ? held : prog;
+    const long long a = fits ? at - o0 + (v1 - v0) : at;
+    const long long v = g_size_poly(p, a + 1, cols);
+    record[j] = p[a] ? __double_as_longlong((double)v) : v;
+  }
 }
-"""
-EVAL_SIZES_BLOCK = 256
+""" % {"outputs": EVAL_OUTPUTS_PER_BLOCK, "shared": EVAL_SHARED}
+
+
+def eval_sizes_grid(prog: np.ndarray) -> int:
+    """The loader's blocks for this program: one per EVAL_OUTPUTS_PER_BLOCK outputs, at least one."""
+    return max(1, -(-int(prog[2]) // EVAL_OUTPUTS_PER_BLOCK))

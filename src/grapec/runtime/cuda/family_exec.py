@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS
+from ...codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
 from ...errors import BackendError
 from ...plan import KernelStep
 from .device_array import DeviceArray
@@ -134,7 +134,7 @@ class FamilyExecs:
         self.execs: dict = {}            # (family number, band) -> BandExec
         self.skipped: list = []          # (members, reason) of large families that cannot run so
         self._io: dict = {}              # family number -> member_io of all its members
-        self._record: dict = {}          # family number -> (program pointer, record pointer)
+        self._record: dict = {}          # family number -> (program pointer, record pointer, loader grid)
         self._building: _Build | None = None   # the exec being built (the runner's hooks read it)
         self.dims = 0                    # device pointer: the running size's dims (MAX_DIMS int64)
         self.switch_seconds, self.switch_count = 0.0, 0
@@ -197,13 +197,14 @@ class FamilyExecs:
         return ex
 
     def _record_of(self, n: int) -> tuple:
-        """(program, record) device pointers of family n, made once: every band of it uses the same."""
+        """(program, record, the loader's grid) of family n, the first two device pointers, made once: every band
+        of it uses the same."""
         if n not in self._record:
             dev = self.r.dev
             prog = np.ascontiguousarray(self.plans[n].record_program())
             p = dev.alloc(prog.nbytes, "a family's size program")
             dev.upload(p, prog.ctypes.data, prog.nbytes)
-            self._record[n] = (p, dev.alloc(8 * int(prog[2]) + 8, "a family's size record"))
+            self._record[n] = (p, dev.alloc(8 * int(prog[2]) + 8, "a family's size record"), eval_sizes_grid(prog))
             if not self.dims:
                 self.dims = dev.alloc(8 * MAX_DIMS, "the running size's dims")
         return self._record[n]
@@ -216,7 +217,7 @@ class FamilyExecs:
         at = int(np.searchsorted(members, first))   # the origin among the members
         ex = BandExec(n, members, origin)
         plan = self.r.bundle.plans[origin]
-        prog, record = self._record_of(n)
+        prog, record, loader_grid = self._record_of(n)
         overrides = {p: fp.widest(p, members) for p, form in fp.library.items() if form.kind == "widest"}
         variants = {p: fp.variants(p, members) for p, form in fp.library.items() if form.kind == "variant"}
         for p, (rows, which) in variants.items():   # the exec holds the origin's own variant first
@@ -236,7 +237,7 @@ class FamilyExecs:
         try:
             graph = call("cuGraphCreate", 0)
             builder = GraphBuilder(self.r, origin)
-            loader = builder.kernel(graph, [], self.r.function("grapec_eval_sizes"), 1, EVAL_SIZES_BLOCK,
+            loader = builder.kernel(graph, [], self.r.function("grapec_eval_sizes"), loader_grid, EVAL_SIZES_BLOCK,
                                     [prog, record, self.dims], [])
             builder.add_steps(graph, plan.steps, [loader], record=ex.nodes)
             # the variants: a GEMM's first acceptable algorithm (not timed), a convolution warmed before its
