@@ -111,6 +111,8 @@ def test_buckets_share_functions_with_sizes_as_arguments(name, buckets, tmp_path
     functions = [n for n in runner.module.body_of if not n.endswith("_sized")]   # sized twins aside
     assert len(functions) <= len(single.bodies)   # more buckets, no more functions
     assert sum(1 for s in runner.module.scalars if s) >= len(buckets) * len(single.bodies) // 2
+    if name == "wav2vec2":   # a remainder by a size argument: g_imod (codegen/module.py _size_divisions), run below
+        assert "g_imod(" in runner.host.source and "% ((long long)s" not in runner.host.source
     for bucket in range(len(buckets)):
         outs = runner.run(bucket, bucket_feeds(many, bucket, 5 + bucket))
         ref = CpuPlanRunner(many).run(bucket, bucket_feeds(many, bucket, 5 + bucket))
@@ -372,3 +374,40 @@ def test_each_compiled_bucket_is_handed_over_as_it_comes_in(jobs):
     assert [r.item for r in out] == items
     assert seen == [(i, it, os.getpid()) for i, it in enumerate(items)]
     assert (len({r.pid for r in out}) > 1) == (jobs > 1)   # the workers compiled them, here handed over
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_a_division_by_a_size_argument_keeps_cs_answer_everywhere(tmp_path):
+    """g_idiv / g_imod (codegen/prelude.py), which merged functions use where a size argument took a
+    constant's place: 32-bit where both sides are in [0, 2^31), and C's truncating answer at any sign and
+    width, the edges of the 32-bit path included."""
+    import ctypes
+    from grapec.codegen.host import HOST_SHIM
+    from grapec.codegen.module import _merge
+    from grapec.codegen.prelude import COMMON, TYPES
+    a = 'extern "C" __global__ void k(long long* out) {\n  const long long v2 = (i2 % ((long long)75LL));\n' \
+        '  const long long v3 = (v2 / ((long long)75LL));\n}\n'
+    body = _merge([a, a.replace("75LL", "80LL")])[0]
+    assert "g_imod(i2, s0)" in body and "g_idiv(v2, s0)" in body and "((long long)s0)" not in body
+    src = tmp_path / "divide.cpp"
+    src.write_text(HOST_SHIM + TYPES + COMMON + r"""
+extern "C" void divide(const long long* a, const long long* b, long long n, long long* q, long long* r) {
+  for (long long i = 0; i < n; ++i) { q[i] = g_idiv(a[i], b[i]); r[i] = g_imod(a[i], b[i]); }
+}
+""")
+    lib = tmp_path / "divide.so"
+    subprocess.run(["g++", "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
+    rng = np.random.default_rng(8)
+    edge = [0, 1, 2, 2 ** 31 - 2, 2 ** 31 - 1, 2 ** 31, 2 ** 32 - 1, 2 ** 32, 2 ** 40 + 3]
+    a = np.array(edge + [-e for e in edge[1:]] + list(rng.integers(-2 ** 40, 2 ** 40, 200))
+                 + list(rng.integers(0, 2 ** 31, 200)), np.int64)
+    b = np.array(list(rng.choice([1, 3, 75, 2 ** 31 - 1, 2 ** 31, 2 ** 33 + 1, -7, -(2 ** 31)], len(a) - 200))
+                 + list(rng.integers(1, 2 ** 31, 200)), np.int64)
+    q, r = np.empty_like(a), np.empty_like(a)
+    fn = ctypes.CDLL(str(lib)).divide
+    p = ctypes.POINTER(ctypes.c_longlong)
+    fn.argtypes = [p, p, ctypes.c_longlong, p, p]
+    fn(a.ctypes.data_as(p), b.ctypes.data_as(p), len(a), q.ctypes.data_as(p), r.ctypes.data_as(p))
+    for x, y, got_q, got_r in zip(a.tolist(), b.tolist(), q.tolist(), r.tolist()):
+        want_q = abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)   # C truncates toward zero
+        assert (got_q, got_r) == (want_q, x - want_q * y), (x, y)

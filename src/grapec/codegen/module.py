@@ -202,10 +202,22 @@ def _merge(texts: list) -> tuple | None:
     decl = "".join(f", const {'double' if t == 'f64' else 'i64'} s{j}" for j, t in enumerate(params))
     before, kernel = body[:kernel_at], body[kernel_at:]
     head, rest = kernel.split(") {\n", 1)
-    body = f"{before}{head}{decl}) {{\n{rest}"
+    body = f"{before}{head}{decl}) {{\n{_size_divisions(rest)}"
     ordered = sorted(columns, key=columns.get)
     values = [[_value(col[j]) for col in ordered] for j in range(len(texts))]
     return body, params, values
+
+
+# a division of a named value by a size argument, as the renderer writes one (codegen/cuda.py literal, _INFIX)
+_SIZE_DIVISION = re.compile(r"\((\w+) ([/%]) \(\(long long\)(s\d+)\)\)")
+
+
+def _size_divisions(text: str) -> str:
+    """A division by a constant is a multiply and a shift; by the argument that took its place, a 64-bit
+    division (Wav2Vec2's positional-convolution gather: 34 us as a range's function, 25 with its constants).
+    g_idiv / g_imod (codegen/prelude.py) divide in 32 bits where both sides fit, as the constant did."""
+    return _SIZE_DIVISION.sub(lambda m: f"g_i{'div' if m.group(2) == '/' else 'mod'}({m.group(1)}, {m.group(3)})",
+                              text)
 
 
 def sized_twin(body: str, params: list) -> str:

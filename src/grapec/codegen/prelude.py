@@ -61,6 +61,14 @@ template <typename T> __device__ __forceinline__ bool g_isinf(T a) { return a ==
 template <typename T> __device__ __forceinline__ T g_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <typename T> __device__ __forceinline__ T g_min(T a, T b) { return (a != a || a < b) ? a : b; }
 template <typename T> __device__ __forceinline__ T g_sign(T a) { return (T)((a > (T)0) - (a < (T)0)); }
+/* a / b and a % b (C's truncation) by a size argument of a merged function (codegen/module.py): 32-bit where
+   both are in [0, 2^31), as good as the constant it stands for; a 64-bit division is some 70 instructions */
+__device__ __forceinline__ long long g_idiv(long long a, long long b) {
+  return (((unsigned long long)a | (unsigned long long)b) >> 31) == 0 ? (long long)((unsigned)a / (unsigned)b) : a / b;
+}
+__device__ __forceinline__ long long g_imod(long long a, long long b) {
+  return (((unsigned long long)a | (unsigned long long)b) >> 31) == 0 ? (long long)((unsigned)a % (unsigned)b) : a % b;
+}
 struct g_op_sum { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct g_op_prod { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a * b; } };
 struct g_op_max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return g_max<T>(a, b); } };
