@@ -10,5 +10,5 @@ timeout 150 python3 $S/node_times.py models/full/wav2vec2.onnx $C/wav2vec2-fp16-
     "$C/wav2vec2-fp16-samples{n}.grape" 24229,46857 > $OUT/node-times.log 2>&1
 echo "nodes rc $?"
 timeout 200 python3 benchmarks/traffic.py $W --peers "" --out $OUT/w2v-default > $OUT/w2v-default.log 2>&1
-echo "traffic rc $?"; grep -A 30 "| length 24229: group" $OUT/node-times.log | head -n 14
+echo "traffic rc $?"; grep "eval_sizes\|^## " $OUT/node-times.log; grep -A 12 "| length 24229: group" $OUT/node-times.log
 tail -n 8 $OUT/run-parts.log; grep "uniform over 8" $OUT/w2v-default.log
