@@ -79,18 +79,19 @@ def model_path(name: str, size: str) -> str:
     return path
 
 
-def compile_range(path, dim, lo, hi, precision, cache, say):
+def compile_range(path, dim, lo, hi, precision, cache, say, calibrate_at: int | None = None):
     import grapec
     from grapec.bundle.format import Bundle
     out = os.path.join(cache, f"{os.path.basename(path)[:-5]}-{precision}-{dim}{lo}-{hi}.grape")
     if not os.path.exists(out):
         t0 = time.perf_counter()
-        grapec.compile(path, dims={"batch": 1}, dynamic={dim: (lo, hi)}, precision=precision, progress=say).write(out)
+        grapec.compile(path, dims={"batch": 1}, dynamic={dim: (lo, hi)}, precision=precision, progress=say,
+                       calibration_dims={dim: calibrate_at} if calibrate_at else None).write(out)
         say(f"range bundle compiled in {time.perf_counter() - t0:.0f}s")
     return Bundle.read(out)
 
 
-def compile_singles(path, dim, lengths, precision, cache) -> dict:
+def compile_singles(path, dim, lengths, precision, cache, calibrate_at: int | None = None) -> dict:
     """length -> its single-size bundle's file, each compiled in a process of its own, a few at a time
     with their BLAS threads split between them (16 compiles of full GPT-2 forked at once, each with
     every core's BLAS threads, did not finish in 9 minutes on a 16-core machine; one takes 18 s)."""
@@ -105,8 +106,9 @@ def compile_singles(path, dim, lengths, precision, cache) -> dict:
     while todo or running:
         while todo and len(running) < jobs:
             n, out = todo.pop(0)
+            calibration = {dim: calibrate_at} if calibrate_at and n > calibrate_at else None
             code = (f"import grapec; grapec.compile({path!r}, dims={{'batch': 1, {dim!r}: {n}}}, precision={precision!r}, "
-                    f"jobs=1).write({out!r})")
+                    f"jobs=1, calibration_dims={calibration!r}).write({out!r})")
             running.append(subprocess.Popen([sys.executable, "-c", code], env=env))
         p = running.pop(0)
         if p.wait() != 0:
@@ -508,6 +510,9 @@ def main():
                     help="compile the range and single-length bundles into --cache, then stop (a later run times them)")
     ap.add_argument("--singles-only", action="store_true",
                     help="compile the single-length bundles into --cache, then stop (another process compiles the range)")
+    ap.add_argument("--calibrate-at", type=int, default=None, metavar="N",
+                    help="calibrate fp16 at this length instead of the range's longest (grapec.compile calibration_dims): "
+                         "full Wav2Vec2 at 160000 samples takes some 200 s of the numpy interpreter")
     ap.add_argument("--baseline-own-execs", action="store_true",
                     help="also run the range bundle with an exec per length (GRAPEC_SHARED_EXECS=0), as before shared execs")
     ap.add_argument("--baseline-spare", action="store_true",
@@ -551,11 +556,13 @@ def main():
            "backend": a.backend, "rows": {}}
     if a.only_peers:
         a.no_ideal = True
-    singles = {} if a.no_ideal else compile_singles(path, a.dim, used, a.precision, a.cache)   # forks: before CUDA starts
+    singles = {} if a.no_ideal else compile_singles(path, a.dim, used, a.precision, a.cache,
+                                                            a.calibrate_at)   # forks: before CUDA starts
     if a.singles_only:
         say(f"compiled: {len(singles)} single-length bundles in {a.cache}")
         return
-    ranged = None if a.only_peers else compile_range(path, a.dim, lo, hi, a.precision, a.cache, say)
+    ranged = None if a.only_peers else compile_range(path, a.dim, lo, hi, a.precision, a.cache, say,
+                                                          a.calibrate_at)
     if a.compile_only:
         say(f"compiled: the range and {len(singles)} single-length bundles in {a.cache}")
         return
