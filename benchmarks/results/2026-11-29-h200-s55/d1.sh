@@ -1,7 +1,7 @@
 # call: the full Wav2Vec2 range and its 8 single-length bundles compiled (next-w2v-bands.sh compile), and while the
 # range compiles, once the singles are done, the GPU tests of the family execs, the loader kernel and codegen
-# fp16 calibrated at 32000 samples (--calibrate-at): at 160000 the numpy interpreter took some 200 of call 7's
-# 423 s; every node stays fp16 at both (call 7's log, and session 54's compile here at 16000)
+# fp16 calibrated at 32000 samples (--calibrate-at): at 160000 the numpy interpreter took 117 s on this 2-core
+# machine, and call 7 spent 221 s of its 408 outside the range's own 187; every node stays fp16 either way
 . benchmarks/results/2026-11-27-h200-bert-traffic/setup.sh
 W="--calibrate-at 32000 --model wav2vec2 --size full --range 1600:160000 --precision fp16 --ideal-lengths 8 --requests 300"
 python3 models/build.py --size full --out models/full wav2vec2 > $OUT/w2v-build.log 2>&1; echo "build rc $?"
