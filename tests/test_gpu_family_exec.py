@@ -293,3 +293,17 @@ def test_profile_nodes_times_a_band_exec_and_puts_its_nodes_back(w2v_range, monk
     assert 0.3 * replay_us < total < 3 * replay_us, (total, replay_us)
     assert sum(t.us > 0 for t in times) >= 0.8 * len(times)
     np.testing.assert_array_equal(sess.run(x)["last_hidden_state"], before)
+
+
+def test_bench_times_a_family_size_on_the_exec_a_run_launches(w2v_range, monkeypatch):
+    """grapec bench at a range family's size times its band's exec (what Session.run launches), not a graph of
+    the size's own plan, and --per-step there times each node of that exec."""
+    from grapec.tools.bench import bench_grapec
+    monkeypatch.setenv("GRAPEC_FAMILY_EXECS", "all")
+    bucket = next(b for f in w2v_range.plans.docs.families for b in f.buckets)
+    x = {"input_values": np.random.default_rng(6).standard_normal((1, _samples(w2v_range, bucket))).astype(np.float32)}
+    res = bench_grapec(w2v_range, x, iters=20, warmup=3, per_step=True)
+    assert res["exec"].startswith("the band exec of range family"), res["exec"]
+    assert res["launches"] == 1 and "steps" not in res
+    assert any("eval_sizes" in n["name"] for n in res["nodes"])
+    assert 0 < res["replay"]["median_ms"] < 50

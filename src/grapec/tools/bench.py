@@ -67,19 +67,31 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     stream = r.stream
     host = {k: np.ascontiguousarray(v) for k, v in feeds.items()}
 
+    family = r.families if r.families is not None and r.families.owns(bucket) else None
+    if family is not None:   # a range's family size: its band's exec, as Session.run launches it (family_exec.py)
+        ins = [(name, family.ptr(buf), buf) for name, buf in family.buffers(bucket, "inputs")]
+        places = [(name, family.ptr(buf), buf) for name, buf in family.buffers(bucket, "outputs")]
+
+        def replay():
+            call("cuGraphLaunch", family.switch(bucket).exec, stream)   # the switch writes the size's dims
+    else:
+        ins = [(name, r.ptr(bucket, b), plan.buffers[b]) for name, b in plan.inputs]
+        places = [(name, r.ptr(bucket, b), plan.buffers[b]) for name, b in plan.outputs]
+
+        def replay():
+            r.execute(bucket, plan.steps)
+
     def h2d():
-        for name, b in plan.inputs:
-            call("cuMemcpyHtoDAsync", r.ptr(bucket, b), host[name].ctypes.data, host[name].nbytes, stream)
-    outs = {name: np.empty(plan.buffers[b].shape, np.dtype(plan.buffers[b].dtype)) for name, b in plan.outputs}
+        for name, ptr, _ in ins:
+            call("cuMemcpyHtoDAsync", ptr, host[name].ctypes.data, host[name].nbytes, stream)
+    outs = {name: np.empty(buf.shape, np.dtype(buf.dtype)) for name, _, buf in places}
 
     def d2h():
-        for name, b in plan.outputs:
-            r.copy_buffer_out(plan.buffers[b], r.ptr(bucket, b), outs[name].ctypes.data, host=True)
-
-    def replay():
-        r.execute(bucket, plan.steps)
+        for name, ptr, buf in places:
+            r.copy_buffer_out(buf, ptr, outs[name].ctypes.data, host=True)
     _event_times(stream, replay, warmup)
     res = {"replay": _stats(_event_times(stream, replay, iters)),
+           "exec": family.describe(bucket) if family is not None else "the size's own graph",
            "h2d": _stats(_event_times(stream, h2d, max(iters // 4, 10))),
            "d2h": _stats(_event_times(stream, d2h, max(iters // 4, 10))),
            "device_memory_mib": (free0 - free1) / 2**20,
@@ -92,7 +104,12 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
         res["generated"] = int(np.asarray(first[meta[COUNT_OUTPUT_KEY]]).reshape(-1)[0])
         if meta.get(TOKENS_OUTPUT_KEY) in first:
             res["tokens"] = [int(t) for t in np.asarray(first[meta[TOKENS_OUTPUT_KEY]]).reshape(-1)[:res["generated"]]]
-    if per_step:
+    r._pending = []   # the switches' dims arrays, copied long since
+    if per_step and family is not None:   # its steps run at the band's shapes, in one exec: time each node there
+        from ..runtime.cuda.profile import profile_nodes
+        ex = family.switch(bucket)
+        res["nodes"] = [dataclasses.asdict(t) for t in profile_nodes(ex.graph, ex.exec, stream)]
+    elif per_step:
         from ..runtime.cuda.profile import profile_steps
         res["steps"] = [t.to_json() for t in profile_steps(r, bucket)]
     if timeline:

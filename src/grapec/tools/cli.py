@@ -378,7 +378,8 @@ def check(model, shapes, dims, values, bounds, backend, precision, calibration_i
 @click.option("--device-profile", default="h100", show_default=True, metavar="NAME|FILE", help=PROFILE_HELP)
 @click.option("--per-step", default=0, metavar="N", help="Also time every step alone (as its graph node, "
               "launch gap included) and show the N costliest, with their ONNX nodes; the steps' sum is shown "
-              "against one replay.")
+              "against one replay. A size of a range that runs its band's exec: every node of that exec, timed "
+              "alone in it, with its kernel's name.")
 @branch_options
 @click.option("--timeline", is_flag=True, help="Also measure when each step runs in a replay (event record nodes "
               "around every step) and draw it, one row per parallel branch: compare with the simulated timeline "
@@ -446,6 +447,8 @@ def bench(model, shapes, dims, values, bounds, iterations, warmup, peers, zoo_na
     g = res["grapec"]
     click.echo(f"{os.path.basename(model)} in {precision} on {g['device']} ({g['code']}), {g['replay']['n']} replays "
                f"after {warmup} warm-up")
+    if g["exec"] != "the size's own graph":
+        click.echo(f"  runs {g['exec']}")
     click.echo(f"  H2D {g['h2d']['median_ms'] * 1e3:.1f} us, D2H {g['d2h']['median_ms'] * 1e3:.1f} us (median); "
                f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")
     launches = f"{g['launches']} graph launch" + ("es" if g["launches"] != 1 else "")
@@ -462,7 +465,9 @@ def bench(model, shapes, dims, values, bounds, iterations, warmup, peers, zoo_na
     for k, v in res.items():
         if k.startswith("_") and k.endswith(" error"):
             click.echo(f"peer failed: {k[1:-len(' error')]}: {v}")
-    if per_step:
+    if per_step and "nodes" in g:
+        _print_nodes(g["nodes"], g["replay"]["median_ms"], per_step)
+    elif per_step:
         _print_steps(g["steps"], g["replay"]["median_ms"], per_step)
     if timeline:
         from ..cost.timeline import Span, render
@@ -527,6 +532,16 @@ def _print_steps(steps: list, replay_ms: float, top: int):
     click.echo(f"{'step':>6s} {'us':>8s} {'share':>6s}  {'kind':12s} onnx nodes")
     for s in sorted(steps, key=lambda s: -s["us"])[:top]:
         click.echo(f"{s['index']:6d} {s['us']:8.2f} {s['us'] / total:6.1%}  {s['kind']:12s} {', '.join(s['origin'])}")
+
+
+def _print_nodes(nodes: list, replay_ms: float, top: int):
+    """A range family's size: each node of its band exec alone (runtime/cuda/profile.py profile_nodes)."""
+    total = sum(n["us"] for n in nodes)
+    click.echo(f"\nnodes alone (a range's size runs its band's exec: each node timed in it): {len(nodes)} nodes, "
+               f"{total / 1e3:.4f} ms in all (one replay: {replay_ms:.4f} ms)")
+    click.echo(f"{'node':>6s} {'us':>8s} {'share':>6s}  {'kind':7s} kernel")
+    for n in sorted(nodes, key=lambda n: -n["us"])[:top]:
+        click.echo(f"{n['index']:6d} {n['us']:8.2f} {n['us'] / total:6.1%}  {n['kind']:7s} {n['name'][:80]}")
 
 
 def _parse(shapes, dims, values=()):

@@ -386,6 +386,14 @@ class FamilyExecs:
         self.r._pending.append(dims)
         return ex
 
+    def describe(self, bucket: int) -> str:
+        """Which exec runs the bucket, for a benchmark's report."""
+        n, m = self.owner[bucket]
+        fp = self.plans[n]
+        members = fp.members(int(fp.bands[m]))
+        lo, hi = fp.sizes[members].min(axis=0).tolist(), fp.sizes[members].max(axis=0).tolist()
+        return f"the band exec of range family {n}: {len(members)} sizes, {lo}..{hi}"
+
     def buffers(self, bucket: int, side: str) -> list:
         """[(name, Buffer)] of the bucket's inputs or outputs."""
         n, m = self.owner[bucket]
