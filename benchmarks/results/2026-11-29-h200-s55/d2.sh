@@ -11,4 +11,6 @@ timeout 150 python3 $S/node_times.py models/full/wav2vec2.onnx $C/wav2vec2-fp16-
 echo "nodes rc $?"
 timeout 200 python3 benchmarks/traffic.py $W --peers "" --out $OUT/w2v-default > $OUT/w2v-default.log 2>&1
 echo "traffic rc $?"; grep "eval_sizes\|^## " $OUT/node-times.log; grep -A 12 "| length 24229: group" $OUT/node-times.log
-tail -n 8 $OUT/run-parts.log; grep "uniform over 8" $OUT/w2v-default.log
+timeout 90 python3 -c "from grapec.tools.cli import main; main()" bench $C/wav2vec2-fp16-samples1600-160000.grape \
+    --dim batch=1,samples=24229 --per-step 8 > $OUT/bench-24229.log 2>&1; echo "bench rc $?"
+tail -n 8 $OUT/run-parts.log; grep "uniform over 8" $OUT/w2v-default.log; tail -n 12 $OUT/bench-24229.log
