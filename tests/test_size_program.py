@@ -1,6 +1,7 @@
 """A size record computed from a range's formulas (codegen/size_program.py): the program gives what the
 formulas give (bundle/formulas.py NumberFit.numbers), evaluated in Python, by the same C text compiled
-with the host's C compiler, and the loader kernel that holds it compiles with NVRTC."""
+with the host's C compiler, and by the loader kernel itself, run on host threads (one per CUDA thread) and
+on the GPU; the loader compiles with NVRTC."""
 import ctypes
 import os
 import shutil
@@ -229,3 +230,79 @@ def test_the_loader_kernel_gives_what_the_formulas_give(families, shared):
             assert (got == run_size_program(prog, size)).all(), (size, np.flatnonzero(got != run_size_program(prog, size))[:5])
         for ptr in (p_prog, p_rec, p_dims):
             dev.free(ptr)
+
+
+# The loader kernel compiled for the host with a POSIX thread per CUDA thread of a block and a barrier for
+# __syncthreads: its blocks, shared memory and phases run as written, without a GPU
+_THREADED_SHIM = r"""
+#include <pthread.h>
+#include <cstring>
+#include <algorithm>
+struct g_dim3 { unsigned x, y, z; };
+static thread_local g_dim3 threadIdx, blockIdx;
+static g_dim3 blockDim;
+static pthread_barrier_t g_bar;
+#define __global__
+#define __device__
+#define __shared__ static
+#define __restrict__ __restrict
+#define __syncthreads() pthread_barrier_wait(&g_bar)
+using std::min;
+static inline long long __double_as_longlong(double d) { long long i; std::memcpy(&i, &d, 8); return i; }
+"""
+_THREADED_LAUNCH = r"""
+struct g_args { const long long* prog; long long* record; const long long* dims; unsigned t, b; };
+static void* g_thread(void* p) {
+  g_args* a = (g_args*)p;
+  threadIdx = {a->t, 0, 0};
+  blockIdx = {a->b, 0, 0};
+  grapec_eval_sizes(a->prog, a->record, a->dims);
+  return nullptr;
+}
+extern "C" void launch(const long long* prog, long long* record, const long long* dims, unsigned grid, unsigned block) {
+  blockDim = {block, 1, 1};
+  pthread_t th[1024];
+  g_args args[1024];
+  for (unsigned b = 0; b < grid; ++b) {   /* one block after another: a block's shared arrays are one static copy */
+    pthread_barrier_init(&g_bar, nullptr, block);
+    for (unsigned t = 0; t < block; ++t) {
+      args[t] = {prog, record, dims, t, b};
+      pthread_create(&th[t], nullptr, g_thread, &args[t]);
+    }
+    for (unsigned t = 0; t < block; ++t) pthread_join(th[t], nullptr);
+    pthread_barrier_destroy(&g_bar);
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile the loader for the host")
+@pytest.mark.parametrize("shared", [None, 40], ids=["records-in-shared-memory", "records-read-from-global"])
+def test_the_loader_kernel_run_on_host_threads_gives_what_the_formulas_give(families, shared, tmp_path):
+    """The loader (EVAL_SIZES) as the GPU runs it, a thread per CUDA thread: several blocks of outputs, each
+    copying its records into shared memory (or, with 40 int64s of it, reading them from global memory), write
+    every output of the record and nothing past it."""
+    from grapec.codegen.size_program import EVAL_SHARED, EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
+    source = EVAL_SIZES if shared is None else EVAL_SIZES.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}",
+                                                                  f"#define G_EVAL_SHARED {shared}")
+    assert shared is None or source != EVAL_SIZES
+    src, lib = tmp_path / "loader.cpp", tmp_path / "loader.so"
+    src.write_text(_THREADED_SHIM + source + _THREADED_LAUNCH)
+    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)], check=True, capture_output=True)
+    launch = ctypes.CDLL(str(lib)).launch
+    ptr = ctypes.POINTER(ctypes.c_longlong)
+    launch.argtypes = [ptr, ptr, ptr, ctypes.c_uint, ctypes.c_uint]
+    for f in families:
+        fit = f.plan.fit
+        slots = list(range(len(fit.slots)))
+        prog = size_program(fit, 1, slots, f64=[j % 5 == 0 for j in slots])
+        assert eval_sizes_grid(prog) > 1   # several blocks, each its own outputs
+        for size in _members(f, n=3, seed=2):
+            dims = np.zeros(MAX_DIMS, np.int64)
+            dims[:len(size)] = size
+            record = np.full(len(slots) + 1, -7, np.int64)   # one more: nothing is written past the outputs
+            launch(prog.ctypes.data_as(ptr), record.ctypes.data_as(ptr), dims.ctypes.data_as(ptr), eval_sizes_grid(prog),
+                   EVAL_SIZES_BLOCK)
+            want = run_size_program(prog, size)
+            assert (record[:-1] == want).all(), (size, np.flatnonzero(record[:-1] != want)[:5])
+            assert record[-1] == -7
