@@ -191,6 +191,25 @@ def test_a_members_inputs_and_outputs_come_from_its_familys_formulas(families):
                 assert [(name, got[i]) for name, got in io[side]] == want, (f.sizes[m], side)
 
 
+def _loader_source(shared: int | None) -> str:
+    """The loader's text, its shared memory cut to `shared` int64s (then no block's records fit)."""
+    from grapec.codegen.size_program import EVAL_SHARED
+    if shared is None:
+        return EVAL_SIZES
+    source = EVAL_SIZES.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}", f"#define G_EVAL_SHARED {shared}")
+    assert source != EVAL_SIZES
+    return source
+
+
+def _loader_program(f) -> tuple:
+    """(program, slots) of every slot of the family's plan formulas, every fifth an f64, over several blocks."""
+    from grapec.codegen.size_program import eval_sizes_grid
+    slots = list(range(len(f.plan.fit.slots)))
+    prog = size_program(f.plan.fit, 1, slots, f64=[j % 5 == 0 for j in slots])
+    assert eval_sizes_grid(prog) > 1   # several blocks, each its own outputs
+    return prog, slots
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shared", [None, 40], ids=["records-in-shared-memory", "records-read-from-global"])
 def test_the_loader_kernel_gives_what_the_formulas_give(families, shared):
@@ -201,20 +220,15 @@ def test_the_loader_kernel_gives_what_the_formulas_give(families, shared):
     if not gpu_count():
         pytest.skip("needs an NVIDIA GPU")
     from grapec.codegen.nvrtc import compile_cuda
-    from grapec.codegen.size_program import EVAL_SHARED, EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
+    from grapec.codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
     from grapec.runtime.cuda.driver import Device, KernelArgs, call
-    source = EVAL_SIZES if shared is None else EVAL_SIZES.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}",
-                                                                  f"#define G_EVAL_SHARED {shared}")
-    assert shared is None or source != EVAL_SIZES
+    source = _loader_source(shared)
     dev = Device(0)
     module = call("cuModuleLoadData", compile_cuda(source, dev.arch))
     func = call("cuModuleGetFunction", module, b"grapec_eval_sizes")
     stream = call("cuStreamCreate", 0)
     for f in families:
-        fit = f.plan.fit
-        slots = list(range(len(fit.slots)))
-        prog = size_program(fit, 1, slots, f64=[j % 5 == 0 for j in slots])
-        assert eval_sizes_grid(prog) > 1   # several blocks, each its own outputs
+        prog, slots = _loader_program(f)
         p_prog, p_rec, p_dims = (dev.alloc(n, "test") for n in (prog.nbytes, 8 * len(slots) + 8, 8 * MAX_DIMS))
         dev.upload(p_prog, prog.ctypes.data, prog.nbytes)
         for size in _members(f, n=6, seed=1):
@@ -282,10 +296,8 @@ def test_the_loader_kernel_run_on_host_threads_gives_what_the_formulas_give(fami
     """The loader (EVAL_SIZES) as the GPU runs it, a thread per CUDA thread: several blocks of outputs, each
     copying its records into shared memory (or, with 40 int64s of it, reading them from global memory), write
     every output of the record and nothing past it."""
-    from grapec.codegen.size_program import EVAL_SHARED, EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
-    source = EVAL_SIZES if shared is None else EVAL_SIZES.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}",
-                                                                  f"#define G_EVAL_SHARED {shared}")
-    assert shared is None or source != EVAL_SIZES
+    from grapec.codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
+    source = _loader_source(shared)
     src, lib = tmp_path / "loader.cpp", tmp_path / "loader.so"
     src.write_text(_THREADED_SHIM + source + _THREADED_LAUNCH)
     subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)], check=True, capture_output=True)
@@ -293,10 +305,7 @@ def test_the_loader_kernel_run_on_host_threads_gives_what_the_formulas_give(fami
     ptr = ctypes.POINTER(ctypes.c_longlong)
     launch.argtypes = [ptr, ptr, ptr, ctypes.c_uint, ctypes.c_uint]
     for f in families:
-        fit = f.plan.fit
-        slots = list(range(len(fit.slots)))
-        prog = size_program(fit, 1, slots, f64=[j % 5 == 0 for j in slots])
-        assert eval_sizes_grid(prog) > 1   # several blocks, each its own outputs
+        prog, slots = _loader_program(f)
         for size in _members(f, n=3, seed=2):
             dims = np.zeros(MAX_DIMS, np.int64)
             dims[:len(size)] = size
