@@ -191,13 +191,16 @@ def test_a_members_inputs_and_outputs_come_from_its_familys_formulas(families):
                 assert [(name, got[i]) for name, got in io[side]] == want, (f.sizes[m], side)
 
 
-def _loader_source(shared: int | None) -> str:
-    """The loader's text, its shared memory cut to `shared` int64s (then no block's records fit)."""
-    from grapec.codegen.size_program import EVAL_SHARED
-    if shared is None:
-        return EVAL_SIZES
-    source = EVAL_SIZES.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}", f"#define G_EVAL_SHARED {shared}")
-    assert source != EVAL_SIZES
+def _loader_source(shared: int | None, block: int | None = None) -> str:
+    """The loader's text, its shared memory cut to `shared` int64s (then no block's records fit), its block
+    `block` threads."""
+    from grapec.codegen.size_program import EVAL_SHARED, EVAL_SIZES_BLOCK
+    source = EVAL_SIZES
+    if shared is not None:
+        source = source.replace(f"#define G_EVAL_SHARED {EVAL_SHARED}", f"#define G_EVAL_SHARED {shared}")
+    if block is not None:
+        source = source.replace(f"#define G_EVAL_BLOCK {EVAL_SIZES_BLOCK}", f"#define G_EVAL_BLOCK {block}")
+    assert (source == EVAL_SIZES) == (shared is None and block is None)
     return source
 
 
@@ -261,7 +264,19 @@ static pthread_barrier_t g_bar;
 #define __shared__ static
 #define __restrict__ __restrict
 #define __syncthreads() pthread_barrier_wait(&g_bar)
+#define __launch_bounds__(n)
 using std::min;
+/* a warp's barrier: every lane of the warp reaches each shuffle (the loader's loops run alike in all 32) */
+static pthread_barrier_t g_warp_bar[32];
+#define __syncwarp() pthread_barrier_wait(&g_warp_bar[threadIdx.x / 32])
+static long long g_shuffled[1024];
+static long long __shfl_xor_sync(unsigned, long long v, int k) {
+  g_shuffled[threadIdx.x] = v;
+  __syncwarp();
+  const long long got = g_shuffled[threadIdx.x ^ k];
+  __syncwarp();
+  return got;
+}
 static inline long long __double_as_longlong(double d) { long long i; std::memcpy(&i, &d, 8); return i; }
 """
 _THREADED_LAUNCH = r"""
@@ -279,12 +294,14 @@ extern "C" void launch(const long long* prog, long long* record, const long long
   g_args args[1024];
   for (unsigned b = 0; b < grid; ++b) {   /* one block after another: a block's shared arrays are one static copy */
     pthread_barrier_init(&g_bar, nullptr, block);
+    for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_init(&g_warp_bar[w], nullptr, 32);
     for (unsigned t = 0; t < block; ++t) {
       args[t] = {prog, record, dims, t, b};
       pthread_create(&th[t], nullptr, g_thread, &args[t]);
     }
     for (unsigned t = 0; t < block; ++t) pthread_join(th[t], nullptr);
     pthread_barrier_destroy(&g_bar);
+    for (unsigned w = 0; w < block / 32; ++w) pthread_barrier_destroy(&g_warp_bar[w]);
   }
 }
 """
@@ -295,12 +312,16 @@ extern "C" void launch(const long long* prog, long long* record, const long long
 def test_the_loader_kernel_run_on_host_threads_gives_what_the_formulas_give(families, shared, tmp_path):
     """The loader (EVAL_SIZES) as the GPU runs it, a thread per CUDA thread: several blocks of outputs, each
     copying its records into shared memory (or, with 40 int64s of it, reading them from global memory), write
-    every output of the record and nothing past it."""
-    from grapec.codegen.size_program import EVAL_SIZES_BLOCK, MAX_DIMS, eval_sizes_grid
-    source = _loader_source(shared)
+    every output of the record and nothing past it. Blocks of 64 threads (two warps, each its own outputs)
+    keep the barriers of 2 CPU cores' worth of threads in seconds."""
+    from grapec.codegen.size_program import MAX_DIMS, eval_sizes_grid
+    block = 64
+    source = _loader_source(shared, block)
     src, lib = tmp_path / "loader.cpp", tmp_path / "loader.so"
     src.write_text(_THREADED_SHIM + source + _THREADED_LAUNCH)
-    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)], check=True, capture_output=True)
+    built = subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-pthread", "-o", str(lib), str(src)], capture_output=True,
+                           text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
     launch = ctypes.CDLL(str(lib)).launch
     ptr = ctypes.POINTER(ctypes.c_longlong)
     launch.argtypes = [ptr, ptr, ptr, ctypes.c_uint, ctypes.c_uint]
@@ -311,7 +332,7 @@ def test_the_loader_kernel_run_on_host_threads_gives_what_the_formulas_give(fami
             dims[:len(size)] = size
             record = np.full(len(slots) + 1, -7, np.int64)   # one more: nothing is written past the outputs
             launch(prog.ctypes.data_as(ptr), record.ctypes.data_as(ptr), dims.ctypes.data_as(ptr), eval_sizes_grid(prog),
-                   EVAL_SIZES_BLOCK)
+                   block)
             want = run_size_program(prog, size)
             assert (record[:-1] == want).all(), (size, np.flatnonzero(record[:-1] != want)[:5])
             assert record[-1] == -7

@@ -442,7 +442,7 @@ class FamilyExecs:
             for ptr in ex.regions.values():
                 self.r.dev.free(ptr)
         self.execs.clear()
-        for prog, record in self._record.values():
+        for prog, record, _grid in self._record.values():
             self.r.dev.free(prog)
             self.r.dev.free(record)
         self._record.clear()
