@@ -147,9 +147,85 @@ def load(slot: int, index: tuple, dtype: str, mask: Expr | None = None, other: E
                 mask = None
             else:
                 return other if other is not None else const(0, dtype)
-        elif other is None:
-            other = const(0, dtype)
+        else:
+            mask, index = _guarded(mask, index)
+            if other is None:
+                other = const(0, dtype)
     return Expr("load", (slot, index, mask, other if mask is not None else None), dtype)
+
+
+def _guarded(mask: Expr, index: tuple) -> tuple:
+    """(mask, index) with what the mask's conjuncts imply applied: under x < n with x >= 0, x % n is x
+    and x / n is 0 (C's truncation). A pad or slice of a size's tensor reads at a wrapped index that
+    the load only takes where it is in range; as a range's merged function the wrap was a division by
+    a size argument per element (Wav2Vec2's positional-convolution gather). Sound because nothing is
+    read where the mask is false, and a conjunct rewritten under another keeps the mask's value."""
+    for _ in range(8):   # a rewrite can expose another fact; a few rounds at most
+        fact = next((f for f in _facts(mask) if _wrapped(f, mask, index)), None)
+        if fact is None:
+            return mask, index
+        x, n = fact
+        table = {binary("mod", x, n): x, binary("div", x, n): const(0, x.dtype)}
+        mask, index = substitute(mask, table), tuple(substitute(i, table) for i in index)
+    return mask, index
+
+
+def _conjuncts(e: Expr) -> list:
+    out, stack = [], [e]
+    while stack:
+        c = stack.pop()
+        if c.op == "and" and c.dtype == "bool":
+            stack.extend(c.args)
+        else:
+            out.append(c)
+    return out
+
+
+def _facts(mask: Expr) -> list:
+    """(x, n) for each conjunct x < n of integers whose x is known non-negative under the mask."""
+    conj = _conjuncts(mask)
+    known = {c.args[0] for c in conj if c.op == "ge" and c.args[1].is_const and c.args[1].value == 0}
+    known |= {c.args[0] for c in conj if c.op == "gt" and c.args[1].is_const and c.args[1].value == -1}
+    facts = [c.args for c in conj if c.op == "lt"] + [c.args[::-1] for c in conj if c.op == "gt"]
+    return [(x, n) for x, n in facts if dtypes.is_int(x.dtype) and _nonnegative(x, known)]
+
+
+def _wrapped(fact: tuple, mask: Expr, index: tuple) -> bool:
+    """Whether x % n or x / n occurs in the mask or the index."""
+    x, n = fact
+    return any(node.op in ("mod", "div") and node.args == (x, n) for e in (mask, *index) for node in walk(e))
+
+
+def _nonnegative(e: Expr, known: set) -> bool:
+    """e >= 0 for every value of its variables (C's integer semantics); `known`: exprs a mask bounds below."""
+    sign: dict = {}
+    for node in walk(e):
+        a = [sign[c] for c in children(node)]
+        if node in known or node.op in ("idx", "ridx"):
+            sign[node] = True
+        elif node.is_const:
+            sign[node] = dtypes.is_int(node.dtype) and node.value >= 0
+        elif node.op in ("add", "mul", "min", "where"):
+            sign[node] = all(a[1:]) if node.op == "where" else all(a)
+        elif node.op == "max":
+            sign[node] = any(a)
+        elif node.op == "mod":   # C: the remainder takes the dividend's sign
+            sign[node] = a[0]
+        elif node.op in ("div", "shr"):
+            sign[node] = a[0] and a[1]
+        else:
+            sign[node] = False
+    return sign[e]
+
+
+def substitute(e: Expr, table: dict) -> Expr:
+    """e with each subexpression in `table` replaced by its image, rebuilt through the constructors."""
+    if not any(node in table for node in walk(e)):
+        return e
+    memo: dict = {}
+    for node in walk(e):
+        memo[node] = table[node] if node in table else with_children(node, [memo[c] for c in children(node)])
+    return memo[e]
 
 
 def cast(x: Expr, dtype: str) -> Expr:
@@ -219,6 +295,8 @@ def where(c: Expr, a: Expr, b: Expr) -> Expr:
     if c.is_const:
         return a if c.value else b
     if a is b:
+        return a
+    if a.op == "load" and a.args[2] is c and a.args[3] is b:   # the load already gives b where c is false
         return a
     return Expr("where", (c, a, b), a.dtype)
 
