@@ -76,6 +76,25 @@ def test_the_cuda_builds_share_one_buffer_for_past_and_present(name, batch, new,
         assert rel_err(got[name_], want[name_]) < 2e-3, (name_, rel_err(got[name_], want[name_]))
 
 
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_decode_steps_output_projection_is_a_small_gemm(batch):
+    """At one query the attention's output, its heads merged, is read by the output projection through a view
+    of the whole buffer in row-major order (passes/strided_operands.py); the small GEMM takes it with the
+    residual as its epilogue, where cuBLASLt ran one row at a quarter of the DRAM bandwidth."""
+    from grapec.ir.kinds import kernel_from_json
+    from grapec.ir.small_gemm import SmallGemmKernel
+    path = os.path.join(REAL, "llama_genai_cuda_fp16.onnx")
+    feeds = step_feeds(batch, 1, 16, total=17, dtype=np.float16)
+    b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()}, targets=[], precision="fp16")
+    steps = [st for st in b.plans[0].steps if any("o_proj/MatMul" in o for o in st.origin)]
+    assert len(steps) == LAYERS and all(st.op == "kernel" for st in steps), [(st.op, st.origin) for st in steps]
+    assert all(isinstance(kernel_from_json(b.kernels[st.kernel]), SmallGemmKernel) for st in steps)
+    got = grapec.load(Bundle.from_bytes(b.to_bytes())).run(feeds)
+    want = reference_outputs(path, feeds)
+    for name in ("logits", "present.1.value"):
+        assert rel_err(got[name], want[name]) < 2e-3, (name, rel_err(got[name], want[name]))
+
 def test_int4_weights_stay_packed():
     fp32 = grapec.compile(os.path.join(REAL, "llama_genai_fp32.onnx"), shapes={k: v.shape for k, v in step_feeds(1, 1, 4).items()},
                           targets=[])

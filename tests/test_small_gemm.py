@@ -255,3 +255,13 @@ def test_a_range_of_small_gemm_rows_runs_one_function_on_the_gpu(tmp_path):
         assert np.allclose(got, ref, rtol=5e-2, atol=5e-2), rows
         assert rel_err(got, mine) < 2e-3, (rows, rel_err(got, mine))
     gpu._runner.close()
+
+
+def test_a_view_that_is_not_its_buffer_in_row_major_order_is_refused():
+    from grapec.passes.small_gemm import plain_view
+    assert plain_view([0, 0, 64, [1, 1, 64]], 1, 64)
+    assert plain_view([0, 128, 64, [2, 2, 64]], 4, 64)          # batches one after another
+    assert not plain_view([16, 0, 64, [1, 1, 64]], 1, 64)       # starts past the buffer's start
+    assert not plain_view([0, 0, 80, [1, 2, 64]], 2, 64)        # rows 80 apart: padded, not packed
+    assert not plain_view([0, 256, 64, [2, 2, 64]], 4, 64)      # a gap between batches
+    assert not plain_view([0, 0, 64, [1, 1, 32]], 1, 64)        # another depth

@@ -4,7 +4,8 @@ activation, residual) as its epilogue (ir/small_gemm.py says why).
 
 Runs after fusion and fused attention, so A's producer is one fused kernel and the epilogue is
 already folded into the matmul's attributes. Conditions (anything else stays with cuBLASLt):
-  * fp16/bf16, no transposed A, no strided operand (views), a constant 2-D weight;
+  * fp16/bf16, no transposed A, no strided operand (views) but an A read in row-major order from its
+    buffer's start, a constant 2-D weight;
   * M (the rows of A, batch dims flattened) at most 16 (with a prologue) or, for sm_90+, at most 128
     (the split form, A read as it lies), K a multiple of 8;
   * a weight stored [K, N] is transposed into a copy, so its only reader must be this matmul.
@@ -62,7 +63,8 @@ def small_gemms(g: Graph, profile: DeviceProfile | None = None, split: bool = Fa
 
 def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, split: bool):
     attrs = node.attrs
-    if attrs.get("trans_a") or attrs.get("views"):
+    views = attrs.get("views") or {}
+    if attrs.get("trans_a") or set(views) - {"0"}:
         return None
     names = list(node.inputs) + [""] * (4 - len(node.inputs))
     a, b, c, bias = (g.lookup(n) if n else None for n in names)
@@ -71,7 +73,10 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     if (w is None or w.const is None or y.dtype not in DTYPES or a.dtype != y.dtype or b.dtype != y.dtype
             or len(b.shape) != 2):
         return None
-    rows, depth, cols = math.prod(y.shape[:-1]), a.shape[-1], y.shape[-1]
+    rows, cols = math.prod(y.shape[:-1]), y.shape[-1]
+    depth = views["0"][3][-1] if views else a.shape[-1]
+    if views and not plain_view(views["0"], rows, depth):
+        return None
     priced = profile is not None and bool(profile.coefficients.get(SMALL_GEMM))
     # the split form only where the cost model weighs it against cuBLASLt: on an H100 it lost at every shape
     # measured (benchmarks/results/2026-11-26-h100-split-gemm), so it is never taken unpriced
@@ -103,6 +108,17 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(dict.fromkeys(origin))), dropped
+
+
+def plain_view(view: list, rows: int, depth: int) -> bool:
+    """A's view (passes/strided_operands.py: offset, batch stride, ld, shape) reads the first rows x depth
+    elements of its buffer in row-major order, as the kernel reads A: the heads of one query's attention
+    output merged (a transpose of a single row, which moves nothing)."""
+    offset, batch_stride, ld, shape = view
+    r, c = shape[-2], shape[-1]
+    batch = math.prod(shape[:-2])
+    return (offset == 0 and c == depth and batch * r == rows and (r == 1 or ld == c)
+            and (batch == 1 or batch_stride == r * c))
 
 
 def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, consumers):
