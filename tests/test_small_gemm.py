@@ -265,3 +265,44 @@ def test_a_view_that_is_not_its_buffer_in_row_major_order_is_refused():
     assert not plain_view([0, 0, 80, [1, 2, 64]], 2, 64)        # rows 80 apart: padded, not packed
     assert not plain_view([0, 256, 64, [2, 2, 64]], 4, 64)      # a gap between batches
     assert not plain_view([0, 0, 64, [1, 1, 32]], 1, 64)        # another depth
+
+
+
+def normed_projection(depth, cols, norm_read_elsewhere=False, seed=0):
+    """x [1, 1, depth] -> LayerNorm -> MatMul W [depth, cols]: a decode step's QKV projection; the norm's
+    output also a graph output where norm_read_elsewhere (then it cannot be a prologue)."""
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    nodes = [n("LayerNormalization", ["x", "gamma", "beta"], ["h"], axis=-1, epsilon=1e-5), n("MatMul", ["h", "w"], ["y"])]
+    consts = [init("gamma", 1 + rng.standard_normal(depth).astype(np.float32) / 4),
+              init("beta", rng.standard_normal(depth).astype(np.float32) / 4),
+              init("w", (rng.standard_normal((depth, cols)) / np.sqrt(depth)).astype(np.float32))]
+    outs = [tinfo("y", shape=[1, 1, cols])] + ([tinfo("h", shape=[1, 1, depth])] if norm_read_elsewhere else [])
+    m = model(nodes, [tinfo("x", shape=[1, 1, depth])], outs, consts)
+    return m, {"x": rng.standard_normal((1, 1, depth)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("cols, read_elsewhere, priced, want", [
+    (3072, False, False, "small_gemm"),   # 12 MiB in fp16: the norm as the small GEMM's prologue, one kernel
+    (3072, True, False, "gemv"),          # the norm is read elsewhere, no prologue: the gemv reads it faster
+    (8192, False, False, "gemv"),         # 32 MiB: the gemv's lead is larger than the norm's own kernel
+    (3072, False, True, "gemv"),          # the cost model prices the small GEMM out: the gemv after fusion
+])
+def test_a_one_row_projection_after_a_norm_takes_it_as_prologue_up_to_a_weight_size(cols, read_elsewhere, priced,
+                                                                                    want, tmp_path):
+    from grapec.ir.kernel import walk
+    m, feeds = normed_projection(2048, cols, read_elsewhere)
+    profile = profile_file(tmp_path, small_gemm_scale=100.0 if priced else None)
+    got, b = compile_and_run(m, feeds, precision="fp16", device_profile=profile)
+    gemms = small_gemms(b)
+    steps = [st for st in b.plans[0].steps if "MatMul_2" in st.origin]
+    assert len(steps) == 1 and steps[0].op == "kernel", [(st.op, st.origin) for st in b.plans[0].steps]
+    if want == "small_gemm":
+        assert len(gemms) == 1 and gemms[0].prologue is not None and "LayerNormalization_1" in steps[0].origin
+    else:
+        assert not gemms and "LayerNormalization_1" not in steps[0].origin   # the norm a kernel before it
+        assert any(e.op == "reduce" for e in walk(kernel_from_json(b.kernels[steps[0].kernel]).body))   # the gemv
+    ref = ort_run(m, feeds)
+    for name in ref:
+        assert rel_err(got[name], ref[name]) < 1e-2, (name, rel_err(got[name], ref[name]))
+        assert np.allclose(got[name].astype(np.float32), ref[name], rtol=5e-2, atol=5e-2)

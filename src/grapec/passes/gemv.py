@@ -45,6 +45,12 @@ GEMV_DTYPES = ("float16", "bfloat16", "float32")
 # Llama's 501 MiB LM head 116 vs 120 -- and slower at every weight up to 8 MiB (GPT-2's 3.4 MiB QKV
 # 3.15 vs 1.77 us, 4.5 MiB FC 4.09 vs 1.81) and at 2-4 rows (16384x2048 at 2 rows: 31.6 vs 17.2).
 GEMV_OVER_SMALL_GEMM_BYTES = 10 << 20
+# ... but a norm before it (Llama's RMSNorm before its 12 MiB QKV projection) is a kernel of its own before a
+# gemv, and the small GEMM's prologue: up to this weight a one-row matmul whose A a kernel computes for it
+# alone waits for the small_gemms pass, which sees the fused norm, takes it with the prologue, and turns the
+# matmul into this gemv where it takes none (gemv_after_fusion). Past it the gemv's lead grows (32 MiB: 7.15 against 9.98 us) beyond a norm's
+# kernel (2.3 us on an H200, Llama-1B's decode step, benchmarks/results/2026-11-26-h200-genai).
+GEMV_AFTER_FUSION_BYTES = 16 << 20
 
 
 def small_matmuls_as_kernels(g: Graph, small_gemms: bool = False) -> Graph:
@@ -55,10 +61,12 @@ def small_matmuls_as_kernels(g: Graph, small_gemms: bool = False) -> Graph:
     for n in g.nodes:
         for i in set(n.inputs):
             readers[source(i)] = readers.get(source(i), 0) + 1
+    producers, consumers = g.producers(), g.consumers()
     out = []
     for node in g.nodes:
         if node.op == "Library" and node.attrs.get("op") == "matmul":
-            kernel_node = _as_gemv(g, node, source, readers, small_gemms)
+            prologue = small_gemms and _may_be_prologue(g, node.inputs[0], producers, consumers)
+            kernel_node = _as_gemv(g, node, source, readers, small_gemms, prologue)
             if kernel_node is not None:
                 out.append(kernel_node)
                 continue
@@ -67,7 +75,40 @@ def small_matmuls_as_kernels(g: Graph, small_gemms: bool = False) -> Graph:
     return g
 
 
-def _as_gemv(g: Graph, node: Node, source, readers, small_gemms: bool):
+def gemv_after_fusion(g: Graph, node: Node) -> Node | None:
+    """The gemv kernel of a one-row matmul that waited for the small_gemms pass (GEMV_AFTER_FUSION_BYTES) and
+    found no prologue there, where its weight is one the gemv reads faster; else None."""
+    source = view_source(g)
+    w = g.lookup(source(node.inputs[1]))
+    if w is None or w.const is None or w.const.nbytes < GEMV_OVER_SMALL_GEMM_BYTES:
+        return None
+    readers: dict = {}
+    for n in g.nodes:
+        for i in set(n.inputs):
+            readers[source(i)] = readers.get(source(i), 0) + 1
+    return _as_gemv(g, node, source, readers, small_gemms=False)
+
+
+def _may_be_prologue(g: Graph, a_name: str, producers, consumers) -> bool:
+    """A is computed by a kernel that this matmul alone reads (through reshapes), no graph output: once fused
+    (a norm, an input's cast), the small GEMM may take it as its prologue (passes/small_gemm.py _prologue)."""
+    name = a_name
+    while True:
+        node = producers.get(name)
+        if node is None or name in g.outputs:
+            return False
+        if node.op != "View":
+            break
+        name = node.inputs[0]
+    while name != a_name:   # every value from the kernel's output to A has one reader, the next
+        users = consumers.get(name, ())
+        if len(users) != 1 or users[0].op != "View":
+            return False
+        name = users[0].outputs[0]
+    return node.op == "Kernel" and len(consumers.get(a_name, ())) == 1
+
+
+def _as_gemv(g: Graph, node: Node, source, readers, small_gemms: bool, prologue: bool = False):
     attrs = node.attrs
     if attrs.get("trans_a") or attrs.get("act") or attrs.get("views"):
         return None
@@ -85,7 +126,8 @@ def _as_gemv(g: Graph, node: Node, source, readers, small_gemms: bool):
     limit = LARGE_WEIGHT_ROWS if weight.nbytes > LARGE_WEIGHT_BYTES else GEMV_MAX_ROWS
     if rows > limit or depth < GEMV_MIN_DEPTH:
         return None
-    if small_gemms and small_gemm_takes(y.dtype, depth) and (rows > 1 or weight.nbytes < GEMV_OVER_SMALL_GEMM_BYTES):
+    bound = GEMV_AFTER_FUSION_BYTES if prologue else GEMV_OVER_SMALL_GEMM_BYTES - 1
+    if small_gemms and small_gemm_takes(y.dtype, depth) and (rows > 1 or weight.nbytes <= bound):
         return None
     if not attrs.get("trans_b"):
         if readers.get(source(names[1]), 0) > 1:

@@ -88,6 +88,9 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
         return None   # another reader wants the stored layout: keep one copy of the weight
 
     prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
+    gemv = _gemv_without_prologue(g, node, rows) if prologue is None else None
+    if gemv is not None:
+        return gemv, []
     extras, epilogue = _epilogue(g, attrs, y, rows, cols, c, bias, names)
     slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
     inputs = tuple(map(slot_of, a_names)) + (((cols, depth) if transposed else tuple(w.shape), y.dtype),) \
@@ -95,6 +98,9 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
     if priced:
         plan = price_small_gemm(kernel, profile)[0][0]
+        gemv = _gemv_without_prologue(g, node, rows) if plan in ("cuBLASLt", "kernel") else None
+        if gemv is not None:
+            return gemv, []
         if plan == "cuBLASLt":
             return None
         if plan == "kernel" and prologue is not None:
@@ -108,6 +114,15 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(dict.fromkeys(origin))), dropped
+
+
+def _gemv_without_prologue(g: Graph, node: Node, rows: int):
+    """A one-row matmul that waited here for a prologue (passes/gemv.py GEMV_AFTER_FUSION_BYTES) and runs
+    without one: the gemv kernel, where its weight is one the gemv reads faster; else None."""
+    if rows != 1:
+        return None
+    from .gemv import gemv_after_fusion   # gemv imports this module: imported where it is used
+    return gemv_after_fusion(g, node)
 
 
 def plain_view(view: list, rows: int, depth: int) -> bool:
