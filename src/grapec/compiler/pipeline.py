@@ -21,6 +21,7 @@
                                   a mask that is exactly the causal band compared by index, its kernels gone
         small_gemms               few-row GEMMs against weights as one kernel each, with the LayerNorm
                                   before them as prologue and bias/activation/residual as epilogue
+        gemvs_after_fusion        one-row matmuls that waited for a prologue and took none: gemv kernels
         fold_output_casts         a GEMM whose output is only widened to float32 writes float32 itself
         aligned_rows              GEMM rows padded to 16 bytes, through the kernels that write and read them
         schedule                  topological order
@@ -61,7 +62,7 @@ from ..passes.sdpa import ATTENTION_ENGINES, attention_engines
 from ..passes.channels_last import channels_last
 from ..passes.epilogue import fold_epilogues, fold_output_casts
 from ..passes.fuse import fuse
-from ..passes.gemv import small_matmuls_as_kernels
+from ..passes.gemv import gemvs_after_fusion, small_matmuls_as_kernels
 from ..passes.lower import lower_graph
 from ..ops.conv import CONV_PATHS
 from ..passes.grid_stitch import MODES as STITCH_MODES, plan_stitches
@@ -147,6 +148,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
             g = attention_operands(g)
             g = attention_engines(g, profile, attention, notes, sizes)
             g = small_gemms(g, profile, split=clusters)
+            g = gemvs_after_fusion(g)
         g = fold_output_casts(g)
         g = aligned_rows(g, chosen.setdefault("aligned_rows", {}) if chosen is not None else None)
         if level == "full" and profile is not None:

@@ -24,7 +24,7 @@ from ..ir import kernel as K
 from ..ir.derived import derived
 from ..ir.graph import Graph, Node, view_source
 from ..ir.tensor import broadcast_index
-from .small_gemm import takes as small_gemm_takes
+from .small_gemm import GEMV_OVER_SMALL_GEMM_BYTES, takes as small_gemm_takes
 
 GEMV_MAX_ROWS = 4       # output rows (M times batch) up to which a matmul against a weight is a gemv
 # A warp per output reads the weight row once per row of A: from L2 for a weight that stays there
@@ -38,17 +38,10 @@ LARGE_WEIGHT_BYTES = 16 << 20
 LARGE_WEIGHT_ROWS = 2
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
 GEMV_DTYPES = ("float16", "bfloat16", "float32")
-# In fp16/bf16 a few-row matmul may instead become a SmallGemmKernel (passes/small_gemm.py: k-sliced
-# tiles on tensor cores, a LayerNorm before it as prologue). Measured on an H200, one MatMul alone,
-# node gap included (benchmarks/results/2026-11-27-h200-gemv-vs-small-gemm): the gemv is faster only at
-# one row against a large weight -- 12 MiB (3072x2048) 4.10 vs 4.34 us, 32 MiB (8192x2048) 7.15 vs 9.98,
-# Llama's 501 MiB LM head 116 vs 120 -- and slower at every weight up to 8 MiB (GPT-2's 3.4 MiB QKV
-# 3.15 vs 1.77 us, 4.5 MiB FC 4.09 vs 1.81) and at 2-4 rows (16384x2048 at 2 rows: 31.6 vs 17.2).
-GEMV_OVER_SMALL_GEMM_BYTES = 10 << 20
 # ... but a norm before it (Llama's RMSNorm before its 12 MiB QKV projection) is a kernel of its own before a
 # gemv, and the small GEMM's prologue: up to this weight a one-row matmul whose A a kernel computes for it
-# alone waits for the small_gemms pass, which sees the fused norm, takes it with the prologue, and turns the
-# matmul into this gemv where it takes none (gemv_after_fusion). Past it the gemv's lead grows (32 MiB: 7.15 against 9.98 us) beyond a norm's
+# alone waits for the small_gemms pass, which sees the fused norm and takes it with the prologue, or leaves the
+# matmul to gemvs_after_fusion where it takes none. Past it the gemv's lead grows (32 MiB: 7.15 against 9.98 us) beyond a norm's
 # kernel (2.3 us on an H200, Llama-1B's decode step, benchmarks/results/2026-11-26-h200-genai).
 GEMV_AFTER_FUSION_BYTES = 16 << 20
 
@@ -75,18 +68,24 @@ def small_matmuls_as_kernels(g: Graph, small_gemms: bool = False) -> Graph:
     return g
 
 
-def gemv_after_fusion(g: Graph, node: Node) -> Node | None:
-    """The gemv kernel of a one-row matmul that waited for the small_gemms pass (GEMV_AFTER_FUSION_BYTES) and
-    found no prologue there, where its weight is one the gemv reads faster; else None."""
+def gemvs_after_fusion(g: Graph) -> Graph:
+    """The one-row matmuls that waited for the small_gemms pass (GEMV_AFTER_FUSION_BYTES) and were left to
+    cuBLASLt there, no prologue taken, against a weight the gemv reads faster: gemv kernels."""
     source = view_source(g)
-    w = g.lookup(source(node.inputs[1]))
-    if w is None or w.const is None or w.const.nbytes < GEMV_OVER_SMALL_GEMM_BYTES:
-        return None
     readers: dict = {}
     for n in g.nodes:
         for i in set(n.inputs):
             readers[source(i)] = readers.get(source(i), 0) + 1
-    return _as_gemv(g, node, source, readers, small_gemms=False)
+    out = []
+    for node in g.nodes:
+        if node.op == "Library" and node.attrs.get("op") == "matmul":
+            w, y = g.lookup(source(node.inputs[1])), g.lookup(node.outputs[0])
+            if w is not None and w.const is not None and w.const.nbytes >= GEMV_OVER_SMALL_GEMM_BYTES \
+                    and math.prod(y.shape[:-1]) == 1:
+                node = _as_gemv(g, node, source, readers, small_gemms=False) or node
+        out.append(node)
+    g.nodes = out
+    return g
 
 
 def _may_be_prologue(g: Graph, a_name: str, producers, consumers) -> bool:

@@ -30,6 +30,12 @@ from ..codegen.launch import row_reductions, extent
 from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, staged_bytes
 
 DTYPES = ("float16", "bfloat16")
+# A SmallGemmKernel against passes/gemv.py's gemv kernel, measured on an H200, one MatMul alone, node gap
+# included (benchmarks/results/2026-11-27-h200-gemv-vs-small-gemm): the gemv is faster only at one row against
+# a large weight -- 12 MiB (3072x2048) 4.10 vs 4.34 us, 32 MiB (8192x2048) 7.15 vs 9.98, Llama's 501 MiB LM
+# head 116 vs 120 -- and slower at every weight up to 8 MiB (GPT-2's 3.4 MiB QKV 3.15 vs 1.77 us, 4.5 MiB FC
+# 4.09 vs 1.81) and at 2-4 rows (16384x2048 at 2 rows: 31.6 vs 17.2).
+GEMV_OVER_SMALL_GEMM_BYTES = 10 << 20
 
 
 def takes(dtype: str, depth: int) -> bool:
@@ -88,9 +94,8 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
         return None   # another reader wants the stored layout: keep one copy of the weight
 
     prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
-    gemv = _gemv_without_prologue(g, node, rows) if prologue is None else None
-    if gemv is not None:
-        return gemv, []
+    if prologue is None and _gemv_reads_faster(g, node, rows):
+        return None
     extras, epilogue = _epilogue(g, attrs, y, rows, cols, c, bias, names)
     slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
     inputs = tuple(map(slot_of, a_names)) + (((cols, depth) if transposed else tuple(w.shape), y.dtype),) \
@@ -98,10 +103,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
     if priced:
         plan = price_small_gemm(kernel, profile)[0][0]
-        gemv = _gemv_without_prologue(g, node, rows) if plan in ("cuBLASLt", "kernel") else None
-        if gemv is not None:
-            return gemv, []
-        if plan == "cuBLASLt":
+        if plan == "cuBLASLt" or plan == "kernel" and _gemv_reads_faster(g, node, rows):
             return None
         if plan == "kernel" and prologue is not None:
             kernel = replace(kernel.without_prologue(), inputs=(slot_of(names[0]),) + inputs[len(a_names):])
@@ -116,13 +118,11 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
                 origin=list(dict.fromkeys(origin))), dropped
 
 
-def _gemv_without_prologue(g: Graph, node: Node, rows: int):
-    """A one-row matmul that waited here for a prologue (passes/gemv.py GEMV_AFTER_FUSION_BYTES) and runs
-    without one: the gemv kernel, where its weight is one the gemv reads faster; else None."""
-    if rows != 1:
-        return None
-    from .gemv import gemv_after_fusion   # gemv imports this module: imported where it is used
-    return gemv_after_fusion(g, node)
+def _gemv_reads_faster(g: Graph, node: Node, rows: int) -> bool:
+    """One row against a weight the gemv reads faster (GEMV_OVER_SMALL_GEMM_BYTES): without a prologue the
+    matmul is left for passes/gemv.py gemvs_after_fusion."""
+    w = g.lookup(view_source(g)(node.inputs[1]))
+    return rows == 1 and w is not None and w.const is not None and w.const.nbytes >= GEMV_OVER_SMALL_GEMM_BYTES
 
 
 def plain_view(view: list, rows: int, depth: int) -> bool:
