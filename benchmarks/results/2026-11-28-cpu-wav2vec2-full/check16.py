@@ -4,7 +4,8 @@
 import subprocess, sys, time
 import numpy as np, onnxruntime as ort, grapec
 from grapec.bundle.format import Bundle
-BUNDLE, ONNX = "/tmp/w2v_full_z.grape", "/tmp/full/wav2vec2.onnx"
+# session 56 ran it again on its own bundle: python check16.py BUNDLE ONNX
+BUNDLE, ONNX = sys.argv[1:3] if len(sys.argv) > 2 else ("/tmp/w2v_full_z.grape", "/tmp/full/wav2vec2.onnx")
 t0 = time.time(); b = Bundle.read(BUNDLE); print(f"read {time.time()-t0:.1f}s", flush=True)
 docs = b.plans.docs
 in_family = {bk for f in docs.families for bk in f.buckets}
