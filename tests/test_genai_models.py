@@ -162,3 +162,19 @@ def test_a_batch_of_one_updates_its_kv_cache_in_place_inside_the_generation_loop
     copied_home = [plan.buffers[st.out].name for st in loop.body.steps if getattr(st, "out", None) in cache
                    and st.origin == loop.origin]
     assert copied_home == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_decode_step_of_the_fp16_cuda_build_on_the_cuda_backend(batch):
+    """The output projection as a small GEMM reading the attention's output through its plain view, and the
+    norm as the QKV projection's prologue, run by the GPU's kernels: against onnxruntime's CPU kernels."""
+    path = os.path.join(REAL, "llama_genai_cuda_fp16.onnx")
+    feeds = step_feeds(batch, 1, 16, total=17, dtype=np.float16)
+    b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()}, precision="fp16")
+    assert not [st for st in b.plans[0].steps if st.op == "library" and any("o_proj" in o for o in st.origin)]
+    got = grapec.load(Bundle.from_bytes(b.to_bytes()), backend="cuda").run(feeds)
+    want = reference_outputs(path, feeds)
+    for name in ("logits", "present.0.key", "present.1.value"):
+        assert rel_err(got[name], want[name]) < 2e-3, (name, rel_err(got[name], want[name]))
