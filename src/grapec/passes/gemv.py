@@ -38,11 +38,13 @@ LARGE_WEIGHT_BYTES = 16 << 20
 LARGE_WEIGHT_ROWS = 2
 GEMV_MIN_DEPTH = 64     # shorter dot products stay with the library (a warp would idle)
 GEMV_DTYPES = ("float16", "bfloat16", "float32")
-# ... but a norm before it (Llama's RMSNorm before its 12 MiB QKV projection) is a kernel of its own before a
-# gemv, and the small GEMM's prologue: up to this weight a one-row matmul whose A a kernel computes for it
-# alone waits for the small_gemms pass, which sees the fused norm and takes it with the prologue, or leaves the
-# matmul to gemvs_after_fusion where it takes none. Past it the gemv's lead grows (32 MiB: 7.15 against 9.98 us) beyond a norm's
-# kernel (2.3 us on an H200, Llama-1B's decode step, benchmarks/results/2026-11-26-h200-genai).
+# In fp16/bf16 a few-row matmul is a SmallGemmKernel (passes/small_gemm.py), but for one row against a weight
+# of GEMV_OVER_SMALL_GEMM_BYTES or more, which this gemv reads faster. A norm before such a matmul (Llama's
+# RMSNorm before its 12 MiB QKV projection) is then a kernel of its own, where the small GEMM would take it as
+# its prologue. So up to GEMV_AFTER_FUSION_BYTES a one-row matmul whose A a kernel computes for it alone waits
+# for the small_gemms pass: it takes the fused norm as the prologue, or leaves the matmul to gemvs_after_fusion.
+# Past it the gemv's lead (32 MiB: 7.15 against 9.98 us) outgrows a norm's kernel (2.3 us on an H200 in
+# Llama-1B's decode step, benchmarks/results/2026-11-26-h200-genai).
 GEMV_AFTER_FUSION_BYTES = 16 << 20
 
 
