@@ -273,7 +273,8 @@ def normed_projection(depth, cols, norm_read_elsewhere=False, seed=0):
     output also a graph output where norm_read_elsewhere (then it cannot be a prologue)."""
     rng = np.random.default_rng(seed)
     n = helper.make_node
-    nodes = [n("LayerNormalization", ["x", "gamma", "beta"], ["h"], axis=-1, epsilon=1e-5), n("MatMul", ["h", "w"], ["y"])]
+    nodes = [n("LayerNormalization", ["x", "gamma", "beta"], ["h"], axis=-1, epsilon=1e-5),
+             n("MatMul", ["h", "w"], ["y"])]
     consts = [init("gamma", 1 + rng.standard_normal(depth).astype(np.float32) / 4),
               init("beta", rng.standard_normal(depth).astype(np.float32) / 4),
               init("w", (rng.standard_normal((depth, cols)) / np.sqrt(depth)).astype(np.float32))]

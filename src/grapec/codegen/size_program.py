@@ -174,7 +174,8 @@ __device__ static long long g_warp_sum(long long v) {
   return v;
 }
 extern "C" __global__ void __launch_bounds__(G_EVAL_BLOCK)
-grapec_eval_sizes(const long long* __restrict__ prog, long long* __restrict__ record, const long long* __restrict__ dims) {
+grapec_eval_sizes(const long long* __restrict__ prog, long long* __restrict__ record,
+                  const long long* __restrict__ dims) {
   __shared__ long long cols[G_MAX_VARIABLES];
   __shared__ long long variable_at[G_MAX_VARIABLES];
   __shared__ long long held[G_EVAL_SHARED];
