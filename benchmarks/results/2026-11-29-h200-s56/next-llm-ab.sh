@@ -12,10 +12,14 @@ timeout 200 python3 models/llm.py $M --out /tmp/llm --precision fp16 --builder-d
     > $OUT/build.log 2>&1; echo "build rc $? ($(left) s left)"
 for side in before after; do
   P=src; [ $side = before ] && P=.ab/src
-  [ $side = before ] && T=$(( ($(left) - 10) / 2 ))
-  [ $side = after ] && T=$(( $(left) - 10 ))
+  [ $side = before ] && T=$(( ($(left) - 10) / 3 ))
+  [ $side = after ] && T=$(( ($(left) - 10) / 2 ))
   PYTHONPATH=/tmp/site:$P:tests:models:benchmarks timeout $T python3 benchmarks/llm.py --model /tmp/llm/${M}_fp16/model.onnx \
       --batch 1 4 --prompt 128 --new 256 --prefill 0 --peers none --json $OUT/$side.json > $OUT/$side.log 2>&1
   echo "$side rc $? ($(left) s left)"
 done
-for side in before after; do echo "== $side"; tail -n 8 $OUT/$side.log; done
+# each step of the prompt pass and of one decode step alone, and one launch of each graph (this code)
+PYTHONPATH=/tmp/site:src:tests:models:benchmarks timeout $(( $(left) - 5 )) python3 benchmarks/llm.py \
+    --model /tmp/llm/${M}_fp16/model.onnx --steps --prompt 128 --new 256 --prefill 1024 > $OUT/steps.log 2>&1
+echo "steps rc $? ($(left) s left)"
+for side in before after; do echo "== $side"; tail -n 8 $OUT/$side.log; done; grep "us alone" $OUT/steps.log
