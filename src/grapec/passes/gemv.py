@@ -52,10 +52,7 @@ def small_matmuls_as_kernels(g: Graph, small_gemms: bool = False) -> Graph:
     """small_gemms: the small_gemms pass runs after fusion (fusion "full"), and takes the half-precision
     matmuls it does better (GEMV_OVER_SMALL_GEMM_BYTES): those stay library calls for it."""
     source = view_source(g)
-    readers: dict = {}
-    for n in g.nodes:
-        for i in set(n.inputs):
-            readers[source(i)] = readers.get(source(i), 0) + 1
+    readers = _readers(g, source)
     producers, consumers = g.producers(), g.consumers()
     out = []
     for node in g.nodes:
@@ -74,10 +71,7 @@ def gemvs_after_fusion(g: Graph) -> Graph:
     """The one-row matmuls that waited for the small_gemms pass (GEMV_AFTER_FUSION_BYTES) and were left to
     cuBLASLt there, no prologue taken, against a weight the gemv reads faster: gemv kernels."""
     source = view_source(g)
-    readers: dict = {}
-    for n in g.nodes:
-        for i in set(n.inputs):
-            readers[source(i)] = readers.get(source(i), 0) + 1
+    readers = _readers(g, source)
     out = []
     for node in g.nodes:
         if node.op == "Library" and node.attrs.get("op") == "matmul":
@@ -88,6 +82,15 @@ def gemvs_after_fusion(g: Graph) -> Graph:
         out.append(node)
     g.nodes = out
     return g
+
+
+def _readers(g: Graph, source) -> dict:
+    """How many nodes read each value, through its reshapes (a weight read by another node keeps its layout)."""
+    readers: dict = {}
+    for n in g.nodes:
+        for i in set(n.inputs):
+            readers[source(i)] = readers.get(source(i), 0) + 1
+    return readers
 
 
 def _may_be_prologue(g: Graph, a_name: str, producers, consumers) -> bool:

@@ -94,7 +94,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
         return None   # another reader wants the stored layout: keep one copy of the weight
 
     prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
-    if prologue is None and _gemv_reads_faster(g, node, rows):
+    if prologue is None and _gemv_reads_faster(w, rows):
         return None
     extras, epilogue = _epilogue(g, attrs, y, rows, cols, c, bias, names)
     slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
@@ -103,7 +103,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue)
     if priced:
         plan = price_small_gemm(kernel, profile)[0][0]
-        if plan == "cuBLASLt" or plan == "kernel" and _gemv_reads_faster(g, node, rows):
+        if plan == "cuBLASLt" or plan == "kernel" and _gemv_reads_faster(w, rows):
             return None
         if plan == "kernel" and prologue is not None:
             kernel = replace(kernel.without_prologue(), inputs=(slot_of(names[0]),) + inputs[len(a_names):])
@@ -118,11 +118,10 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
                 origin=list(dict.fromkeys(origin))), dropped
 
 
-def _gemv_reads_faster(g: Graph, node: Node, rows: int) -> bool:
-    """One row against a weight the gemv reads faster (GEMV_OVER_SMALL_GEMM_BYTES): without a prologue the
+def _gemv_reads_faster(w, rows: int) -> bool:
+    """One row against a weight `w` the gemv reads faster (GEMV_OVER_SMALL_GEMM_BYTES): without a prologue the
     matmul is left for passes/gemv.py gemvs_after_fusion."""
-    w = g.lookup(view_source(g)(node.inputs[1]))
-    return rows == 1 and w is not None and w.const is not None and w.const.nbytes >= GEMV_OVER_SMALL_GEMM_BYTES
+    return rows == 1 and w.const.nbytes >= GEMV_OVER_SMALL_GEMM_BYTES
 
 
 def plain_view(view: list, rows: int, depth: int) -> bool:
