@@ -91,7 +91,7 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
             r.copy_buffer_out(buf, ptr, outs[name].ctypes.data, host=True)
     _event_times(stream, replay, warmup)
     res = {"replay": _stats(_event_times(stream, replay, iters)),
-           "exec": family.describe(bucket) if family is not None else "the size's own graph",
+           "exec": family.describe(bucket) if family is not None else None,   # None: the size's own graph
            "h2d": _stats(_event_times(stream, h2d, max(iters // 4, 10))),
            "d2h": _stats(_event_times(stream, d2h, max(iters // 4, 10))),
            "device_memory_mib": (free0 - free1) / 2**20,
@@ -104,7 +104,7 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
         res["generated"] = int(np.asarray(first[meta[COUNT_OUTPUT_KEY]]).reshape(-1)[0])
         if meta.get(TOKENS_OUTPUT_KEY) in first:
             res["tokens"] = [int(t) for t in np.asarray(first[meta[TOKENS_OUTPUT_KEY]]).reshape(-1)[:res["generated"]]]
-    r._pending = []   # the switches' dims arrays, copied long since
+    r.release_host_copies()   # the replays' switches kept their dims arrays, copied long since
     if per_step and family is not None:   # its steps run at the band's shapes, in one exec: time each node there
         from ..runtime.cuda.profile import profile_nodes
         ex = family.switch(bucket)

@@ -447,7 +447,7 @@ def bench(model, shapes, dims, values, bounds, iterations, warmup, peers, zoo_na
     g = res["grapec"]
     click.echo(f"{os.path.basename(model)} in {precision} on {g['device']} ({g['code']}), {g['replay']['n']} replays "
                f"after {warmup} warm-up")
-    if g["exec"] != "the size's own graph":
+    if g["exec"]:
         click.echo(f"  runs {g['exec']}")
     click.echo(f"  H2D {g['h2d']['median_ms'] * 1e3:.1f} us, D2H {g['d2h']['median_ms'] * 1e3:.1f} us (median); "
                f"device memory {g['device_memory_mib']:.1f} MiB (arena {g['arena_mib']:.1f}, weights {g['weights_mib']:.1f})")

@@ -407,7 +407,7 @@ class FamilyExecs:
         if watch is not None:
             raise BackendError("watching a buffer while a run goes is not supported for a size of a range family")
         r.dev.make_current()
-        r._pending = []
+        r.release_host_copies()
         ex = self.switch(bucket)
         binding, bound = bound is not None, bound or {}   # an IOBinding's outputs may all be the session's own
         for name, buf in self.buffers(bucket, "inputs"):

@@ -540,6 +540,11 @@ class CudaPlanRunner:
             call("cuMemcpyHtoDAsync", dst, a.ctypes.data, a.nbytes, self.stream)
             self._pending.append(a)   # the async copy may read it after we return
 
+    def release_host_copies(self):
+        """Forget the host arrays kept alive for asynchronous copies (inputs, a switch's dims): a new run's stream
+        work comes after theirs, so they have been read."""
+        self._pending = []
+
     def run(self, bucket: int, feeds: dict, on_device: bool = False, bound: dict | None = None, watch=None) -> dict:
         """feeds: input name -> host or device array, copied into the arena. bound (IOBinding): input
         and output name -> a caller's device pointer, patched into the graph or copied (binding.py);
@@ -548,7 +553,7 @@ class CudaPlanRunner:
         if self.families is not None and self.families.owns(bucket):
             return self.families.run(bucket, feeds, on_device, bound, watch)
         self.dev.make_current()
-        self._pending = []
+        self.release_host_copies()
         self.launched = 0
         self.prepare(bucket)
         plan = self.plan(bucket)
