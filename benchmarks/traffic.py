@@ -8,8 +8,9 @@ peers, one process, one GPU (issue 33's benchmark).
 Two traffics of --requests each: lengths drawn uniformly from the range, and from a log-normal
 (median 40 tokens, or 32000 samples, 2 s of 16 kHz audio, for wav2vec2; --median; sigma 0.8; clipped to the
 range), in one seeded random order. Every request is
-timed from its numpy input to its numpy output (wall time, the device synchronized), and for grapec
-also with its buffers bound (IOBinding: input and output stay on the device). Rows:
+timed from its numpy input to its numpy output (wall time, the device synchronized), and also with its
+output left on the device ("bound": grapec's IOBinding, a peer's output tensor not copied out). Outputs come
+back through page-locked memory for every row, the peers' too (a pageable copy would time page faults). Rows:
 
   grapec range        one bundle compiled with --dynamic seq=LO:HI (`run`, numpy in and out); its
                       graphs built at load (Session.build_graphs) unless --lazy-graphs
@@ -27,6 +28,7 @@ also with its buffers bound (IOBinding: input and output stay on the device). Ro
   padded to P         PyTorch, lengths padded to the next multiple of P (--pad-to: 64 tokens, or 1600
                       samples, 0.1 s of audio), one CUDA graph per bucket (what services do today;
                       audio padded without a mask: timed only, its outputs differ)
+  PEER bound          each peer again, its output tensor left on the device (the counterpart of grapec's bound row)
 A PyTorch peer that runs out of device memory (one graph per length of a range of 10^5 sizes) is reported
 as failed, with how many graphs it held. --peer-requests times the peers on the first N requests of
 each traffic (a graph captured per length costs about 0.1 s).
@@ -324,6 +326,18 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         torch.cuda.synchronize()
         return kept, (torch.cuda.memory_reserved() - base) / MIB
 
+    pinned = []   # one page-locked buffer, grown to the largest output: grapec's outputs land in page-locked blocks too
+
+    def to_host(y):
+        """The output as numpy through a page-locked buffer: a fresh pageable array per request faults in its
+        pages (GPT-2's logits at 512 tokens are 100 MiB) and would time the host's page faults, not the peer."""
+        y = y.float()
+        if not pinned or pinned[0].numel() < y.numel():
+            pinned[:] = [torch.empty(y.numel(), dtype=torch.float32, pin_memory=True)]
+        host = pinned[0][:y.numel()].view(y.shape)
+        host.copy_(y)
+        return host.numpy()
+
     def timed(fn, lengths):
         rng = np.random.default_rng(1)
         requests = [[i.make(n, rng) for i in inputs] for n in lengths]
@@ -334,6 +348,11 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
         return stats(times)
+
+    def rows(name, run, run_bound, mib):
+        """The peer's row (numpy in and out) and its bound row (numpy in, the output left on the device)."""
+        out[name] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
+        out[name + " bound"] = {t: timed(run_bound, ls) for t, ls in lengths_by_traffic.items()}
 
     if "torch" in peers:
         try:
@@ -346,13 +365,13 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
     if "torch" in peers:
         say(f"torch: {len(kept)} graphs captured, {mib:.0f} MiB")
 
-        def run(arrays):
+        def run_bound(arrays):
             g, xs, y = kept[arrays[0].shape[1]]
             for x, a in zip(xs, arrays):
                 x.copy_(torch.from_numpy(a))
             g.replay()
-            return y.float().cpu().numpy()
-        out["torch graphs"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
+            return y
+        rows("torch graphs", lambda arrays: to_host(run_bound(arrays)), run_bound, mib)
         del kept
         torch.cuda.empty_cache()
     if "padded" in peers:
@@ -360,29 +379,30 @@ def torch_rows(name: str, inputs: list, lengths_by_traffic: dict, precision: str
         kept, mib = graphs_for(buckets)
         out_length = output_length(module)
 
-        def run(arrays):
+        def run_bound(arrays):
             n = arrays[0].shape[1]
             g, xs, y = kept[-(-n // pad_to) * pad_to]
             for x, i, a in zip(xs, inputs, arrays):
                 # GPT-2 is causal and BERT's mask hides the padding: positions < n are unchanged by it
                 x.copy_(torch.from_numpy(i.padded(a, x.shape[1])))
             g.replay()
-            return y[:, :out_length(n)].float().cpu().numpy()
-        out[f"padded to {pad_to}"] = {t: dict(timed(run, ls), memory_mib=mib) for t, ls in lengths_by_traffic.items()}
+            return y[:, :out_length(n)]
+        rows(f"padded to {pad_to}", lambda arrays: to_host(run_bound(arrays)), run_bound, mib)
         del kept
         torch.cuda.empty_cache()
     if "compile" in peers:
         cm = torch.compile(module, dynamic=True)
         base = torch.cuda.memory_reserved()
 
-        def run(arrays):
+        def run_bound(arrays):
             with torch.no_grad():
-                return first(cm(*to_device(arrays))).float().cpu().numpy()
+                return first(cm(*to_device(arrays)))
         rng = np.random.default_rng(6)
         for n in all_lengths[:: max(1, len(all_lengths) // 8)]:   # warm: the compile happens here, not timed
-            run([i.make(n, rng) for i in inputs])
-        out["torch.compile"] = {t: dict(timed(run, ls), memory_mib=(torch.cuda.memory_reserved() - base) / MIB)
-                                for t, ls in lengths_by_traffic.items()}
+            to_host(run_bound([i.make(n, rng) for i in inputs]))
+        rows("torch.compile", lambda arrays: to_host(run_bound(arrays)), run_bound, None)
+        for st in out["torch.compile"].values():   # read after the traffic: dynamic shapes grow the cache as they come
+            st["memory_mib"] = (torch.cuda.memory_reserved() - base) / MIB
     return out
 
 
