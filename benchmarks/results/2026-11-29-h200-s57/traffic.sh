@@ -3,7 +3,7 @@
 # then one process times grapec's rows, the ideal and the PyTorch peers (their first 100 requests of each
 # traffic) and checks 8 random lengths against onnxruntime. SLIM=1 leaves out the ideal (measured before).
 # Usage: [SLIM=1] bash traffic.sh MODEL [EXTRA ARGS]
-START=$(date +%s); left() { echo $(( 590 - ($(date +%s) - START) )); }
+START=$(date +%s); left() { echo $(( ${BUDGET:-590} - ($(date +%s) - START) )); }
 . benchmarks/results/2026-11-27-h200-bert-traffic/setup.sh
 m=$1; shift
 W="--model $m --size full --range 1:512 --precision fp16 --ideal-lengths 8 --requests 1000 $*"
