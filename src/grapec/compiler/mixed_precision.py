@@ -23,7 +23,9 @@ registers, rounding at every store, float32 GEMM accumulation), so what diverges
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -313,7 +315,7 @@ def _overflows(nodes, spec, values, feeds_list, refs, consumers) -> dict:
     for v in list(spec.inputs) + values:
         arrays = [s[v] for s in feeds_list if v in s] + [r[v] for r in refs if v in r]
         if arrays and np.asarray(arrays[0]).dtype.kind == "f":
-            peak[v] = max(float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a))) for a in arrays)
+            peak[v] = max(_finite_peak(a) for a in arrays)
     computed = {x for x in spec.inputs if peak.get(x, 0.0) > FP16_MAX}   # user data beyond the range
     masks, out = set(), {}   # masks: beyond the range because a constant is (-3.4e38 and what it flows into)
     for x in computed:
@@ -331,6 +333,15 @@ def _overflows(nodes, spec, values, feeds_list, refs, consumers) -> dict:
                 for j in [i] + consumers.get(v, []):
                     out.setdefault(j, why)
     return out
+
+
+def _finite_peak(a) -> float:
+    """The largest finite |element| (0 for none). One pass where every element is finite, as nearly every array is."""
+    a = np.asarray(a)
+    if a.size == 0:
+        return 0.0
+    peak = float(np.max(np.abs(a)))
+    return peak if np.isfinite(peak) else float(np.max(np.abs(a), initial=0.0, where=np.isfinite(a)))
 
 
 QUANTIZE_OPS = ("QuantizeLinear", "DynamicQuantizeLinear")
@@ -405,16 +416,34 @@ def _samples(proto, spec, input_shapes: dict, fixed: dict, given):
     return [{n: s[n] for n in names} for s in given], f"{len(given)} given sample(s)"
 
 
+# Calibration's draws run on threads, at most this many: numpy releases the GIL in the array work that makes up a
+# draw. GPT-2's fp16 calibration at seq 512 took 75 s of the 306 s that its 2-D range (batch 1..64 x seq 1..512)
+# took to compile on 2 cores, its 4 draws one after another. Threads share the draws' weights (made contiguous,
+# or widened from half, once); forked processes would each send every probe's array back.
+MAX_DRAW_THREADS = 4
+
+
+def _each_draw(fn, feeds_list: list) -> list:
+    """[fn(feeds, k) for each draw k], in order, the draws on up to MAX_DRAW_THREADS threads (one per core)."""
+    jobs = min(len(feeds_list), MAX_DRAW_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else os.cpu_count() or 1)
+    if jobs <= 1:
+        return [fn(feeds, k) for k, feeds in enumerate(feeds_list)]
+    with ThreadPoolExecutor(jobs, thread_name_prefix="calibration") as pool:
+        return list(pool.map(fn, feeds_list, range(len(feeds_list))))
+
+
 def _run(graph, feeds_list, found: list) -> tuple:
     """-> (the graph's outputs by name per draw, the decisions' values per draw (decisions.py)),
     by ir/evaluate.py: the CPU backend's arithmetic, no plan."""
     from ..ir.evaluate import run_graph
-    outs, decided = [], []
-    for feeds in feeds_list:
+    consts: dict = {}   # the weights as the kernels read them, made once for every draw
+
+    def draw(feeds, k):
         record, on_value = recorder(found)
-        outs.append(dict(zip(graph.outputs, run_graph(graph, feeds, on_value=on_value))))
-        decided.append(record)
-    return outs, decided
+        return dict(zip(graph.outputs, run_graph(graph, feeds, on_value=on_value, consts=consts))), record
+    runs = _each_draw(draw, feeds_list)
+    return [outs for outs, _ in runs], [record for _, record in runs]
 
 
 def _run_half(graph, feeds_list, refs, probes: list, outputs: list, found: list) -> tuple:
@@ -422,21 +451,23 @@ def _run_half(graph, feeds_list, refs, probes: list, outputs: list, found: list)
     draws}, the decisions' values per draw). Each probe is measured as the half graph makes it and
     then dropped, so only the float32 references are held for every draw."""
     from ..ir.evaluate import run_graph
-    err = dict.fromkeys(probes + outputs, 0.0)
-    got, decided = [], []
-    for feeds, ref in zip(feeds_list, refs):
+    consts: dict = {}
+
+    def draw(feeds, k):
+        ref, err = refs[k], dict.fromkeys(probes + outputs, 0.0)   # this draw's own errors: merged below
         record, on_decision = recorder(found)
 
-        def measure(name, arr, ref=ref):
+        def measure(name, arr):
             on_decision(name, arr)
             if name in err and name not in outputs:
                 err[name] = max(err[name], _rel_err(arr, ref[name.removesuffix("__fp32")]))
-        outs = dict(zip(outputs, run_graph(graph, feeds, on_value=measure, keep=outputs)))
+        outs = dict(zip(outputs, run_graph(graph, feeds, on_value=measure, keep=outputs, consts=consts)))
         for o in outputs:
             err[o] = max(err[o], _rel_err(outs[o], ref[o]))
-        got.append(outs)
-        decided.append(record)
-    return got, err, decided
+        return outs, err, record
+    runs = _each_draw(draw, feeds_list)
+    err = {name: max(e[name] for _, e, _ in runs) for name in probes + outputs}
+    return [outs for outs, _, _ in runs], err, [record for _, _, record in runs]
 
 
 def _judge(name, got: dict, ref: dict, flip, found, ref_decided, half_decided, types, limits):
@@ -456,7 +487,8 @@ def _rel_err(got, ref) -> float:
     ref is not. An element beyond float16's range (a -3.4e38 mask value) counts as right when got
     saturates the same way (-65504 or -inf)."""
     g32, r32 = np.asarray(got, np.float32).reshape(-1), np.asarray(ref, np.float32).reshape(-1)
-    if np.abs(r32).max(initial=0.0) <= FP16_MAX:   # False where ref holds a NaN or an infinity too
+    # False where ref holds a NaN or an infinity too; max and min, not abs: no array the size of ref made per probe
+    if r32.size == 0 or max(float(r32.max()), -float(r32.min())) <= FP16_MAX:
         with np.errstate(over="ignore", invalid="ignore"):
             d = g32 - r32   # the common case, in float32 dot products: calibration takes this for every probe
             num2 = float(np.dot(d, d))   # not finite where got is not (or a float32 result's square overflows: below)
