@@ -125,6 +125,54 @@ def test_fp16_keeps_a_node_whose_error_jumps_and_its_producer():
     assert kept == {"Mul_0", "Sin_1"} and err < 1e-2   # sin(3000x) is noise when 3000x is rounded to half
 
 
+def _error_jump_model():
+    nodes = [helper.make_node("Mul", ["x", "k"], ["p"]), helper.make_node("Sin", ["p"], ["s"]),
+             helper.make_node("Add", ["s", "x"], ["y"])]
+    return model(nodes, [tinfo("x", shape=[4, 64])], [tinfo("y")], [init("k", np.array(3000, np.float32))])
+
+
+@pytest.mark.parametrize("make", [decomposed_layernorm, _error_jump_model], ids=["overflow", "error_jump"])
+def test_fp16_calibration_draws_on_threads_decide_as_one_at_a_time(monkeypatch, make):
+    """The draws run on threads (compiler/mixed_precision.py _each_draw), each measuring its own errors, merged
+    after: the nodes kept in float32 (by an overflow, by an error's jump over rounds) and the errors reported
+    are those of the draws one after another."""
+    from grapec.compiler import mixed_precision
+    seen = []
+    real = mixed_precision._each_draw
+
+    def counting(fn, feeds_list):
+        seen.append(len(feeds_list))
+        return real(fn, feeds_list)
+    monkeypatch.setattr(mixed_precision, "_each_draw", counting)
+    monkeypatch.setattr(mixed_precision.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    threaded = grapec.compile(make(), precision="fp16", targets=[]).manifest["mixed_precision"]
+    assert seen and all(n > 1 for n in seen)   # more than one draw each time: the threads ran
+    monkeypatch.setattr(mixed_precision, "MAX_DRAW_THREADS", 1)
+    serial = grapec.compile(make(), precision="fp16", targets=[]).manifest["mixed_precision"]
+    assert threaded["kept_fp32"] and threaded["kept_fp32"] == serial["kept_fp32"]
+    assert threaded["output_rel_err"] == serial["output_rel_err"] and threaded["calibration"] == serial["calibration"]
+
+
+def test_fp16_calibration_error_is_the_largest_over_the_draws():
+    """Each draw on its thread measures its own errors; the probe's and the output's error is the largest of
+    them, whichever thread finished first."""
+    from grapec.compiler import mixed_precision as mp
+    from grapec.compiler.pipeline import lowered_model
+    from grapec.frontend.precision import to_half
+    m = _error_jump_model()
+    shapes = {"x": (4, 64)}
+    types = {"p": TensorProto.FLOAT, "s": TensorProto.FLOAT, "x": TensorProto.FLOAT, "y": TensorProto.FLOAT}
+    rng = np.random.default_rng(7)
+    draws = [{"x": (rng.standard_normal((4, 64)) * scale).astype(np.float32)} for scale in (0.01, 1.0, 0.1)]
+    refs, _ = mp._run(lowered_model(mp._exposing(m, ["p", "s"], types), shapes, {}), draws, [])
+    half = lowered_model(mp._exposing(to_half(m, "fp16", set(), types), ["p", "s"], types, "fp16"), shapes, {})
+    _, together, _ = mp._run_half(half, draws, refs, ["p", "s"], ["y"], [])
+    alone = [mp._run_half(half, [d], [r], ["p", "s"], ["y"], [])[1] for d, r in zip(draws, refs)]
+    for name in ("s", "y"):
+        assert len({a[name] for a in alone}) == 3   # the draws differ, so a wrong merge shows
+        assert together[name] == max(a[name] for a in alone)
+
+
 def test_fp16_keeps_blocked_op_types():
     nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
     m = model(nodes, [tinfo("x", shape=[4, 64])], [tinfo("y")], [init("axis", np.array(1, np.int64))])
