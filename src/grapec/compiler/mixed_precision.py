@@ -417,9 +417,9 @@ def _samples(proto, spec, input_shapes: dict, fixed: dict, given):
 
 
 # Calibration's draws run on threads, at most this many: numpy releases the GIL in the array work that makes up a
-# draw. GPT-2's fp16 calibration at seq 512 took 75 s of the 306 s that its 2-D range (batch 1..64 x seq 1..512)
-# took to compile on 2 cores, its 4 draws one after another. Threads share the draws' weights (made contiguous,
-# or widened from half, once); forked processes would each send every probe's array back.
+# draw. On 2 cores GPT-2's fp16 compile at seq 512, nearly all of it calibration, went from 79 to 66.5 s (the
+# float32 draws, bound by memory and the BLAS's own threads, gained nothing; the half ones 36 -> 28 s). Threads share
+# the weights, made contiguous or widened from half once; forked processes would each send every probe's array back.
 MAX_DRAW_THREADS = 4
 
 
