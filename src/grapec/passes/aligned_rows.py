@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import dtypes
 from ..ir import kernel as K
+from ..ir.derived import derived
 from ..ir.graph import Graph, Node
 from ..ir.tensor import substitute_loads, unravel
 from .choices import made_of, pinned, record
@@ -119,9 +120,8 @@ def _output_in_padded_rows(g: Graph, mm: Node, width: int, cols: int) -> bool:
         return False
     x = g.lookup(mm.outputs[0])
     if not mm.attrs.get("trans_b"):   # a constant [.., K, N] weight gets zero columns
-        w = np.asarray(b.const).reshape(b.shape)
         ins[1] = g.add_value(f"{ins[1]}_cols", b.dtype, (*b.shape[:-1], cols),
-                             np.pad(w, [(0, 0)] * (w.ndim - 1) + [(0, cols - width)])).name
+                             _padded(b.const, b.shape, [(0, 0)] * (len(b.shape) - 1) + [(0, cols - width)])).name
         mm.inputs = ins[:len(mm.inputs)]
     _pad_transposed_weight_and_bias(g, mm, cols)
     rows = g.add_value(f"{chain[-1]}_rows", x.dtype, (*x.shape[:-1], cols)).name
@@ -256,14 +256,20 @@ def _computes_padded(g: Graph, mm: Node) -> bool:
     return not mm.attrs.get("trans_b") or (b.const is not None and len(b.shape) == 2)
 
 
+def _padded(const, shape: tuple, widths: list) -> np.ndarray:
+    """const as `shape`, zero-padded by `widths`: made once per compile (ir/derived.py). Each size of a range pads
+    GPT-2's 77 MiB token table again otherwise, and the bundle's weight store then compares every copy's bytes
+    with the first's (1067 sizes in its 2-D range)."""
+    return derived(f"pad{tuple(shape)}{widths}", (const,), lambda: np.pad(np.asarray(const).reshape(shape), widths))
+
+
 def _pad(g: Graph, group: RowGroup, width: int, cols: int, start: Node):
     new = {}
     for name, lead in group.lead.items():
         v = g.lookup(name)
         const = None
         if v.const is not None:
-            arr = np.asarray(v.const).reshape(*lead, width)
-            const = np.pad(arr, [(0, 0)] * len(lead) + [(0, cols - width)])
+            const = _padded(v.const, (*lead, width), [(0, 0)] * len(lead) + [(0, cols - width)])
         new[name] = g.add_value(f"{name}_rows", v.dtype, (*lead, cols), const).name
     for mm in group.gemms:
         _pad_transposed_weight_and_bias(g, mm, cols)
@@ -291,15 +297,14 @@ def _pad_transposed_weight_and_bias(g: Graph, mm: Node, cols: int):
     ins = list(mm.inputs) + [""] * (4 - len(mm.inputs))
     if mm.attrs.get("trans_b"):
         b = g.lookup(ins[1])
-        w = np.asarray(b.const).reshape(b.shape)
-        padded = g.add_value(f"{ins[1]}_rows", b.dtype, (cols, w.shape[1]),
-                             np.pad(w, [(0, cols - w.shape[0]), (0, 0)])).name
+        padded = g.add_value(f"{ins[1]}_rows", b.dtype, (cols, b.shape[1]),
+                             _padded(b.const, b.shape, [(0, cols - b.shape[0]), (0, 0)])).name
         _share_padded_weight(g, ins[1], padded, mm)
         ins[1] = padded
     if ins[3]:
         bias = g.lookup(ins[3])
-        v = np.asarray(bias.const).reshape(-1)
-        ins[3] = g.add_value(f"{ins[3]}_rows", bias.dtype, (cols,), np.pad(v, (0, cols - v.shape[0]))).name
+        size = math.prod(bias.shape)
+        ins[3] = g.add_value(f"{ins[3]}_rows", bias.dtype, (cols,), _padded(bias.const, (size,), [(0, cols - size)])).name
     mm.inputs = ins[:len(mm.inputs)]
 
 
