@@ -34,11 +34,15 @@ PROBES = 16   # random points each composed map is checked at, besides the corne
 
 
 def attention_operands(g: Graph) -> Graph:
-    changed = False
+    changed, readers = False, None
     for node in list(g.nodes):
         if node.op == "Kernel" and isinstance(node.attrs.get("kernel"), AttentionKernel):
-            changed |= _inputs_through_copies(g, node)
-            changed |= _output_through_copy(g, node)
+            # the readers are worked out again only after a change (every size of a range runs this pass)
+            readers = g.consumers() if readers is None else readers
+            took_inputs = _inputs_through_copies(g, node, readers)   # the node's inputs: not what the output's readers are
+            took_output = _output_through_copy(g, node, readers)
+            if took_inputs or took_output:
+                changed, readers = True, None
     return drop_unused(g) if changed else g
 
 
@@ -51,11 +55,10 @@ def _copy_of(g: Graph, name: str):
     return node if is_gather(k) and k.dtype == k.inputs[k.body.args[0]][1] else None
 
 
-def _inputs_through_copies(g: Graph, node) -> bool:
+def _inputs_through_copies(g: Graph, node, readers: dict) -> bool:
     ak: AttentionKernel = node.attrs["kernel"]
     b = ak.batch
     extents = {0: (*b, ak.seq_q, ak.head_dim), 1: (*b, ak.seq_k, ak.head_dim), 2: (*b, ak.seq_k, ak.value_dim)}
-    readers = g.consumers()
     ops = [ak.q, ak.k, ak.v]
     inputs, names, changed = list(ak.inputs), list(node.inputs), False
     for slot in (0, 1, 2):
@@ -84,10 +87,9 @@ def _inputs_through_copies(g: Graph, node) -> bool:
     return changed
 
 
-def _output_through_copy(g: Graph, node) -> bool:
+def _output_through_copy(g: Graph, node, readers: dict) -> bool:
     ak: AttentionKernel = node.attrs["kernel"]
     out = node.outputs[0]
-    readers = g.consumers()
     while True:   # through reshapes (Views: the same bytes, row-major) to the one copy that reads them
         users = readers.get(out, [])
         if len(users) != 1 or out in g.outputs:
