@@ -120,7 +120,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     chosen: the cost-based choices, filled in as they are made: {"mappings": passes/mappings.py's,
     "fusion": passes/fuse.py's, "aligned_rows": the padded row groups}; a choice already in it is repeated where it fits (a size of a range
     taking its launch structure's: compiler/structures.py)."""
-    g = specialize(graph, input_shapes, parent, input_values, fold_limit, sized_fold_limit)
+    forms: dict = {}   # each node's lowering, made by specialize, taken by lower_graph
+    g = specialize(graph, input_shapes, parent, input_values, fold_limit, sized_fold_limit, forms)
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
@@ -133,7 +134,8 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
                 attention=attention, sizes=sizes, clusters=clusters, notes=notes)
     g = lower_graph(g, options={"conv": conv, "notes": notes, "body": body,
                                 "predicated": predicated if predicated is not None else [],
-                                **({"sized_fold_limit": sized_fold_limit} if sized_fold_limit is not None else {})})
+                                **({"sized_fold_limit": sized_fold_limit} if sized_fold_limit is not None else {})},
+                    forms=forms)
     if level != "none":
         if shared_weights:
             g = weights_as_nk(g)

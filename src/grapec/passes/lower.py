@@ -6,6 +6,8 @@ by the CPU interpreter at once, which is how Shape/ConstantOfShape chains fold.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from .. import dtypes
@@ -83,14 +85,97 @@ def _describe(graph, name):
     return f"{name}:{v.dtype}{list(v.shape)}" if v is not None and v.shape is not None else name
 
 
-def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = None) -> Graph:
+class ReadOptions(dict):
+    """Lowering options that remember which of them a lowering read or added to (LowerCtx.options)."""
+    def __init__(self, options: dict | None):
+        super().__init__(options or {})
+        self.read: set = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def setdefault(self, key, default=None):
+        self.read.add(key)
+        return super().setdefault(key, default)
+
+
+# The one option whose value specialize and lower_graph give alike: a lowering that read any other (the
+# convolution path, where notes go, a body's compile, what a data-dependent size registers) is lowered again.
+SHARED_OPTIONS = {"sized_fold_limit"}
+
+
+@dataclass
+class LoweredForm:
+    """What lower_node made of one node while specialize worked out its output shapes. lower_graph takes it
+    instead of lowering the node again while the node reads what it read then: simplify and the sibling
+    merge rewire inputs, replace weights (a BatchNorm folded into its Conv) and set attributes."""
+    node: Node
+    inputs: tuple     # the node's inputs then
+    attrs: tuple      # its attributes then, (name, value) pairs, compared by identity
+    reads: tuple      # the Values of its inputs then
+    nodes: list       # the lowered nodes
+    values: dict      # the Values the lowering defined: the node's outputs and its intermediates
+
+    @staticmethod
+    def of(node: Node, graph: Graph, emitted: list, options: ReadOptions) -> "LoweredForm | None":
+        """The form of a node lowered into `graph` (a scratch graph holding only what the lowering defined),
+        or None where lowering it again could differ: a body inside it, or an option read that lower_graph
+        gives otherwise."""
+        if node.subgraphs or options.read - SHARED_OPTIONS:
+            return None
+        return LoweredForm(node, tuple(node.inputs), tuple(node.attrs.items()),
+                           tuple(graph.lookup(i) if i else None for i in node.inputs), list(emitted),
+                           dict(graph.values))
+
+    def holds(self, node: Node, graph: Graph) -> bool:
+        """Whether lowering `node` in `graph` now would make this form again."""
+        return (node is self.node and tuple(node.inputs) == self.inputs and len(node.attrs) == len(self.attrs)
+                and all(node.attrs.get(k, self) is v for k, v in self.attrs)
+                and all(_same_value(graph.lookup(i) if i else None, v) for i, v in zip(node.inputs, self.reads)))
+
+    def replay(self, into: Graph) -> list:
+        """Add copies of the lowered nodes and their values to `into` (later passes change both in place)."""
+        for name, v in self.values.items():
+            into.values[name] = Value(v.name, v.dtype, v.shape, v.const, dict(v.counts) if v.counts else v.counts,
+                                      v.bounds)
+        copies = [replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs),
+                          origin=list(n.origin)) for n in self.nodes]
+        into.nodes.extend(copies)
+        return copies
+
+
+def _same_value(a: Value | None, b: Value | None) -> bool:
+    if a is b:
+        return True
+    return (a is not None and b is not None and a.dtype == b.dtype and a.shape == b.shape and a.const is b.const
+            and a.counts == b.counts and a.bounds is b.bounds)
+
+
+def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = None,
+                forms: dict | None = None) -> Graph:
     """Lower every node of a specialized, simplified graph. Returns a new graph of lowered nodes,
-    whose values include the originals (with their shapes) and the intermediates lowering made."""
+    whose values include the originals (with their shapes) and the intermediates lowering made.
+    forms: {id(node): LoweredForm} that specialize made; a node that still reads what it did then is
+    not lowered again (half of a range's per-size compile was lowering each node twice)."""
     out = into or Graph([], list(graph.inputs), list(graph.outputs), {}, graph.name, graph.parent, graph.opset)
     for name, v in graph.values.items():
         out.values[name] = Value(v.name, v.dtype, v.shape, v.const, v.counts, v.bounds)
     problems = []
+    forms = forms or {}
     for node in graph.nodes:
+        form = forms.get(id(node))
+        if form is not None and form.holds(node, graph):
+            form.replay(out)
+            continue
         try:
             lower_node(node, out, out.nodes, options)
         except UnsupportedError as e:

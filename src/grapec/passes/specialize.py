@@ -16,7 +16,7 @@ from ..errors import NeedsValueError, ShapeError
 from .bounds import BOUNDED_OPS
 from ..ir.graph import Graph, Node, Value, outer_reads, upstream
 from ..ir.interpret import eval_nodes
-from .lower import NONDETERMINISTIC, lower_node
+from .lower import NONDETERMINISTIC, LoweredForm, ReadOptions, lower_node
 
 # Constant folding stops at this size: bigger results stay computed at run time, not stored.
 FOLD_LIMIT_BYTES = 64 << 20
@@ -35,12 +35,14 @@ TYPE_ONLY_INPUTS = {"CastLike": {1}}
 
 
 def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, input_values: dict | None = None,
-               fold_limit: int = FOLD_LIMIT_BYTES, sized_fold_limit: int | None = None) -> Graph:
+               fold_limit: int = FOLD_LIMIT_BYTES, sized_fold_limit: int | None = None,
+               forms: dict | None = None) -> Graph:
     """A copy of `graph` with concrete shapes. input_shapes: name -> tuple of ints (all inputs).
     input_values: inputs whose values are fixed at compile time (--value); they become constants
     and are no longer inputs of the specialized graph. fold_limit: the largest result (bytes)
     constant folding stores; sized_fold_limit: the largest for a value that depends on the graph's
-    inputs (a body's inputs included), where it is not fold_limit."""
+    inputs (a body's inputs included), where it is not fold_limit. forms: filled with {id(node):
+    LoweredForm} of the nodes not folded, which lower_graph then need not lower again."""
     fixed = input_values or {}
     spec = Graph(list(graph.nodes), [n for n in graph.inputs if n not in fixed], list(graph.outputs), {},
                  graph.name, parent if parent is not None else graph.parent, graph.opset)
@@ -75,7 +77,8 @@ def specialize(graph: Graph, input_shapes: dict, parent: Graph | None = None, in
                 if reads & sized:
                     sized.update(o for o in node.outputs if o)
                     limit = min(fold_limit, sized_fold_limit)
-            specialize_node(node, spec, limit, {"sized_fold_limit": sized_fold_limit} if sized is not None else None)
+            specialize_node(node, spec, limit, {"sized_fold_limit": sized_fold_limit} if sized is not None else None,
+                            forms)
         except NeedsValueError as e:   # a body's inputs cannot be fixed: the top level names what can
             raise (e if parent is not None else _with_input_hint(e, spec)) from None
     for o in spec.outputs:
@@ -98,8 +101,10 @@ def _taken_branch(node, spec: Graph) -> list | None:
                                  for src, dst in zip(branch.outputs, node.outputs) if dst]
 
 
-def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES, options: dict | None = None):
+def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES, options: dict | None = None,
+                    forms: dict | None = None):
     scratch = Graph([], [], [], {}, "scratch", spec, spec.opset)
+    options = ReadOptions(options)
     emitted = lower_node(node, scratch, scratch.nodes, options)
     type_only = TYPE_ONLY_INPUTS.get(node.op, ())
     reads = [i for j, i in enumerate(node.inputs) if i and j not in type_only] + sorted(outer_reads(node))
@@ -125,6 +130,10 @@ def specialize_node(node, spec: Graph, fold_limit: int = FOLD_LIMIT_BYTES, optio
         for count in (v.counts or {}).values() if const is None else ():   # what later nodes' guards load
             if count in scratch.values:   # made by this node (one of an enclosing graph stays there)
                 spec.values.setdefault(count, scratch.values[count])
+    if forms is not None and any(spec.values[o].const is None for o in node.outputs if o):
+        form = LoweredForm.of(node, scratch, emitted, options)
+        if form is not None:
+            forms[id(node)] = form
 
 
 def _with_input_hint(e: NeedsValueError, spec: Graph) -> NeedsValueError:
