@@ -21,7 +21,7 @@ class LowerCtx:
     def __init__(self, node: Node, graph: Graph, emitted: list, options: dict | None = None):
         self.node = node
         # compile options lowerings read: {"conv": ops/conv.py CONV_PATHS, "notes": where to report a path taken}
-        self.options = options or {}
+        self.options = options if options is not None else {}   # the same dict: passes/lower.py ReadOptions records reads
         self.graph = graph          # the graph being built (for new values and scope lookups)
         self.emitted = emitted      # lowered nodes are appended here
         self.slot_names: list = []  # global load slot -> value name, renumbered per kernel
