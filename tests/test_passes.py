@@ -214,3 +214,50 @@ def test_simplify_merges_nodes_that_compute_the_same_values():
     got, _ = compile_and_run(mdl, feeds)
     np.testing.assert_array_equal(got["zero"], np.zeros(4, np.float32))
     np.testing.assert_allclose(got["twice"], 2 * feeds["x"] * (feeds["lengths"] + 1), rtol=1e-6)
+
+
+def _lowerings_in_lower_graph(monkeypatch, m, shapes):
+    """(the ops lower_graph lowered itself, the lowered graph): specialize's forms serve the rest."""
+    import grapec.passes.lower as lower
+    seen, real = [], lower.lower_node
+
+    def counting(node, *args, **kw):
+        seen.append(node.op)
+        return real(node, *args, **kw)
+    monkeypatch.setattr(lower, "lower_node", counting)
+    forms: dict = {}
+    g = simplify(specialize(import_model(m), shapes, forms=forms))
+    return seen, lower_graph(g, forms=forms)
+
+
+def test_each_node_is_lowered_once(monkeypatch):
+    """specialize lowers every node to learn its shapes; lower_graph takes those lowerings instead of making
+    them again (half of a range's per-size compile was this second lowering)."""
+    rng = np.random.default_rng(58)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    m = model(nodes, [tinfo("x", shape=[4, 16])], [tinfo("y")], [init("w", w)])
+    seen, lowered = _lowerings_in_lower_graph(monkeypatch, m, {"x": (4, 16)})
+    assert seen == []
+    assert {n.op for n in lowered.nodes} >= {"Library", "Kernel"}
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    got, _ = compile_and_run(m, {"x": x})
+    assert rel_err(got["y"], ort_run(m, {"x": x})["y"]) < 1e-5
+
+
+def test_a_node_that_simplify_rewires_is_lowered_again(monkeypatch):
+    """MatMul(x, Transpose(t)) reads t marked transposed after simplify, and of two identical Relus the Add
+    reads one twice: a lowering made before that would read values no node makes any more."""
+    nodes = [helper.make_node("Transpose", ["t"], ["tt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "tt"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r1"]), helper.make_node("Relu", ["h"], ["r2"]),
+             helper.make_node("Add", ["r1", "r2"], ["y"])]
+    m = model(nodes, [tinfo("x", shape=[3, 5]), tinfo("t", shape=[6, 5])], [tinfo("y")])
+    seen, lowered = _lowerings_in_lower_graph(monkeypatch, m, {"x": (3, 5), "t": (6, 5)})
+    assert sorted(seen) == ["Add", "MatMul"]
+    made = {o for n in lowered.nodes for o in n.outputs} | set(lowered.inputs)
+    assert all(i in made or lowered.values[i].const is not None for n in lowered.nodes for i in n.inputs if i)
+    rng = np.random.default_rng(59)
+    feeds = {"x": rng.standard_normal((3, 5)).astype(np.float32), "t": rng.standard_normal((6, 5)).astype(np.float32)}
+    got, _ = compile_and_run(m, feeds)
+    assert rel_err(got["y"], ort_run(m, feeds)["y"]) < 1e-5

@@ -120,8 +120,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     chosen: the cost-based choices, filled in as they are made: {"mappings": passes/mappings.py's,
     "fusion": passes/fuse.py's, "aligned_rows": the padded row groups}; a choice already in it is repeated where it fits (a size of a range
     taking its launch structure's: compiler/structures.py)."""
-    forms: dict = {}   # each node's lowering, made by specialize, taken by lower_graph
-    g = specialize(graph, input_shapes, parent, input_values, fold_limit, sized_fold_limit, forms)
+    g = specialize(graph, input_shapes, parent, input_values, fold_limit, sized_fold_limit, forms := {})  # lowered once: lower_graph takes these
     g = simplify(g)
     level = {True: "full", False: "none"}.get(fusion, fusion)
     if level != "none":
@@ -130,8 +129,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
     # an If/Loop body (a generation's decode step) is compiled as this graph is: the same fusion,
     # cost model, weight layouts and engines, and its notes reported with this graph's
     body = dict(fusion=level, profile=profile, fold_limit=fold_limit, sized_fold_limit=sized_fold_limit,
-                shared_weights=shared_weights, conv=conv,
-                attention=attention, sizes=sizes, clusters=clusters, notes=notes)
+                shared_weights=shared_weights, conv=conv, attention=attention, sizes=sizes, clusters=clusters, notes=notes)
     g = lower_graph(g, options={"conv": conv, "notes": notes, "body": body,
                                 "predicated": predicated if predicated is not None else [],
                                 **({"sized_fold_limit": sized_fold_limit} if sized_fold_limit is not None else {})},

@@ -137,7 +137,8 @@ class LoweredForm:
                            dict(graph.values))
 
     def holds(self, node: Node, graph: Graph) -> bool:
-        """Whether lowering `node` in `graph` now would make this form again."""
+        """Whether lowering `node` in `graph` now would make this form again: the graph being lowered into,
+        whose values an input's producer lowered again may have changed (a count's new name)."""
         return (node is self.node and tuple(node.inputs) == self.inputs and len(node.attrs) == len(self.attrs)
                 and all(node.attrs.get(k, self) is v for k, v in self.attrs)
                 and all(_same_value(graph.lookup(i) if i else None, v) for i, v in zip(node.inputs, self.reads)))
@@ -173,7 +174,7 @@ def lower_graph(graph: Graph, into: Graph | None = None, options: dict | None = 
     forms = forms or {}
     for node in graph.nodes:
         form = forms.get(id(node))
-        if form is not None and form.holds(node, graph):
+        if form is not None and form.holds(node, out):
             form.replay(out)
             continue
         try:
