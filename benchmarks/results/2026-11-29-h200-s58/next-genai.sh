@@ -1,12 +1,12 @@
 # onnxruntime-genai-cuda 0.18.0 (with onnxruntime-gpu 1.31.1) against grapec on the full Llama-1B-shaped builder
-# export, fp16, in one process. The two packages' files travel as an xz tar in 5 parts (.ort/part_a[a-e], made by
-# `split -b 50M`): `bash next-genai.sh part` in each of the first four calls (carry .ort/part_aX), then
-# `bash next-genai.sh run` with .whl and .ort/part_ae carried, back to back while the machine is warm.
+# export, fp16, in one process. The two packages' files travel as an xz tar in 6 parts (.ort/part_a[a-f], made by
+# `split -b 38M`: the working tree takes the rest of 64 MiB): `bash next-genai.sh part` in one call a part (carry .ort/part_aX), then
+# `bash next-genai.sh run` with .whl and .ort/SHA256 carried, back to back while the machine is warm.
 START=$(date +%s); left() { echo $(( 585 - ($(date +%s) - START) )); }
 if [ "$1" = part ]; then
     mkdir -p /tmp/ortparts; for p in .ort/part_a?; do cp -n $p /tmp/ortparts/; done; ls -la /tmp/ortparts; exit
 fi
-cp .ort/part_ae /tmp/ortparts/ && cat /tmp/ortparts/part_a? > /tmp/ort.tar.xz
+cat /tmp/ortparts/part_a? > /tmp/ort.tar.xz
 echo "$(cut -d' ' -f1 .ort/SHA256)  /tmp/ort.tar.xz" | sha256sum -c || exit 1
 mkdir -p /tmp/site && xz -d < /tmp/ort.tar.xz | tar -x -C /tmp/site
 . benchmarks/results/2026-11-27-h200-bert-traffic/setup.sh
