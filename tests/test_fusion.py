@@ -178,3 +178,24 @@ def test_inlining_a_concat_read_at_both_of_its_parts():
     got = run_kernel(fused, [values[n] for n in names])
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(want.reshape(-1), table.reshape(-1))
+
+
+def test_a_few_rows_far_wider_than_their_reduction_do_not_take_it_in():
+    """A sum over an attention mask's 1280 positions read by a 1024 x 1280 score matrix: stitched, one block
+    would do the whole matrix (18 ms a layer on an H200, passes/fuse.py MIN_STITCH_ROWS), so the sum stays a
+    kernel of its own. A softmax over 6 rows of 300 (rows about as wide as the reduction) stitches:
+    tests/test_attention.py two-query-rows."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("ReduceSum", ["mask", "axes"], ["count"], keepdims=1),
+             helper.make_node("Less", ["pos", "count"], ["keep"]),
+             helper.make_node("Where", ["keep", "scores", "low"], ["y"])]
+    inits = [init("axes", np.array([1], np.int64)), init("pos", np.arange(1280, dtype=np.int64)),
+             init("low", np.array(-1e4, np.float32))]
+    m = model(nodes, [tinfo("mask", TensorProto.INT64, [1, 1280]), tinfo("scores", TensorProto.FLOAT, [1, 1024, 1280])],
+              [tinfo("y")], inits)
+    rng = np.random.default_rng(58)
+    feeds = {"mask": (rng.random((1, 1280)) < 0.7).astype(np.int64),
+             "scores": rng.standard_normal((1, 1024, 1280)).astype(np.float32)}
+    got, b = compile_and_run(m, feeds)
+    assert sum(1 for st in b.plans[0].steps if st.op == "kernel") == 2
+    np.testing.assert_array_equal(got["y"], ort_run(m, feeds)["y"])
