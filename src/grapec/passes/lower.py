@@ -143,15 +143,13 @@ class LoweredForm:
                 and all(node.attrs.get(k, self) is v for k, v in self.attrs)
                 and all(_same_value(graph.lookup(i) if i else None, v) for i, v in zip(node.inputs, self.reads)))
 
-    def replay(self, into: Graph) -> list:
+    def replay(self, into: Graph):
         """Add copies of the lowered nodes and their values to `into` (later passes change both in place)."""
         for name, v in self.values.items():
             into.values[name] = Value(v.name, v.dtype, v.shape, v.const, dict(v.counts) if v.counts else v.counts,
                                       v.bounds)
-        copies = [replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs),
-                          origin=list(n.origin)) for n in self.nodes]
-        into.nodes.extend(copies)
-        return copies
+        into.nodes.extend(replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs),
+                                  origin=list(n.origin)) for n in self.nodes)
 
 
 def _same_value(a: Value | None, b: Value | None) -> bool:
