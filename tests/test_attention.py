@@ -26,6 +26,9 @@ CASES = {
     "bert-s128-key-slices": (1, 12, 128, 128, 64, 64, "additive"),   # 4 warps split each query tile's keys
     "head-dim-128-two-slices": (1, 2, 32, 100, 128, 128, "causal"),   # the merge's room allows 2 slices only
     "gpt2-s128-causal-key-slices": (1, 12, 128, 128, 64, 64, "causal"),   # key tiles past the band skipped
+    "decode-grouped-cluster": (1, 8, 4, 384, 64, 64, None),   # a decode step's 4 query heads a KV head: 6 blocks a head
+    "two-query-rows": (1, 3, 2, 300, 64, 64, None),   # 6 rows: the softmax stitches as at 3 or 9 (passes/fuse.py)
+    "decode-cluster-ragged-keys": (1, 3, 4, 300, 64, 64, "late_keys"),   # the last block's key tile part full
 }
 
 
@@ -198,6 +201,28 @@ def test_few_query_tiles_split_their_keys_over_warps():
     assert [(la.split, la.block) for la in map(attention_launch, attention_kernels(b))] == [(1, 128)]
 
 
+def test_a_decode_steps_keys_split_over_a_cluster_of_blocks():
+    """Few query rows a head and long keys (a decode step): one block a head fills few SMs, so the keys are
+    split over a cluster's blocks, merged through distributed shared memory; many query tiles never are."""
+    from grapec.codegen.attention import attention_launch, attention_tiling, render_attention
+    bundle, _ = compile_case("decode-grouped-cluster", targets=[])
+    (k,) = attention_kernels(bundle)
+    warps, slices, tile, ranks = attention_tiling(k)
+    assert (warps, slices, ranks) == (1, 4, 6) and slices * tile * ranks >= 384
+    launch = attention_launch(k)
+    assert (launch.grid, launch.block, launch.split) == (8 * 6, 128, 4)
+    assert "__cluster_dims__(6, 1, 1)" in render_attention(k, launch, "f")
+    prefill, _ = compile_case("bert-s128-key-slices", targets=[])
+    assert [attention_tiling(k)[3:] for k in attention_kernels(prefill)] == [(1,)]
+
+
+def test_cluster_attention_compiles_for_sm_90():
+    from helpers import needs_nvrtc
+    needs_nvrtc()
+    bundle, _ = compile_case("decode-cluster-ragged-keys", targets=["sm_90"])
+    assert "__cluster_dims__(5, 1, 1)" in bytes(bundle.extra_sections["cuda.source"]).decode()
+
+
 BATCHED = [("bert", {"batch": 4, "seq": 16}), ("gpt2", {"batch": 3, "seq": 37}), ("bert", {"batch": 2, "seq": 5})]
 
 
@@ -314,7 +339,8 @@ def test_a_size_takes_its_structures_attention_tiling_only_where_priced_close():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiling,case", [((4, 1, 64), "head-dim-80"), ((4, 1, 64), "plain-odd-sizes"),
-                                         ((2, 1, 64), "causal-two-tiles"), ((4, 1, 64), "additive-padding")])
+                                         ((2, 1, 64), "causal-two-tiles"), ((4, 1, 64), "additive-padding"),
+                                         ((1, 4, 16, 8), "decode-one-row")])   # 6 of 8 blocks without keys
 def test_an_attention_kernel_runs_right_with_a_larger_sizes_tiling_on_gpu(tiling, case, monkeypatch):
     """A size of a range may run its launch structure's tiling, chosen for its largest size: more warps
     per block than its query tiles fill, a key tile past all of its keys. Against float64 and the CPU."""
@@ -368,3 +394,18 @@ def test_a_mask_of_the_indices_alone_leaves_every_size_of_a_range_one_attention_
         assert not [st for st in steps if st.op == "library"], f"seq {s}: attention left as GEMM + kernels + GEMM"
         feeds = {n: rng.standard_normal((1, h, s, d)).astype(np.float16) for n in "qkv"}
         assert_close(sess.run(feeds)["y"], reference(feeds, None, s, s, d), f"seq {s}")
+
+
+def test_attention_fuses_over_a_sweep_of_heads_and_query_rows():
+    """Every heads x query rows x keys of a grid fuses into one attention kernel. Before the few-rows rule
+    compared a row's width (passes/fuse.py), 5 to 7 rows of scores (heads x query rows) were left as
+    GEMM + 3 kernels + GEMM, with no note."""
+    import itertools
+    unfused = []
+    for h, s, t in itertools.product((1, 2, 3, 5, 8), range(1, 10), (7, 100)):
+        m = attention_model(1, h, s, t, 64, 64, None)
+        feeds = inputs_for(1, h, s, t, 64, 64, None)
+        b = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+        if not attention_kernels(b):
+            unfused.append((h, s, t))
+    assert not unfused, unfused

@@ -29,6 +29,8 @@ MAX_WARPS = 4
 MAX_KEY_TILE = 64
 MAX_PREFETCH = 8
 MAX_KEY_SLICES = 4
+MAX_CLUSTER = 8      # blocks of a thread-block cluster that split one query tile's keys (portable size)
+MIN_KEYS_PER_WARP = 16
 MAX_STATIC_SMEM = 46 * 1024   # of the 48 KB a block may declare statically; the rest is the merge's
 MIN_BLOCKS = 0       # __launch_bounds__' second argument (0: none): blocks an SM should hold at once
 
@@ -66,14 +68,24 @@ def _ceil(a: int, b: int) -> int:
 
 def attention_launch(k: AttentionKernel) -> Launch:
     """Launch.split is the number of key slices: warps that share one query tile, each walking its
-    own slice of every key tile, their partial softmaxes merged at the end."""
-    warps, slices, _ = attention_tiling(k)
-    return Launch("attention", math.prod(k.batch) * _ceil(k.seq_q, 16 * warps), 32 * warps * slices, split=slices)
+    own slice of every key tile, their partial softmaxes merged at the end. A query tile's keys may also
+    be split over the blocks of a cluster (cluster_ranks): the grid then holds that many blocks a tile."""
+    warps, slices, _, ranks = tiling_of(k)
+    return Launch("attention", math.prod(k.batch) * _ceil(k.seq_q, 16 * warps) * ranks, 32 * warps * slices,
+                  split=slices)
+
+
+def tiling_of(k: AttentionKernel) -> tuple:
+    """attention_tiling, with the cluster's blocks a query tile (1) where a recorded tiling has three numbers."""
+    t = attention_tiling(k)
+    return tuple(t) + (1,) * (4 - len(t))
 
 
 def attention_tiling(k: AttentionKernel) -> tuple:
-    """(warps per query tile, key slices, keys per warp per step): the kernel's own where it records
-    them, else by its sizes: as many warps as still fill the GPU's SMs, then key slices."""
+    """(warps per query tile, key slices, keys per warp per step, blocks of a cluster per query tile): the
+    kernel's own where it records them, else by its sizes: as many warps as still fill the GPU's SMs, then
+    key slices, then, where the blocks still fill few SMs (a decode step's grouped query heads: one block
+    per KV head), the keys split over a cluster's blocks too."""
     if k.tiling:
         return k.tiling
     z = math.prod(k.batch)
@@ -81,14 +93,39 @@ def attention_tiling(k: AttentionKernel) -> tuple:
     while warps > 1 and z * _ceil(k.seq_q, 16 * warps) < SMS:
         warps //= 2
     slices = key_slices(k) if warps == 1 else 1
-    return warps, slices, _key_tile(k, 32 * warps * slices, slices)
+    ranks = cluster_ranks(k, z, slices) if warps == 1 and k.seq_q <= 16 else 1
+    return warps, slices, _key_tile(k, 32 * warps * slices, slices, ranks), ranks
+
+
+def cluster_ranks(k: AttentionKernel, blocks: int, slices: int) -> int:
+    """Blocks of a cluster that split a head's one query tile's keys (a decode step's few query rows):
+    while the blocks fill at most half the SMs, up to MAX_CLUSTER, each walking one key tile of
+    MIN_KEYS_PER_WARP keys a warp or more, as long as a block's shared arrays fit. A decode step at past
+    384 (8 KV heads, their 4 query heads as rows, 4 key slices) ran 8 blocks on 132 SMs, 3 dependent key
+    tiles each, 5.6 us on an H200."""
+    if slices < 2 or 2 * blocks > SMS:
+        return 1
+    ranks = max(1, min(MAX_CLUSTER, SMS // blocks, _ceil(k.seq_k, MIN_KEYS_PER_WARP * slices)))
+    while ranks > 1 and not _cluster_fits(k, slices, ranks):
+        ranks -= 1
+    return ranks
+
+
+def _cluster_fits(k: AttentionKernel, slices: int, ranks: int) -> bool:
+    """A cluster block's static shared arrays: the key and value tiles, the key slices' partial outputs
+    (an array of their own: the tiles are small) and the block's partial output for the cluster's merge."""
+    dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
+    keys = slices * _key_tile(k, 32 * slices, slices, ranks)
+    tiles = keys * (dp + 8 + dvp + 8) * 2   # the kernel is fp16/bf16 only
+    partials = ((slices - 1) + 1) * (dvp // 8) * 4 * 32 * 4 + (2 * slices + 2) * 16 * 4
+    return tiles + partials <= MAX_STATIC_SMEM
 
 
 def attention_structure(k: AttentionKernel, launch: Launch) -> tuple:
     """What the kernel's literal-only numbers derive from: shared-array and fragment sizes, warps and
     key tiles (codegen/module.py merges attention kernels of one structure, their other numbers as
     arguments)."""
-    return (k.dtype, launch.block, launch.split, key_tile(k), k.head_dim, k.value_dim)
+    return (k.dtype, launch.block, launch.split, key_tile(k), tiling_of(k)[3], k.head_dim, k.value_dim)
 
 
 def key_slices(k: AttentionKernel) -> int:
@@ -117,11 +154,12 @@ def key_tile(k: AttentionKernel) -> int:
     return attention_tiling(k)[2]
 
 
-def _key_tile(k: AttentionKernel, block: int, slices: int) -> int:
-    """The next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per operand."""
+def _key_tile(k: AttentionKernel, block: int, slices: int, ranks: int = 1) -> int:
+    """The next tile waits in registers: at most MAX_PREFETCH 16-byte vectors a thread per operand.
+    slices: the block's warps that split the keys; ranks: the cluster's blocks that split them too."""
     dp, dvp = _ceil(k.head_dim, 16) * 16, _ceil(k.value_dim, 16) * 16
     fits = MAX_PREFETCH * block * 8 // max(dp, dvp) // slices // 16 * 16
-    return max(16, min(MAX_KEY_TILE, _ceil(_ceil(k.seq_k, slices), 16) * 16, fits))
+    return max(16, min(MAX_KEY_TILE, _ceil(_ceil(k.seq_k, slices * ranks), 16) * 16, fits))
 
 
 def key_end(k: AttentionKernel, slices: int, rows: int, qtiles: int) -> str:
@@ -141,6 +179,7 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     from_f = "f2h" if k.dtype == "float16" else "f2b"
     slices = max(1, launch.split)
     warps = launch.block // 32 // slices   # query tiles of 16 rows per block
+    ranks = tiling_of(k)[3]   # blocks of a cluster that split one query tile's keys
     rows = 16 * warps
     qtiles = _ceil(k.seq_q, rows)
     s, t, d, dv = k.seq_q, k.seq_k, k.head_dim, k.value_dim
@@ -154,14 +193,20 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L = []
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
     bounds = f"{launch.block}, {MIN_BLOCKS}" if MIN_BLOCKS else f"{launch.block}"
-    L.append(f'extern "C" __global__ void __launch_bounds__({bounds}) {name}({", ".join(params)}) {{')
+    cluster = f"__cluster_dims__({ranks}, 1, 1) " if ranks > 1 else ""
+    L.append(f'extern "C" __global__ void {cluster}__launch_bounds__({bounds}) {name}({", ".join(params)}) {{')
     L.append(f"  __shared__ __align__(16) {ty} g_k[{bc}][{dp + 8}];    /* key rows x head dims */")
     L.append(f"  __shared__ __align__(16) {ty} g_v[{bc}][{dvp + 8}];   /* key rows x value dims */")
     L.append("  G_AWAIT_PREDECESSOR();")
     # the score function as a lambda in the kernel: its numbers (a mask's row stride) are the kernel's
     L += ["  " + line for line in ValueFunctionRenderer(k.score).render_function(score_fn, as_lambda=True).split("\n")]
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;")
-    if slices > 1:   # the block's warps share 16 query rows; warp ks walks key slice ks of each tile
+    if ranks > 1:   # the cluster's blocks share one query tile; block `crank` walks its span of the keys
+        L.append("  const int ks = warp;")
+        L.append(f"  const i64 tile = blockIdx.x / {ranks};")
+        L.append(f"  const int crank = (int)(blockIdx.x % {ranks});")
+        L.append(f"  const i64 z = tile / {qtiles}, q0 = (i64)(tile % {qtiles}) * 16;")
+    elif slices > 1:   # the block's warps share 16 query rows; warp ks walks key slice ks of each tile
         L.append("  const int ks = warp;")
         L.append(f"  const i64 z = blockIdx.x / {qtiles}, q0 = (i64)(blockIdx.x % {qtiles}) * 16;")
     else:
@@ -197,10 +242,16 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("  float m[2] = {-G_INF, -G_INF}, l[2] = {0.f, 0.f};")
     copies = [_TileCopy("k", k.k, d, dp, 1, "g_k", k, bc, launch.block, ty),
               _TileCopy("v", k.v, dv, dvp, 2, "g_v", k, bc, launch.block, ty)]
+    if ranks > 1:   # each block's span: whole key tiles, the last ones past the keys empty
+        L.append(f"  const i64 kall = {key_end(k, slices, rows, qtiles)};")
+        L.append(f"  const i64 span = (kall + {ranks * bc - 1}) / {ranks * bc} * {bc};")
+        L.append("  const i64 kbeg = crank * span, kend = min(kall, kbeg + span);")
+    else:
+        L.append("  const i64 kbeg = 0;")
+        L.append(f"  const i64 kend = {key_end(k, slices, rows, qtiles)};")
     for cp in copies:
-        L += cp.declare() + cp.fetch("0", "  ")
-    L.append(f"  const i64 kend = {key_end(k, slices, rows, qtiles)};")
-    L.append(f"  for (i64 k0 = 0; k0 < kend; k0 += {bc}) {{")
+        L += cp.declare() + cp.fetch("kbeg", "  ")
+    L.append(f"  for (i64 k0 = kbeg; k0 < kend; k0 += {bc}) {{")
     L.append("    __syncthreads();   /* the previous tile's readers are done */")
     for cp in copies:
         L += cp.stash("    ")
@@ -274,7 +325,9 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append("    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);")
     L.append("  }")
     if slices > 1:
-        L += _merge_slices(slices, dvp)
+        L += _merge_slices(slices, dvp, ranks)
+    if ranks > 1:
+        L += _merge_cluster(ranks, dvp)
     L.append("  #pragma unroll")
     L.append(f"  for (int n = 0; n < {dvp // 8}; ++n) {{")
     L.append("    #pragma unroll")
@@ -283,19 +336,23 @@ def render_attention(k: AttentionKernel, launch: Launch, name: str) -> str:
     L.append(f"      if (r < {s} && c < {dv}) out[oz + r * {orow}LL + c * {ocol}LL] = {from_f}(o[n][h] / l[h >> 1]);")
     L.append("    }")
     L.append("  }")
+    if ranks > 1:
+        L.append("  }")
+        L.append("  G_CLUSTER_SYNC();   /* no block leaves while block 0 reads its shared memory */")
     L.append("}")
     return "\n".join(L)
 
 
-def _merge_slices(slices: int, dvp: int) -> list:
+def _merge_slices(slices: int, dvp: int, ranks: int = 1) -> list:
     """Warp 0 merges the key slices' partial softmaxes (running max m, sum l, output o):
     out = sum_w o_w exp(m_w - M) / sum_w l_w exp(m_w - M), M the largest m_w. The other warps hand
-    theirs over in shared memory (their o where the key tile was) and are done."""
+    theirs over in shared memory (their o where the key tile was, or, in a cluster, whose key tiles are
+    small, in an array of their own) and are done; in a cluster they stay for its barriers."""
     nv = dvp // 8
-    return [
+    lines = [
         "  __syncthreads();   /* every warp is done with the key tiles: g_k takes the partial outputs */",
         f"  __shared__ float g_pm[{slices}][16], g_pl[{slices}][16];",
-        "  float* g_po = (float*)&g_k[0][0];",
+        f"  __shared__ float g_po[{(slices - 1) * nv * 4 * 32}];" if ranks > 1 else "  float* g_po = (float*)&g_k[0][0];",
         "  if ((lane & 3) == 0) { g_pm[ks][g] = m[0]; g_pm[ks][g + 8] = m[1]; g_pl[ks][g] = l[0]; g_pl[ks][g + 8] = l[1]; }",
         "  if (ks > 0) {",
         "    #pragma unroll",
@@ -304,7 +361,7 @@ def _merge_slices(slices: int, dvp: int) -> list:
         f"      for (int h = 0; h < 4; ++h) g_po[(((ks - 1) * {nv} + n) * 4 + h) * 32 + lane] = o[n][h];",
         "  }",
         "  __syncthreads();",
-        "  if (ks > 0) return;",
+        "  if (ks > 0) return;" if ranks == 1 else "  if (ks == 0) {",
         "  #pragma unroll",
         "  for (int hr = 0; hr < 2; ++hr) {",
         "    const int row = g + hr * 8;",
@@ -323,6 +380,51 @@ def _merge_slices(slices: int, dvp: int) -> list:
         "        #pragma unroll",
         "        for (int e = 0; e < 2; ++e)",
         f"          o[n][2 * hr + e] += g_po[(((w - 1) * {nv} + n) * 4 + 2 * hr + e) * 32 + lane] * sw;",
+        "    }",
+        "  }",
+    ]
+    return lines + (["  }"] if ranks > 1 else [])
+
+
+def _merge_cluster(ranks: int, dvp: int) -> list:
+    """Block 0 of the cluster merges its blocks' partial softmaxes as _merge_slices merges warps': each
+    block's warp 0 leaves (m, l, o) in its shared memory, block 0's warp 0 reads them through distributed
+    shared memory. Every thread meets both cluster barriers; only block 0's warp 0 goes on to the store
+    (the caller closes its `if`)."""
+    nv = dvp // 8
+    return [
+        f"  __shared__ float g_cm[16], g_cl[16], g_co[{nv * 4 * 32}];",
+        "  if (ks == 0) {",
+        "    if ((lane & 3) == 0) { g_cm[g] = m[0]; g_cm[g + 8] = m[1]; g_cl[g] = l[0]; g_cl[g + 8] = l[1]; }",
+        "    #pragma unroll",
+        f"    for (int n = 0; n < {nv}; ++n)",
+        "      #pragma unroll",
+        f"      for (int h = 0; h < 4; ++h) g_co[(n * 4 + h) * 32 + lane] = o[n][h];",
+        "  }",
+        "  G_CLUSTER_SYNC();   /* every block's partial softmax is written */",
+        "  if (ks == 0 && crank == 0) {",
+        "  unsigned g_lm, g_ll, g_lo;   /* addresses taken after the barrier: no remote read moves above it */",
+        '  asm volatile("mov.u32 %0, %1;" : "=r"(g_lm) : "r"((unsigned)__cvta_generic_to_shared(g_cm)));',
+        '  asm volatile("mov.u32 %0, %1;" : "=r"(g_ll) : "r"((unsigned)__cvta_generic_to_shared(g_cl)));',
+        '  asm volatile("mov.u32 %0, %1;" : "=r"(g_lo) : "r"((unsigned)__cvta_generic_to_shared(g_co)));',
+        "  #pragma unroll",
+        "  for (int hr = 0; hr < 2; ++hr) {",
+        "    const int row = g + hr * 8;",
+        "    float mm = m[hr];",
+        f"    for (int b = 1; b < {ranks}; ++b) mm = fmaxf(mm, g_cluster_load(g_lm + 4u * row, b));",
+        "    const float base = mm == -G_INF ? 0.f : mm;   /* a row masked everywhere stays 0 / 0, as unsplit */",
+        "    const float s0 = exp2f((m[hr] - base) * 1.4426950408889634f);",
+        "    l[hr] *= s0;",
+        "    #pragma unroll",
+        f"    for (int n = 0; n < {nv}; ++n) {{ o[n][2 * hr] *= s0; o[n][2 * hr + 1] *= s0; }}",
+        f"    for (int b = 1; b < {ranks}; ++b) {{",
+        "      const float sb = exp2f((g_cluster_load(g_lm + 4u * row, b) - base) * 1.4426950408889634f);",
+        "      l[hr] += g_cluster_load(g_ll + 4u * row, b) * sb;",
+        "      #pragma unroll",
+        f"      for (int n = 0; n < {nv}; ++n)",
+        "        #pragma unroll",
+        "        for (int e = 0; e < 2; ++e)",
+        "          o[n][2 * hr + e] += g_cluster_load(g_lo + 4u * (unsigned)((n * 4 + 2 * hr + e) * 32 + lane), b) * sb;",
         "    }",
         "  }",
     ]

@@ -114,8 +114,9 @@ def kernel_work(kernel: K.Kernel, launch: Launch) -> Work:
 
 def attention_work(kernel) -> Work:
     """Flash attention (codegen/attention.py): each warp owns 16 query rows and walks the key tiles."""
-    from ..codegen.attention import attention_launch, key_tile
+    from ..codegen.attention import attention_launch, key_tile, tiling_of
     launch = attention_launch(kernel)
+    ranks = tiling_of(kernel)[3]   # a cluster's blocks splitting a query tile's keys, merged in one more step
     isz = dtypes.itemsize(kernel.dtype)
     heads = math.prod(kernel.batch)
     q = heads * kernel.seq_q * kernel.head_dim
@@ -125,8 +126,9 @@ def attention_work(kernel) -> Work:
     warps_per_head = math.ceil(kernel.seq_q / 16)
     cached = kv * isz * max(0, warps_per_head - 1)   # every warp of a head reads the head's keys and values
     slices = max(1, launch.split)
-    tiles = math.ceil(kernel.seq_k / (key_tile(kernel) * slices))   # dependent steps of one warp
-    mapping = f"{launch.block // 32} warp(s) per block" + (f", keys in {slices} slices" if slices > 1 else "")
+    tiles = math.ceil(kernel.seq_k / (key_tile(kernel) * slices * ranks)) + (ranks > 1)   # dependent steps of one warp
+    mapping = f"{launch.block // 32} warp(s) per block" + (f", keys in {slices} slices" if slices > 1 else "") \
+        + (f" x {ranks} blocks of a cluster" if ranks > 1 else "")
     if kernel.causal_offset is not None:
         # priced as the whole square: on an H200 GPT-2 seq 128's 12 heads took the same time with the
         # tiles skipped (0.453 -> 0.451 ms for the model: launch- and latency-bound at batch 1)

@@ -225,9 +225,10 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
                 or _reduces_within_rows(fused, launch.rows):
             return None   # the reduction would be recomputed per output element, not once per row
         longest = max(_extent(e) for e in K.walk(kp.body))
-        if not epilogue and launch.rows < MIN_STITCH_ROWS and kc.size > 4 * longest:
-            # a few rows far wider than the reduction (a sum over the attention mask read by a
-            # whole score matrix): a block or two would do all the consumer's work
+        if not epilogue and launch.rows < MIN_STITCH_ROWS and kc.size > 4 * longest * max(launch.rows, 1):
+            # a few rows, each far wider than the reduction (a sum over the attention mask read by a
+            # whole score matrix): a block or two would do all the consumer's work. Rows about as wide
+            # as the reduction (a softmax over 2 query rows of 3 heads, a LayerNorm at seq 6) stitch.
             return None
     return fused, names
 
