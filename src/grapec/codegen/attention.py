@@ -369,6 +369,7 @@ def _merge_slices(slices: int, dvp: int, ranks: int = 1) -> list:
         f"    for (int w = 1; w < {slices}; ++w) mm = fmaxf(mm, g_pm[w][row]);",
         "    const float b = mm == -G_INF ? 0.f : mm;   /* a row masked everywhere stays 0 / 0, as unsplit */",
         "    const float s0 = exp2f((m[hr] - b) * 1.4426950408889634f);",
+        "    m[hr] = mm;   /* l and o are now relative to the block's max: a cluster's merge reads m */",
         "    l[hr] *= s0;",
         "    #pragma unroll",
         f"    for (int n = 0; n < {nv}; ++n) {{ o[n][2 * hr] *= s0; o[n][2 * hr + 1] *= s0; }}",
