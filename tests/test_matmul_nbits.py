@@ -2,6 +2,7 @@
 quantized MatMul as onnxruntime's own quantizer writes it, and block-quantized embedding tables,
 against onnxruntime's CPU kernels. The codes stay packed in the bundle and are unpacked in the kernel."""
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -58,25 +59,26 @@ def test_the_quantizers_models_match_onnxruntime_and_stay_packed(bits, block, sy
     assert len(b.weights) < K * N * (bits / 8 + 0.5), len(b.weights)
 
 
-def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int = 32, rows: int = 2):
+def _hand_built(zero_points: str, bias: bool, dtype, bits: int = 4, block: int = 32, rows: int = 2, k: int = K,
+                n: int = N):
     """A MatMulNBits node written by hand: zero points absent, uint8 (packed), or floats like scales."""
     rng = np.random.default_rng(7)
-    blocks = -(-K // block)
+    blocks = -(-k // block)
     elem = TP.FLOAT if dtype == np.float32 else TP.FLOAT16
-    inits = [numpy_helper.from_array(rng.integers(0, 256, (N, blocks, block * bits // 8), dtype=np.uint8), "B"),
-             numpy_helper.from_array((rng.random((N, blocks)) * 0.1 + 0.01).astype(dtype), "scales")]
+    inits = [numpy_helper.from_array(rng.integers(0, 256, (n, blocks, block * bits // 8), dtype=np.uint8), "B"),
+             numpy_helper.from_array((rng.random((n, blocks)) * 0.1 + 0.01).astype(dtype), "scales")]
     ins = ["x", "B", "scales", ""]
     if zero_points == "uint8":
-        inits.append(numpy_helper.from_array(rng.integers(0, 256, N * -(-blocks * bits // 8), dtype=np.uint8), "zp"))
+        inits.append(numpy_helper.from_array(rng.integers(0, 256, n * -(-blocks * bits // 8), dtype=np.uint8), "zp"))
         ins[3] = "zp"
     elif zero_points == "float":
-        inits.append(numpy_helper.from_array((rng.random((N, blocks)) * (1 << bits)).astype(dtype), "zp"))
+        inits.append(numpy_helper.from_array((rng.random((n, blocks)) * (1 << bits)).astype(dtype), "zp"))
         ins[3] = "zp"
     if bias:
-        inits.append(numpy_helper.from_array(rng.standard_normal(N).astype(dtype), "bias"))
+        inits.append(numpy_helper.from_array(rng.standard_normal(n).astype(dtype), "bias"))
         ins += ["", "bias"]
-    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, name="q", K=K, N=N, bits=bits, block_size=block)
-    g = helper.make_graph([node], "g", [tinfo("x", elem, [rows, K])], [tinfo("y", elem, [rows, N])], inits)
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, name="q", K=k, N=n, bits=bits, block_size=block)
+    g = helper.make_graph([node], "g", [tinfo("x", elem, [rows, k])], [tinfo("y", elem, [rows, n])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
     m.ir_version = 10
     return m
@@ -143,6 +145,46 @@ def test_the_cuda_backend_unpacks_the_codes_as_onnxruntime_does(precision):
     got, want = grapec.load(b, backend="cuda").run({"x": x})["y"], ort_run(m, {"x": x})["y"]
     limit = 1e-5 if precision == "fp32" else 1e-2   # fp16: the half measure compile accepted it by
     assert rel_err(got, want) < limit, rel_err(got, want)
+
+
+# a decode step's GEMV: K a multiple of 32 x 32, so a lane reads 32 codes a step (codegen/vectors.py), and
+# enough outputs for a warp each (codegen/launch.py)
+GEMV_K, GEMV_N = 2048, 4096
+
+
+def test_a_decode_steps_int4_gemv_reads_16_bytes_of_codes_a_lane_and_converts_them_without_i2f():
+    """One row against a 4-bit weight: each lane's step is 32 halves of x (four 16-byte reads) beside
+    16 bytes of packed codes; a code becomes a float by its bits (no int-to-float conversion), and
+    the block's scale multiplies the step's sum once. The source compiles for sm_90."""
+    m = _hand_built("none", False, np.float16, bits=4, block=32, rows=1, k=GEMV_K, n=GEMV_N)
+    b = grapec.compile(m, targets=["sm_90"])
+    src = b.extra_sections["cuda.source"]
+    src = src.decode() if isinstance(src, bytes) else src
+    (gemv,) = [part for part in src.split('extern "C"')[1:] if "unsigned char" in part]
+    assert "G_WARP * 32) {" in gemv, gemv
+    assert "const uint4 vec" in gemv and "[4] = {" in gemv, "x is read as four 16-byte vectors a step"
+    assert "= *(const uint4*)(in1 " in gemv, "the codes are read 16 bytes a lane a step"
+    ints = re.findall(r"const int (v\d+) =", gemv)
+    assert "__int_as_float(0x4B000000 | " in gemv and ints
+    assert not [v for v in ints if f"(float){v})" in gemv], "an int is converted to float by a cast"
+    assert " * sv" in gemv, "the block scale multiplies the step's sum"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("bits, block", [(4, 16), (4, 32), (4, 64), (4, 128), (8, 32), (2, 32)])
+@pytest.mark.parametrize("zero_points", ["none", "uint8", "float"])
+def test_the_cuda_gemv_of_one_to_four_rows_matches_onnxruntime(bits, block, zero_points):
+    """The unpacking kernel as a decode step runs it (1 and 3 rows, K = 2048), every block size and
+    zero-point form, against onnxruntime's CPU kernel."""
+    for rows in (1, 3):
+        m = _hand_built(zero_points, True, np.float16, bits=bits, block=block, rows=rows, k=GEMV_K, n=GEMV_N)
+        x = np.random.default_rng(rows).standard_normal((rows, GEMV_K)).astype(np.float16)
+        got = grapec.load(grapec.compile(m, targets="auto"), backend="cuda").run({"x": x})["y"].astype(np.float64)
+        want = ort_run(m, {"x": x})["y"].astype(np.float64)
+        # as the CPU backend's test above: float32 sums, one rounding to half at the end
+        assert rel_err(got, want) < 1e-3, (rows, rel_err(got, want))
+        np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max() / 4, rtol=1e-3, err_msg=f"{rows} rows")
 
 
 @pytest.mark.parametrize("bits", [4, 8])

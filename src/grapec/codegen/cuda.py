@@ -13,13 +13,11 @@ from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, const, free_vars, idx, indirect_index, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
+from .vectors import VECTOR_TYPE, divided_loads, per_step_factor, vector_loads
 from .resident import fill_lines, register_read, resident_row, row_function_launch, stored_vector
 
 MAX_UNROLLED_VECTOR_STEPS = 16
 NARROW_INDEX = True   # 32-bit index divisions where a kernel's index space fits (CudaRenderer._unravel)
-
-# vector reads: bytes -> the CUDA vector type moved in one instruction
-_VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}
 
 # minifloat -> its (E, M, B, K) in g_mf_decode/g_mf_encode
 _MINIFLOAT = {"float8e4m3fn": (4, 3, 7, 1), "float8e4m3fnuz": (4, 3, 8, 2), "float8e5m2": (5, 2, 15, 0),
@@ -39,6 +37,19 @@ _FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "c
              "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
              "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor",
              "ceil": "ceil", "round": "rint", "abs": "fabs", "pow": "pow", "atan2": "atan2", "mod": "fmod"}
+
+
+def _small_int_to_float(e: Expr) -> bool:
+    """A float32 cast of an int32 masked to under 2^23 (an unpacked weight code): its bits ORed into
+    2^23's make the float 2^23 + value, so the conversion is a logic op and an add, not an I2F (a quarter
+    of the issue rate, and one per weight element of a quantized GEMV)."""
+    x = e.args[0] if e.op == "cast" else None
+    return (x is not None and e.dtype == "float32" and x.dtype == "int32" and x.op == "bitand"
+            and x.args[1].op == "const" and 0 <= int(x.args[1].value) < 1 << 23)
+
+
+def _small_integer(e: Expr) -> bool:
+    return e.op == "const" and e.dtype == "float32" and float(e.value).is_integer() and abs(e.value) < 1 << 22
 
 
 def ctype(dt: str) -> str:
@@ -143,6 +154,11 @@ class CudaRenderer:
         op, dt = e.op, e.dtype
         if op == "load":
             return self.load(e)
+        if op == "cast" and _small_int_to_float(e):
+            return f"({self._code_bits(e.args[0])} - 8388608.f)"
+        if op == "sub" and _small_int_to_float(e.args[0]) and _small_integer(e.args[1]):
+            # (q + 2^23) - (2^23 + c) is q - c exactly: one add for MatMulNBits' code minus its zero point
+            return f"({self._code_bits(e.args[0].args[0])} - {8388608 + int(e.args[1].value)}.f)"
         if op == "cast":
             x = self.emit(e.args[0])
             src = e.args[0].dtype
@@ -194,6 +210,10 @@ class CudaRenderer:
             return args[0]  # integers
         raise UnsupportedError([f"CUDA code generation of '{op}' on {in_dt} is not implemented"])
 
+    def _code_bits(self, masked: Expr) -> str:
+        """The float whose bits are 2^23's ORed with `masked` (a bitand by a constant under 2^23)."""
+        return f"__int_as_float(0x4B000000 | {self.emit(masked)})"
+
     def load(self, e: Expr) -> str:
         slot, index, mask, other = e.args
         shape, dt = self.k.inputs[slot]
@@ -243,7 +263,7 @@ class CudaRenderer:
         # the same test launch.row_reductions applies when it picks row mode
         cooperative = self.launch.mode in ("row", "warp") and scope is self.scopes[0] and is_cooperative(e)
         warp = self.launch.mode == "warp"
-        headers, inner_indent = [], ind
+        headers, inner_indent, per_step = [], ind, None
         width, vector = self._vector_loads(rvars, body) if cooperative and warp and not self.resident and self.vectors \
             else (1, [])
         if cooperative and warp and self.resident:   # the row is in registers: walk them in their order
@@ -261,16 +281,17 @@ class CudaRenderer:
             self.read_vectors = True
             f, u = self.fresh("f"), self.fresh("u")
             steps = -(-extent(rvars) // (32 * width))   # per lane: all its reads in flight at once
-            headers.append(f"{ind}#pragma unroll" + (" 4" if steps > MAX_UNROLLED_VECTOR_STEPS else ""))
+            step_bytes = max(width * dtypes.itemsize(ld.dtype) for ld in vector)
+            unrolled = steps * step_bytes <= MAX_UNROLLED_VECTOR_STEPS * 16
+            headers.append(f"{ind}#pragma unroll" + ("" if unrolled else " 4"))
             headers.append(f"{ind}for (i64 {f} = (i64){self._lane()} * {width}; {f} < {extent(rvars)}LL; "
                            f"{f} += {self._lanes()} * {width}) {{")
             inner_indent += "  "
             for ld in vector:
-                name, vt = self.fresh("vec"), _VECTOR_TYPE[width * dtypes.itemsize(ld.dtype)]
-                start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
-                headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)(in{ld.args[0]} + {start} + {f});")
-                self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u}]"
+                headers += self._vector_read(ld, width, f, inner_indent, u)
             divided = divided_loads(self.k, rvars[0], body, width, self.deps)
+            if rop == "sum":   # a block scale read once a step multiplies the step's sum, not each element
+                body, per_step = per_step_factor(body, [ld for ld, c in divided if c % width == 0])
             for ld, c in divided:   # a packed code's byte, a block's scale: the step's few elements at once
                 name, count = self.fresh("vec"), max(1, width // c)
                 start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
@@ -279,10 +300,13 @@ class CudaRenderer:
                     headers.append(f"{inner_indent}const {ctype(ld.dtype)} {name} = *({at});")
                     self.vector_reads[ld] = name
                 else:
-                    vt = _VECTOR_TYPE[count * dtypes.itemsize(ld.dtype)]
+                    vt = VECTOR_TYPE[count * dtypes.itemsize(ld.dtype)]
                     headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)({at});")
                     self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u} / {c}]"
             vector = vector + [ld for ld, _ in divided]
+            if per_step is not None:
+                step_sum, step_factor = self.fresh("ps"), self.fresh("sv")
+                headers.append(f"{inner_indent}{ct} {step_sum} = ({ct})0, {step_factor};")
             headers.append(f"{inner_indent}#pragma unroll")
             headers.append(f"{inner_indent}for (int {u} = 0; {u} < {width}; ++{u}) {{")
             inner_indent += "  "
@@ -314,6 +338,8 @@ class CudaRenderer:
                     known.append((e, id(self.target_scope(e))))
                     self.names[known[-1]] = f"((long long)({u} % {int(e.args[1].value)}))"
         v = self.emit(body)
+        if per_step is not None:   # the factor is emitted in the element loop; its value is the step's
+            inner.lines.append(f"{inner_indent}{step_factor} = {self.emit(per_step)};")
         self.scopes.pop()
         for ld in vector:   # the vectors live in this loop only
             del self.vector_reads[ld]
@@ -321,7 +347,9 @@ class CudaRenderer:
             del self.names[key]
         scope.lines.extend(headers)
         scope.lines.extend(inner.lines)
-        if rop == "sum":
+        if per_step is not None:
+            upd = f"{step_sum} += {v};"
+        elif rop == "sum":
             upd = f"{acc} += {v};"
         elif rop == "prod":
             upd = f"{acc} *= {v};"
@@ -334,9 +362,11 @@ class CudaRenderer:
                 cmp += "="
             upd = f"if ({acc} < 0 || {v} {cmp} {best}) {{ {best} = {v}; {acc} = {flat}; }}"
         scope.lines.append(f"{inner_indent}{upd}")
-        for _ in range(n_loops):
+        for i in range(n_loops):
             inner_indent = inner_indent[:-2]
             scope.lines.append(f"{inner_indent}}}")
+            if i == 0 and per_step is not None:
+                scope.lines.append(f"{inner_indent}{acc} += {step_sum} * {step_factor};")
         group = "warp" if warp else "block"
         if cooperative and rop.startswith("arg"):
             want_max, last = str(rop.startswith("argmax")).lower(), str(rop.endswith("_last")).lower()
@@ -349,6 +379,20 @@ class CudaRenderer:
 
     def _vector_loads(self, rvars, body) -> tuple:
         return vector_loads(self.k, rvars, body, self.deps)
+
+    def _vector_read(self, ld: Expr, width: int, f: str, indent: str, u: str) -> list:
+        """The statement that reads load `ld`'s `width` elements of step f (16-byte vectors where they
+        are wider: a lane's 32 halves beside 16 bytes of packed codes); records how element u is read."""
+        nbytes, name = width * dtypes.itemsize(ld.dtype), self.fresh("vec")
+        start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
+        at = f"in{ld.args[0]} + {start} + {f}"
+        self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u}]"
+        if nbytes <= 16:
+            vt = VECTOR_TYPE[nbytes]
+            return [f"{indent}const {vt} {name} = *(const {vt}*)({at});"]
+        per = 16 // dtypes.itemsize(ld.dtype)
+        parts = ", ".join(f"*(const uint4*)({at} + {j * per})" for j in range(nbytes // 16))
+        return [f"{indent}const uint4 {name}[{nbytes // 16}] = {{{parts}}};"]
 
     def _lane(self) -> str:
         return "g_lane" if self.launch.mode == "warp" else "threadIdx.x"
@@ -533,56 +577,3 @@ class RowFunctionRenderer(CudaRenderer):
         params += [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
         return "\n".join([f"__device__ __forceinline__ void {name}({', '.join(params)}) {{",
                           *self.row_program("g_row", "out[c]"), "}"])
-
-
-PACKED_CODES = ("uint8", "int8")   # weight codes (MatMulNBits' packed int4) stream like floats
-
-
-def divided_loads(kernel: Kernel, r, body, width: int, memo: dict | None = None) -> list:
-    """-> [(load, c)] of the loads whose last index is r // c (c a constant), the rest free of r, in
-    a reduction read `width` elements of r at a time (vector_loads): a step's r // c values are
-    width // c consecutive elements (a vector, where a row of the buffer is whole vectors of them)
-    or, where c is a multiple of width, one. MatMulNBits' packed bytes (c = codes per byte) and
-    block scales (c = block size) are such loads."""
-    memo = {} if memo is None else memo
-    out = []
-    for e in walk(body):
-        if e.op != "load" or e.args[2] is not None or not e.args[1]:
-            continue
-        *rest, last = e.args[1]
-        if last.op != "div" or last.args[0] is not r or not last.args[1].is_const or \
-                any(r in free_vars(i, memo) for i in rest):
-            continue
-        c, row = int(last.args[1].value), kernel.inputs[e.args[0]][0][-1]
-        count = width // c if width % c == 0 else 1
-        if c % width and (width % c or count * dtypes.itemsize(e.dtype) not in _VECTOR_TYPE or row % count):
-            continue
-        out.append((e, c))
-    return out
-
-
-def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple:
-    """-> (width, loads) for a cooperative reduction whose loads run along its one variable with
-    unit stride from a row start that a vector of `width` elements divides: those loads are read
-    `width` elements at a time (16 bytes per thread: what it takes to keep DRAM busy with few
-    warps). Buffers start 256-byte aligned (plan_memory, the weight store). (1, []) otherwise.
-    The cost model asks the same question (cost/work.py): such a loop keeps its loads in flight."""
-    memo = {} if memo is None else memo
-    if len(rvars) != 1:
-        return 1, []
-    r = rvars[0]
-    loads = []
-    for e in walk(body):
-        if e.op != "load" or e.args[2] is not None or not e.args[1] or \
-                not (dtypes.is_float(e.dtype) or e.dtype in PACKED_CODES):
-            continue
-        *rest, last = e.args[1]
-        if last is r and not any(r in free_vars(i, memo) for i in rest):
-            loads.append(e)
-    if not loads:
-        return 1, []
-    width = min(16 // dtypes.itemsize(e.dtype) for e in loads)
-    loads = [e for e in loads if kernel.inputs[e.args[0]][0][-1] % width == 0]
-    if width < 2 or r.args[1] % width or not loads:
-        return 1, []
-    return width, loads

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .. import dtypes
-from ..codegen.cuda import vector_loads
+from ..codegen.vectors import vector_loads
 from ..codegen.launch import Launch, plan_launch, row_reductions
 from ..codegen.resident import resident_row, row_function_launch
 from ..ir import kernel as K

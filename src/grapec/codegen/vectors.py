@@ -1,0 +1,120 @@
+"""Which loads of a cooperative reduction are read in vectors, and how wide.
+
+A reduction whose threads stride over its one variable r reads the loads that run along r with unit
+stride `width` elements at a time: 16 bytes per thread per load is what keeps DRAM busy with few
+warps. Loads whose last index is r // c (MatMulNBits' packed codes, c per byte; its block scales, c a
+block) then read width // c elements a step, or one where c is a multiple of the width.
+
+A packed weight's 4-bit codes are the narrowest stream: at A's 8 halves a step, a lane read 4 bytes of
+codes, and a warp's output needed 8 dependent-free loads of 128 bytes. So where packed codes are read,
+the width grows (to MAX_VECTOR_WIDTH) until their vector is 16 bytes too; a load wider than 16 bytes
+(A's 32 halves) is then read as several 16-byte vectors.
+"""
+from __future__ import annotations
+
+from .. import dtypes
+from ..ir.kernel import Kernel, binary, free_vars, walk
+
+PACKED_CODES = ("uint8", "int8")   # weight codes (MatMulNBits' packed int4) stream like floats
+VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}   # bytes -> the CUDA type moved in one instruction
+MAX_VECTOR_WIDTH = 32   # elements a lane reads of each load per step (A's row: 64 bytes of halves)
+
+
+def divided_loads(kernel: Kernel, r, body, width: int, memo: dict | None = None) -> list:
+    """-> [(load, c)] of the loads whose last index is r // c (c a constant), the rest free of r, in
+    a reduction read `width` elements of r at a time (vector_loads): a step's r // c values are
+    width // c consecutive elements (a vector, where a row of the buffer is whole vectors of them)
+    or, where c is a multiple of width, one. MatMulNBits' packed bytes (c = codes per byte) and
+    block scales (c = block size) are such loads."""
+    memo = {} if memo is None else memo
+    out = []
+    for e in walk(body):
+        if e.op != "load" or e.args[2] is not None or not e.args[1]:
+            continue
+        *rest, last = e.args[1]
+        if last.op != "div" or last.args[0] is not r or not last.args[1].is_const or \
+                any(r in free_vars(i, memo) for i in rest):
+            continue
+        c, row = int(last.args[1].value), kernel.inputs[e.args[0]][0][-1]
+        count = width // c if width % c == 0 else 1
+        if c % width and (width % c or count * dtypes.itemsize(e.dtype) not in VECTOR_TYPE or row % count):
+            continue
+        out.append((e, c))
+    return out
+
+
+def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple:
+    """-> (width, loads) for a cooperative reduction whose loads run along its one variable with
+    unit stride from a row start that a vector of `width` elements divides: those loads are read
+    `width` elements at a time. Buffers start 256-byte aligned (plan_memory, the weight store).
+    (1, []) otherwise. The cost model asks the same question (cost/work.py): such a loop keeps its
+    loads in flight."""
+    memo = {} if memo is None else memo
+    if len(rvars) != 1:
+        return 1, []
+    r = rvars[0]
+    loads = []
+    for e in walk(body):
+        if e.op != "load" or e.args[2] is not None or not e.args[1] or \
+                not (dtypes.is_float(e.dtype) or e.dtype in PACKED_CODES):
+            continue
+        *rest, last = e.args[1]
+        if last is r and not any(r in free_vars(i, memo) for i in rest):
+            loads.append(e)
+    if not loads:
+        return 1, []
+    width = min(16 // dtypes.itemsize(e.dtype) for e in loads)
+    loads = [e for e in loads if kernel.inputs[e.args[0]][0][-1] % width == 0]
+    if width < 2 or r.args[1] % width or not loads:
+        return 1, []
+    return _widened(kernel, r, body, width, loads, memo), loads
+
+
+def _widened(kernel: Kernel, r, body, width: int, loads: list, memo: dict) -> int:
+    """The width at which every vector load (and packed codes read by r // c) moves 16 bytes a step, up to
+    MAX_VECTOR_WIDTH, where the reduction and each row are whole steps and no divided load is lost."""
+    wants = [16 // dtypes.itemsize(e.dtype) for e in loads]
+    wants += [16 * c for e, c in divided_loads(kernel, r, body, width, memo) if e.dtype in PACKED_CODES and c > 1]
+    before = {id(e) for e, _ in divided_loads(kernel, r, body, width, memo)}
+    wide = min(MAX_VECTOR_WIDTH, max(wants))
+    while wide > width:
+        if r.args[1] % wide == 0 and all(kernel.inputs[e.args[0]][0][-1] % wide == 0 for e in loads) and \
+                before <= {id(e) for e, _ in divided_loads(kernel, r, body, wide, memo)}:
+            return wide
+        wide //= 2
+    return width
+
+
+def per_step_factor(body, per_step_loads: list) -> tuple:
+    """body = inner x factor, where the factor's loads are all read once a step (a block scale at r // c,
+    c a multiple of the width) and it reads r through them alone: -> (inner, factor), or (body, None).
+    A sum then multiplies each step's sum of `inner` by the factor (MatMulNBits: sum_k x_k (q_k - z) s
+    is s times the block's sum of x_k (q_k - z), a multiply an element fewer)."""
+    if body.op != "mul" or not per_step_loads:
+        return body, None
+    factors = _factors(body)
+    fixed = [e for e in factors if _reads_only(e, per_step_loads)]
+    if not fixed or len(fixed) == len(factors):
+        return body, None
+    varying = [e for e in factors if not any(e is x for x in fixed)]
+    return _product(varying), _product(fixed)
+
+
+def _factors(e) -> list:
+    return _factors(e.args[0]) + _factors(e.args[1]) if e.op == "mul" and e.args[0].dtype == e.dtype else [e]
+
+
+def _product(es: list):
+    out = es[0]
+    for e in es[1:]:
+        out = binary("mul", out, e)
+    return out
+
+
+def _reads_only(e, loads: list) -> bool:
+    """Does e read nothing that varies along the reduction but these loads (no ridx outside them)?"""
+    if any(e is ld for ld in loads):
+        return True
+    if e.op in ("ridx", "load"):
+        return False
+    return all(_reads_only(a, loads) for a in e.args if hasattr(a, "op"))
