@@ -3,6 +3,7 @@ quantized MatMul as onnxruntime's own quantizer writes it, and block-quantized e
 against onnxruntime's CPU kernels. The codes stay packed in the bundle and are unpacked in the kernel."""
 import copy
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -153,10 +154,10 @@ GEMV_K, GEMV_N = 2048, 4096
 
 
 def test_a_decode_steps_int4_gemv_reads_16_bytes_of_codes_a_lane_and_converts_them_without_i2f():
-    """One row against a 4-bit weight: each lane's step is 32 halves of x (four 16-byte reads) beside
-    16 bytes of packed codes; a code becomes a float by its bits (no int-to-float conversion), and
-    the block's scale multiplies the step's sum once. The source compiles for sm_90."""
-    m = _hand_built("none", False, np.float16, bits=4, block=32, rows=1, k=GEMV_K, n=GEMV_N)
+    """One row against a 4-bit weight with float zero points: each lane's step is 32 halves of x (four
+    16-byte reads) beside 16 bytes of packed codes; a code becomes a float by its bits (no int-to-float
+    conversion), and the block's scale multiplies the step's sum once. The source compiles for sm_90."""
+    m = _hand_built("float", False, np.float16, bits=4, block=32, rows=1, k=GEMV_K, n=GEMV_N)
     b = grapec.compile(m, targets=["sm_90"])
     src = b.extra_sections["cuda.source"]
     src = src.decode() if isinstance(src, bytes) else src
@@ -164,6 +165,7 @@ def test_a_decode_steps_int4_gemv_reads_16_bytes_of_codes_a_lane_and_converts_th
     assert "G_WARP * 32) {" in gemv, gemv
     assert "const uint4 vec" in gemv and "[4] = {" in gemv, "x is read as four 16-byte vectors a step"
     assert "= *(const uint4*)(in1 " in gemv, "the codes are read 16 bytes a lane a step"
+    assert "g_dot8_q4(" not in gemv, "a float zero point may be fractional: the codes are unpacked one at a time"
     ints = re.findall(r"const int (v\d+) =", gemv)
     assert "__int_as_float(0x4B000000 | " in gemv and ints
     assert not [v for v in ints if f"(float){v})" in gemv], "an int is converted to float by a cast"
@@ -203,9 +205,31 @@ def test_the_numpy_reference_matches_onnxruntime(bits, zero_points):
     assert rel_err(numpy_matmul_nbits(m, x), ort_run(m, {"x": x})["y"]) < 1e-6
 
 
+GEMV_FORMS = [(4, 16), (4, 32), (4, 64), (4, 128), (8, 32), (2, 32)]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+@pytest.mark.parametrize("bits, block", GEMV_FORMS)
+@pytest.mark.parametrize("zero_points", ["none", "uint8", "float"])
+def test_the_generated_gemv_computes_what_the_interpreter_does(bits, block, zero_points, tmp_path):
+    """The GEMV's CUDA C (4-bit codes eight at a time where the zero point is an integer: g_dot8_q4; the
+    element form otherwise), compiled for the host and run beside the numpy interpreter on each step."""
+    from test_codegen import HostCodegenRunner
+    m = _hand_built(zero_points, True, np.float16, bits=bits, block=block, rows=1, k=GEMV_K, n=GEMV_N)
+    b = grapec.compile(m, targets=[])
+    runner = HostCodegenRunner(b, tmp_path)
+    runner.half = True   # the model is float16 (compiled as it is, not with --precision): half rounding's tolerance
+    x = np.random.default_rng(bits + block).standard_normal((1, GEMV_K)).astype(np.float16)
+    runner.run(0, {"x": x})
+    assert runner.worst > 0, "the steps ran and were compared"
+    # a float zero point may be fractional (no exact half bias); a 16-code block changes scale within a lane's step
+    eight_at_a_time = bits == 4 and zero_points != "float" and block % 32 == 0
+    assert ("g_dot8_q4(((const uint4*)" in "\n".join(runner.module.bodies)) == eight_at_a_time
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
-@pytest.mark.parametrize("bits, block", [(4, 16), (4, 32), (4, 64), (4, 128), (8, 32), (2, 32)])
+@pytest.mark.parametrize("bits, block", GEMV_FORMS)
 @pytest.mark.parametrize("zero_points", ["none", "uint8", "float"])
 def test_the_cuda_gemv_of_one_to_four_rows_matches_onnxruntime(bits, block, zero_points):
     """The unpacking kernel as a decode step runs it (1 and 3 rows, K = 2048), every block size and

@@ -13,7 +13,7 @@ from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, const, free_vars, idx, indirect_index, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
-from .vectors import VECTOR_TYPE, divided_loads, per_step_factor, vector_loads
+from .vectors import VECTOR_TYPE, divided_loads, nibble_dot, per_step_factor, vector_loads
 from .resident import fill_lines, register_read, resident_row, row_function_launch, stored_vector
 
 MAX_UNROLLED_VECTOR_STEPS = 16
@@ -87,6 +87,7 @@ class CudaRenderer:
         self.all_scopes: list = []   # keeps every scope alive, so id(scope) stays unique
         self.count = 0
         self.vector_reads: dict = {}   # load -> its element of a vector read (see _vector_loads)
+        self.vector_names: dict = {}   # load -> the variable its vector is read into
         self.read_vectors = False      # some row was read in vectors (render() tells after it ran)
         self.resident = None           # warp mode: the rows held in registers (codegen/resident.py)
 
@@ -263,7 +264,7 @@ class CudaRenderer:
         # the same test launch.row_reductions applies when it picks row mode
         cooperative = self.launch.mode in ("row", "warp") and scope is self.scopes[0] and is_cooperative(e)
         warp = self.launch.mode == "warp"
-        headers, inner_indent, per_step = [], ind, None
+        headers, inner_indent, per_step, nibbles = [], ind, None, None
         width, vector = self._vector_loads(rvars, body) if cooperative and warp and not self.resident and self.vectors \
             else (1, [])
         if cooperative and warp and self.resident:   # the row is in registers: walk them in their order
@@ -292,8 +293,11 @@ class CudaRenderer:
             divided = divided_loads(self.k, rvars[0], body, width, self.deps)
             if rop == "sum":   # a block scale read once a step multiplies the step's sum, not each element
                 body, per_step = per_step_factor(body, [ld for ld, c in divided if c % width == 0])
+            if rop == "sum" and ct == "float":
+                nibbles = nibble_dot(body, rvars[0], width, vector, divided)
             for ld, c in divided:   # a packed code's byte, a block's scale: the step's few elements at once
                 name, count = self.fresh("vec"), max(1, width // c)
+                self.vector_names[ld] = name
                 start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
                 at = f"in{ld.args[0]} + {start} + {f} / {c}LL"
                 if count == 1:
@@ -304,14 +308,18 @@ class CudaRenderer:
                     headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)({at});")
                     self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u} / {c}]"
             vector = vector + [ld for ld, _ in divided]
-            if per_step is not None:
-                step_sum, step_factor = self.fresh("ps"), self.fresh("sv")
-                headers.append(f"{inner_indent}{ct} {step_sum} = ({ct})0, {step_factor};")
-            headers.append(f"{inner_indent}#pragma unroll")
-            headers.append(f"{inner_indent}for (int {u} = 0; {u} < {width}; ++{u}) {{")
-            inner_indent += "  "
-            headers.append(f"{inner_indent}const i64 {self.rname(rvars[0])} = {f} + {u};")
-            n_loops = 2
+            step_sum, step_factor = self.fresh("ps"), self.fresh("sv")
+            if per_step is not None or nibbles is not None:
+                headers.append(f"{inner_indent}{ct} {step_sum} = ({ct})0" + (f", {step_factor};" if per_step is not None else ";"))
+            if nibbles is not None:   # no element loop: the step's per-step values at its first element
+                headers.append(f"{inner_indent}const i64 {self.rname(rvars[0])} = {f};")
+                n_loops = 1
+            else:
+                headers.append(f"{inner_indent}#pragma unroll")
+                headers.append(f"{inner_indent}for (int {u} = 0; {u} < {width}; ++{u}) {{")
+                inner_indent += "  "
+                headers.append(f"{inner_indent}const i64 {self.rname(rvars[0])} = {f} + {u};")
+                n_loops = 2
         elif cooperative:   # the block's (warp's) threads stride over the flattened reduction range
             f = self.fresh("f")
             # loads of later iterations go out before earlier ones return (a block's argmax over
@@ -337,7 +345,11 @@ class CudaRenderer:
                 if e.op == "mod" and e.args[0] is rvars[0] and e.args[1].is_const and width % int(e.args[1].value) == 0:
                     known.append((e, id(self.target_scope(e))))
                     self.names[known[-1]] = f"((long long)({u} % {int(e.args[1].value)}))"
-        v = self.emit(body)
+        if nibbles is not None:
+            inner.lines += self._nibble_step(nibbles, width, step_sum, inner_indent)
+            v = step_sum
+        else:
+            v = self.emit(body)
         if per_step is not None:   # the factor is emitted in the element loop; its value is the step's
             inner.lines.append(f"{inner_indent}{step_factor} = {self.emit(per_step)};")
         self.scopes.pop()
@@ -347,7 +359,9 @@ class CudaRenderer:
             del self.names[key]
         scope.lines.extend(headers)
         scope.lines.extend(inner.lines)
-        if per_step is not None:
+        if nibbles is not None:
+            upd = f"{acc} += {step_sum}" + (f" * {step_factor};" if per_step is not None else ";")
+        elif per_step is not None:
             upd = f"{step_sum} += {v};"
         elif rop == "sum":
             upd = f"{acc} += {v};"
@@ -365,7 +379,7 @@ class CudaRenderer:
         for i in range(n_loops):
             inner_indent = inner_indent[:-2]
             scope.lines.append(f"{inner_indent}}}")
-            if i == 0 and per_step is not None:
+            if i == 0 and per_step is not None and nibbles is None:
                 scope.lines.append(f"{inner_indent}{acc} += {step_sum} * {step_factor};")
         group = "warp" if warp else "block"
         if cooperative and rop.startswith("arg"):
@@ -380,10 +394,18 @@ class CudaRenderer:
     def _vector_loads(self, rvars, body) -> tuple:
         return vector_loads(self.k, rvars, body, self.deps)
 
+    def _nibble_step(self, nd, width: int, step_sum: str, indent: str) -> list:
+        """A step of a 4-bit GEMV's dot product, eight codes a call (codegen/vectors.py NibbleDot)."""
+        zero, g = self.emit(nd.zero), self.fresh("g")
+        x, codes = self.vector_names[nd.x], self.vector_names[nd.codes]
+        return [f"{indent}#pragma unroll", f"{indent}for (int {g} = 0; {g} < {width // 8}; ++{g})",
+                f"{indent}  {step_sum} += g_dot8_q4(((const uint4*)&{x})[{g}], ((const unsigned*)&{codes})[{g}], {zero});"]
+
     def _vector_read(self, ld: Expr, width: int, f: str, indent: str, u: str) -> list:
         """The statement that reads load `ld`'s `width` elements of step f (16-byte vectors where they
         are wider: a lane's 32 halves beside 16 bytes of packed codes); records how element u is read."""
         nbytes, name = width * dtypes.itemsize(ld.dtype), self.fresh("vec")
+        self.vector_names[ld] = name
         start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
         at = f"in{ld.args[0]} + {start} + {f}"
         self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u}]"

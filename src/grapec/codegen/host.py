@@ -52,6 +52,13 @@ static inline float __fmul_rn(float a, float b) { volatile float r = a * b; retu
 static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
 static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline float g_dot8_q4(uint4 x, unsigned w, float z) {   /* the GPU's (codegen/prelude.py NIBBLE_DOT), in floats */
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w};
+  float s = 0.f;
+  for (int i = 0; i < 8; ++i)
+    s += grapec_h2f((unsigned short)(i % 2 ? xs[i / 2] >> 16 : xs[i / 2] & 0xFFFFu)) * ((float)((w >> (4 * i)) & 15u) - z);
+  return s;
+}
 template <typename T, typename Op> static inline T g_warp_reduce(T v, Op) { return v; }
 template <typename T> static inline void g_warp_argreduce(T&, long long&, bool, bool) {}
 """

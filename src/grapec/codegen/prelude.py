@@ -143,5 +143,34 @@ DEPENDENT_LAUNCH = r"""
 #define G_AWAIT_PREDECESSOR() ((void)0)
 #endif
 """
+# Eight 4-bit codes (a word, low nibble first) minus an integer zero point z, dotted with eight halves, in
+# float32 (codegen/vectors.py NibbleDot). Codes c0 and c4 ORed into 1024's half bits are the pair of halves
+# (1024 + c0, 1024 + c4); c1 and c5 so are 1024 + 16 c1, scaled by 1/16 to 64 + c1: one subtraction of the
+# bias then leaves (c - z) exactly, two codes at a time, with no integer-to-float conversion.
+NIBBLE_DOT = r"""
+/* (a & b) | c in one lop3 (written as C, the two constants took two: lop3 has one immediate operand) */
+__device__ __forceinline__ unsigned g_and_or(unsigned a, unsigned b, unsigned c) {
+  unsigned d; asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); return d;
+}
+__device__ __forceinline__ float g_dot8_q4(uint4 x, unsigned w, float z) {
+  const unsigned one = 0x64006400u, sixteenth = 0x2C002C00u;
+  const unsigned b0 = f2h(1024.f + z), b1 = f2h(-64.f - z), z0 = b0 | (b0 << 16), z1 = b1 | (b1 << 16);
+  unsigned q[4];
+  const unsigned t0 = g_and_or(w, 0x000F000Fu, one), t1 = g_and_or(w, 0x00F000F0u, one);
+  const unsigned t2 = g_and_or(w >> 8, 0x000F000Fu, one), t3 = g_and_or(w >> 8, 0x00F000F0u, one);
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(q[0]) : "r"(t0), "r"(z0));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q[1]) : "r"(t1), "r"(sixteenth), "r"(z1));
+  asm("sub.f16x2 %0, %1, %2;" : "=r"(q[2]) : "r"(t2), "r"(z0));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q[3]) : "r"(t3), "r"(sixteenth), "r"(z1));
+  const unsigned xs[4] = {x.x, x.y, x.z, x.w};   /* halves x0 x1 | x2 x3 | x4 x5 | x6 x7 */
+  float s = 0.f;
+  #pragma unroll
+  for (int i = 0; i < 8; ++i) {   /* code i: q[i % 4]'s low half for i < 4, its high half after */
+    const f16 c = (f16)(i < 4 ? q[i] & 0xFFFFu : q[i - 4] >> 16);
+    s += h2f((f16)(i % 2 ? xs[i / 2] >> 16 : xs[i / 2] & 0xFFFFu)) * h2f(c);
+  }
+  return s;
+}
+"""
 PRELUDE = (TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + DEPENDENT_LAUNCH + BLOCK_REDUCE
-           + BLOCK_ARGREDUCE)
+           + BLOCK_ARGREDUCE + NIBBLE_DOT)

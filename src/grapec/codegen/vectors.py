@@ -12,8 +12,10 @@ the width grows (to MAX_VECTOR_WIDTH) until their vector is 16 bytes too; a load
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import dtypes
-from ..ir.kernel import Kernel, binary, free_vars, walk
+from ..ir.kernel import Expr, Kernel, binary, cast, free_vars, walk
 
 PACKED_CODES = ("uint8", "int8")   # weight codes (MatMulNBits' packed int4) stream like floats
 VECTOR_TYPE = {16: "uint4", 8: "uint2", 4: "unsigned int"}   # bytes -> the CUDA type moved in one instruction
@@ -118,3 +120,58 @@ def _reads_only(e, loads: list) -> bool:
     if e.op in ("ridx", "load"):
         return False
     return all(_reads_only(a, loads) for a in e.args if hasattr(a, "op"))
+
+
+@dataclass(frozen=True)
+class NibbleDot:
+    """A step's sum of x_u * (code_u - zero) over 4-bit codes packed low nibble first (MatMulNBits at 4
+    bits, its scale factored out: per_step_factor): x a float16 vector read, `codes` the packed bytes'
+    vector read (r // 2), `zero` a float32 integer the step shares (a constant, or a packed zero
+    point's code). Rendered eight codes at a time by g_dot8_q4 (codegen/prelude.py): two codes to a
+    pair of halves by their bits, minus the zero point exactly, then float32 multiply-adds. The
+    element-wise form spent about 7 instructions a code (its shifts and masks, the magic-number
+    conversion), g_dot8_q4 about 4."""
+    x: Expr
+    codes: Expr
+    zero: Expr
+
+
+def nibble_dot(inner: Expr, r: Expr, width: int, vector: list, divided: list) -> NibbleDot | None:
+    if width % 8 or inner.op != "mul" or inner.dtype != "float32":
+        return None
+    codes_read = [ld for ld, c in divided if c == 2 and ld.dtype == "uint8"]
+    for x, w in (inner.args, inner.args[::-1]):
+        if not (x.op == "cast" and x.args[0].op == "load" and x.args[0].dtype == "float16"
+                and any(x.args[0] is v for v in vector)) or w.op != "sub":
+            continue
+        code, zero = w.args
+        if code.op != "cast" or code.dtype != "float32" or not _integer_per_step(zero, r, width):
+            continue
+        masked = code.args[0]
+        if masked.op != "bitand" or not masked.args[1].is_const or int(masked.args[1].value) != 15:
+            continue
+        shifted = masked.args[0]
+        if shifted.op != "shr" or shifted.args[1] is not cast((r % 2) * 4, "int32"):
+            continue
+        byte = shifted.args[0]
+        if byte.op == "cast" and byte.dtype == "int32" and any(byte.args[0] is ld for ld in codes_read):
+            return NibbleDot(x.args[0], byte.args[0], zero)
+    return None
+
+
+def _integer_per_step(e: Expr, r: Expr, width: int) -> bool:
+    """A float32 integer (an integral constant, or a cast from an integer type) that reads r only as
+    r // c, c a multiple of the step's width: one value a step."""
+    if e.op == "const":
+        return float(e.value).is_integer() and abs(e.value) < 1024
+    return e.op == "cast" and dtypes.is_int(e.args[0].dtype) and _per_step(e, r, width)
+
+
+def _per_step(e: Expr, r: Expr, width: int) -> bool:
+    if e is r:
+        return False
+    if e.op == "div" and e.args[0] is r and e.args[1].is_const and int(e.args[1].value) % width == 0:
+        return True
+    kids = [a for a in e.args if isinstance(a, Expr)]
+    kids += [i for a in e.args if isinstance(a, tuple) for i in a if isinstance(i, Expr)]
+    return all(_per_step(a, r, width) for a in kids)
