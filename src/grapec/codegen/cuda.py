@@ -13,7 +13,7 @@ from .. import dtypes
 from ..errors import UnsupportedError
 from ..ir.kernel import Expr, Kernel, const, free_vars, idx, indirect_index, walk
 from .launch import Launch, extent, is_cooperative, plan_launch
-from .vectors import VECTOR_TYPE, divided_loads, nibble_dot, per_step_factor, vector_loads
+from .vectors import VECTOR_TYPE, divided_loads, flat_tail, nibble_dot, per_step_factor, vector_loads
 from .resident import fill_lines, register_read, resident_row, row_function_launch, stored_vector
 
 MAX_UNROLLED_VECTOR_STEPS = 16
@@ -289,7 +289,7 @@ class CudaRenderer:
                            f"{f} += {self._lanes()} * {width}) {{")
             inner_indent += "  "
             for ld in vector:
-                headers += self._vector_read(ld, width, f, inner_indent, u)
+                headers += self._vector_read(ld, rvars[0], width, f, inner_indent, u)
             divided = divided_loads(self.k, rvars[0], body, width, self.deps)
             if rop == "sum":   # a block scale read once a step multiplies the step's sum, not each element
                 body, per_step = per_step_factor(body, [ld for ld, c in divided if c % width == 0])
@@ -308,8 +308,8 @@ class CudaRenderer:
                     headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)({at});")
                     self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u} / {c}]"
             vector = vector + [ld for ld, _ in divided]
-            step_sum, step_factor = self.fresh("ps"), self.fresh("sv")
             if per_step is not None or nibbles is not None:
+                step_sum, step_factor = self.fresh("ps"), self.fresh("sv")
                 headers.append(f"{inner_indent}{ct} {step_sum} = ({ct})0" + (f", {step_factor};" if per_step is not None else ";"))
             if nibbles is not None:   # no element loop: the step's per-step values at its first element
                 headers.append(f"{inner_indent}const i64 {self.rname(rvars[0])} = {f};")
@@ -401,12 +401,14 @@ class CudaRenderer:
         return [f"{indent}#pragma unroll", f"{indent}for (int {g} = 0; {g} < {width // 8}; ++{g})",
                 f"{indent}  {step_sum} += g_dot8_q4(((const uint4*)&{x})[{g}], ((const unsigned*)&{codes})[{g}], {zero});"]
 
-    def _vector_read(self, ld: Expr, width: int, f: str, indent: str, u: str) -> list:
+    def _vector_read(self, ld: Expr, r: Expr, width: int, f: str, indent: str, u: str) -> list:
         """The statement that reads load `ld`'s `width` elements of step f (16-byte vectors where they
         are wider: a lane's 32 halves beside 16 bytes of packed codes); records how element u is read."""
         nbytes, name = width * dtypes.itemsize(ld.dtype), self.fresh("vec")
         self.vector_names[ld] = name
-        start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
+        shape = self.k.inputs[ld.args[0]][0]
+        tail = flat_tail(ld, r, shape, self.deps)   # the row's first element: its walked indices at 0
+        start = self.flat_offset(ld.args[1][:-tail] + (const(0, "int64"),) * tail, shape)
         at = f"in{ld.args[0]} + {start} + {f}"
         self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u}]"
         if nbytes <= 16:

@@ -12,6 +12,7 @@ the width grows (to MAX_VECTOR_WIDTH) until their vector is 16 bytes too; a load
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .. import dtypes
@@ -60,16 +61,43 @@ def vector_loads(kernel: Kernel, rvars, body, memo: dict | None = None) -> tuple
         if e.op != "load" or e.args[2] is not None or not e.args[1] or \
                 not (dtypes.is_float(e.dtype) or e.dtype in PACKED_CODES):
             continue
-        *rest, last = e.args[1]
-        if last is r and not any(r in free_vars(i, memo) for i in rest):
+        if flat_tail(e, r, kernel.inputs[e.args[0]][0], memo):
             loads.append(e)
     if not loads:
         return 1, []
     width = min(16 // dtypes.itemsize(e.dtype) for e in loads)
-    loads = [e for e in loads if kernel.inputs[e.args[0]][0][-1] % width == 0]
+    loads = [e for e in loads if _row(kernel, e, r, memo) % width == 0]
     if width < 2 or r.args[1] % width or not loads:
         return 1, []
     return _widened(kernel, r, body, width, loads, memo), loads
+
+
+def flat_tail(load: Expr, r: Expr, shape: tuple, memo: dict | None = None) -> int:
+    """How many trailing index dimensions of the load walk its buffer's contiguous row with r, at unit
+    stride: 1 where the last index is r; 2 where the last two are (r // c, r % c) over a last dimension
+    of c (an attention output read through its heads' transpose, [heads, head_dim] as one row of K);
+    0 where neither holds, or the other indices read r."""
+    memo = {} if memo is None else memo
+    index = load.args[1]
+    if index[-1] is r:
+        tail = 1
+    else:   # (.., r // c, [unit dimensions], r % c): the unit dimensions add no stride
+        walked = [d for d in range(len(index)) if shape[d] != 1]
+        if len(walked) < 2:
+            return 0
+        low, high = index[walked[-1]], index[walked[-2]]
+        if not (walked[-1] == len(index) - 1 and low.op == "mod" and low.args[0] is r and low.args[1].is_const
+                and high.op == "div" and high.args[0] is r and high.args[1] is low.args[1]
+                and int(low.args[1].value) == shape[-1]):
+            return 0
+        tail = len(index) - walked[-2]
+    return 0 if any(r in free_vars(i, memo) for i in index[:-tail]) else tail
+
+
+def _row(kernel: Kernel, load: Expr, r: Expr, memo: dict) -> int:
+    """The elements of the load's contiguous row that r walks."""
+    shape = kernel.inputs[load.args[0]][0]
+    return math.prod(shape[-flat_tail(load, r, shape, memo):])
 
 
 def _widened(kernel: Kernel, r, body, width: int, loads: list, memo: dict) -> int:
@@ -80,7 +108,7 @@ def _widened(kernel: Kernel, r, body, width: int, loads: list, memo: dict) -> in
     before = {id(e) for e, _ in divided_loads(kernel, r, body, width, memo)}
     wide = min(MAX_VECTOR_WIDTH, max(wants))
     while wide > width:
-        if r.args[1] % wide == 0 and all(kernel.inputs[e.args[0]][0][-1] % wide == 0 for e in loads) and \
+        if r.args[1] % wide == 0 and all(_row(kernel, e, r, memo) % wide == 0 for e in loads) and \
                 before <= {id(e) for e, _ in divided_loads(kernel, r, body, wide, memo)}:
             return wide
         wide //= 2
