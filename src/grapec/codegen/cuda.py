@@ -296,17 +296,7 @@ class CudaRenderer:
             if rop == "sum" and ct == "float":
                 nibbles = nibble_dot(body, rvars[0], width, vector, divided)
             for ld, c in divided:   # a packed code's byte, a block's scale: the step's few elements at once
-                name, count = self.fresh("vec"), max(1, width // c)
-                self.vector_names[ld] = name
-                start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
-                at = f"in{ld.args[0]} + {start} + {f} / {c}LL"
-                if count == 1:
-                    headers.append(f"{inner_indent}const {ctype(ld.dtype)} {name} = *({at});")
-                    self.vector_reads[ld] = name
-                else:
-                    vt = VECTOR_TYPE[count * dtypes.itemsize(ld.dtype)]
-                    headers.append(f"{inner_indent}const {vt} {name} = *(const {vt}*)({at});")
-                    self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u} / {c}]"
+                headers.append(self._divided_read(ld, c, width, f, inner_indent, u))
             vector = vector + [ld for ld, _ in divided]
             if per_step is not None or nibbles is not None:
                 step_sum, step_factor = self.fresh("ps"), self.fresh("sv")
@@ -400,6 +390,20 @@ class CudaRenderer:
         x, codes = self.vector_names[nd.x], self.vector_names[nd.codes]
         return [f"{indent}#pragma unroll", f"{indent}for (int {g} = 0; {g} < {width // 8}; ++{g})",
                 f"{indent}  {step_sum} += g_dot8_q4(((const uint4*)&{x})[{g}], ((const unsigned*)&{codes})[{g}], {zero});"]
+
+    def _divided_read(self, ld: Expr, c: int, width: int, f: str, indent: str, u: str) -> str:
+        """The statement that reads step f's width // c elements of a load indexed r // c (divided_loads),
+        or its one element where c is a multiple of the width; records how element u is read."""
+        name, count = self.fresh("vec"), max(1, width // c)
+        self.vector_names[ld] = name
+        start = self.flat_offset(ld.args[1][:-1] + (const(0, "int64"),), self.k.inputs[ld.args[0]][0])
+        at = f"in{ld.args[0]} + {start} + {f} / {c}LL"
+        if count == 1:
+            self.vector_reads[ld] = name
+            return f"{indent}const {ctype(ld.dtype)} {name} = *({at});"
+        vt = VECTOR_TYPE[count * dtypes.itemsize(ld.dtype)]
+        self.vector_reads[ld] = f"((const {ctype(ld.dtype)}*)&{name})[{u} / {c}]"
+        return f"{indent}const {vt} {name} = *(const {vt}*)({at});"
 
     def _vector_read(self, ld: Expr, r: Expr, width: int, f: str, indent: str, u: str) -> list:
         """The statement that reads load `ld`'s `width` elements of step f (16-byte vectors where they
