@@ -212,20 +212,27 @@ GEMV_FORMS = [(4, 16), (4, 32), (4, 64), (4, 128), (8, 32), (2, 32)]
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
 @pytest.mark.parametrize("bits, block", GEMV_FORMS)
 @pytest.mark.parametrize("zero_points", ["none", "uint8", "float"])
-def test_the_generated_gemv_computes_what_the_interpreter_does(bits, block, zero_points, tmp_path):
-    """The GEMV's CUDA C (4-bit codes eight at a time where the zero point is an integer: g_dot8_q4; the
-    element form otherwise), compiled for the host and run beside the numpy interpreter on each step."""
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_the_generated_gemv_computes_what_the_interpreter_does(bits, block, zero_points, dtype, tmp_path):
+    """The GEMV's CUDA C (4-bit codes eight at a time where A is half and the zero point an integer:
+    g_dot8_q4; the element form otherwise), compiled for the host and run beside the numpy interpreter on
+    each step. A float32 A (a quantized float32 model) reads 32 of its elements a step beside 16 bytes of
+    4-bit codes too."""
     from test_codegen import HostCodegenRunner
-    m = _hand_built(zero_points, True, np.float16, bits=bits, block=block, rows=1, k=GEMV_K, n=GEMV_N)
+    m = _hand_built(zero_points, True, dtype, bits=bits, block=block, rows=1, k=GEMV_K, n=GEMV_N)
     b = grapec.compile(m, targets=[])
     runner = HostCodegenRunner(b, tmp_path)
-    runner.half = True   # the model is float16 (compiled as it is, not with --precision): half rounding's tolerance
-    x = np.random.default_rng(bits + block).standard_normal((1, GEMV_K)).astype(np.float16)
-    runner.run(0, {"x": x})
-    assert runner.worst > 0, "the steps ran and were compared"
+    # a float16 model (compiled as it is, not with --precision) rounds to half: half rounding's tolerance
+    runner.half = dtype == np.float16
+    x = np.random.default_rng(bits + block).standard_normal((1, GEMV_K)).astype(dtype)
+    got = runner.run(0, {"x": x})["y"].astype(np.float64)
+    assert rel_err(got, numpy_matmul_nbits(m, x)) < 1e-3   # and each step matched the interpreter (the runner)
+    source = "\n".join(runner.module.bodies)
     # a float zero point may be fractional (no exact half bias); a 16-code block changes scale within a lane's step
-    eight_at_a_time = bits == 4 and zero_points != "float" and block % 32 == 0
-    assert ("g_dot8_q4(((const uint4*)" in "\n".join(runner.module.bodies)) == eight_at_a_time
+    eight_at_a_time = dtype == np.float16 and bits == 4 and zero_points != "float" and block % 32 == 0
+    assert ("g_dot8_q4(((const uint4*)" in source) == eight_at_a_time
+    if bits == 4:   # 32 codes a lane a step: 16 bytes of them
+        assert "G_WARP * 32) {" in source
 
 
 def _after_head_transpose(m, heads: int = 32):
@@ -285,6 +292,17 @@ def test_the_cuda_gemv_of_one_to_four_rows_matches_onnxruntime(bits, block, zero
     heads = np.random.default_rng(4).standard_normal((1, 32, 1, GEMV_K // 32)).astype(np.float16)
     got = grapec.load(grapec.compile(m, targets="auto"), backend="cuda").run({"heads": heads})["y"].astype(np.float64)
     assert rel_err(got, numpy_matmul_nbits(m, heads.reshape(1, GEMV_K))) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("bits, block, zero_points", [(4, 32, "none"), (4, 128, "uint8"), (2, 32, "float"), (8, 32, "none")])
+def test_the_cuda_gemv_of_a_float32_a_matches_the_spec(bits, block, zero_points):
+    """A quantized float32 model's GEMV: 32 floats of A a lane a step (eight 16-byte reads) beside the codes."""
+    m = _hand_built(zero_points, True, np.float32, bits=bits, block=block, rows=1, k=GEMV_K, n=GEMV_N)
+    x = np.random.default_rng(6).standard_normal((1, GEMV_K)).astype(np.float32)
+    got = grapec.load(grapec.compile(m, targets="auto"), backend="cuda").run({"x": x})["y"].astype(np.float64)
+    assert rel_err(got, numpy_matmul_nbits(m, x)) < 1e-5
 
 
 @pytest.mark.parametrize("bits", [4, 8])

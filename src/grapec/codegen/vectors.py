@@ -100,11 +100,18 @@ def _row(kernel: Kernel, load: Expr, r: Expr, memo: dict) -> int:
     return math.prod(shape[-flat_tail(load, r, shape, memo):])
 
 
+def _packed_code_divisors(body, r) -> list:
+    """c of every packed-code load indexed r // c (c codes a byte), whether or not it is a vector read at
+    the base width (a float32 A's 4 elements a step read 2 bytes of 4-bit codes: no vector type)."""
+    return [int(e.args[1][-1].args[1].value) for e in walk(body)
+            if e.op == "load" and e.dtype in PACKED_CODES and e.args[1] and e.args[1][-1].op == "div"
+            and e.args[1][-1].args[0] is r and e.args[1][-1].args[1].is_const and int(e.args[1][-1].args[1].value) > 1]
+
+
 def _widened(kernel: Kernel, r, body, width: int, loads: list, memo: dict) -> int:
     """The width at which every vector load (and packed codes read by r // c) moves 16 bytes a step, up to
     MAX_VECTOR_WIDTH, where the reduction and each row are whole steps and no divided load is lost."""
-    wants = [16 // dtypes.itemsize(e.dtype) for e in loads]
-    wants += [16 * c for e, c in divided_loads(kernel, r, body, width, memo) if e.dtype in PACKED_CODES and c > 1]
+    wants = [16 // dtypes.itemsize(e.dtype) for e in loads] + [16 * c for c in _packed_code_divisors(body, r)]
     before = {id(e) for e, _ in divided_loads(kernel, r, body, width, memo)}
     wide = min(MAX_VECTOR_WIDTH, max(wants))
     while wide > width:
