@@ -3,7 +3,7 @@
     python models/real.py --out models/real                # the torch and onnxruntime ones
     /path/to/tf-venv/bin/python models/real.py keras_cnn   # the Keras one (tensorflow-cpu, tf2onnx)
     /path/to/genai-venv/bin/python models/real.py llama_genai   # onnxruntime-genai's builder (2 files)
-    /path/to/optimum-venv/bin/python models/real.py llama_optimum phi3_optimum   # optimum's exporter
+    /path/to/optimum-venv/bin/python models/real.py llama_optimum phi3_optimum gptj_optimum   # optimum's exporter
 
 | model          | made by                                                    | what it exercises                      |
 |----------------|------------------------------------------------------------|----------------------------------------|
@@ -23,6 +23,8 @@
 |                | (torch.onnx underneath) of the same Llama shape            | it: RoPE, GQA and RMSNorm as plain ops,|
 |                |                                                            | a past grown by Concat, position_ids   |
 | phi3_optimum   | the same exporter, a Phi-3-shaped decoder                  | fused qkv_proj and gate_up_proj, Split |
+| gptj_optimum   | the same exporter, a GPT-J-shaped decoder (Grape's model)  | parallel attention and MLP, partial    |
+|                |                                                            | interleaved rotary, GELU, LM head bias |
 
 Weights are seeded random; every file is committed (each well under 1 MB). The models are
 written as the tools write them: no cleanup, whatever opset and naming the tool chose.
@@ -185,6 +187,15 @@ def phi3_optimum(path):
     _optimum_export(lambda: Phi3ForCausalLM(Phi3Config(**_DECODER, pad_token_id=0)), path)
 
 
+def gptj_optimum(path):
+    """A GPT-J-shaped decoder (Grape's model) through the same exporter: attention and MLP side by side on one
+    LayerNorm, rotary on the first rotary_dim of each head's dims with its pairs interleaved, GELU, an LM
+    head with a bias."""
+    from transformers import GPTJConfig, GPTJForCausalLM
+    _optimum_export(lambda: GPTJForCausalLM(GPTJConfig(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_inner=128,
+                                                       vocab_size=256, n_positions=256, initializer_range=0.2)), path)
+
+
 # 2 layers of hidden 64, 4 query heads on 2 key/value heads, a vocabulary of 256; weights with std 0.2
 _DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                 vocab_size=256, max_position_embeddings=256, initializer_range=0.2)
@@ -218,9 +229,9 @@ def _calibrated(model, x):
 
 MODELS = {"textdet_head": textdet_head, "lstm_tagger": lstm_tagger, "bert_int8": bert_int8,
           "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn, "llama_genai": llama_genai,
-          "llama_optimum": llama_optimum, "phi3_optimum": phi3_optimum}
+          "llama_optimum": llama_optimum, "phi3_optimum": phi3_optimum, "gptj_optimum": gptj_optimum}
 # keras_cnn needs tensorflow, llama_genai onnxruntime-genai (and onnx_ir, onnxscript, its builder's),
-# llama_optimum and phi3_optimum optimum-onnx (with torch and transformers)
+# llama_optimum, phi3_optimum and gptj_optimum optimum-onnx (with torch and transformers)
 DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]
 
 

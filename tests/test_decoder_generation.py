@@ -51,10 +51,11 @@ def reference_greedy(path: str, prompts: list, n: int, eos: int = -1, choose=Non
     inputs = {i.name for i in sess.get_inputs()}
     kv_type = np.float16 if next(i for i in sess.get_inputs() if i.name.startswith("past")).type == "tensor(float16)" \
         else np.float32
+    pasts = {i.name: i.shape for i in sess.get_inputs() if i.name.startswith("past")}   # [batch, heads, length, dim]
     out = []
     for row, p in enumerate(prompts):
-        past = {f"past_key_values.{l}.{kv}": np.zeros((1, KV_HEADS, 0, HEAD), kv_type)
-                for l in range(LAYERS) for kv in ("key", "value")}
+        past = {name: np.zeros((1, shape[1] if isinstance(shape[1], int) else KV_HEADS, 0,
+                                shape[3] if isinstance(shape[3], int) else HEAD), kv_type) for name, shape in pasts.items()}
         ids, toks = np.array([p], np.int64), []
         while len(toks) < n:
             total = past["past_key_values.0.key"].shape[2] + ids.shape[1]
@@ -220,10 +221,12 @@ def test_a_generations_tokens_have_bytes_of_their_own_from_the_first_step(tmp_pa
 OPTIMUM = os.path.join(REAL, "llama_optimum.onnx")   # optimum's export: presents grow by Concat, position_ids
 
 
-@pytest.mark.parametrize("name", ["llama_optimum", "phi3_optimum"])
-def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(name, tmp_path):
-    """optimum's export (torch.onnx underneath) of the same Llama shape, and of a Phi-3 one (fused
-    qkv and gate_up projections): each present is Concat(past, new keys). --generate keeps its cache
+@pytest.mark.parametrize("name, kv_heads", [("llama_optimum", KV_HEADS), ("phi3_optimum", KV_HEADS), ("gptj_optimum", 4)])
+def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(name, kv_heads, tmp_path):
+    """optimum's export (torch.onnx underneath) of the same Llama shape, of a Phi-3 one (fused qkv and
+    gate_up projections) and of a GPT-J one (Grape's model: no grouped heads, parallel attention and MLP,
+    its keys' present a Cast of the Concat back to the model's type): each present is Concat(past, new
+    keys). --generate keeps its cache
     as a window of prompt + N - 1 positions sliding by what each pass fed, the positions from
     position_ids: the tokens of onnxruntime running the decoder with a growing past, for rows of 1 to
     8 tokens in one bucket, one row stopping at its eos; and from the command line, the model's
@@ -241,7 +244,7 @@ def test_a_decoder_whose_cache_grows_by_concat_generates_onnxruntimes_tokens(nam
     plan = bundle.plans[0]
     loop = next(st for st in plan.steps if st.op == "loop")
     caches = {plan.buffers[b].shape for b in loop.carried if plan.buffers[b].name.startswith("past/")}
-    assert caches == {(4, KV_HEADS, 8 + 12 - 1, HEAD)}   # the window: prompt + N - 1 positions
+    assert caches == {(4, kv_heads, 8 + 12 - 1, HEAD)}   # the window: prompt + N - 1 positions
     sess = grapec.load(bundle)
     assert grapec.generate(sess, prompts).tokens == free
     assert grapec.generate(sess, prompts, eos_token_id=eos).tokens == want

@@ -161,14 +161,21 @@ def _grows(graph: onnx.GraphProto, k: KVInput) -> bool:
     """Is k's present its past with the new positions concatenated along the sequence axis (torch.onnx's
     and optimum's form), rather than a buffer as long as the past (GroupQueryAttention's)?"""
     made = {o: n for n in graph.node for o in n.output}
+    past_type = next((i.type.tensor_type.elem_type for i in graph.input if i.name == k.past), None)
     name = k.present
-    while name in made and made[name].op_type == "Identity":
+    while name in made and (made[name].op_type == "Identity" or _casts_to(made[name], past_type)):
         name = made[name].input[0]
     n = made.get(name)
     if n is None or n.op_type != "Concat" or not n.input or n.input[0] != k.past:
         return False
     axis = next((a.i for a in n.attribute if a.name == "axis"), None)
     return axis in (2, -2)
+
+
+def _casts_to(n: onnx.NodeProto, elem_type: int | None) -> bool:
+    """A Cast to the past's own type: GPT-J's exporter casts the concatenated keys back to the model's dtype
+    (`key.to(dtype)`, rotary having run in float32), a no-op where they already are."""
+    return n.op_type == "Cast" and elem_type is not None and any(a.name == "to" and a.i == elem_type for a in n.attribute)
 
 
 def _renamed_nodes(graph: onnx.GraphProto, prefix: str, keep: set, feeds: dict) -> list:
