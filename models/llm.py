@@ -19,6 +19,10 @@ has no onnxruntime the wheel's library links against).
 |         | RoPE theta 500000, vocab 128256, tied embeddings (1.24 B parameters)                     |
 | llama1b-2l | llama1b's layers at full width, 2 of them, vocab 32000 (its plans in seconds)         |
 | tiny    | the same layout at hidden 64, 2 layers, vocab 256 (a check of the script in seconds)     |
+| gptj6b  | GPT-J-6B (Grape's model): 28 layers, hidden 4096, 16 heads of 256, rotary on 64 of them  |
+|         | (interleaved), parallel attention and MLP (16384, GELU), vocab 50400 (6.05 B parameters) |
+|         | through --exporter optimum only (the builder does not take GPT-J); gptj6b-2l: 2 layers   |
+| gptj-tiny | GPT-J's layout at hidden 64, 2 layers, vocab 256                                       |
 """
 from __future__ import annotations
 
@@ -37,21 +41,37 @@ CONFIGS = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=512,
                  rope_theta=500000.0, tie_word_embeddings=True),
+    # GPT-J (transformers' GPTJConfig): Grape's model. onnxruntime-genai's builder does not take it; optimum does
+    "gptj6b": dict(n_embd=4096, n_layer=28, n_head=16, rotary_dim=64, n_inner=16384, vocab_size=50400,
+                   n_positions=2048),
+    "gptj6b-2l": dict(n_embd=4096, n_layer=2, n_head=16, rotary_dim=64, n_inner=16384, vocab_size=50400,
+                      n_positions=2048),
+    "gptj-tiny": dict(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_inner=128, vocab_size=256, n_positions=512),
 }
+
+
+def _architecture(name: str) -> tuple:
+    """(config class, model class) of a CONFIGS entry: GPT-J's for the gptj ones, Llama's otherwise."""
+    import transformers
+    if name.startswith("gptj"):
+        return transformers.GPTJConfig, transformers.GPTJForCausalLM
+    return transformers.LlamaConfig, transformers.LlamaForCausalLM
 
 
 def save_checkpoint(name: str, out: str, seed: int = 0) -> str:
     """The transformers checkpoint (fp16 safetensors) and a word-level tokenizer the builder copies."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
     path = os.path.join(out, f"{name}_hf")
     if os.path.exists(os.path.join(path, "config.json")):
         return path
     torch.manual_seed(seed)
-    cfg = LlamaConfig(**CONFIGS[name], torch_dtype="float16")
-    with torch.device("cpu"):
-        model = LlamaForCausalLM(cfg).to(torch.float16)
+    config_class, model_class = _architecture(name)
+    cfg = config_class(**CONFIGS[name], torch_dtype="float16")
+    # on a GPU where there is one: GPT-J-6B's 6 B parameters initialize in seconds there, minutes on a CPU
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = model_class(cfg).to(torch.float16)
     model.save_pretrained(path)
     vocab = CONFIGS[name]["vocab_size"]
     tok = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(vocab)}, unk_token="t0"))
@@ -62,6 +82,8 @@ def save_checkpoint(name: str, out: str, seed: int = 0) -> str:
 
 def export(name: str, out: str, precision: str, provider: str = "cuda", builder_dir: str | None = None) -> str:
     """onnxruntime-genai's builder on the checkpoint: OUT/NAME_PRECISION/model.onnx."""
+    if name.startswith("gptj"):
+        raise SystemExit(f"{name}: onnxruntime-genai's builder does not take GPT-J; use --exporter optimum")
     src = save_checkpoint(name, out)
     dst = os.path.join(out, f"{name}_{precision}")
     if os.path.exists(os.path.join(dst, "model.onnx")):
