@@ -9,6 +9,10 @@ A packed weight's 4-bit codes are the narrowest stream: at A's 8 halves a step, 
 codes, and a warp's output needed 8 dependent-free loads of 128 bytes. So where packed codes are read,
 the width grows (to MAX_VECTOR_WIDTH) until their vector is 16 bytes too; a load wider than 16 bytes
 (A's 32 halves) is then read as several 16-byte vectors.
+
+Also here: a row walked through trailing dimensions (r // c, r % c: attention heads through their
+transpose) is one contiguous row (flat_tail); a factor read once a step (a block's scale) multiplies
+the step's sum (per_step_factor); 4-bit codes dotted eight at a time (NibbleDot).
 """
 from __future__ import annotations
 
@@ -32,13 +36,10 @@ def divided_loads(kernel: Kernel, r, body, width: int, memo: dict | None = None)
     memo = {} if memo is None else memo
     out = []
     for e in walk(body):
-        if e.op != "load" or e.args[2] is not None or not e.args[1]:
+        if e.op != "load" or e.args[2] is not None or not _divisor(e, r) or \
+                any(r in free_vars(i, memo) for i in e.args[1][:-1]):
             continue
-        *rest, last = e.args[1]
-        if last.op != "div" or last.args[0] is not r or not last.args[1].is_const or \
-                any(r in free_vars(i, memo) for i in rest):
-            continue
-        c, row = int(last.args[1].value), kernel.inputs[e.args[0]][0][-1]
+        c, row = _divisor(e, r), kernel.inputs[e.args[0]][0][-1]
         count = width // c if width % c == 0 else 1
         if c % width and (width % c or count * dtypes.itemsize(e.dtype) not in VECTOR_TYPE or row % count):
             continue
@@ -100,12 +101,17 @@ def _row(kernel: Kernel, load: Expr, r: Expr, memo: dict) -> int:
     return math.prod(shape[-flat_tail(load, r, shape, memo):])
 
 
+def _divisor(load: Expr, r: Expr) -> int:
+    """c where the load's last index is r // c (c a constant), else 0."""
+    last = load.args[1][-1] if load.args[1] else None
+    ok = last is not None and last.op == "div" and last.args[0] is r and last.args[1].is_const
+    return int(last.args[1].value) if ok else 0
+
+
 def _packed_code_divisors(body, r) -> list:
     """c of every packed-code load indexed r // c (c codes a byte), whether or not it is a vector read at
     the base width (a float32 A's 4 elements a step read 2 bytes of 4-bit codes: no vector type)."""
-    return [int(e.args[1][-1].args[1].value) for e in walk(body)
-            if e.op == "load" and e.dtype in PACKED_CODES and e.args[1] and e.args[1][-1].op == "div"
-            and e.args[1][-1].args[0] is r and e.args[1][-1].args[1].is_const and int(e.args[1][-1].args[1].value) > 1]
+    return [_divisor(e, r) for e in walk(body) if e.op == "load" and e.dtype in PACKED_CODES and _divisor(e, r) > 1]
 
 
 def _widened(kernel: Kernel, r, body, width: int, loads: list, memo: dict) -> int:
