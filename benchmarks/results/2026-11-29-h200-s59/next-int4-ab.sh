@@ -9,12 +9,9 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/onnx_ir*.
 ONNX=/tmp/llm/llama1b_int4/model.onnx
 [ -f $ONNX ] || timeout 200 python3 models/llm.py llama1b --out /tmp/llm --precision int4 \
     --builder-dir /tmp/site/onnxruntime_genai/models > $OUT/build.log 2>&1; echo "build rc $? ($(left) s left)"
-rm -rf /tmp/abroot && mkdir /tmp/abroot && ln -s $PWD/.ab/src /tmp/abroot/src
-for d in benchmarks models tests; do ln -s $PWD/$d /tmp/abroot/$d; done
-DIMS=batch_size=1,sequence_length=1,past_sequence_length=384,total_sequence_length=384,kv_cache_dim=64
+. benchmarks/results/2026-11-29-h200-s59/ab-root.sh
 for side in main new; do
-    ROOTDIR=$PWD; [ $side = main ] && ROOTDIR=/tmp/abroot
-    export PYTHONPATH=/tmp/site:$ROOTDIR/src:tests:models:benchmarks
+    use_side $side
     python3 -m grapec.tools.cli compile $ONNX -o /tmp/step-$side.grape --dim $DIMS > /tmp/step-$side-compile.log 2>&1
     python3 -m grapec.tools.cli bench /tmp/step-$side.grape --iterations 300 > $OUT/step-$side.log 2>&1
     echo "$side step rc $? ($(left) s left)"

@@ -15,12 +15,9 @@ ONNX=/tmp/llm/llama1b_fp16/model.onnx
 [ -f $ONNX ] || timeout 200 python3 models/llm.py llama1b --out /tmp/llm --precision fp16 \
     --builder-dir /tmp/site/onnxruntime_genai/models > /tmp/build.log 2>&1; echo "build rc $? ($(left) s left)"
 [ -f models/full/gpt2.onnx ] || python3 models/build.py --size full gpt2 > /tmp/gpt2-build.log 2>&1
-rm -rf /tmp/abroot && mkdir /tmp/abroot && ln -s $PWD/.ab/src /tmp/abroot/src
-for d in benchmarks models tests; do ln -s $PWD/$d /tmp/abroot/$d; done
-DIMS=batch_size=1,sequence_length=1,past_sequence_length=384,total_sequence_length=384,kv_cache_dim=64
+. benchmarks/results/2026-11-29-h200-s59/ab-root.sh
 for side in main wip; do
-    ROOTDIR=$PWD; [ $side = main ] && ROOTDIR=/tmp/abroot
-    export PYTHONPATH=/tmp/site:$ROOTDIR/src:tests:models:benchmarks
+    use_side $side
     python3 -m grapec.tools.cli compile $ONNX -o /tmp/step-$side.grape --dim $DIMS > /dev/null 2>&1
     python3 -m grapec.tools.cli bench /tmp/step-$side.grape --iterations 300 > $OUT/step-$side.log 2>&1
     for p in fp16 fp32; do
