@@ -297,11 +297,19 @@ def step_profiles(path: str, prefill: int, past: int, say) -> dict:
     out[f"prompt {prefill}"], launches[f"prompt {prefill}"] = res["steps"], res["replay"]["median_ms"]
     m = onnx.load(path, load_external_data=False)
     kv = [i for i in m.graph.input if i.name.startswith("past_key_values")]
-    cfg = json.load(open(os.path.join(os.path.dirname(path), "genai_config.json")))["model"]["decoder"]
     kv_dtype = np.float16 if kv[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else np.float32
     feeds = {"input_ids": np.array([[5]]), "attention_mask": np.ones((1, past), np.int64)}
+    if any(i.name == "position_ids" for i in m.graph.input):
+        # optimum's export: the mask spans the past and the new token, which sits at position `past`
+        feeds["attention_mask"], feeds["position_ids"] = np.ones((1, past + 1), np.int64), np.array([[past]])
     for i in kv:
-        feeds[i.name] = np.zeros((1, cfg["num_key_value_heads"], past, cfg["head_size"]), kv_dtype)
+        # [batch, kv heads, past, head size] in both the builder's and optimum's exports; the builder names the
+        # head size (genai_config.json has it), optimum fixes it
+        heads, head_size = (i.type.tensor_type.shape.dim[d].dim_value for d in (1, 3))
+        if not head_size:
+            head_size = json.load(open(os.path.join(os.path.dirname(path), "genai_config.json")))["model"][
+                "decoder"]["head_size"]
+        feeds[i.name] = np.zeros((1, heads, past, head_size), kv_dtype)
     b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()})
     res = bench_grapec(b, feeds, 20, warmup=3, per_step=True)
     out[f"decode step, past {past}"], launches[f"decode step, past {past}"] = res["steps"], res["replay"]["median_ms"]

@@ -199,3 +199,36 @@ def test_a_few_rows_far_wider_than_their_reduction_do_not_take_it_in():
     got, b = compile_and_run(m, feeds)
     assert sum(1 for st in b.plans[0].steps if st.op == "kernel") == 2
     np.testing.assert_array_equal(got["y"], ort_run(m, feeds)["y"])
+
+
+def test_an_interleaved_rotary_into_the_key_cache_is_one_kernel():
+    """GPT-J's rotary as optimum exports it: a head's first 8 of 32 features rotated in pairs (x[::2], x[1::2],
+    a Neg, a Concat of the two on a new axis, a Reshape), the rest passed through, the head transposed and
+    concatenated after the past keys. Each Concat reads a part in its own range only (the rotated quarter, the
+    new position of 13), so inlining reads every element once: one kernel (it was three, and six a layer in GPT-J's
+    export, each a kernel because its reader's element count was taken for its reads: passes/fuse.py `_read_share`)."""
+    def c(name, *v):
+        return init(name, np.array(v, np.int64))
+    nodes = [helper.make_node("Slice", ["x", "s0", "s8", "ax3"], ["rot"]),
+             helper.make_node("Slice", ["x", "s8", "s32", "ax3"], ["keep"]),
+             helper.make_node("Slice", ["rot", "s0", "s8", "ax3", "s2"], ["even"]),
+             helper.make_node("Slice", ["rot", "s1", "s8", "ax3", "s2"], ["odd"]),
+             helper.make_node("Neg", ["odd"], ["nodd"]),
+             helper.make_node("Unsqueeze", ["nodd", "axm"], ["u0"]), helper.make_node("Unsqueeze", ["even", "axm"], ["u1"]),
+             helper.make_node("Concat", ["u0", "u1"], ["pairs"], axis=-1),
+             helper.make_node("Reshape", ["pairs", "shape"], ["turned"]),
+             helper.make_node("Mul", ["rot", "cos"], ["a"]), helper.make_node("Mul", ["turned", "sin"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["roped"]),
+             helper.make_node("Concat", ["roped", "keep"], ["head"], axis=-1),
+             helper.make_node("Transpose", ["head"], ["heads"], perm=[0, 2, 1, 3]),
+             helper.make_node("Concat", ["past", "heads"], ["present"], axis=2)]
+    rng = np.random.default_rng(60)
+    inits = [c("s0", 0), c("s1", 1), c("s2", 2), c("s8", 8), c("s32", 32), c("ax3", 3), c("axm", -1),
+             c("shape", 1, 1, 4, 8), init("cos", rng.standard_normal((1, 1, 1, 8)).astype(np.float32)),
+             init("sin", rng.standard_normal((1, 1, 1, 8)).astype(np.float32))]
+    m = model(nodes, [tinfo("x", shape=[1, 1, 4, 32]), tinfo("past", shape=[1, 4, 12, 32])], [tinfo("present")], inits)
+    feeds = {"x": rng.standard_normal((1, 1, 4, 32)).astype(np.float32),
+             "past": rng.standard_normal((1, 4, 12, 32)).astype(np.float32)}
+    g = compile_graph(import_model(m), {k: v.shape for k, v in feeds.items()})
+    assert kinds(g) == ["Kernel"]
+    check(m, feeds)

@@ -23,10 +23,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
+
 from .. import dtypes
 from ..codegen.launch import plan_launch
 from ..ir import kernel as K
 from ..ir.graph import Graph, outer_reads
+from ..ir.interpret import eval_at_points
 from ..ir.tensor import T, guard_loads, reshape
 from .choices import pinned as pinned_choice, record
 
@@ -34,6 +37,7 @@ MAX_BODY_NODES = 3000     # keeps generated functions (and compile times) reason
 CHEAP_OPS = 24            # an elementwise producer this small may be inlined into several consumers
 RECOMPUTE_OPS = 4         # ... and one this small even where consumers read its elements repeatedly
 MAX_RECOMPUTE = 64
+MAX_MASK_POINTS = 1 << 16   # the most output coordinates a load's mask is evaluated at to count its reads
 # A producer read by several kernels is recomputed in each only while that moves at most this many
 # more bytes than writing it once and reading it back: about what one launch gap costs (2 us at
 # 3 TB/s moves 6 MB). Past it, a residual add read by the next block's two branches would be
@@ -132,7 +136,7 @@ def _reads(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> tuple:
     memo: dict = {}
     loads = [e for e in K.walk(kc.body) if e.op == "load" and e.args[0] == slot]
     in_loops = [math.prod(v.args[1] for v in _loop_vars(e, memo)) for e in loads]
-    dup = kc.size * sum(in_loops) / max(kp.size, 1)
+    dup = kc.size * sum(n * _read_share(e, kc.shape) for n, e in zip(in_loops, loads)) / max(kp.size, 1)
     has_reduce = any(e.op == "reduce" for e in K.walk(kp.body))
     epilogue = has_reduce and readers == 1 and dup <= 1.01 and all(n == 1 for n in in_loops)
     return loads, in_loops, dup, has_reduce, epilogue
@@ -278,6 +282,25 @@ def _elements_read(loads: list) -> int:
     def at(e):
         return 0 if (e.op == "ridx" and e.args[1] == 1) or (e.op == "const" and e.args[0] == 0) else e
     return len({tuple(at(i) for i in ld.args[1]) for ld in loads})
+
+
+def _read_share(load: K.Expr, shape: tuple) -> float:
+    """The share of a kernel's elements at which a load reads: a concatenation reads each part only in its own
+    range of the axis (GPT-J's rotary: its rotated quarter of a head, then the head into the key cache of 385
+    positions, each 1 element in 4 or 385 of its reader). 1 where the mask is not a function of few enough of
+    the output's coordinates to count (or reads memory, or a loop's index)."""
+    mask = load.args[2]
+    if mask is None:
+        return 1.0
+    axes = sorted({e.args[0] for e in K.walk(mask) if e.op == "idx"})
+    extents = [shape[a] for a in axes]
+    if math.prod(extents) > MAX_MASK_POINTS:
+        return 1.0
+    grid = np.indices(extents).reshape(len(axes), -1).T if axes else np.zeros((1, 0), np.int64)
+    points = np.zeros((len(grid), len(shape)), np.int64)
+    points[:, axes] = grid
+    got = eval_at_points([mask], points)
+    return 1.0 if got is None else float(np.count_nonzero(got[0])) / len(grid)
 
 
 def _extent(e) -> int:
