@@ -29,6 +29,7 @@ CASES = {
     "decode-grouped-cluster": (1, 8, 4, 384, 64, 64, None),   # a decode step's 4 query heads a KV head: 6 blocks a head
     "two-query-rows": (1, 3, 2, 300, 64, 64, None),   # 6 rows: the softmax stitches as at 3 or 9 (passes/fuse.py)
     "decode-cluster-ragged-keys": (1, 3, 4, 300, 64, 64, "late_keys"),   # the last block's key tile part full
+    "gptj-decode-head-dim-256": (1, 16, 1, 385, 256, 256, None),   # GPT-J-6B's decode step at past 384
 }
 
 
@@ -146,6 +147,39 @@ def test_float32_attention_stays_three_steps_and_says_why():
     bundle = grapec.compile(m, shapes={"q": (1, 2, 8, 16), "k": (1, 2, 8, 16), "v": (1, 2, 8, 16)}, targets=[])
     assert not attention_kernels(bundle)
     assert any("stays GEMM + softmax + GEMM: float32" in n for n in bundle.manifest["notes"])
+
+
+def upcast_attention_model(h, s, t, d, mask):
+    """HF's GPT-J as optimum exports it: q and k widened to float32 before their product, the scores and
+    their softmax in float32, the probabilities cast back to half for the product with v."""
+    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
+    nodes = [helper.make_node("Cast", ["q"], ["qf"], to=f32), helper.make_node("Cast", ["k"], ["kf"], to=f32),
+             helper.make_node("Transpose", ["kf"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["qf", "kt"], ["qk"]), helper.make_node("Div", ["qk", "root"], ["scores"])]
+    inits = [init("root", np.array(np.sqrt(d), np.float32))]
+    last = "scores"
+    if mask:
+        inits += [init("keep", boolean_mask(mask, s, t)), init("low", np.array(np.finfo(np.float32).min, np.float32))]
+        nodes.append(helper.make_node("Where", ["keep", "scores", "low"], ["masked"]))
+        last = "masked"
+    nodes += [helper.make_node("Softmax", [last], ["pf"], axis=-1), helper.make_node("Cast", ["pf"], ["p"], to=f16),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    inputs = [tinfo("q", f16, [1, h, s, d]), tinfo("k", f16, [1, h, t, d]), tinfo("v", f16, [1, h, t, d])]
+    return model(nodes, inputs, [tinfo("y", f16, [1, h, s, d])], inits, opset=17)
+
+
+@pytest.mark.parametrize("h,s,t,d,mask", [(16, 1, 385, 256, None), (3, 20, 40, 64, "causal")])
+def test_scores_widened_to_float32_fuse_as_half(h, s, t, d, mask):
+    """A product of halves widened to float32 is exact in float32, as the kernel's accumulators hold it
+    (passes/upcast_operands.py): the widened q·kᵀ, its float32 softmax and the cast back are one kernel,
+    with no copy of q or k and no float32 GEMM."""
+    m = upcast_attention_model(h, s, t, d, mask)
+    feeds = inputs_for(1, h, s, t, d, d, None, seed=60)
+    bundle = grapec.compile(m, shapes={k: v.shape for k, v in feeds.items()}, targets=[])
+    steps = bundle.plans[0].steps
+    assert len(attention_kernels(bundle)) == 1 and [st.op for st in steps] == ["kernel"]
+    got = grapec.load(Bundle.from_bytes(bundle.to_bytes()), backend="cpu").run(feeds)["y"]
+    assert_close(got, reference(feeds, mask, s, t, d), f"widened h{h} s{s} t{t} d{d}")
 
 
 @pytest.mark.parametrize("name,dims", [("gpt2", {"batch": 1, "seq": 8}), ("bert", {"batch": 1, "seq": 8}),

@@ -13,6 +13,7 @@
         fuse                      producer kernels inlined into consumers (reductions stitched)
         channels_last             values between channels-last convolutions stored NHWC
         fold_epilogues            again: activations, now one kernel each
+        upcast_operands           a float32 GEMM of halves widened to float32 reads the halves
         strided_operands          GEMMs read/write through strides instead of head split/merge copies
         fuse_attention            GEMM -> softmax -> GEMM as one flash-attention kernel (fp16/bf16)
         attention_operands        ... reading q, k, v and writing its output through the head split and
@@ -61,6 +62,7 @@ from ..passes.attention_operands import attention_operands
 from ..passes.sdpa import ATTENTION_ENGINES, attention_engines
 from ..passes.channels_last import channels_last
 from ..passes.epilogue import fold_epilogues, fold_output_casts
+from ..passes.upcast_operands import upcast_operands
 from ..passes.fuse import fuse
 from ..passes.gemv import gemvs_after_fusion, small_matmuls_as_kernels
 from ..passes.lower import lower_graph
@@ -142,6 +144,7 @@ def compile_graph(graph: Graph, input_shapes: dict, parent: Graph | None = None,
         g = fuse(g, chosen.setdefault("fusion", {}) if chosen is not None else None)
         g = channels_last(g)
         g = fold_epilogues(g)   # activations, now that fusion made them one kernel
+        g = upcast_operands(g)
         g = strided_operands(g)
         if level == "full":
             g = fuse_attention(g, notes)

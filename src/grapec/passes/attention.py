@@ -26,7 +26,7 @@ from ..ir.graph import Graph, Node
 from .fuse import drop_unused
 
 HALF_TYPES = ("float16", "bfloat16")
-MAX_HEAD_DIM = 128    # q·k and p·v accumulators live in registers: 16 rows x head_dim per warp
+MAX_HEAD_DIM = 256    # q·k and p·v accumulators live in registers: 16 rows x head_dim per warp
 
 
 def fuse_attention(g: Graph, notes: list | None = None) -> Graph:
@@ -144,7 +144,8 @@ def _at_last(x, r, last: int):
 def _attention(g: Graph, qk: Node, soft: Node, pv: Node, slot: int):
     """-> the fused node, or why not (a string)."""
     sk = soft.attrs["kernel"]
-    dt = g.lookup(qk.outputs[0]).dtype
+    # a product of halves into float32 scores (passes/upcast_operands.py) is what the kernel's accumulators hold
+    dt = g.lookup(qk.inputs[0] if qk.attrs.get("out_dtype") else qk.outputs[0]).dtype
     if dt not in HALF_TYPES:
         return f"{dt} (the fused kernel runs fp16/bf16 on tensor cores)"
     if not (_plain(pv) and len([i for i in qk.inputs[2:] if i]) == 0 and qk.attrs.get("act", "") in ("", "none")):
