@@ -26,7 +26,10 @@ from ..ir.graph import Graph, Node
 from .fuse import drop_unused
 
 HALF_TYPES = ("float16", "bfloat16")
-MAX_HEAD_DIM = 256    # q·k and p·v accumulators live in registers: 16 rows x head_dim per warp
+# q·k and p·v accumulators live in registers: 16 rows x head_dim per warp. At 256 they spill (255 registers,
+# 5 KB of spill stores a thread): GPT-J-6B's decode token took 5.86 ms with its attention fused at head_dim 256,
+# 4.35 with GEMM + softmax + GEMM (H200, 2026-11-29, benchmarks/results/2026-11-29-h200-s60)
+MAX_HEAD_DIM = 128
 
 
 def fuse_attention(g: Graph, notes: list | None = None) -> Graph:
