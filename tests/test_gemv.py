@@ -153,3 +153,60 @@ def test_fp16_takes_the_small_gemm_but_at_one_row_against_a_large_weight(tmp_pat
         out = grapec.load(b, backend="cpu").run(f)["y"].astype(np.float32)
         ref = ort_run(path, f)[0].astype(np.float32)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3, (rows, n)
+
+
+def rmsnorm_gemv_model(path, k, n, dtype=np.float16):
+    """y = RMSNorm(x) @ W: Llama's post-attention norm before its MLP, as torch.onnx writes RMSNorm
+    (Pow, ReduceMean, Add eps, Sqrt, Reciprocal, Mul, Mul by the weight)."""
+    rng = np.random.default_rng(3)
+    et = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(dtype), "W"),
+             numpy_helper.from_array((1 + 0.1 * rng.standard_normal(k)).astype(dtype), "g"),
+             numpy_helper.from_array(np.array(2.0, dtype), "two"), numpy_helper.from_array(np.array(1e-5, dtype), "eps")]
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["xn"]),
+             helper.make_node("Mul", ["xn", "g"], ["xg"]), helper.make_node("MatMul", ["xg", "W"], ["y"])]
+    graph = helper.make_graph(nodes, "norm_gemv", [helper.make_tensor_value_info("x", et, [1, k])],
+                              [helper.make_tensor_value_info("y", et, [1, n])], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to compile generated code for the host")
+def test_a_norm_before_a_gemv_is_computed_by_each_warp_of_it(tmp_path):
+    """One row against a weight the gemv reads best (fp16, 32 MiB: passes/gemv.py GEMV_AFTER_FUSION_BYTES): the RMSNorm is no kernel of its own;
+    each warp computes the row's statistic once, before its dot product (passes/fuse.py
+    _statistics_into_gemv), and the generated C computes what the interpreter does."""
+    from test_codegen import HostCodegenRunner
+    k, n = 2048, 8192
+    path = rmsnorm_gemv_model(str(tmp_path / "n.onnx"), k, n)
+    b = grapec.compile(path, targets=[])
+    assert kinds(b) == ["kernel"], [st.origin for st in b.plans[0].steps]
+    runner = HostCodegenRunner(b, tmp_path)
+    runner.half = True
+    x = np.random.default_rng(4).standard_normal((1, k)).astype(np.float16)
+    out = runner.run(0, {"x": x})["y"].astype(np.float32)
+    ref = ort_run(path, {"x": x})[0].astype(np.float32)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 2e-3
+    source = "\n".join(runner.module.bodies)
+    assert source.count("g_warp_reduce") == 2 and source.index("sqrtf") < source.rindex("for (i64 f"), \
+        "the statistic's reduction and then the dot product's, the statistic before the dot product's loop"
+
+
+def test_a_norm_before_a_gemv_of_packed_codes_stays_a_kernel():
+    """A 4-bit GEMV is bound by its instructions (codegen/vectors.py): the norm before it stays a kernel of
+    its own, and the GEMV reads its output as a vector, eight codes at a time."""
+    from test_matmul_nbits import GEMV_K, GEMV_N, _hand_built
+    m = _hand_built("none", False, np.float16, bits=4, block=32, rows=1, k=GEMV_K, n=GEMV_N)
+    g = m.graph
+    rng = np.random.default_rng(5)
+    g.initializer.extend([numpy_helper.from_array((1 + 0.1 * rng.standard_normal(GEMV_K)).astype(np.float16), "g")])
+    g.node.insert(0, helper.make_node("SimplifiedLayerNormalization", ["raw", "g"], ["x"], axis=-1, epsilon=1e-5))
+    raw = helper.make_tensor_value_info("raw", TensorProto.FLOAT16, [1, GEMV_K])
+    del g.input[:]
+    g.input.append(raw)
+    b = grapec.compile(m, targets=[])
+    assert kinds(b) == ["kernel", "kernel"], [st.origin for st in b.plans[0].steps]

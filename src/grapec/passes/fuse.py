@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import dtypes
 from ..codegen.launch import plan_launch
+from ..codegen.vectors import PACKED_CODES, vector_loads
 from ..ir import kernel as K
 from ..ir.graph import Graph, outer_reads
 from ..ir.interpret import eval_at_points
@@ -181,7 +182,8 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
     True inlines whether or not it pays)."""
     if decided is False:
         return None
-    if not decided and not _pays(kc, slot, kp, readers):
+    stats = not decided and _statistics_into_gemv(kc, slot, kp, readers)
+    if not decided and not stats and not _pays(kc, slot, kp, readers):
         return None
     view_shape = kc.inputs[slot][0]
     names = [n for i, n in enumerate(c_inputs) if i != slot]
@@ -220,6 +222,8 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
         return None
     if decided:
         return fused, names
+    if stats:
+        return (fused, names) if _hoisted(fused, kc) else None
     has_reduce, epilogue = _reads(kc, slot, kp, readers)[3:]
     if has_reduce and not (epilogue and _per_element(kp)):
         # the producer's reductions are shared by a row of its elements (a norm's statistics, not a
@@ -235,6 +239,36 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
             # as the reduction (a softmax over 2 query rows of 3 heads, a LayerNorm at seq 6) stitch.
             return None
     return fused, names
+
+
+def _statistics_into_gemv(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> bool:
+    """Is kp a row-normalised vector (an RMSNorm or LayerNorm: row statistics, then an elementwise
+    form) that only kc, a memory-bound GEMV, reads? Inlined, each of the GEMV's warps computes the
+    statistics once (they do not depend on its dot product's index: codegen/cuda.py emits them
+    before the loop, `_hoisted` checks) and forms the normalised elements as its dot product reads
+    them. That is more instructions a weight element (3 to about 8 in Llama's fp16 gate/up GEMV), which
+    a GEMV bound by its weights' bytes hides, and one kernel and one node gap fewer (Llama-1B's
+    post-attention RMSNorm: 2.3 us and a gap, 16 times a token on an H200). A GEMV of packed codes
+    is bound by its instructions already (and unpacks codes eight at a time only beside a loaded A:
+    codegen/vectors.py NibbleDot): it keeps the norm a kernel of its own."""
+    if readers != 1 or not any(e.op == "reduce" for e in K.walk(kp.body)):
+        return False
+    consumer, producer = plan_launch(kc), plan_launch(kp)
+    if consumer.mode != "warp" or producer.mode not in ("row", "warp") or producer.rows != 1:
+        return False
+    reductions = [e for e in K.walk(kc.body) if e.op == "reduce"]
+    if not reductions or any(kc.inputs[s][1] in PACKED_CODES for s in range(len(kc.inputs))):
+        return False
+    longest = max(_extent(e) for e in K.walk(kp.body))
+    return all(vector_loads(kc, r.args[2], r.args[1])[0] > 1 and _extent(r) >= longest for r in reductions)
+
+
+def _hoisted(fused: K.Kernel, kc: K.Kernel) -> bool:
+    """Do the reductions the producer brought in read none of the consumer's loop variables (so that
+    they are computed once a row, before its loop)?"""
+    own = {id(e) for e in K.walk(kc.body) if e.op == "reduce"}
+    brought = [e for e in K.walk(fused.body) if e.op == "reduce" and id(e) not in own]
+    return bool(brought) and not any(v.op == "ridx" for e in brought for v in K.free_vars(e))
 
 
 def _index_only(kernel: K.Kernel) -> bool:
