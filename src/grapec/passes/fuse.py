@@ -243,15 +243,20 @@ def _try_inline(kc: K.Kernel, c_inputs: list, slot: int, kp: K.Kernel, p_inputs:
 
 def _statistics_into_gemv(kc: K.Kernel, slot: int, kp: K.Kernel, readers: int) -> bool:
     """Is kp a row-normalised vector (an RMSNorm or LayerNorm: row statistics, then an elementwise
-    form) that only kc, a memory-bound GEMV, reads? Inlined, each of the GEMV's warps computes the
-    statistics once (they do not depend on its dot product's index: codegen/cuda.py emits them
-    before the loop, `_hoisted` checks) and forms the normalised elements as its dot product reads
-    them. That is more instructions a weight element (3 to about 8 in Llama's fp16 gate/up GEMV), which
-    a GEMV bound by its weights' bytes hides, and one kernel and one node gap fewer (Llama-1B's
-    post-attention RMSNorm: 2.3 us and a gap, 16 times a token on an H200). A GEMV of packed codes
-    is bound by its instructions already (and unpacks codes eight at a time only beside a loaded A:
-    codegen/vectors.py NibbleDot): it keeps the norm a kernel of its own."""
+    form) that only kc, a memory-bound GEMV of float32 weights, reads? Inlined, each of the GEMV's warps
+    computes the statistics once (they do not depend on its dot product's index: codegen/cuda.py emits
+    them before the loop, `_hoisted` checks) and forms the normalised elements as its dot product reads
+    them: more instructions a weight element, and one kernel and one node gap fewer.
+
+    Only float32 weights hide those instructions. On an H200 (benchmarks/results/2026-11-29-h200-s60, one
+    run each side) GPT-2's float32 decode step at seq 1 went 0.367 -> 0.332 ms with its LayerNorms in its
+    GEMVs; in fp16 the same stitch made it 0.190 -> 0.200 and Llama-1B's decode step 0.921 -> 0.953 (the
+    post-attention RMSNorm in the gate/up GEMV): a half weight brings half the bytes an element, so the
+    GEMV issues twice the instructions a byte and the norm's own no longer hide. A GEMV of packed codes is
+    bound by its instructions already (codegen/vectors.py NibbleDot)."""
     if readers != 1 or not any(e.op == "reduce" for e in K.walk(kp.body)):
+        return False
+    if max(kc.inputs, key=lambda i: math.prod(i[0]))[1] != "float32":   # the weight: the GEMV's largest input
         return False
     consumer, producer = plan_launch(kc), plan_launch(kp)
     if consumer.mode != "warp" or producer.mode not in ("row", "warp") or producer.rows != 1:
