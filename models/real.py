@@ -3,7 +3,7 @@
     python models/real.py --out models/real                # the torch and onnxruntime ones
     /path/to/tf-venv/bin/python models/real.py keras_cnn   # the Keras one (tensorflow-cpu, tf2onnx)
     /path/to/genai-venv/bin/python models/real.py llama_genai   # onnxruntime-genai's builder (2 files)
-    /path/to/optimum-venv/bin/python models/real.py llama_optimum phi3_optimum gptj_optimum   # optimum's exporter
+    /path/to/optimum-venv/bin/python models/real.py llama_optimum phi3_optimum gptj_optimum gptj_optimum_fp16
 
 | model          | made by                                                    | what it exercises                      |
 |----------------|------------------------------------------------------------|----------------------------------------|
@@ -25,6 +25,8 @@
 | phi3_optimum   | the same exporter, a Phi-3-shaped decoder                  | fused qkv_proj and gate_up_proj, Split |
 | gptj_optimum   | the same exporter, a GPT-J-shaped decoder (Grape's model)  | parallel attention and MLP, partial    |
 |                |                                                            | interleaved rotary, GELU, LM head bias |
+| gptj_optimum_  | the same, exported with --dtype fp16                       | q and k widened to float32 for q·kᵀ    |
+| fp16           |                                                            | and the softmax, cast back to half     |
 
 Weights are seeded random; every file is committed (each well under 1 MB). The models are
 written as the tools write them: no cleanup, whatever opset and naming the tool chose.
@@ -187,13 +189,20 @@ def phi3_optimum(path):
     _optimum_export(lambda: Phi3ForCausalLM(Phi3Config(**_DECODER, pad_token_id=0)), path)
 
 
-def gptj_optimum(path):
+def gptj_optimum(path, dtype: str = "fp32"):
     """A GPT-J-shaped decoder (Grape's model) through the same exporter: attention and MLP side by side on one
     LayerNorm, rotary on the first rotary_dim of each head's dims with its pairs interleaved, GELU, an LM
     head with a bias."""
     from transformers import GPTJConfig, GPTJForCausalLM
     _optimum_export(lambda: GPTJForCausalLM(GPTJConfig(n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_inner=128,
-                                                       vocab_size=256, n_positions=256, initializer_range=0.2)), path)
+                                                       vocab_size=256, n_positions=256, initializer_range=0.2)),
+                    path, dtype)
+
+
+def gptj_optimum_fp16(path):
+    """gptj_optimum in fp16, as optimum writes HF's GPT-J in half: q and k widened to float32 for q·kᵀ and the
+    softmax, the probabilities cast back to half."""
+    gptj_optimum(path, "fp16")
 
 
 # 2 layers of hidden 64, 4 query heads on 2 key/value heads, a vocabulary of 256; weights with std 0.2
@@ -201,8 +210,9 @@ _DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_
                 vocab_size=256, max_position_embeddings=256, initializer_range=0.2)
 
 
-def _optimum_export(make, path):
-    """The transformers model make() builds under seed 0, saved, exported by optimum-cli, written to path."""
+def _optimum_export(make, path, dtype: str = "fp32"):
+    """The transformers model make() builds under seed 0, saved, exported by optimum-cli (in `dtype`), written
+    to path."""
     import subprocess
     import tempfile
 
@@ -213,7 +223,7 @@ def _optimum_export(make, path):
         torch.manual_seed(0)
         make().save_pretrained(src)
         subprocess.run([sys.executable, "-m", "optimum.commands.optimum_cli", "export", "onnx", "--model", src,
-                        "--task", "text-generation-with-past", built], check=True)
+                        "--task", "text-generation-with-past", "--dtype", dtype, built], check=True)
         onnx.save(onnx.load(os.path.join(built, "model.onnx")), path)
 
 
@@ -229,9 +239,10 @@ def _calibrated(model, x):
 
 MODELS = {"textdet_head": textdet_head, "lstm_tagger": lstm_tagger, "bert_int8": bert_int8,
           "resnet_qlinear": resnet_qlinear, "keras_cnn": keras_cnn, "llama_genai": llama_genai,
-          "llama_optimum": llama_optimum, "phi3_optimum": phi3_optimum, "gptj_optimum": gptj_optimum}
+          "llama_optimum": llama_optimum, "phi3_optimum": phi3_optimum, "gptj_optimum": gptj_optimum,
+          "gptj_optimum_fp16": gptj_optimum_fp16}
 # keras_cnn needs tensorflow, llama_genai onnxruntime-genai (and onnx_ir, onnxscript, its builder's),
-# llama_optimum, phi3_optimum and gptj_optimum optimum-onnx (with torch and transformers)
+# llama_optimum, phi3_optimum and gptj_optimum(_fp16) optimum-onnx (with torch and transformers)
 DEFAULT = ["textdet_head", "lstm_tagger", "bert_int8", "resnet_qlinear"]
 
 

@@ -466,3 +466,21 @@ def test_sampled_generation_on_the_gpu_is_the_cpu_backends_draw(tmp_path):
         want = reference_greedy(path, prompts, 10, choose=sampled_reference(8, temperature, top_p, seed))
         got = grapec.generate(gpu, prompts, temperature=temperature, top_p=top_p, seed=seed).tokens
         assert got == want == grapec.generate(cpu, prompts, temperature=temperature, top_p=top_p, seed=seed).tokens
+
+
+def test_gptj_in_fp16_keeps_its_float32_scores_exact_and_its_attention_fused():
+    """optimum's fp16 GPT-J widens q and k to float32 for q·kᵀ and its softmax (HF's GPT-J does), and
+    writes its rotary as slices, a Neg and an interleaving Concat. The product of widened halves is exact
+    as a half product into float32 (passes/upcast_operands.py), so each layer's attention is one fused
+    kernel with no note, and the rotary and the key cache's write are a kernel each (passes/fuse.py
+    `_read_share`): onnxruntime's greedy tokens."""
+    path = os.path.join(REAL, "gptj_optimum_fp16.onnx")
+    prompts = prompts_of([5, 3], seed=60)
+    want = reference_greedy(path, prompts, 10)
+    assert len({t for row in want for t in row}) > 4, "the model's weights give varied tokens"
+    bundle = Bundle.from_bytes(grapec.compile(path, generate=10, bucket_dims=[{"batch": 2, "prompt": 5}],
+                                              targets=[]).to_bytes())
+    assert not bundle.manifest["notes"], bundle.manifest["notes"]
+    fused = [k for k in bundle.kernels if k.get("kind") == "attention"]
+    assert len(fused) >= 2, "each layer's attention is a fused kernel (2 layers)"
+    assert grapec.generate(grapec.load(bundle), prompts).tokens == want
