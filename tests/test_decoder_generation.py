@@ -442,10 +442,12 @@ def test_generation_on_the_gpu_gives_onnxruntimes_greedy_tokens(name, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(gpu_count() == 0, reason="needs a CUDA GPU")
-def test_a_growing_cache_decoder_generates_on_the_gpu():
+@pytest.mark.parametrize("path", [OPTIMUM, os.path.join(REAL, "gptj_optimum_fp16.onnx")])
+def test_a_growing_cache_decoder_generates_on_the_gpu(path):
+    """The Llama shape in float32, and GPT-J in fp16 (its widened q·kᵀ a half product inside the fused attention)."""
     prompts = prompts_of([6, 3, 8, 1], seed=8)
-    want = reference_greedy(OPTIMUM, prompts, 12)
-    bundle = Bundle.from_bytes(grapec.compile(OPTIMUM, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}]).to_bytes())
+    want = reference_greedy(path, prompts, 12)
+    bundle = Bundle.from_bytes(grapec.compile(path, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}]).to_bytes())
     only_float32_attention_notes(bundle)
     sess = grapec.load(bundle, backend="cuda")
     for _ in range(2):
