@@ -122,6 +122,17 @@ def view_source(g: Graph):
     return source
 
 
+def view_chain(name: str, producers: dict) -> list:
+    """The View nodes between a value and the source it views: the one that makes `name` first, the
+    one that reads the source last (producers: Graph.producers())."""
+    chain = []
+    node = producers.get(name)
+    while node is not None and node.op == "View":
+        chain.append(node)
+        node = producers.get(node.inputs[0])
+    return chain
+
+
 def outer_reads(node: Node) -> set:
     """Names a region node's bodies read from enclosing scopes (they are inputs of the node too)."""
     names = set()

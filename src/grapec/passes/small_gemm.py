@@ -22,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..ir import kernel as K
-from ..ir.graph import Graph, Node, view_source
+from ..ir.graph import Graph, Node, view_chain, view_source
 from ..cost.device import DeviceProfile
 from ..cost.model import price_small_gemm
 from ..ir.small_gemm import KIND as SMALL_GEMM, SmallGemmKernel
@@ -141,7 +141,7 @@ def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, c
         return None, [a_name], []
     src = source(a_name)
     prod = producers.get(src)
-    chain = _view_chain(a_name, producers)
+    chain = view_chain(a_name, producers)
     if prod is None or prod.op != "Kernel" or not isinstance(prod.attrs["kernel"], K.Kernel) or src in g.outputs:
         return None, [a_name], []
     k = prod.attrs["kernel"]
@@ -161,17 +161,6 @@ def _prologue(g: Graph, a_name: str, rows: int, depth: int, source, producers, c
     if any(v.op == "idx" and v.args[0] == last for r in reductions for v in K.free_vars(r)):
         return None, [a_name], []   # a reduction per column: not a row's
     return k, list(prod.inputs), [prod] + chain
-
-
-def _view_chain(name: str, producers) -> list:
-    """The View nodes between a value and the source it views: the one that makes `name` first, the
-    one that reads the source last."""
-    chain = []
-    node = producers.get(name)
-    while node is not None and node.op == "View":
-        chain.append(node)
-        node = producers.get(node.inputs[0])
-    return chain
 
 
 def _epilogue(g: Graph, attrs: dict, y, rows: int, cols: int, c, bias, names):

@@ -16,7 +16,7 @@ sees a half product (its float32 scores are what its accumulators hold).
 from __future__ import annotations
 
 from ..ir import kernel as K
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, view_chain
 from ..ir.tensor import index_vars
 
 HALF_TYPES = ("float16", "bfloat16")
@@ -51,12 +51,8 @@ def _widening(name: str, producers: dict, readers: dict, outputs: set):
     """-> (the kernel node, its kernel, the values from its output to `name`) when `name` is, through
     Views each read once, a kernel's output that is cast(half -> float32) of a half expression and
     that nothing else reads; else None."""
-    chain = [name]
-    node = producers.get(name)
-    while node is not None and node.op == "View":
-        name = node.inputs[0]
-        chain.append(name)
-        node = producers.get(name)
+    chain = [name] + [view.inputs[0] for view in view_chain(name, producers)]
+    node = producers.get(chain[-1])
     if node is None or not K.is_kernel_node(node) or any(readers.get(v) != 1 or v in outputs for v in chain):
         return None
     k = node.attrs["kernel"]
