@@ -131,24 +131,29 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
     m, n, depth, lda, p = k.rows, k.cols, k.depth, t.lda, k.a_slots
-    w = f"in{p}"
     L = []
     if k.prologue is not None:
         L += [RowFunctionRenderer(k.prologue, m, depth).render_function(f"{name}_prologue"), ""]
     staged = staged_rows(m, depth)
     L += [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-    L.append(f'extern "C" __global__ void __launch_bounds__({t.block}) {name}({", ".join(params)}) {{')
+    # the grid is BLOCKS_PER_SM blocks an SM: a packed weight's kernel of 4 rows and 16 steps, its codes unpacked
+    # beside A's loads in flight, took 161 registers a thread unbounded (one block an SM), 123 and no spills when
+    # bounded (ptxas, sm_90). With A's second 8 rows or 32 steps, bounded, it spilled 0.3-1.8 KB a thread: those
+    # keep one block an SM, as half weights' do (237 registers at 16 rows and 32 steps)
+    bounded = k.packed is not None and t.steps <= MAX_STEPS and k.rows <= 8
+    bounds = f"{t.block}, {BLOCKS_PER_SM}" if bounded else f"{t.block}"
+    L.append(f'extern "C" __global__ void __launch_bounds__({bounds}) {name}({", ".join(params)}) {{')
     if t.k_slices > 1:
         L.append(f"  __shared__ float g_part[{(t.k_slices - 1) * t.col_tiles * 128}];   /* partial tiles of slices 1.. */")
     L.append(f"  const int {ROWS} = {m};   /* A's rows: the one number that differs between sizes (one_tile_group) */")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
     L.append(f"  const int ct = warp % {t.col_tiles}, ks = warp / {t.col_tiles};")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
-    L.append(f"  uint4 wv[{t.steps}];")
+    L += _declare_weights(k, t)
     L.append("  int bt = blockIdx.x;")
     L.append("  /* the weights wait for nothing: the first tile's loads fly while the kernel before ends and A's rows are made */")
-    L += _load_weights(t, w, n, depth, "bt", "  ")
+    L += _load_weights(k, t, p, "bt", "  ")
     L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
     if k.prologue is not None:
         args = "".join(f", in{i}" for i in range(p))
@@ -166,11 +171,16 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
     L.append(f"      const uint4 lo = (g < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + g * {a_ld} + kk) : zero;")
     L.append(f"      const uint4 hi = (g + 8 < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + (g + 8) * {a_ld} + kk) : zero;")
-    L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
-    L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
+    if k.packed is not None:   # the codes become halves only now that their loads have landed
+        zero = "wsz[s] >> 16" if k.packed.zero_points else f"{1 << (k.packed.bits - 1)}u"
+        L.append(f"      const uint4 ws = g_unpack8_q4(wq[s], (f16)(wsz[s] & 0xFFFFu), {zero});")
+    else:
+        L.append("      const uint4 ws = wv[s];")
+    L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
+    L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
     L.append("    }")
     L.append("    /* the next tile's weights fly while this one is summed and stored */")
-    L += _load_weights(t, w, n, depth, "bt + (int)gridDim.x", "    ")
+    L += _load_weights(k, t, p, "bt + (int)gridDim.x", "    ")
     if t.k_slices > 1:
         L.append(f"    if (ks > 0) *(float4*)(g_part + ((ks - 1) * {t.col_tiles} + ct) * 128 + lane * 4) = make_float4(c[0], c[1], c[2], c[3]);")
         L.append("    __syncthreads();")
@@ -218,18 +228,40 @@ def one_tile_group(text: str) -> str | None:
 
 def _epilogue_args(k: SmallGemmKernel) -> str:
     """The epilogue's slots after W (a residual, a bias), as the call's trailing arguments."""
-    first = k.a_slots + 1
+    first = k.a_slots + k.w_slots
     return "".join(f", in{i}" for i in range(first, len(k.inputs)))
 
 
-def _load_weights(t: SmallGemmTiling, w: str, n: int, depth: int, tile: str, indent: str) -> list:
-    """Tile `tile`'s weight loads into wv: this lane's row of W, 8 consecutive k per 32-wide step."""
+def _declare_weights(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
+    """A lane's weights in flight: 8 halves a step, or, packed, their codes' word, scale and zero point."""
+    if k.packed is None:
+        return [f"  uint4 wv[{t.steps}];"]
+    return [f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 */"]
+
+
+def _load_weights(k: SmallGemmKernel, t: SmallGemmTiling, p: int, tile: str, indent: str) -> list:
+    """Tile `tile`'s weight loads: this lane's row of W, 8 consecutive k per 32-wide step (packed: the word
+    of their 4-bit codes, their block's scale and zero point; a scale of 0 past N or K makes them zeros)."""
+    n, depth = k.cols, k.depth
+    ok = f"wn < {n} && kk < {depth}"
+    if k.packed is None:
+        loads = [f"{indent}    wv[s] = ({ok}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;"]
+    else:
+        codes, scales = k.inputs[p][0][1], k.inputs[p + 1][0][1]   # bytes and blocks a row
+        block = k.packed.block
+        scale = f"(unsigned)in{p + 1}[wn * {scales}LL + kk / {block}]"
+        if k.packed.zero_points:
+            zrow = k.inputs[p + 2][0][1]
+            scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + kk / {2 * block}] >> (4 * ((kk / {block}) & 1))) "
+                      "& 15u) << 16")
+        loads = [f"{indent}    wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
+                 f"{indent}    wsz[s] = ({ok}) ? ({scale}) : 0u;"]
     return [f"{indent}if ({tile} < {t.block_tiles}) {{",
             f"{indent}  const i64 wn = ((i64)({tile}) * {t.col_tiles} + ct) * 8 + g;",
             f"{indent}  #pragma unroll",
             f"{indent}  for (int s = 0; s < {t.steps}; ++s) {{",
             f"{indent}    const int kk = (ks * {t.steps} + s) * 32 + 8 * t;",
-            f"{indent}    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)({w} + wn * {depth}LL + kk) : zero;",
+            *loads,
             f"{indent}  }}",
             f"{indent}}}"]
 

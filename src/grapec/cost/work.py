@@ -180,8 +180,8 @@ def small_gemm_work(kernel) -> Work:
     isz = dtypes.itemsize(kernel.dtype)
     a_bytes = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[:kernel.a_slots])
     a_bytes = min(a_bytes, 4 * kernel.rows * kernel.depth * isz)   # a gather reads rows, not its table
-    w_bytes = kernel.cols * kernel.depth * isz
-    extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[kernel.a_slots + 1:])
+    w_bytes = kernel.weight_bytes
+    extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[kernel.a_slots + kernel.w_slots:])
     out = kernel.rows * kernel.cols * isz
     reductions = len(row_reductions(kernel.prologue.body)) if kernel.prologue is not None else 0
     # the prologue's reductions each read the row again, unless it is held in registers: one round trip

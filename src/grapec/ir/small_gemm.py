@@ -10,8 +10,11 @@ the residual are its `epilogue`. One node instead of two, and no LayerNorm round
 
 Slots (KernelStep args, in order):
     0 .. p-1   the prologue's inputs (p = len(prologue.inputs)), or A itself (p = 1) without one
-    p          W, [N, K], K contiguous (a model's [K, N] weight is transposed at compile time)
-    p+1 ..     the epilogue's slots 1.. (a residual [M, N], a bias [N])
+    p          W, [N, K], K contiguous (a model's [K, N] weight is transposed at compile time), or, with
+               `packed` (MatMulNBits' 4-bit codes, unpacked in the kernel), its codes [N, bytes a row]
+               (uint8, each 4-byte group's nibbles in PACKED_ORDER), scales [N, blocks] (A's type) and,
+               with zero points, their uint8 nibbles [N, ceil(blocks / 2)] (none: 8)
+    p+w ..     the epilogue's slots 1.. (a residual [M, N], a bias [N]); w = w_slots (1 unpacked)
 
     prologue   a kernel-IR Kernel over A's shape [*lead, M', K] (rows = prod(lead) * M'), each of
                its row reductions over one row; None: slot 0 is A
@@ -19,6 +22,7 @@ Slots (KernelStep args, in order):
 
 Semantics, as both backends compute them:
     a   = prologue(slots 0..p-1) rounded to `dtype`, as [M, K]     (what the unfused graph stored)
+    W   = packed: (code - zero point) * scale rounded to `dtype`   (the unfused graph's dequantized weight)
     acc = float32(a) @ float32(W)ᵀ
     out = epilogue(acc, slots p+1..) rounded to `dtype`, stored as [M, N] (the output is contiguous)
 """
@@ -33,6 +37,48 @@ from .. import dtypes
 from .kernel import Kernel, inputs_from_json, inputs_to_json
 
 KIND = "small_gemm"
+# where code k of a group of 8 sits among the group's 32-bit word's nibbles (nibble j, bits 4j..4j+3): nibbles
+# j and j + 4 are k = 2j and 2j + 1, so masking 0x000F000F (then 0x00F000F0, and the same of the word shifted
+# by 8) gives the half pairs (k0, k1) .. (k6, k7) that an mma fragment pairs with A's halves in order
+PACKED_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)   # PACKED_ORDER[j]: the k (within the group) of nibble j
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A weight the kernel unpacks: MatMulNBits' 4-bit codes in blocks of `block` along K, with uint8 zero
+    points or none (8)."""
+    bits: int
+    block: int
+    zero_points: bool
+
+    @property
+    def slots(self) -> int:
+        return 3 if self.zero_points else 2
+
+
+def pack_codes(codes: np.ndarray, depth: int) -> np.ndarray:
+    """MatMulNBits' codes [N, bytes] (low nibble first, k in order) -> the kernel's: each group of 8 codes a
+    32-bit word in PACKED_ORDER, rows padded to whole words."""
+    n = codes.shape[0]
+    q = np.zeros((n, -(-depth // 8) * 8), np.uint8)
+    q[:, :depth] = unpack_codes_in_order(codes, depth)
+    groups = q.reshape(n, -1, 8)[:, :, list(PACKED_ORDER)]
+    return (groups[:, :, 0::2] | (groups[:, :, 1::2] << 4)).reshape(n, -1)
+
+
+def unpack_codes_in_order(codes: np.ndarray, depth: int) -> np.ndarray:
+    """Codes [N, bytes], low nibble first -> [N, depth] uint8 in k order."""
+    pairs = np.stack([codes & 15, codes >> 4], axis=-1).reshape(codes.shape[0], -1)
+    return pairs[:, :depth]
+
+
+def unpack_kernel_codes(packed: np.ndarray, depth: int) -> np.ndarray:
+    """pack_codes' layout -> [N, depth] codes in k order."""
+    n = packed.shape[0]
+    nibbles = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, -1, 8)
+    inverse = np.empty(8, np.int64)
+    inverse[list(PACKED_ORDER)] = np.arange(8)
+    return nibbles[:, :, inverse].reshape(n, -1)[:, :depth]
 
 
 @dataclass(frozen=True)
@@ -45,6 +91,7 @@ class SmallGemmKernel:
     depth: int                   # K
     prologue: Kernel | None
     epilogue: Kernel
+    packed: PackedWeight | None = None
 
     kind = KIND
 
@@ -55,6 +102,15 @@ class SmallGemmKernel:
     @property
     def a_slots(self) -> int:
         return len(self.prologue.inputs) if self.prologue is not None else 1
+
+    @property
+    def w_slots(self) -> int:
+        return self.packed.slots if self.packed is not None else 1
+
+    @property
+    def weight_bytes(self) -> int:
+        """The bytes the weight's slots hold (codes, scales and zero points when packed)."""
+        return sum(math.prod(s) * dtypes.itemsize(d) for s, d in self.inputs[self.a_slots:self.a_slots + self.w_slots])
 
     @property
     def flops(self) -> int:
@@ -68,27 +124,50 @@ class SmallGemmKernel:
         return replace(self, prologue=None, inputs=(a,) + tuple(self.inputs[self.a_slots:]))
 
     def to_json(self) -> dict:
-        return {"kind": KIND, "shape": list(self.shape), "dtype": self.dtype,
-                "inputs": inputs_to_json(self.inputs), "sizes": [self.rows, self.cols, self.depth],
-                "prologue": self.prologue.to_json() if self.prologue is not None else None,
-                "epilogue": self.epilogue.to_json()}
+        d = {"kind": KIND, "shape": list(self.shape), "dtype": self.dtype,
+             "inputs": inputs_to_json(self.inputs), "sizes": [self.rows, self.cols, self.depth],
+             "prologue": self.prologue.to_json() if self.prologue is not None else None,
+             "epilogue": self.epilogue.to_json()}
+        if self.packed is not None:
+            d["packed"] = [self.packed.bits, self.packed.block, int(self.packed.zero_points)]
+        return d
 
     @staticmethod
     def from_json(d: dict) -> "SmallGemmKernel":
         m, n, k = (int(x) for x in d["sizes"])
         return SmallGemmKernel(tuple(d["shape"]), d["dtype"], inputs_from_json(d["inputs"]),
                                m, n, k, Kernel.from_json(d["prologue"]) if d["prologue"] else None,
-                               Kernel.from_json(d["epilogue"]))
+                               Kernel.from_json(d["epilogue"]),
+                               PackedWeight(*(int(x) for x in d["packed"][:2]), bool(d["packed"][2]))
+                               if d.get("packed") else None)
 
     def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
         from .interpret import run_kernel
         p = self.a_slots
         a = run_kernel(self.prologue, inputs[:p]) if self.prologue is not None else inputs[0]
         a = np.asarray(a).astype(dtypes.np_dtype(self.dtype)).reshape(self.rows, self.depth).astype(np.float32)
-        w = np.asarray(inputs[p]).reshape(self.cols, self.depth).astype(np.float32, copy=False)
-        extras = [np.asarray(x).reshape(shape) for x, (shape, _) in zip(inputs[p + 1:], self.epilogue.inputs[1:])]
+        w = self.unpacked(inputs[p:p + self.w_slots]) if self.packed is not None else \
+            np.asarray(inputs[p]).reshape(self.cols, self.depth).astype(np.float32, copy=False)
+        extras = [np.asarray(x).reshape(shape) for x, (shape, _) in
+                  zip(inputs[p + self.w_slots:], self.epilogue.inputs[1:])]
         y = run_kernel(self.epilogue, [a @ w.T, *extras])
         if out is None:
             out = np.empty(self.shape, dtypes.np_dtype(self.dtype))
         out[...] = y.reshape(self.shape)
         return out
+
+    def unpacked(self, slots: list) -> np.ndarray:
+        """The packed weight's [N, K] values as the kernel computes them: (code - zero point) * scale,
+        rounded to `dtype` (one rounding: the difference of two small integers is exact), as float32."""
+        pw, n, depth = self.packed, self.cols, self.depth
+        q = unpack_kernel_codes(np.asarray(slots[0]).reshape(n, -1), depth).astype(np.float32)
+        blocks = -(-depth // pw.block)
+        j = np.arange(depth) // pw.block
+        scale = np.asarray(slots[1]).reshape(n, blocks).astype(np.float32)[:, j]
+        if pw.zero_points:
+            zp = np.asarray(slots[2]).reshape(n, -1)
+            zero = np.stack([zp & 15, zp >> 4], axis=-1).reshape(n, -1)[:, j].astype(np.float32)
+        else:
+            zero = np.float32(1 << (pw.bits - 1))
+        w = ((q - zero) * scale).astype(dtypes.np_dtype(self.dtype))
+        return w.astype(np.float32)

@@ -1,0 +1,101 @@
+"""MatMulNBits' 4-bit codes at 2-16 rows (a batch of decode steps) as one small GEMM that unpacks them as it
+loads them (ir/small_gemm.py PackedWeight, codegen/small_gemm.py, codegen/prelude.py g_unpack8_q4), against
+MatMulNBits' spec in float64 (test_matmul_nbits.py numpy_matmul_nbits) on both backends."""
+import numpy as np
+import pytest
+
+import grapec
+from grapec.bundle.format import Bundle
+from grapec.ir.kinds import kernel_from_json
+from grapec.ir.small_gemm import pack_codes, unpack_codes_in_order
+from grapec.runtime.devices import gpu_count
+from helpers import rel_err
+from test_matmul_nbits import GEMV_K, GEMV_N, K, _hand_built, numpy_matmul_nbits
+
+
+def steps_of(bundle) -> list:
+    """(step kind, the kernel's PackedWeight or None) for every step of the first plan."""
+    out = []
+    for st in bundle.plans[0].steps:
+        k = kernel_from_json(bundle.kernels[st.kernel]) if st.op == "kernel" else None
+        out.append((st.op, getattr(k, "packed", None)))
+    return out
+
+
+def _half(bits16: int) -> np.float16:
+    return np.array([bits16 & 0xFFFF], np.uint16).view(np.float16)[0]
+
+
+def test_the_unpacking_masks_give_the_code_pairs_in_order():
+    """g_unpack8_q4's arithmetic, step by step in numpy on the packed word: masks 0x000F000F and 0x00F000F0 (of
+    the word and of it shifted by 8) over 0x6400 (1024 in half) give the half pairs (k0, k1) .. (k6, k7); the
+    zero point comes off exactly (a subtraction, or x / 16 then a subtraction in one fma) and the scale
+    multiplies once, which is (code - zero) * scale rounded to half once, as the spec's weight."""
+    rng = np.random.default_rng(60)
+    for _ in range(500):
+        codes = rng.integers(0, 256, (1, 4)).astype(np.uint8)
+        k = unpack_codes_in_order(codes, 8)[0].astype(np.float64)
+        w = int.from_bytes(bytes(pack_codes(codes, 8)[0]), "little")
+        zero, scale = int(rng.integers(0, 16)), np.float16(rng.standard_normal() * 0.05)
+        words = [(w & 0x000F000F), (w & 0x00F000F0), ((w >> 8) & 0x000F000F), ((w >> 8) & 0x00F000F0)]
+        got = []
+        for i, word in enumerate(words):
+            for half in (word | 0x64006400, (word | 0x64006400) >> 16):
+                x = np.float64(_half(half))
+                diff = x - (1024 + zero) if i % 2 == 0 else np.float64(np.float16(x * 0.0625 + (-64 - zero)))
+                got.append(np.float16(np.float64(np.float16(diff)) * np.float64(scale)))
+        want = [np.float16((c - zero) * np.float64(scale)) for c in k]
+        assert got == want, (k, zero, scale, got, want)
+
+
+@pytest.mark.parametrize("rows", [2, 5, 16])
+@pytest.mark.parametrize("block", [16, 32, 128])
+@pytest.mark.parametrize("zero_points", ["none", "uint8"])
+def test_a_few_rows_of_4bit_codes_are_one_small_gemm_that_unpacks_them(rows, block, zero_points):
+    """No [N, K] half weight is made at a step (it was unpacked into memory, then multiplied by cuBLASLt, past 4
+    rows): one small GEMM reads the codes; the bias after it stays a kernel. The bundle keeps the codes."""
+    m = _hand_built(zero_points, True, np.float16, rows=rows, block=block)
+    b = Bundle.from_bytes(grapec.compile(m, targets=["sm_90"]).to_bytes())
+    kinds = steps_of(b)
+    assert [op for op, _ in kinds] == ["kernel", "kernel"] and kinds[0][1] is not None, kinds
+    assert kinds[0][1].zero_points == (zero_points == "uint8") and kinds[0][1].block == block
+    assert len(b.weights) < K * 40, len(b.weights)   # codes (half a byte a weight) and scales, not halves
+    x = np.random.default_rng(rows).standard_normal((rows, K)).astype(np.float16)
+    got = grapec.load(b, backend="cpu").run({"x": x})["y"].astype(np.float64)
+    want = numpy_matmul_nbits(m, x)
+    # the weight rounded to half once (as the unpacked weight was), float32 sums, the output rounded to half
+    assert rel_err(got, want) < 1e-3, rel_err(got, want)
+    np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=1e-2)
+
+
+@pytest.mark.parametrize("zero_points, rows, dtype, want", [
+    ("float", 5, np.float16, ["kernel", "library", "kernel"]),   # float zero points: unpacked, then cuBLASLt
+    ("none", 5, np.float32, ["kernel", "library"]),              # float32 A: unpacked, then cuBLASLt with the bias
+    ("none", 1, np.float16, ["kernel"]),                          # one row: the unpacking GEMV
+    ("uint8", 17, np.float16, ["kernel", "library", "kernel"]),  # past one mma tile of rows
+])
+def test_other_forms_keep_their_paths(zero_points, rows, dtype, want):
+    m = _hand_built(zero_points, True, dtype, rows=rows)
+    b = grapec.compile(m, targets=[])
+    kinds = steps_of(b)
+    assert [op for op, _ in kinds] == want and all(p is None for _, p in kinds), kinds
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("block, zero_points", [(32, "none"), (32, "uint8"), (128, "uint8"), (16, "none")])
+def test_the_cuda_small_gemm_unpacks_4bit_codes_as_the_spec_says(block, zero_points):
+    """2-16 rows against K = 2048 (16 steps a lane) and K = 8192 (32 steps), the generated kernel against the
+    spec in float64 and against the CPU backend's SmallGemmKernel.run."""
+    for rows, k, n in ((2, GEMV_K, GEMV_N), (4, GEMV_K, GEMV_N), (9, GEMV_K, GEMV_N), (16, GEMV_K, GEMV_N),
+                       (4, 4 * GEMV_K, GEMV_N // 2)):
+        m = _hand_built(zero_points, True, np.float16, block=block, rows=rows, k=k, n=n)
+        b = Bundle.from_bytes(grapec.compile(m, targets="auto").to_bytes())
+        assert steps_of(b)[0][1] is not None
+        x = np.random.default_rng(rows).standard_normal((rows, k)).astype(np.float16)
+        got = grapec.load(b, backend="cuda").run({"x": x})["y"].astype(np.float64)
+        cpu = grapec.load(b, backend="cpu").run({"x": x})["y"].astype(np.float64)
+        want = numpy_matmul_nbits(m, x)
+        assert rel_err(got, want) < 1e-3, (rows, k, rel_err(got, want))
+        assert rel_err(got, cpu) < 1e-3, (rows, k, rel_err(got, cpu))
+        np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=1e-2, err_msg=f"{rows} x {k}")
