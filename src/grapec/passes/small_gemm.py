@@ -125,7 +125,7 @@ def _unpacking(g: Graph, node: Node, b_name: str, producers, consumers):
     """-> (the nodes that unpack B, PackedWeight, [codes, scales, zero points or None] as the kernel reads
     them) where B is a MatMulNBits weight unpacked into A's type for this matmul alone (ops/quant.py tags
     that kernel "packed_weight"), the matmul reading it as [N, K] (trans_b); else None."""
-    chain = _view_chain(b_name, producers)
+    chain = view_chain(b_name, producers)
     dq = producers.get(chain[-1].inputs[0] if chain else b_name)
     tag = dq.attrs.get("packed_weight") if dq is not None and dq.op == "Kernel" else None
     if tag is None or not node.attrs.get("trans_b") or any(
