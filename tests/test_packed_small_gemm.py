@@ -7,7 +7,7 @@ import pytest
 import grapec
 from grapec.bundle.format import Bundle
 from grapec.ir.kinds import kernel_from_json
-from grapec.ir.small_gemm import pack_codes, unpack_codes_in_order
+from grapec.ir.small_gemm import unpack_codes_in_order
 from grapec.runtime.devices import gpu_count
 from helpers import rel_err
 from test_matmul_nbits import GEMV_K, GEMV_N, K, _hand_built, numpy_matmul_nbits
@@ -26,26 +26,46 @@ def _half(bits16: int) -> np.float16:
     return np.array([bits16 & 0xFFFF], np.uint16).view(np.float16)[0]
 
 
-def test_the_unpacking_masks_give_the_code_pairs_in_order():
-    """g_unpack8_q4's arithmetic, step by step in numpy on the packed word: masks 0x000F000F and 0x00F000F0 (of
-    the word and of it shifted by 8) over 0x6400 (1024 in half) give the half pairs (k0, k1) .. (k6, k7); the
-    zero point comes off exactly (a subtraction, or x / 16 then a subtraction in one fma) and the scale
-    multiplies once, which is (code - zero) * scale rounded to half once, as the spec's weight."""
+def _prmt_twice(w: int, j: int) -> int:
+    """prmt.b32 d, w, 0, 0x4040 | 0x0101 j: byte j of w in bytes 0 and 2, zeros in 1 and 3."""
+    byte = (w >> (8 * j)) & 0xFF
+    return byte | (byte << 16)
+
+
+def test_the_unpacking_gives_the_code_pairs_in_order():
+    """g_unpack8_q4's arithmetic, step by step in numpy on MatMulNBits' own word: byte j twice, masked by
+    0x00F0000F over 0x6400 (1024 in half), is the pair (1024 + k_2j, 1024 + 16 k_2j+1); one fma by (1, 1/16) takes
+    1024 + zero and 64 + zero off exactly; the scale multiplies once. That is (code - zero) * scale rounded to half
+    once, as the spec's weight, in the pairs (k0, k1) .. (k6, k7) an mma fragment pairs with A's halves."""
     rng = np.random.default_rng(60)
     for _ in range(500):
         codes = rng.integers(0, 256, (1, 4)).astype(np.uint8)
         k = unpack_codes_in_order(codes, 8)[0].astype(np.float64)
-        w = int.from_bytes(bytes(pack_codes(codes, 8)[0]), "little")
+        w = int.from_bytes(bytes(codes[0]), "little")
         zero, scale = int(rng.integers(0, 16)), np.float16(rng.standard_normal() * 0.05)
-        words = [(w & 0x000F000F), (w & 0x00F000F0), ((w >> 8) & 0x000F000F), ((w >> 8) & 0x00F000F0)]
         got = []
-        for i, word in enumerate(words):
-            for half in (word | 0x64006400, (word | 0x64006400) >> 16):
-                x = np.float64(_half(half))
-                diff = x - (1024 + zero) if i % 2 == 0 else np.float64(np.float16(x * 0.0625 + (-64 - zero)))
-                got.append(np.float16(np.float64(np.float16(diff)) * np.float64(scale)))
+        for j in range(4):
+            word = (_prmt_twice(w, j) & 0x00F0000F) | 0x64006400
+            lo, hi = np.float64(_half(word)), np.float64(_half(word >> 16))
+            pair = (np.float16(lo * 1.0 + np.float64(np.float16(-1024 - zero))),
+                    np.float16(hi * 0.0625 + np.float64(np.float16(-64 - zero))))   # fma: exact, then rounded
+            got += [np.float16(np.float64(d) * np.float64(scale)) for d in pair]
         want = [np.float16((c - zero) * np.float64(scale)) for c in k]
         assert got == want, (k, zero, scale, got, want)
+
+
+def test_the_codes_are_stored_once_for_the_gemv_and_the_small_gemm():
+    """A bundle of one row (the unpacking GEMV) and four (the small GEMM) reads one copy of the codes: both
+    kernels take MatMulNBits' bytes as they are (a reordered copy for the small GEMM doubled an int4 model's
+    weights, 0.65 to 1.23 GiB for the Llama-1B-shaped export)."""
+    k, n = 1024, 512
+    m = _hand_built("uint8", False, np.float16, rows="rows", k=k, n=n)
+    b = Bundle.from_bytes(grapec.compile(m, bucket_dims=[{"rows": 1}, {"rows": 4}], targets=[]).to_bytes())
+    packed = [p for plan in b.plans for st in plan.steps if st.op == "kernel"
+              for p in [getattr(kernel_from_json(b.kernels[st.kernel]), "packed", None)] if p is not None]
+    assert len(b.plans) == 2 and len(packed) == 1, packed
+    codes = n * k // 2
+    assert codes <= len(b.weights) < codes * 1.25, (len(b.weights), codes)   # the scales and zero points besides
 
 
 @pytest.mark.parametrize("rows", [2, 5, 16])

@@ -171,25 +171,23 @@ __device__ __forceinline__ float g_dot8_q4(uint4 x, unsigned w, float z) {
   }
   return s;
 }
-/* eight 4-bit codes of one word in ir/small_gemm.py's PACKED_ORDER (nibbles j and j + 4 are k = 2j and 2j + 1)
-   -> the half pairs (k0, k1) .. (k6, k7) of (code - zero) * scale: the differences exact, one rounding after */
+/* eight 4-bit codes of one word, low nibble first (MatMulNBits' bytes: byte j holds k = 2j and 2j + 1)
+   -> the half pairs (k0, k1) .. (k6, k7) of (code - zero) * scale: the differences exact, one rounding after.
+   Byte j twice (__byte_perm), masked to k = 2j in the low half and 16 (2j + 1) in the high, over 1024's bits: one
+   fma by (1, 1/16) takes 1024 + zero and 64 + zero off exactly */
 __device__ __forceinline__ uint4 g_unpack8_q4(unsigned w, f16 scale, unsigned zero) {
-  const unsigned one = 0x64006400u, sixteenth = 0x2C002C00u;
-  const unsigned b0 = f2h(1024.f + (float)zero), b1 = f2h(-64.f - (float)zero);
-  const unsigned z0 = b0 | (b0 << 16), z1 = b1 | (b1 << 16), s2 = (unsigned)scale | ((unsigned)scale << 16);
-  const unsigned t0 = g_and_or(w, 0x000F000Fu, one), t1 = g_and_or(w, 0x00F000F0u, one);
-  const unsigned t2 = g_and_or(w >> 8, 0x000F000Fu, one), t3 = g_and_or(w >> 8, 0x00F000F0u, one);
-  unsigned q0, q1, q2, q3;
-  asm("sub.f16x2 %0, %1, %2;" : "=r"(q0) : "r"(t0), "r"(z0));
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q1) : "r"(t1), "r"(sixteenth), "r"(z1));
-  asm("sub.f16x2 %0, %1, %2;" : "=r"(q2) : "r"(t2), "r"(z0));
-  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q3) : "r"(t3), "r"(sixteenth), "r"(z1));
-  uint4 r;
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r.x) : "r"(q0), "r"(s2));
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r.y) : "r"(q1), "r"(s2));
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r.z) : "r"(q2), "r"(s2));
-  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r.w) : "r"(q3), "r"(s2));
-  return r;
+  const unsigned scales = 0x2C003C00u;   /* halves (1, 1/16) */
+  const unsigned lo = f2h(-1024.f - (float)zero), hi = f2h(-64.f - (float)zero);
+  const unsigned bias = lo | (hi << 16), s2 = (unsigned)scale | ((unsigned)scale << 16);
+  unsigned r[4];
+  #pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    unsigned q;
+    const unsigned b = g_and_or(__byte_perm(w, 0u, 0x4040u | (0x0101u * j)), 0x00F0000Fu, 0x64006400u);
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(b), "r"(scales), "r"(bias));
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r[j]) : "r"(q), "r"(s2));
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
 }
 """
 PRELUDE = (TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + DEPENDENT_LAUNCH + BLOCK_REDUCE

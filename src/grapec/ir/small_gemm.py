@@ -12,7 +12,8 @@ Slots (KernelStep args, in order):
     0 .. p-1   the prologue's inputs (p = len(prologue.inputs)), or A itself (p = 1) without one
     p          W, [N, K], K contiguous (a model's [K, N] weight is transposed at compile time), or, with
                `packed` (MatMulNBits' 4-bit codes, unpacked in the kernel), its codes [N, bytes a row]
-               (uint8, each 4-byte group's nibbles in PACKED_ORDER), scales [N, blocks] (A's type) and,
+               (uint8, MatMulNBits' own bytes: low nibble first, so that the bundle stores them once for every
+               kernel that reads them), scales [N, blocks] (A's type) and,
                with zero points, their uint8 nibbles [N, ceil(blocks / 2)] (none: 8)
     p+w ..     the epilogue's slots 1.. (a residual [M, N], a bias [N]); w = w_slots (1 unpacked)
 
@@ -37,10 +38,6 @@ from .. import dtypes
 from .kernel import Kernel, inputs_from_json, inputs_to_json
 
 KIND = "small_gemm"
-# where code k of a group of 8 sits among the group's 32-bit word's nibbles (nibble j, bits 4j..4j+3): nibbles
-# j and j + 4 are k = 2j and 2j + 1, so masking 0x000F000F (then 0x00F000F0, and the same of the word shifted
-# by 8) gives the half pairs (k0, k1) .. (k6, k7) that an mma fragment pairs with A's halves in order
-PACKED_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)   # PACKED_ORDER[j]: the k (within the group) of nibble j
 
 
 @dataclass(frozen=True)
@@ -56,29 +53,10 @@ class PackedWeight:
         return 3 if self.zero_points else 2
 
 
-def pack_codes(codes: np.ndarray, depth: int) -> np.ndarray:
-    """MatMulNBits' codes [N, bytes] (low nibble first, k in order) -> the kernel's: each group of 8 codes a
-    32-bit word in PACKED_ORDER, rows padded to whole words."""
-    n = codes.shape[0]
-    q = np.zeros((n, -(-depth // 8) * 8), np.uint8)
-    q[:, :depth] = unpack_codes_in_order(codes, depth)
-    groups = q.reshape(n, -1, 8)[:, :, list(PACKED_ORDER)]
-    return (groups[:, :, 0::2] | (groups[:, :, 1::2] << 4)).reshape(n, -1)
-
-
 def unpack_codes_in_order(codes: np.ndarray, depth: int) -> np.ndarray:
     """Codes [N, bytes], low nibble first -> [N, depth] uint8 in k order."""
     pairs = np.stack([codes & 15, codes >> 4], axis=-1).reshape(codes.shape[0], -1)
     return pairs[:, :depth]
-
-
-def unpack_kernel_codes(packed: np.ndarray, depth: int) -> np.ndarray:
-    """pack_codes' layout -> [N, depth] codes in k order."""
-    n = packed.shape[0]
-    nibbles = np.stack([packed & 15, packed >> 4], axis=-1).reshape(n, -1, 8)
-    inverse = np.empty(8, np.int64)
-    inverse[list(PACKED_ORDER)] = np.arange(8)
-    return nibbles[:, :, inverse].reshape(n, -1)[:, :depth]
 
 
 @dataclass(frozen=True)
@@ -160,7 +138,7 @@ class SmallGemmKernel:
         """The packed weight's [N, K] values as the kernel computes them: (code - zero point) * scale,
         rounded to `dtype` (one rounding: the difference of two small integers is exact), as float32."""
         pw, n, depth = self.packed, self.cols, self.depth
-        q = unpack_kernel_codes(np.asarray(slots[0]).reshape(n, -1), depth).astype(np.float32)
+        q = unpack_codes_in_order(np.asarray(slots[0]).reshape(n, -1), depth).astype(np.float32)
         blocks = -(-depth // pw.block)
         j = np.arange(depth) // pw.block
         scale = np.asarray(slots[1]).reshape(n, blocks).astype(np.float32)[:, j]

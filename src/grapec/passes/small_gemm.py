@@ -25,7 +25,7 @@ from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_chain, view_source
 from ..cost.device import DeviceProfile
 from ..cost.model import price_small_gemm
-from ..ir.small_gemm import KIND as SMALL_GEMM, PackedWeight, SmallGemmKernel, pack_codes
+from ..ir.small_gemm import KIND as SMALL_GEMM, PackedWeight, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
 from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, staged_bytes
 
@@ -136,7 +136,8 @@ def _unpacking(g: Graph, node: Node, b_name: str, producers, consumers):
         return None
     n, depth = g.lookup(dq.outputs[0]).shape
     blocks = -(-depth // tag["block"])
-    codes = pack_codes(np.asarray(values[0].const).reshape(n, -1), depth)
+    # MatMulNBits' own bytes: the same as the unpacking GEMV's (one row) read, so the bundle stores them once
+    codes = np.ascontiguousarray(np.asarray(values[0].const).reshape(n, -1))
     scales = np.ascontiguousarray(np.asarray(values[1].const).reshape(n, blocks))
     zp = np.ascontiguousarray(np.asarray(values[2].const).reshape(n, -1)) if len(values) == 3 else None
     return [dq] + chain, PackedWeight(tag["bits"], tag["block"], zp is not None), [codes, scales, zp]
