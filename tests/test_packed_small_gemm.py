@@ -9,8 +9,20 @@ from grapec.bundle.format import Bundle
 from grapec.ir.kinds import kernel_from_json
 from grapec.ir.small_gemm import unpack_codes_in_order
 from grapec.runtime.devices import gpu_count
+from onnx import helper, numpy_helper
 from helpers import rel_err
 from test_matmul_nbits import GEMV_K, GEMV_N, K, _hand_built, numpy_matmul_nbits
+
+
+def with_prologue(m):
+    """The model with x scaled by a constant vector before the MatMulNBits: a kernel the small GEMM takes as
+    its prologue (A staged in shared memory by every block: the one-tile form)."""
+    k = m.graph.input[0].type.tensor_type.shape.dim[-1].dim_value
+    scale = numpy_helper.from_array(np.random.default_rng(3).uniform(0.5, 1.5, k).astype(np.float16), "x_scale")
+    m.graph.initializer.append(scale)
+    m.graph.node.insert(0, helper.make_node("Mul", ["x", "x_scale"], ["x_scaled"], name="scale_x"))
+    m.graph.node[1].input[0] = "x_scaled"
+    return m
 
 
 def steps_of(bundle) -> list:
@@ -88,6 +100,29 @@ def test_a_few_rows_of_4bit_codes_are_one_small_gemm_that_unpacks_them(rows, blo
     np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=1e-2)
 
 
+@pytest.mark.parametrize("rows", [2, 16])
+def test_the_form_is_the_split_one_where_a_is_read_as_it_lies(rows):
+    """For sm_90 (thread-block clusters): A read from memory takes the split form (a block's 64 columns share
+    A's steps in shared memory), and A made by a prologue the one-tile form; without clusters, the one-tile
+    form. Both compute the spec's result on the CPU backend."""
+    def kernel(m, targets):
+        b = Bundle.from_bytes(grapec.compile(m, targets=targets).to_bytes())
+        ks = [kernel_from_json(b.kernels[st.kernel]) for st in b.plans[0].steps if st.op == "kernel"]
+        return b, [k for k in ks if getattr(k, "packed", None) is not None]
+    depth = 1024   # 16 rows of it fit a prologue's shared memory (codegen/small_gemm.py SMEM_BYTES)
+    plain = _hand_built("uint8", False, np.float16, rows=rows, k=depth, n=256)
+    b, [k] = kernel(plain, ["sm_90"])
+    assert k.split and k.prologue is None, k
+    assert "__cluster_dims__" in b.extra_sections["cuda.source"].decode()
+    _, [k] = kernel(plain, ["sm_80"])
+    assert not k.split, k
+    _, [k] = kernel(with_prologue(_hand_built("uint8", False, np.float16, rows=rows, k=depth, n=256)), ["sm_90"])
+    assert not k.split and k.prologue is not None, k
+    x = np.random.default_rng(rows).standard_normal((rows, depth)).astype(np.float16)
+    got = grapec.load(b, backend="cpu").run({"x": x})["y"].astype(np.float64)
+    assert rel_err(got, numpy_matmul_nbits(plain, x)) < 1e-3
+
+
 @pytest.mark.parametrize("zero_points, rows, dtype, want", [
     ("float", 5, np.float16, ["kernel", "library", "kernel"]),   # float zero points: unpacked, then cuBLASLt
     ("none", 5, np.float32, ["kernel", "library"]),              # float32 A: unpacked, then cuBLASLt with the bias
@@ -105,17 +140,21 @@ def test_other_forms_keep_their_paths(zero_points, rows, dtype, want):
 @pytest.mark.skipif(not gpu_count(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("block, zero_points", [(32, "none"), (32, "uint8"), (128, "uint8"), (16, "none")])
 def test_the_cuda_small_gemm_unpacks_4bit_codes_as_the_spec_says(block, zero_points):
-    """2-16 rows against K = 2048 (16 steps a lane) and K = 8192 (32 steps), the generated kernel against the
-    spec in float64 and against the CPU backend's SmallGemmKernel.run."""
-    for rows, k, n in ((2, GEMV_K, GEMV_N), (4, GEMV_K, GEMV_N), (9, GEMV_K, GEMV_N), (16, GEMV_K, GEMV_N),
-                       (4, 4 * GEMV_K, GEMV_N // 2)):
+    """2-16 rows against K = 2048 and K = 8192, the generated kernel against the spec in float64 and against the
+    CPU backend's SmallGemmKernel.run: A as it lies (the split form), and A from a prologue (the one-tile form)."""
+    for rows, k, n, prologue in ((2, GEMV_K, GEMV_N, False), (4, GEMV_K, GEMV_N, True), (9, GEMV_K, GEMV_N, False),
+                                 (16, GEMV_K, GEMV_N, False), (4, 4 * GEMV_K, GEMV_N // 2, False),
+                                 (16, 4 * GEMV_K, GEMV_N // 2, False), (8, 512, 200, True), (3, 512, 200, False)):
         m = _hand_built(zero_points, True, np.float16, block=block, rows=rows, k=k, n=n)
+        if prologue:
+            m = with_prologue(m)
         b = Bundle.from_bytes(grapec.compile(m, targets="auto").to_bytes())
         assert steps_of(b)[0][1] is not None
         x = np.random.default_rng(rows).standard_normal((rows, k)).astype(np.float16)
         got = grapec.load(b, backend="cuda").run({"x": x})["y"].astype(np.float64)
         cpu = grapec.load(b, backend="cpu").run({"x": x})["y"].astype(np.float64)
-        want = numpy_matmul_nbits(m, x)
+        xs = x * np.asarray(numpy_helper.to_array(m.graph.initializer[-1])) if prologue else x
+        want = numpy_matmul_nbits(m, xs.astype(np.float16))
         assert rel_err(got, want) < 1e-3, (rows, k, rel_err(got, want))
         assert rel_err(got, cpu) < 1e-3, (rows, k, rel_err(got, cpu))
         np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=1e-2, err_msg=f"{rows} x {k}")

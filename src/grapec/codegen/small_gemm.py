@@ -49,6 +49,7 @@ MAX_SPLIT_ROWS = 128   # the split form's row tiles (8 of them: 32 accumulators 
 MAX_SPLITS = 8         # blocks of a cluster (the portable cluster size)
 SPLIT_COL_TILES = 8    # a split block's warps, one column tile each
 MAX_SPLIT_STEPS = 24   # the split form's k steps a lane holds (no k slices share its block's registers)
+MAX_PACKED_SPLIT_STEPS = 48   # ... of packed codes: 2 registers a step (the word, its scale and zero point), not 4
 SPLIT_RING = 4         # the split form's stages of A in shared memory: 3 steps' copies in flight
 SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
@@ -82,10 +83,18 @@ def staged_bytes(rows: int, depth: int) -> int:
     return 2 * rows * lda_for(depth)
 
 
+def is_split(k: SmallGemmKernel) -> bool:
+    """The split form: past one mma tile of rows, or where the pass chose it for a packed weight without a
+    prologue (the one-tile form reads A again for every 8 columns, from L1 or L2: 8 times the codes' bytes at
+    16 rows; the split form stages A once for a block's 64 columns)."""
+    return k.rows > MAX_ROWS or k.split
+
+
 def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
     n_tiles, k_steps = _ceil(k.cols, 8), _ceil(k.depth, 32)
-    if k.rows > MAX_ROWS:
-        return split_tiling(n_tiles, k_steps, _ceil(k.rows, 16), lda_for(k.depth))
+    if is_split(k):
+        return split_tiling(n_tiles, k_steps, _ceil(k.rows, 16), lda_for(k.depth),
+                            MAX_PACKED_SPLIT_STEPS if k.packed is not None else MAX_SPLIT_STEPS)
     col_tiles = 1
     while col_tiles < WARPS and _ceil(n_tiles, 2 * col_tiles) >= SMS:
         col_tiles *= 2
@@ -100,21 +109,22 @@ def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
                            lda_for(k.depth))
 
 
-def split_tiling(n_tiles: int, k_steps: int, row_tiles: int, lda: int) -> SmallGemmTiling:
-    """The split form: the fewest splits that hold a warp's share of K in registers, then more while
-    the grid leaves SMs idle and each split keeps a step."""
+def split_tiling(n_tiles: int, k_steps: int, row_tiles: int, lda: int, max_steps: int = MAX_SPLIT_STEPS) -> SmallGemmTiling:
+    """The split form: the fewest splits that hold a warp's share of K in registers (max_steps), then more
+    while the grid leaves SMs idle and each split keeps a step."""
     col_tiles = min(SPLIT_COL_TILES, n_tiles)
     groups = _ceil(n_tiles, col_tiles)
     splits = 1
-    while splits < MAX_SPLITS and (_ceil(k_steps, splits) > MAX_SPLIT_STEPS
+    while splits < MAX_SPLITS and (_ceil(k_steps, splits) > max_steps
                                    or (groups * splits < SMS and 2 * splits <= k_steps)):
         splits *= 2
     return SmallGemmTiling(col_tiles, 1, _ceil(k_steps, splits), groups, groups * splits, lda, splits, row_tiles)
 
 
-def fits_split(rows: int, depth: int) -> bool:
+def fits_split(rows: int, depth: int, packed: bool = False) -> bool:
     """Can the split form take this GEMM: its rows in 8 tiles, a warp's share of K in registers."""
-    return rows <= MAX_SPLIT_ROWS and _ceil(_ceil(depth, 32), MAX_SPLITS) <= MAX_SPLIT_STEPS
+    steps = MAX_PACKED_SPLIT_STEPS if packed else MAX_SPLIT_STEPS
+    return rows <= MAX_SPLIT_ROWS and _ceil(_ceil(depth, 32), MAX_SPLITS) <= steps
 
 
 def small_gemm_launch(k: SmallGemmKernel) -> Launch:
@@ -125,7 +135,7 @@ def small_gemm_launch(k: SmallGemmKernel) -> Launch:
 def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     """-> CUDA C for the kernel (its prologue and epilogue functions first), named `name`."""
     t = small_gemm_tiling(k)
-    if k.rows > MAX_ROWS:
+    if is_split(k):
         return render_split_gemm(k, t, name)
     ty = ctype(k.dtype)
     mma = "f16" if k.dtype == "float16" else "bf16"
@@ -171,11 +181,7 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
     L.append(f"      const uint4 lo = (g < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + g * {a_ld} + kk) : zero;")
     L.append(f"      const uint4 hi = (g + 8 < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + (g + 8) * {a_ld} + kk) : zero;")
-    if k.packed is not None:   # the codes become halves only now that their loads have landed
-        zero = "wsz[s] >> 16" if k.packed.zero_points else f"{1 << (k.packed.bits - 1)}u"
-        L.append(f"      const uint4 ws = g_unpack8_q4(wq[s], (f16)(wsz[s] & 0xFFFFu), {zero});")
-    else:
-        L.append("      const uint4 ws = wv[s];")
+    L.append(_step_weights(k, "      "))
     L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
     L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
     L.append("    }")
@@ -239,29 +245,40 @@ def _declare_weights(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
     return [f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 */"]
 
 
-def _load_weights(k: SmallGemmKernel, t: SmallGemmTiling, p: int, tile: str, indent: str) -> list:
-    """Tile `tile`'s weight loads: this lane's row of W, 8 consecutive k per 32-wide step (packed: the word
-    of their 4-bit codes, their block's scale and zero point; a scale of 0 past N or K makes them zeros)."""
+def _weight_loads(k: SmallGemmKernel, p: int, indent: str) -> list:
+    """Step s's weight loads for weight row `wn` at k = kk..kk+7: 8 halves, or, packed, the word of their 4-bit
+    codes and their block's scale and zero point (a scale of 0 past N or K makes them zeros)."""
     n, depth = k.cols, k.depth
     ok = f"wn < {n} && kk < {depth}"
     if k.packed is None:
-        loads = [f"{indent}    wv[s] = ({ok}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;"]
-    else:
-        codes, scales = k.inputs[p][0][1], k.inputs[p + 1][0][1]   # bytes and blocks a row
-        block = k.packed.block
-        scale = f"(unsigned)in{p + 1}[wn * {scales}LL + kk / {block}]"
-        if k.packed.zero_points:
-            zrow = k.inputs[p + 2][0][1]
-            scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + kk / {2 * block}] >> (4 * ((kk / {block}) & 1))) "
-                      "& 15u) << 16")
-        loads = [f"{indent}    wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
-                 f"{indent}    wsz[s] = ({ok}) ? ({scale}) : 0u;"]
+        return [f"{indent}wv[s] = ({ok}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;"]
+    codes, scales = k.inputs[p][0][1], k.inputs[p + 1][0][1]   # bytes and blocks a row
+    block = k.packed.block
+    scale = f"(unsigned)in{p + 1}[wn * {scales}LL + kk / {block}]"
+    if k.packed.zero_points:
+        zrow = k.inputs[p + 2][0][1]
+        scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + kk / {2 * block}] >> (4 * ((kk / {block}) & 1))) "
+                  "& 15u) << 16")
+    return [f"{indent}wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
+            f"{indent}wsz[s] = ({ok}) ? ({scale}) : 0u;"]
+
+
+def _step_weights(k: SmallGemmKernel, indent: str) -> str:
+    """Step s's 8 weights as the mma's halves: packed codes become halves only now that their loads have landed."""
+    if k.packed is None:
+        return f"{indent}const uint4 ws = wv[s];"
+    zero = "wsz[s] >> 16" if k.packed.zero_points else f"{1 << (k.packed.bits - 1)}u"
+    return f"{indent}const uint4 ws = g_unpack8_q4(wq[s], (f16)(wsz[s] & 0xFFFFu), {zero});"
+
+
+def _load_weights(k: SmallGemmKernel, t: SmallGemmTiling, p: int, tile: str, indent: str) -> list:
+    """Tile `tile`'s weight loads: this lane's row of W, 8 consecutive k per 32-wide step."""
     return [f"{indent}if ({tile} < {t.block_tiles}) {{",
             f"{indent}  const i64 wn = ((i64)({tile}) * {t.col_tiles} + ct) * 8 + g;",
             f"{indent}  #pragma unroll",
             f"{indent}  for (int s = 0; s < {t.steps}; ++s) {{",
             f"{indent}    const int kk = (ks * {t.steps} + s) * 32 + 8 * t;",
-            *loads,
+            *_weight_loads(k, p, indent + "    "),
             f"{indent}  }}",
             f"{indent}}}"]
 
@@ -292,12 +309,12 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     L.append(f"  const i64 wn = ((i64)group * {t.col_tiles} + warp) * 8 + g;   /* this lane's weight row */")
     L.append(f"  const int k0 = split * {t.steps * 32};   /* the block's share of K starts here */")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
-    L.append(f"  uint4 wv[{t.steps}];")
+    L += _declare_weights(k, t)
     L.append("  /* the weights wait for nothing: they fly while the kernel before ends */")
     L.append("  #pragma unroll")
     L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
     L.append("    const int kk = k0 + s * 32 + 8 * t;")
-    L.append(f"    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)(in1 + wn * {depth}LL + kk) : zero;")
+    L += _weight_loads(k, 1, "    ")
     L.append("  }")
     L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
     L.append("  /* step s's copies: 16 bytes each, zeros past A's rows and K */")
@@ -322,12 +339,13 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     L.append(f"    G_CP_WAIT({ring - 1});   /* this thread's copies of step s have landed ... */")
     L.append("    __syncthreads();        /* ... and every thread's */")
     L.append(f"    const {ty}* a = g_a + (s % {ring}) * {stage};")
+    L.append(_step_weights(k, "    "))
     L.append("    #pragma unroll")
     L.append(f"    for (int mt = 0; mt < {rt}; ++mt) {{   /* every row tile meets the same weight registers */")
     L.append("      const uint4 lo = *(const uint4*)(a + (mt * 16 + g) * 32 + 8 * t);")
     L.append("      const uint4 hi = *(const uint4*)(a + (mt * 16 + g + 8) * 32 + 8 * t);")
-    L.append(f'      G_MMA("{mma}", c[mt], lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
-    L.append(f'      G_MMA("{mma}", c[mt], lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
+    L.append(f'      G_MMA("{mma}", c[mt], lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
+    L.append(f'      G_MMA("{mma}", c[mt], lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
     L.append("    }")
     L.append("    __syncthreads();   /* the stage is read before a later step's copies land in it */")
     L.append("  }")

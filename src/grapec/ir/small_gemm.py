@@ -70,6 +70,7 @@ class SmallGemmKernel:
     prologue: Kernel | None
     epilogue: Kernel
     packed: PackedWeight | None = None
+    split: bool = False          # the split form at MAX_ROWS rows or fewer (codegen/small_gemm.py is_split)
 
     kind = KIND
 
@@ -108,6 +109,8 @@ class SmallGemmKernel:
              "epilogue": self.epilogue.to_json()}
         if self.packed is not None:
             d["packed"] = [self.packed.bits, self.packed.block, int(self.packed.zero_points)]
+        if self.split:
+            d["split"] = 1
         return d
 
     @staticmethod
@@ -117,7 +120,7 @@ class SmallGemmKernel:
                                m, n, k, Kernel.from_json(d["prologue"]) if d["prologue"] else None,
                                Kernel.from_json(d["epilogue"]),
                                PackedWeight(*(int(x) for x in d["packed"][:2]), bool(d["packed"][2]))
-                               if d.get("packed") else None)
+                               if d.get("packed") else None, bool(d.get("split")))
 
     def run(self, inputs: list, out: np.ndarray | None = None) -> np.ndarray:
         from .interpret import run_kernel

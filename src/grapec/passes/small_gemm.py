@@ -85,13 +85,15 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     if views and not plain_view(views["0"], rows, depth):
         return None
     priced = profile is not None and bool(profile.coefficients.get(SMALL_GEMM))
+    clusters = split
     # the split form only where the cost model weighs it against cuBLASLt: on an H100 it lost at every shape
     # measured (benchmarks/results/2026-11-26-h100-split-gemm), so it is never taken unpriced
     split = split and priced
     if not takes(y.dtype, depth) or math.prod(a.shape) != rows * depth or not (1 <= rows <= MAX_ROWS or split and fits_split(rows, depth)):
         return None
     if unpack is not None:
-        return _packed_small_gemm(g, node, names, y, rows, cols, depth, c, bias, unpack, source, producers, consumers)
+        return _packed_small_gemm(g, node, names, y, rows, cols, depth, c, bias, unpack, source, producers, consumers,
+                                  clusters)
     transposed = not attrs.get("trans_b")
     if transposed and (len(consumers.get(w.name, ())) > 1 or w.name in g.outputs):
         return None   # another reader wants the stored layout: keep one copy of the weight
@@ -144,10 +146,13 @@ def _unpacking(g: Graph, node: Node, b_name: str, producers, consumers):
 
 
 def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: int, depth: int, c, bias, unpack,
-                       source, producers, consumers):
+                       source, producers, consumers, clusters: bool):
     """The small GEMM that unpacks a MatMulNBits weight's codes as it loads them: no [N, K] half weight written
     and read at every step (ops/quant.py's form past a few rows). Taken unpriced: the cost model has no price for
-    the unpacking kernel it replaces, which moves four times the codes' bytes twice."""
+    the unpacking kernel it replaces, which moves four times the codes' bytes twice. Without a prologue, and
+    where the targets have clusters, in the split form (codegen/small_gemm.py is_split): the one-tile form read
+    A again for every 8 columns, and a Llama-1B int4 down projection at 16 rows took 62.9 us for 8 MiB of codes
+    (H200, benchmarks/results/2026-11-29-h200-s61)."""
     if rows > MAX_ROWS:   # the split form takes no packed weight
         return None
     unpackers, packed, (codes, scales, zp) = unpack
@@ -159,7 +164,8 @@ def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: in
         w_values.append(g.add_value("small_gemm_zero_points", "uint8", zp.shape, zp))
     slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
     inputs = tuple(map(slot_of, a_names)) + tuple((tuple(v.shape), v.dtype) for v in w_values) + tuple(map(slot_of, extras))
-    kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue, packed)
+    split = prologue is None and clusters and fits_split(rows, depth, packed=True)
+    kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue, packed, split)
     slots = a_names + [v.name for v in w_values] + extras
     dropped = dropped + unpackers
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
