@@ -1,11 +1,11 @@
 # Session 61, call 5 (branch wip/int4-small-gemm): the packed split form with a lane's 32 codes a load, against
 # onnxruntime-genai-cuda 0.18.0 (onnxruntime-gpu 1.31.1) in one process. First `bash call5.sh part` in one call a
-# part (carry .ort/part_aX; the last part may travel with the run), then `bash call5.sh` with .ab (.ab/split/src:
+# part (carry .ort2/part_aX: onnxruntime-gpu and onnxruntime-genai as an xz tar cut by `split -b 37000000`; the last part may travel with the run), then `bash call5.sh` with .ab (.ab/split/src:
 # the split form before the 32-code loads), .ort/SHA256 and the nvmath, onnx_ir, onnxscript, ml_dtypes wheels
 # carried, back to back while the machine is warm. The GPU tests first: if they fail, the genai comparison runs
 # .ab's code instead, and says so.
 START=$(date +%s); left() { echo $(( 585 - ($(date +%s) - START) )); }
-mkdir -p /tmp/ortparts; for p in .ort/part_a?; do cp -n $p /tmp/ortparts/ 2>/dev/null; done
+mkdir -p /tmp/ortparts; for p in .ort2/part_a?; do cp -n $p /tmp/ortparts/ 2>/dev/null; done
 if [ "$1" = part ]; then ls -la /tmp/ortparts; exit; fi
 cat /tmp/ortparts/part_a? > /tmp/ort.tar.xz
 echo "$(cut -d' ' -f1 .ort/SHA256)  /tmp/ort.tar.xz" | sha256sum -c || exit 1
