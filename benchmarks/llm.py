@@ -282,26 +282,28 @@ def genai_rows(model_dir: str, grapec_rows_: dict, batches: list, new: int, grap
     return out
 
 
-def step_profiles(path: str, prefill: int, past: int, say) -> dict:
+def step_profiles(path: str, prefill: int, past: int, say, batch: int = 1) -> dict:
     """Each step's GPU time alone: the prompt pass of `prefill` tokens (the generation bundle with one
-    new token), and one decode step of the decoder compiled alone (batch 1, a past buffer `past` long,
-    as onnxruntime-genai's CUDA runtime shares it with the present). -> {name: [step..]}, slowest first."""
+    new token; none where prefill is 0), and one decode step of the decoder compiled alone (`batch` rows,
+    a past buffer `past` long, as onnxruntime-genai's CUDA runtime shares it with the present).
+    -> {name: [step..]}, slowest first."""
     import onnx
     import grapec
     from grapec.tools.bench import bench_grapec
     out, launches = {}, {}
-    b = grapec.compile(path, generate=1, dims={"batch": 1, "prompt": prefill})
-    feeds = {"prompt_ids": np.random.default_rng(0).integers(0, 1000, (1, prefill)).astype(np.int64),
-             "prompt_lengths": np.array([prefill]), "max_new_tokens": np.array(1), "eos_token_id": np.array(-1)}
-    res = bench_grapec(b, feeds, 3, warmup=1, per_step=True)
-    out[f"prompt {prefill}"], launches[f"prompt {prefill}"] = res["steps"], res["replay"]["median_ms"]
+    if prefill:
+        b = grapec.compile(path, generate=1, dims={"batch": 1, "prompt": prefill})
+        feeds = {"prompt_ids": np.random.default_rng(0).integers(0, 1000, (1, prefill)).astype(np.int64),
+                 "prompt_lengths": np.array([prefill]), "max_new_tokens": np.array(1), "eos_token_id": np.array(-1)}
+        res = bench_grapec(b, feeds, 3, warmup=1, per_step=True)
+        out[f"prompt {prefill}"], launches[f"prompt {prefill}"] = res["steps"], res["replay"]["median_ms"]
     m = onnx.load(path, load_external_data=False)
     kv = [i for i in m.graph.input if i.name.startswith("past_key_values")]
     kv_dtype = np.float16 if kv[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16 else np.float32
-    feeds = {"input_ids": np.array([[5]]), "attention_mask": np.ones((1, past), np.int64)}
+    feeds = {"input_ids": np.full((batch, 1), 5), "attention_mask": np.ones((batch, past), np.int64)}
     if any(i.name == "position_ids" for i in m.graph.input):
         # optimum's export: the mask spans the past and the new token, which sits at position `past`
-        feeds["attention_mask"], feeds["position_ids"] = np.ones((1, past + 1), np.int64), np.array([[past]])
+        feeds["attention_mask"], feeds["position_ids"] = np.ones((batch, past + 1), np.int64), np.full((batch, 1), past)
     for i in kv:
         # [batch, kv heads, past, head size] in both the builder's and optimum's exports; the builder names the
         # head size (genai_config.json has it), optimum fixes it
@@ -309,10 +311,11 @@ def step_profiles(path: str, prefill: int, past: int, say) -> dict:
         if not head_size:
             head_size = json.load(open(os.path.join(os.path.dirname(path), "genai_config.json")))["model"][
                 "decoder"]["head_size"]
-        feeds[i.name] = np.zeros((1, heads, past, head_size), kv_dtype)
+        feeds[i.name] = np.zeros((batch, heads, past, head_size), kv_dtype)
     b = grapec.compile(path, shapes={k: v.shape for k, v in feeds.items()})
     res = bench_grapec(b, feeds, 20, warmup=3, per_step=True)
-    out[f"decode step, past {past}"], launches[f"decode step, past {past}"] = res["steps"], res["replay"]["median_ms"]
+    step = f"decode step, batch {batch}, past {past}"
+    out[step], launches[step] = res["steps"], res["replay"]["median_ms"]
     for name, steps in out.items():
         steps.sort(key=lambda st: -st["us"])
         # one launch of the graph against its steps alone: what the gaps between nodes add (a decode step in
@@ -338,10 +341,11 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--steps", action="store_true", help="only profile each step of a prompt pass (--prefill long) "
                     "and of one decode step (past --prompt + --new long), alone")
+    ap.add_argument("--step-batch", type=int, default=1, help="with --steps: the decode step's rows")
     a = ap.parse_args()
     say = lambda m: print(f"[llm] {m}", flush=True)  # noqa: E731
     if a.steps:
-        prof = step_profiles(a.model, a.prefill, a.prompt + a.new, say)
+        prof = step_profiles(a.model, a.prefill, a.prompt + a.new, say, a.step_batch)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(prof, f, indent=1)

@@ -171,6 +171,24 @@ __device__ __forceinline__ float g_dot8_q4(uint4 x, unsigned w, float z) {
   }
   return s;
 }
+/* eight 4-bit codes of one word, low nibble first (MatMulNBits' bytes: byte j holds k = 2j and 2j + 1)
+   -> the half pairs (k0, k1) .. (k6, k7) of (code - zero) * scale: the differences exact, one rounding after.
+   Byte j twice (__byte_perm), masked to k = 2j in the low half and 16 (2j + 1) in the high, over 1024's bits: one
+   fma by (1, 1/16) takes 1024 + zero and 64 + zero off exactly */
+__device__ __forceinline__ uint4 g_unpack8_q4(unsigned w, f16 scale, unsigned zero) {
+  const unsigned scales = 0x2C003C00u;   /* halves (1, 1/16) */
+  const unsigned lo = f2h(-1024.f - (float)zero), hi = f2h(-64.f - (float)zero);
+  const unsigned bias = lo | (hi << 16), s2 = (unsigned)scale | ((unsigned)scale << 16);
+  unsigned r[4];
+  #pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    unsigned q;
+    const unsigned b = g_and_or(__byte_perm(w, 0u, 0x4040u | (0x0101u * j)), 0x00F0000Fu, 0x64006400u);
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(q) : "r"(b), "r"(scales), "r"(bias));
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r[j]) : "r"(q), "r"(s2));
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
 """
 PRELUDE = (TYPES + HALF_CONVERSIONS + COMMON + NARROW_CONVERSIONS + PREFETCH + DEPENDENT_LAUNCH + BLOCK_REDUCE
            + BLOCK_ARGREDUCE + NIBBLE_DOT)

@@ -34,7 +34,7 @@ Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..ir.small_gemm import SmallGemmKernel
 from .cuda import RowFunctionRenderer, ValueFunctionRenderer, ctype
@@ -49,6 +49,8 @@ MAX_SPLIT_ROWS = 128   # the split form's row tiles (8 of them: 32 accumulators 
 MAX_SPLITS = 8         # blocks of a cluster (the portable cluster size)
 SPLIT_COL_TILES = 8    # a split block's warps, one column tile each
 MAX_SPLIT_STEPS = 24   # the split form's k steps a lane holds (no k slices share its block's registers)
+MAX_PACKED_SPLIT_STEPS = 40   # ... of packed codes: 2 registers a step (the word, its scale and zero point), not 4;
+#                               a block stages its share of A whole: 16 rows of 40 steps are 41 KB
 SPLIT_RING = 4         # the split form's stages of A in shared memory: 3 steps' copies in flight
 SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
@@ -82,9 +84,19 @@ def staged_bytes(rows: int, depth: int) -> int:
     return 2 * rows * lda_for(depth)
 
 
+def is_split(k: SmallGemmKernel) -> bool:
+    """The split form: past one mma tile of rows, or where the pass chose it for a packed weight without a
+    prologue (the one-tile form reads A again for every 8 columns, from L1 or L2: 8 times the codes' bytes at
+    16 rows; the split form stages A once for a block's 64 columns)."""
+    return k.rows > MAX_ROWS or k.split
+
+
 def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
     n_tiles, k_steps = _ceil(k.cols, 8), _ceil(k.depth, 32)
-    if k.rows > MAX_ROWS:
+    if is_split(k) and k.packed is not None:   # whole quads of steps (render_packed_split)
+        t = split_tiling(n_tiles, k_steps, 1, lda_for(k.depth), MAX_PACKED_SPLIT_STEPS)
+        return replace(t, steps=_ceil(t.steps, 4) * 4)
+    if is_split(k):
         return split_tiling(n_tiles, k_steps, _ceil(k.rows, 16), lda_for(k.depth))
     col_tiles = 1
     while col_tiles < WARPS and _ceil(n_tiles, 2 * col_tiles) >= SMS:
@@ -100,20 +112,22 @@ def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
                            lda_for(k.depth))
 
 
-def split_tiling(n_tiles: int, k_steps: int, row_tiles: int, lda: int) -> SmallGemmTiling:
-    """The split form: the fewest splits that hold a warp's share of K in registers, then more while
-    the grid leaves SMs idle and each split keeps a step."""
+def split_tiling(n_tiles: int, k_steps: int, row_tiles: int, lda: int, max_steps: int = MAX_SPLIT_STEPS) -> SmallGemmTiling:
+    """The split form: the fewest splits that hold a warp's share of K in registers (max_steps), then more
+    while the grid leaves SMs idle and each split keeps a step."""
     col_tiles = min(SPLIT_COL_TILES, n_tiles)
     groups = _ceil(n_tiles, col_tiles)
     splits = 1
-    while splits < MAX_SPLITS and (_ceil(k_steps, splits) > MAX_SPLIT_STEPS
+    while splits < MAX_SPLITS and (_ceil(k_steps, splits) > max_steps
                                    or (groups * splits < SMS and 2 * splits <= k_steps)):
         splits *= 2
     return SmallGemmTiling(col_tiles, 1, _ceil(k_steps, splits), groups, groups * splits, lda, splits, row_tiles)
 
 
-def fits_split(rows: int, depth: int) -> bool:
-    """Can the split form take this GEMM: its rows in 8 tiles, a warp's share of K in registers."""
+def fits_split(rows: int, depth: int, packed: bool = False) -> bool:
+    """Can the split form take this GEMM: its rows in 8 tiles (packed: one), a warp's share of K in registers."""
+    if packed:
+        return rows <= MAX_ROWS and _ceil(_ceil(_ceil(depth, 32), MAX_SPLITS), 4) * 4 <= MAX_PACKED_SPLIT_STEPS
     return rows <= MAX_SPLIT_ROWS and _ceil(_ceil(depth, 32), MAX_SPLITS) <= MAX_SPLIT_STEPS
 
 
@@ -125,30 +139,37 @@ def small_gemm_launch(k: SmallGemmKernel) -> Launch:
 def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     """-> CUDA C for the kernel (its prologue and epilogue functions first), named `name`."""
     t = small_gemm_tiling(k)
-    if k.rows > MAX_ROWS:
+    if is_split(k) and k.packed is not None:
+        return render_packed_split(k, t, name)
+    if is_split(k):
         return render_split_gemm(k, t, name)
     ty = ctype(k.dtype)
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
     m, n, depth, lda, p = k.rows, k.cols, k.depth, t.lda, k.a_slots
-    w = f"in{p}"
     L = []
     if k.prologue is not None:
         L += [RowFunctionRenderer(k.prologue, m, depth).render_function(f"{name}_prologue"), ""]
     staged = staged_rows(m, depth)
     L += [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
     params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-    L.append(f'extern "C" __global__ void __launch_bounds__({t.block}) {name}({", ".join(params)}) {{')
+    # the grid is BLOCKS_PER_SM blocks an SM: a packed weight's kernel of 4 rows and 16 steps, its codes unpacked
+    # beside A's loads in flight, took 161 registers a thread unbounded (one block an SM), 123 and no spills when
+    # bounded (ptxas, sm_90). With A's second 8 rows or 32 steps, bounded, it spilled 0.3-1.8 KB a thread: those
+    # keep one block an SM, as half weights' do (237 registers at 16 rows and 32 steps)
+    bounded = k.packed is not None and t.steps <= MAX_STEPS and k.rows <= 8
+    bounds = f"{t.block}, {BLOCKS_PER_SM}" if bounded else f"{t.block}"
+    L.append(f'extern "C" __global__ void __launch_bounds__({bounds}) {name}({", ".join(params)}) {{')
     if t.k_slices > 1:
         L.append(f"  __shared__ float g_part[{(t.k_slices - 1) * t.col_tiles * 128}];   /* partial tiles of slices 1.. */")
     L.append(f"  const int {ROWS} = {m};   /* A's rows: the one number that differs between sizes (one_tile_group) */")
     L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
     L.append(f"  const int ct = warp % {t.col_tiles}, ks = warp / {t.col_tiles};")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
-    L.append(f"  uint4 wv[{t.steps}];")
+    L += _declare_weights(k, t)
     L.append("  int bt = blockIdx.x;")
     L.append("  /* the weights wait for nothing: the first tile's loads fly while the kernel before ends and A's rows are made */")
-    L += _load_weights(t, w, n, depth, "bt", "  ")
+    L += _load_weights(k, t, p, "bt", "  ")
     L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
     if k.prologue is not None:
         args = "".join(f", in{i}" for i in range(p))
@@ -166,11 +187,12 @@ def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     L.append(f"      const int kk = (ks * {t.steps} + s) * 32 + 8 * t;")
     L.append(f"      const uint4 lo = (g < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + g * {a_ld} + kk) : zero;")
     L.append(f"      const uint4 hi = (g + 8 < {ROWS} && kk < {depth}) ? *(const uint4*)({a_rows} + (g + 8) * {a_ld} + kk) : zero;")
-    L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, wv[s].x, wv[s].y);')
-    L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, wv[s].z, wv[s].w);')
+    L.append(_step_weights(k, "      "))
+    L.append(f'      G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
+    L.append(f'      G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
     L.append("    }")
     L.append("    /* the next tile's weights fly while this one is summed and stored */")
-    L += _load_weights(t, w, n, depth, "bt + (int)gridDim.x", "    ")
+    L += _load_weights(k, t, p, "bt + (int)gridDim.x", "    ")
     if t.k_slices > 1:
         L.append(f"    if (ks > 0) *(float4*)(g_part + ((ks - 1) * {t.col_tiles} + ct) * 128 + lane * 4) = make_float4(c[0], c[1], c[2], c[3]);")
         L.append("    __syncthreads();")
@@ -218,18 +240,51 @@ def one_tile_group(text: str) -> str | None:
 
 def _epilogue_args(k: SmallGemmKernel) -> str:
     """The epilogue's slots after W (a residual, a bias), as the call's trailing arguments."""
-    first = k.a_slots + 1
+    first = k.a_slots + k.w_slots
     return "".join(f", in{i}" for i in range(first, len(k.inputs)))
 
 
-def _load_weights(t: SmallGemmTiling, w: str, n: int, depth: int, tile: str, indent: str) -> list:
-    """Tile `tile`'s weight loads into wv: this lane's row of W, 8 consecutive k per 32-wide step."""
+def _declare_weights(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
+    """A lane's weights in flight: 8 halves a step, or, packed, their codes' word, scale and zero point."""
+    if k.packed is None:
+        return [f"  uint4 wv[{t.steps}];"]
+    return [f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 */"]
+
+
+def _weight_loads(k: SmallGemmKernel, p: int, indent: str) -> list:
+    """Step s's weight loads for weight row `wn` at k = kk..kk+7: 8 halves, or, packed, the word of their 4-bit
+    codes and their block's scale and zero point (a scale of 0 past N or K makes them zeros)."""
+    n, depth = k.cols, k.depth
+    ok = f"wn < {n} && kk < {depth}"
+    if k.packed is None:
+        return [f"{indent}wv[s] = ({ok}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;"]
+    codes, scales = k.inputs[p][0][1], k.inputs[p + 1][0][1]   # bytes and blocks a row
+    block = k.packed.block
+    scale = f"(unsigned)in{p + 1}[wn * {scales}LL + kk / {block}]"
+    if k.packed.zero_points:
+        zrow = k.inputs[p + 2][0][1]
+        scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + kk / {2 * block}] >> (4 * ((kk / {block}) & 1))) "
+                  "& 15u) << 16")
+    return [f"{indent}wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
+            f"{indent}wsz[s] = ({ok}) ? ({scale}) : 0u;"]
+
+
+def _step_weights(k: SmallGemmKernel, indent: str) -> str:
+    """Step s's 8 weights as the mma's halves: packed codes become halves only now that their loads have landed."""
+    if k.packed is None:
+        return f"{indent}const uint4 ws = wv[s];"
+    zero = "wsz[s] >> 16" if k.packed.zero_points else f"{1 << (k.packed.bits - 1)}u"
+    return f"{indent}const uint4 ws = g_unpack8_q4(wq[s], (f16)(wsz[s] & 0xFFFFu), {zero});"
+
+
+def _load_weights(k: SmallGemmKernel, t: SmallGemmTiling, p: int, tile: str, indent: str) -> list:
+    """Tile `tile`'s weight loads: this lane's row of W, 8 consecutive k per 32-wide step."""
     return [f"{indent}if ({tile} < {t.block_tiles}) {{",
             f"{indent}  const i64 wn = ((i64)({tile}) * {t.col_tiles} + ct) * 8 + g;",
             f"{indent}  #pragma unroll",
             f"{indent}  for (int s = 0; s < {t.steps}; ++s) {{",
             f"{indent}    const int kk = (ks * {t.steps} + s) * 32 + 8 * t;",
-            f"{indent}    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)({w} + wn * {depth}LL + kk) : zero;",
+            *_weight_loads(k, p, indent + "    "),
             f"{indent}  }}",
             f"{indent}}}"]
 
@@ -305,6 +360,16 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     L.append(f"    *(float2*)(g_tile + (mt * 16 + g) * {width} + warp * 8 + 2 * t) = make_float2(c[mt][0], c[mt][1]);")
     L.append(f"    *(float2*)(g_tile + (mt * 16 + g + 8) * {width} + warp * 8 + 2 * t) = make_float2(c[mt][2], c[mt][3]);")
     L.append("  }")
+    L += _cluster_sum(k, t, name, width, tile, store)
+    L.append("}")
+    return "\n".join(L)
+
+
+def _cluster_sum(k: SmallGemmKernel, t: SmallGemmTiling, name: str, width: int, tile: int, store: str) -> list:
+    """The split forms' end: after a cluster barrier every block sums one share of the tile across the
+    cluster's shared memories, applies the epilogue and stores it."""
+    m, n, sp = k.rows, k.cols, t.splits
+    L = []
     L.append("  G_CLUSTER_SYNC();   /* every block's partial tile is written */")
     extras = _epilogue_args(k)
     L.append("  /* this block's share of the tile: the sum over the cluster, the epilogue, the store */")
@@ -324,5 +389,95 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     L.append(f"    out[r * {n}LL + j] = {store}({name}_epilogue(acc, r, j{extras}));")
     L.append("  }")
     L.append("  G_CLUSTER_SYNC();   /* no block leaves while another reads its shared memory */")
+    return L
+
+
+def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
+    """The split form of a packed weight (at most one mma tile of rows): a cluster of t.splits blocks per
+    group of 8 column tiles, as render_split_gemm, but a lane's codes come 32 at a time (one 16-byte load, and
+    one scale and zero point where a block holds them all) and the block stages its whole share of A's rows
+    once. The mma only needs lanes to agree on which k they multiply: in quad q (steps 4q..4q+3), lane t holds
+    k = 128q + 32t .. 128q + 32t + 31 of the block's share, and step 4q + j passes its 8 from 8j, for A and
+    the codes alike. With 8 consecutive k a step (the one-tile form's order), a lane made 4 loads of 4 bytes
+    and 4 of each scale and zero point for the same codes."""
+    ty, p = ctype(k.dtype), k.a_slots
+    mma = "f16" if k.dtype == "float16" else "bf16"
+    store = "f2h" if k.dtype == "float16" else "f2b"
+    m, n, depth, sp, pw = k.rows, k.cols, k.depth, t.splits, k.packed
+    width = t.col_tiles * 8
+    tile = 16 * width
+    share = t.steps * 32                    # k of A a block stages
+    lds = share + 16                        # its rows' stride: 32 bytes past a multiple of 128 (banks)
+    smem = max(m * lds * 2, tile * 4)       # A's rows, then (reused) the partial tile
+    row_bytes, blocks = k.inputs[p][0][1], k.inputs[p + 1][0][1]
+    wide = row_bytes % 16 == 0              # the codes' rows keep 16-byte loads aligned
+    per_quad = pw.block >= 32               # a lane's 32 codes share one block's scale and zero point
+    zero_point = (f"in{p + 2}[wn * {k.inputs[p + 2][0][1]}LL + kx / {2 * pw.block}] >> (4 * ((kx / {pw.block}) & 1))"
+                  if pw.zero_points else None)
+    L = [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
+    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+    L.append(f'extern "C" __global__ void __cluster_dims__({sp}, 1, 1) __launch_bounds__({t.block}) '
+             f'{name}({", ".join(params)}) {{')
+    L.append(f"  __shared__ __align__(16) unsigned char g_smem[{smem}];")
+    L.append(f"  {ty}* g_a = ({ty}*)g_smem;        /* [row][{lds}]: the block's share of A */")
+    L.append("  float* g_tile = (float*)g_smem;   /* then this block's partial products, [row][column] */")
+    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+    L.append(f"  const int split = blockIdx.x % {sp}, group = blockIdx.x / {sp};   /* split = the block's rank in its cluster */")
+    L.append(f"  const i64 wn = ((i64)group * {t.col_tiles} + warp) * 8 + g;   /* this lane's weight row */")
+    L.append(f"  const int k0 = split * {share};   /* the block's share of K starts here */")
+    L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
+    L.append(f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 (0: past N or K) */")
+    L.append(f"  const unsigned char* codes = in{p} + wn * {row_bytes}LL;")
+    L.append("  /* the weights wait for nothing: they fly while the kernel before ends */")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int q = 0; q < {t.steps // 4}; ++q) {{")
+    L.append("    const int kq = k0 + q * 128 + 32 * t;   /* this lane's 32 codes start here */")
+    L.append("    uint4 w4 = zero;")
+    if wide:
+        L.append(f"    if (wn < {n} && kq / 2 + 16 <= {row_bytes}) w4 = *(const uint4*)(codes + kq / 2);")
+        L.append(f"    else if (wn < {n}) {{")
+    else:
+        L.append(f"    if (wn < {n}) {{")
+    L.append("      unsigned* w = (unsigned*)&w4;")
+    L.append("      #pragma unroll")
+    L.append(f"      for (int j = 0; j < 4; ++j) if (kq / 2 + 4 * j + 4 <= {row_bytes}) w[j] = *(const unsigned*)(codes + kq / 2 + 4 * j);")
+    L.append("    }")
+    L.append("    wq[4 * q] = w4.x; wq[4 * q + 1] = w4.y; wq[4 * q + 2] = w4.z; wq[4 * q + 3] = w4.w;")
+    L.append("    #pragma unroll")
+    L.append("    for (int j = 0; j < 4; ++j) {")
+    L.append(f"      const int kx = {'kq' if per_quad else 'kq + 8 * j'};   /* the k whose block's scale these codes take */")
+    if per_quad:
+        L.append("      if (j > 0) { wsz[4 * q + j] = (kq + 8 * j < " + str(depth) + ") ? wsz[4 * q] : 0u; continue; }")
+    sz = f"(unsigned)in{p + 1}[wn * {blocks}LL + kx / {pw.block}]"
+    if zero_point:
+        sz += f" | ((((unsigned){zero_point}) & 15u) << 16)"
+    L.append(f"      wsz[4 * q + j] = (wn < {n} && kq + 8 * j < {depth}) ? ({sz}) : 0u;")
+    L.append("    }")
+    L.append("  }")
+    L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
+    L.append("  /* the block's share of A's rows, 16 bytes a copy, zeros past K */")
+    L.append(f"  for (int c = threadIdx.x; c < {m * share // 8}; c += {t.block}) {{")
+    L.append(f"    const int r = c / {share // 8}, kc = (c % {share // 8}) * 8, kk = k0 + kc;")
+    L.append(f"    const bool inside = kk < {depth};")
+    L.append(f"    G_CP_ASYNC16((unsigned)__cvta_generic_to_shared(g_a + r * {lds} + kc), "
+             f"in0 + (inside ? r * {depth}LL + kk : 0LL), inside ? 16 : 0);")
+    L.append("  }")
+    L.append("  G_CP_COMMIT();")
+    L.append("  G_CP_WAIT(0);")
+    L.append("  __syncthreads();")
+    L.append("  float c[4] = {0.f, 0.f, 0.f, 0.f};")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
+    L.append("    const int ka = (s >> 2) * 128 + 32 * t + 8 * (s & 3);   /* quad s / 4, this lane's word s % 4 */")
+    L.append(_step_weights(k, "    "))
+    L.append(f"    const uint4 lo = g < {m} ? *(const uint4*)(g_a + g * {lds} + ka) : zero;")
+    L.append(f"    const uint4 hi = g + 8 < {m} ? *(const uint4*)(g_a + (g + 8) * {lds} + ka) : zero;")
+    L.append(f'    G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
+    L.append(f'    G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
+    L.append("  }")
+    L.append("  __syncthreads();   /* A is read before the partial tile takes its place */")
+    L.append(f"  *(float2*)(g_tile + g * {width} + warp * 8 + 2 * t) = make_float2(c[0], c[1]);")
+    L.append(f"  *(float2*)(g_tile + (g + 8) * {width} + warp * 8 + 2 * t) = make_float2(c[2], c[3]);")
+    L += _cluster_sum(k, t, name, width, tile, store)
     L.append("}")
     return "\n".join(L)

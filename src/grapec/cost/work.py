@@ -175,13 +175,13 @@ def selection_work(kernel) -> Work:
 def small_gemm_work(kernel) -> Work:
     """A few-row GEMM kernel (codegen/small_gemm.py): every block stages A's rows (through the
     prologue), then streams its weight tiles; the rows are read again by every block, from L2."""
-    from ..codegen.small_gemm import small_gemm_tiling
+    from ..codegen.small_gemm import is_split, small_gemm_tiling
     t = small_gemm_tiling(kernel)
     isz = dtypes.itemsize(kernel.dtype)
     a_bytes = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[:kernel.a_slots])
     a_bytes = min(a_bytes, 4 * kernel.rows * kernel.depth * isz)   # a gather reads rows, not its table
-    w_bytes = kernel.cols * kernel.depth * isz
-    extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[kernel.a_slots + 1:])
+    w_bytes = kernel.weight_bytes
+    extras = sum(math.prod(s) * dtypes.itemsize(d) for s, d in kernel.inputs[kernel.a_slots + kernel.w_slots:])
     out = kernel.rows * kernel.cols * isz
     reductions = len(row_reductions(kernel.prologue.body)) if kernel.prologue is not None else 0
     # the prologue's reductions each read the row again, unless it is held in registers: one round trip
@@ -189,7 +189,7 @@ def small_gemm_work(kernel) -> Work:
     if reductions and resident_row(kernel.prologue, row_function_launch(kernel.prologue, kernel.rows, kernel.depth)):
         rounds = 1
     serial = t.steps * math.ceil(t.block_tiles / t.grid)
-    if t.splits > 1 or t.row_tiles > 1:   # the split form: a cluster per column group reads A once, then sums
+    if is_split(kernel):   # the split form: a cluster per column group reads A once, then sums
         return Work(SMALL_GEMM, (a_bytes + w_bytes + extras + out) / 1e6, a_bytes * (t.block_tiles - 1) / 1e6,
                     kernel.flops / 1e9, serial * t.row_tiles, 3, 0, 0, t.grid, t.block,
                     f"{t.col_tiles} tile(s) a block, {t.row_tiles} row tile(s), K split over a cluster of "

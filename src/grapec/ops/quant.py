@@ -215,6 +215,7 @@ def _conv_int32(ctx, x, w, xz, wz) -> T:
 
 NBITS = (2, 4, 8)
 NBITS_KERNEL_ROWS = 4   # up to this many rows, one kernel unpacks the codes as it reduces (a decode step)
+PACKED_GEMM_ROWS = 16   # codegen/small_gemm.py MAX_ROWS: from 2 rows to this many, a small GEMM may unpack them
 
 
 @op("com.microsoft:MatMulNBits")
@@ -225,8 +226,10 @@ def matmul_nbits(ctx):
     Code q of block j stands for (q - zp[n, j]) * scale[n, j]. scales: [N * blocks] or [N, blocks].
     zero_points: absent (2^(bits-1)), uint8 packed like the codes with each row padded to whole bytes
     ([N * ceil(blocks * bits / 8)]), or floats like scales. bias: [N].
-    The codes stay packed in the bundle. Up to NBITS_KERNEL_ROWS rows, one kernel unpacks them as it
-    reduces over K, in float32; more rows unpack the weight once into A's type and multiply by GEMM."""
+    The codes stay packed in the bundle. One row (and up to NBITS_KERNEL_ROWS where no small GEMM takes the
+    weight): one kernel unpacks them as it reduces over K, in float32. More rows unpack the weight into A's type
+    and multiply by GEMM; from 2 to PACKED_GEMM_ROWS rows of fp16 with 4-bit codes that GEMM is a small GEMM
+    that unpacks the codes as it loads them (passes/small_gemm.py), with no unpacked weight in memory."""
     k_dim, n_dim = int(ctx.attr("K")), int(ctx.attr("N"))
     bits, block = int(ctx.attr("bits", 4)), int(ctx.attr("block_size"))
     if bits not in NBITS:
@@ -254,11 +257,14 @@ def matmul_nbits(ctx):
     weight = _block_dequant(ctx, codes, scale, ctx.input(3), bits, block, n_dim, blocks)
     lead = tuple(a.shape[:-1])
     rows = math.prod(lead)
-    if rows > NBITS_KERNEL_ROWS:
+    packed = _packed_weight(ctx, bits, block, a.dtype) if 1 < rows <= PACKED_GEMM_ROWS and k_dim % 8 == 0 else None
+    if rows > NBITS_KERNEL_ROWS or packed is not None:
         # many rows (a prompt, a batch of decode steps): the weight unpacked once into [N, K] of A's
         # type, then a GEMM (cuBLASLt on the GPU), as onnxruntime's CUDA kernel does past a few rows;
         # the reduction kernel below would unpack every code once per row
         w_nk = ctx.realize(T((n_dim, k_dim), a.dtype, lambda ix: K.cast(weight(ix[0], ix[1]), a.dtype)), "dequantized")
+        if packed is not None:   # a few rows: passes/small_gemm.py unpacks the codes inside a small GEMM instead
+            ctx.emitted[-1].attrs["packed_weight"] = packed
         y = ctx.library("matmul", [reshape(a, (rows, k_dim)), w_nk], {"trans_a": 0, "trans_b": 1}, (rows, n_dim), a.dtype)
         y = reshape(y, lead + (n_dim,))
     else:
@@ -273,6 +279,19 @@ def matmul_nbits(ctx):
         y = map_(lambda v, c: K.cast(K.binary("add", K.cast(v, F32), K.cast(c, F32)), a.dtype), y,
                  reshape(bias, (1,) * len(lead) + (n_dim,)))
     return [y]
+
+
+def _packed_weight(ctx, bits: int, block: int, dtype: str) -> dict | None:
+    """What a small GEMM needs to unpack this MatMulNBits' weight in its kernel (ir/small_gemm.py
+    PackedWeight): constant 4-bit codes, constant scales of A's type (fp16: the kernel forms 1024 + code
+    as a half), constant uint8 zero points or none; else None."""
+    consts = [ctx.value(1).const, ctx.value(2).const]
+    zp = ctx.value(3) if ctx.has(3) else None
+    if bits != 4 or dtype != "float16" or any(c is None for c in consts) or ctx.value(2).dtype != dtype \
+            or (zp is not None and (zp.const is None or zp.dtype != "uint8")):
+        return None
+    return {"bits": bits, "block": block, "codes": ctx.node.inputs[1], "scales": ctx.node.inputs[2],
+            "zero_points": zp.name if zp is not None else ""}
 
 
 def _code(packed: T, row, i, bits: int) -> K.Expr:

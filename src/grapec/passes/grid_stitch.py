@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codegen.attention import attention_launch
-from ..codegen.small_gemm import MAX_ROWS, small_gemm_launch
+from ..codegen.small_gemm import is_split, small_gemm_launch
 from ..cost.model import estimate
 from ..cost.work import step_work
 from ..ir.attention import AttentionKernel
@@ -103,7 +103,7 @@ def _stage(plan, kernels, profile, st, root, io) -> tuple | None:
     if isinstance(k, AttentionKernel):
         block = attention_launch(k).block
     elif isinstance(k, SmallGemmKernel):
-        if k.rows > MAX_ROWS:
+        if is_split(k):
             return None   # the split form: a cluster of blocks, which a cooperative kernel's stage is not
         block = small_gemm_launch(k).block
     else:

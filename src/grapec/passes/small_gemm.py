@@ -25,7 +25,7 @@ from ..ir import kernel as K
 from ..ir.graph import Graph, Node, view_chain, view_source
 from ..cost.device import DeviceProfile
 from ..cost.model import price_small_gemm
-from ..ir.small_gemm import KIND as SMALL_GEMM, SmallGemmKernel
+from ..ir.small_gemm import KIND as SMALL_GEMM, PackedWeight, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
 from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, staged_bytes
 
@@ -76,19 +76,24 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     a, b, c, bias = (g.lookup(n) if n else None for n in names)
     w = g.lookup(source(names[1]))
     y = g.lookup(node.outputs[0])
-    if (w is None or w.const is None or y.dtype not in DTYPES or a.dtype != y.dtype or b.dtype != y.dtype
-            or len(b.shape) != 2):
+    unpack = _unpacking(g, node, names[1], producers, consumers)
+    if (w is None or (w.const is None and unpack is None) or y.dtype not in DTYPES or a.dtype != y.dtype
+            or b.dtype != y.dtype or len(b.shape) != 2):
         return None
     rows, cols = math.prod(y.shape[:-1]), y.shape[-1]
     depth = views["0"][3][-1] if views else a.shape[-1]
     if views and not plain_view(views["0"], rows, depth):
         return None
     priced = profile is not None and bool(profile.coefficients.get(SMALL_GEMM))
+    clusters = split
     # the split form only where the cost model weighs it against cuBLASLt: on an H100 it lost at every shape
     # measured (benchmarks/results/2026-11-26-h100-split-gemm), so it is never taken unpriced
     split = split and priced
     if not takes(y.dtype, depth) or math.prod(a.shape) != rows * depth or not (1 <= rows <= MAX_ROWS or split and fits_split(rows, depth)):
         return None
+    if unpack is not None:
+        return _packed_small_gemm(g, node, names, y, rows, cols, depth, c, bias, unpack, source, producers, consumers,
+                                  clusters)
     transposed = not attrs.get("trans_b")
     if transposed and (len(consumers.get(w.name, ())) > 1 or w.name in g.outputs):
         return None   # another reader wants the stored layout: keep one copy of the weight
@@ -113,6 +118,56 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
         weight = np.asarray(w.const).reshape(b.shape)
         w_name = g.add_value("small_gemm_weight", y.dtype, (cols, depth), np.ascontiguousarray(weight.T)).name
     slots = a_names + [w_name] + extras
+    origin = [o for d in dropped for o in d.origin] + list(node.origin)
+    return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
+                origin=list(dict.fromkeys(origin))), dropped
+
+
+def _unpacking(g: Graph, node: Node, b_name: str, producers, consumers):
+    """-> (the nodes that unpack B, PackedWeight, [codes, scales, zero points or None] as the kernel reads
+    them) where B is a MatMulNBits weight unpacked into A's type for this matmul alone (ops/quant.py tags
+    that kernel "packed_weight"), the matmul reading it as [N, K] (trans_b); else None."""
+    chain = view_chain(b_name, producers)
+    dq = producers.get(chain[-1].inputs[0] if chain else b_name)
+    tag = dq.attrs.get("packed_weight") if dq is not None and dq.op == "Kernel" else None
+    if tag is None or not node.attrs.get("trans_b") or any(
+            len(consumers.get(v, ())) != 1 or v in g.outputs for v in [dq.outputs[0]] + [n.outputs[0] for n in chain]):
+        return None
+    values = [g.lookup(tag["codes"]), g.lookup(tag["scales"])] + ([g.lookup(tag["zero_points"])] if tag["zero_points"] else [])
+    if any(v is None or v.const is None for v in values):
+        return None
+    n, depth = g.lookup(dq.outputs[0]).shape
+    blocks = -(-depth // tag["block"])
+    # MatMulNBits' own bytes: the same as the unpacking GEMV's (one row) read, so the bundle stores them once
+    codes = np.ascontiguousarray(np.asarray(values[0].const).reshape(n, -1))
+    scales = np.ascontiguousarray(np.asarray(values[1].const).reshape(n, blocks))
+    zp = np.ascontiguousarray(np.asarray(values[2].const).reshape(n, -1)) if len(values) == 3 else None
+    return [dq] + chain, PackedWeight(tag["bits"], tag["block"], zp is not None), [codes, scales, zp]
+
+
+def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: int, depth: int, c, bias, unpack,
+                       source, producers, consumers, clusters: bool):
+    """The small GEMM that unpacks a MatMulNBits weight's codes as it loads them: no [N, K] half weight written
+    and read at every step (ops/quant.py's form past a few rows). Taken unpriced: the cost model has no price for
+    the unpacking kernel it replaces, which moves four times the codes' bytes twice. Without a prologue, and
+    where the targets have clusters, in the split form (codegen/small_gemm.py is_split): the one-tile form read
+    A again for every 8 columns, and a Llama-1B int4 down projection at 16 rows took 62.9 us for 8 MiB of codes
+    (H200, benchmarks/results/2026-11-29-h200-s61)."""
+    if rows > MAX_ROWS:   # the split form takes no packed weight
+        return None
+    unpackers, packed, (codes, scales, zp) = unpack
+    prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
+    extras, epilogue = _epilogue(g, node.attrs, y, rows, cols, c, bias, names)
+    w_values = [g.add_value("small_gemm_codes", "uint8", codes.shape, codes),
+                g.add_value("small_gemm_scales", y.dtype, scales.shape, scales)]
+    if zp is not None:
+        w_values.append(g.add_value("small_gemm_zero_points", "uint8", zp.shape, zp))
+    slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
+    inputs = tuple(map(slot_of, a_names)) + tuple((tuple(v.shape), v.dtype) for v in w_values) + tuple(map(slot_of, extras))
+    split = prologue is None and clusters and fits_split(rows, depth, packed=True)
+    kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue, packed, split)
+    slots = a_names + [v.name for v in w_values] + extras
+    dropped = dropped + unpackers
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(dict.fromkeys(origin))), dropped
