@@ -26,6 +26,11 @@ cuBLASLt at M = 128 and N = 768 makes 12 tiles of 64x128 that walk K = 3072 seri
 slower one at every shape measured (11.2 us there; benchmarks/results/2026-11-26-h100-split-gemm), so
 passes/small_gemm.py takes it only where a cost model prices it cheaper, which the shipped one does not.
 
+A packed weight (MatMulNBits' 4-bit codes, unpacked as they load) with A read as it lies takes the packed
+split form (render_packed_split) at any row count up to 16: the one-tile form read A again for every 8
+columns, 8 times the codes' bytes at 16 rows (an int4 Llama-1B down projection at 16 rows: 62.9 us for 8 MiB
+of codes, 12.2 us in the packed split form; H200, benchmarks/results/2026-11-29-h200-s61).
+
 Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4.
     A (16x16): a0a1 (g, 2t..2t+1)  a2a3 (g+8, 2t..)  a4a5 (g, 2t+8..)  a6a7 (g+8, 2t+8..)
     B (16x8):  b0b1 (k = 2t..2t+1, n = g)  b2b3 (k = 2t+8.., n = g)
