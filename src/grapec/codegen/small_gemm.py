@@ -302,22 +302,13 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     ty = ctype(k.dtype)
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
-    m, n, depth, rt, sp, ring = k.rows, k.cols, k.depth, t.row_tiles, t.splits, SPLIT_RING
+    m, n, depth, rt, ring = k.rows, k.cols, k.depth, t.row_tiles, SPLIT_RING
     width = t.col_tiles * 8                 # the columns of a block
     tile = rt * 16 * width                  # its partial tile, in floats
     stage = rt * 16 * 32                    # one k step of A's rows, in elements (16-byte rows of 4 chunks)
     chunks = rt * 16 * 4                    # 16-byte copies a stage takes
     smem = max(ring * stage * 2, tile * 4)  # the ring, then (reused) the partial tile
-    L = [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
-    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-    L.append(f'extern "C" __global__ void __cluster_dims__({sp}, 1, 1) __launch_bounds__({t.block}) '
-             f'{name}({", ".join(params)}) {{')
-    L.append(f"  __shared__ __align__(16) unsigned char g_smem[{smem}];")
-    L.append(f"  {ty}* g_a = ({ty}*)g_smem;        /* [stage][row][32]: A's steps on their way to the tensor cores */")
-    L.append("  float* g_tile = (float*)g_smem;   /* then this block's partial products, [row][column] */")
-    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-    L.append(f"  const int split = blockIdx.x % {sp}, group = blockIdx.x / {sp};   /* split = the block's rank in its cluster */")
-    L.append(f"  const i64 wn = ((i64)group * {t.col_tiles} + warp) * 8 + g;   /* this lane's weight row */")
+    L = _split_opening(k, t, name, smem, "[stage][row][32]: A's steps on their way to the tensor cores")
     L.append(f"  const int k0 = split * {t.steps * 32};   /* the block's share of K starts here */")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
     L.append(f"  uint4 wv[{t.steps}];")
@@ -370,6 +361,24 @@ def render_split_gemm(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
     return "\n".join(L)
 
 
+def _split_opening(k: SmallGemmKernel, t: SmallGemmTiling, name: str, smem: int, a_layout: str) -> list:
+    """The split forms' start: the epilogue function, the signature of a cluster of t.splits blocks, the shared
+    buffer that holds A (a_layout) and then the partial tile, and this lane's place: its warp's column tile of
+    the block's group, its weight row."""
+    ty, sp = ctype(k.dtype), t.splits
+    L = [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
+    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
+    L.append(f'extern "C" __global__ void __cluster_dims__({sp}, 1, 1) __launch_bounds__({t.block}) '
+             f'{name}({", ".join(params)}) {{')
+    L.append(f"  __shared__ __align__(16) unsigned char g_smem[{smem}];")
+    L.append(f"  {ty}* g_a = ({ty}*)g_smem;        /* {a_layout} */")
+    L.append("  float* g_tile = (float*)g_smem;   /* then this block's partial products, [row][column] */")
+    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
+    L.append(f"  const int split = blockIdx.x % {sp}, group = blockIdx.x / {sp};   /* split = the block's rank in its cluster */")
+    L.append(f"  const i64 wn = ((i64)group * {t.col_tiles} + warp) * 8 + g;   /* this lane's weight row */")
+    return L
+
+
 def _cluster_sum(k: SmallGemmKernel, t: SmallGemmTiling, name: str, width: int, tile: int, store: str) -> list:
     """The split forms' end: after a cluster barrier every block sums one share of the tile across the
     cluster's shared memories, applies the epilogue and stores it."""
@@ -405,10 +414,10 @@ def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     k = 128q + 32t .. 128q + 32t + 31 of the block's share, and step 4q + j passes its 8 from 8j, for A and
     the codes alike. With 8 consecutive k a step (the one-tile form's order), a lane made 4 loads of 4 bytes
     and 4 of each scale and zero point for the same codes."""
-    ty, p = ctype(k.dtype), k.a_slots
+    p = k.a_slots
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
-    m, n, depth, sp, pw = k.rows, k.cols, k.depth, t.splits, k.packed
+    m, n, depth, pw = k.rows, k.cols, k.depth, k.packed
     width = t.col_tiles * 8
     tile = 16 * width
     share = t.steps * 32                    # k of A a block stages
@@ -419,16 +428,7 @@ def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     per_quad = pw.block >= 32               # a lane's 32 codes share one block's scale and zero point
     zero_point = (f"in{p + 2}[wn * {k.inputs[p + 2][0][1]}LL + kx / {2 * pw.block}] >> (4 * ((kx / {pw.block}) & 1))"
                   if pw.zero_points else None)
-    L = [ValueFunctionRenderer(k.epilogue).render_function(f"{name}_epilogue"), ""]
-    params = [f"{ty}* __restrict__ out"] + [f"const {ctype(dt)}* __restrict__ in{i}" for i, (_, dt) in enumerate(k.inputs)]
-    L.append(f'extern "C" __global__ void __cluster_dims__({sp}, 1, 1) __launch_bounds__({t.block}) '
-             f'{name}({", ".join(params)}) {{')
-    L.append(f"  __shared__ __align__(16) unsigned char g_smem[{smem}];")
-    L.append(f"  {ty}* g_a = ({ty}*)g_smem;        /* [row][{lds}]: the block's share of A */")
-    L.append("  float* g_tile = (float*)g_smem;   /* then this block's partial products, [row][column] */")
-    L.append("  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;")
-    L.append(f"  const int split = blockIdx.x % {sp}, group = blockIdx.x / {sp};   /* split = the block's rank in its cluster */")
-    L.append(f"  const i64 wn = ((i64)group * {t.col_tiles} + warp) * 8 + g;   /* this lane's weight row */")
+    L = _split_opening(k, t, name, smem, f"[row][{lds}]: the block's share of A")
     L.append(f"  const int k0 = split * {share};   /* the block's share of K starts here */")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
     L.append(f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 (0: past N or K) */")
