@@ -342,6 +342,8 @@ def main():
     ap.add_argument("--steps", action="store_true", help="only profile each step of a prompt pass (--prefill long) "
                     "and of one decode step (past --prompt + --new long), alone")
     ap.add_argument("--step-batch", type=int, default=1, help="with --steps: the decode step's rows")
+    ap.add_argument("--bundle-per-batch", action="store_true",
+                    help="also time each batch in a bundle of its own (one bucket), beside the bundle of all batches")
     a = ap.parse_args()
     say = lambda m: print(f"[llm] {m}", flush=True)  # noqa: E731
     if a.steps:
@@ -352,6 +354,11 @@ def main():
         return
     bw = copy_bandwidth()
     bundle, g, tokens = grapec_rows(a.model, a.batch, a.prompt, a.new, a.prefill or None, a.iterations, say)
+    # a bundle of several buckets merges kernels that differ only in sizes into functions that take them as
+    # arguments (codegen/module.py); one bucket keeps every literal. Sessions 58 and 61 saw batch 16 run 1.66 ms/token
+    # alone and 2.21 in a bundle of three, in different processes
+    own = {b: grapec_rows(a.model, [b], a.prompt, a.new, None, a.iterations, say)[1][b] for b in a.batch} \
+        if a.bundle_per_batch and len(a.batch) > 1 else {}
     limit_ms = bundle.manifest["weights_bytes"] / bw * 1e3
     peers = {}
     wanted = {p for p in a.peers.split(",") if p and p != "none"}
@@ -376,6 +383,9 @@ def main():
                          f"{p['decode_ms_per_token']:.3f} ({p['decode_ms_per_token'] / r['decode_ms_per_token']:.2f}x)")
         print(f"| {b} | {r['decode_ms_per_token']:.3f} | {r['tokens_per_s']:.0f} | "
               f"{limit_ms / r['decode_ms_per_token'] * 100:.0f}% | " + " | ".join(cells) + " |")
+    for b, r in own.items():
+        print(f"batch {b} in a bundle of its own: {r['decode_ms_per_token']:.3f} ms/token "
+              f"(in the bundle of all batches: {g[b]['decode_ms_per_token']:.3f})")
     if a.prefill:
         hp = peers.get(("hf", "prefill"))
         print(f"prefill of {a.prefill} tokens (batch 1): grapec {g['prefill']['ms']:.2f} ms (its first token included)"
