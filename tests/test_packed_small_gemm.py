@@ -144,7 +144,8 @@ def test_the_cuda_small_gemm_unpacks_4bit_codes_as_the_spec_says(block, zero_poi
     CPU backend's SmallGemmKernel.run: A as it lies (the split form), and A from a prologue (the one-tile form)."""
     for rows, k, n, prologue in ((2, GEMV_K, GEMV_N, False), (4, GEMV_K, GEMV_N, True), (9, GEMV_K, GEMV_N, False),
                                  (16, GEMV_K, GEMV_N, False), (4, 4 * GEMV_K, GEMV_N // 2, False),
-                                 (16, 4 * GEMV_K, GEMV_N // 2, False), (8, 512, 200, True), (3, 512, 200, False)):
+                                 (16, 4 * GEMV_K, GEMV_N // 2, False), (8, 512, 200, True), (3, 512, 200, False),
+                                 (5, 200, 72, False)):   # K past the last whole quad: partial loads, zeros
         m = _hand_built(zero_points, True, np.float16, block=block, rows=rows, k=k, n=n)
         if prologue:
             m = with_prologue(m)
