@@ -56,6 +56,9 @@ SPLIT_COL_TILES = 8    # a split block's warps, one column tile each
 MAX_SPLIT_STEPS = 24   # the split form's k steps a lane holds (no k slices share its block's registers)
 MAX_PACKED_SPLIT_STEPS = 40   # ... of packed codes: 2 registers a step (the word, its scale and zero point), not 4;
 #                               a block stages its share of A whole: 16 rows of 40 steps are 41 KB
+# the k that lane t multiplies at step s of a block whose share of K starts at k0, in render_packed_split: in quad
+# s / 4 the lane holds 32 consecutive k, 8 a step (C and Python alike: tests evaluate it)
+STAGED_K = "(s >> 2) * 128 + 32 * t + 8 * (s & 3)"
 SPLIT_RING = 4         # the split form's stages of A in shared memory: 3 steps' copies in flight
 SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
@@ -473,7 +476,7 @@ def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     L.append("  float c[4] = {0.f, 0.f, 0.f, 0.f};")
     L.append("  #pragma unroll")
     L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
-    L.append("    const int ka = (s >> 2) * 128 + 32 * t + 8 * (s & 3);   /* quad s / 4, this lane's word s % 4 */")
+    L.append(f"    const int ka = {STAGED_K};   /* quad s / 4, this lane's word s % 4 */")
     L.append(_step_weights(k, "    "))
     L.append(f"    const uint4 lo = g < {m} ? *(const uint4*)(g_a + g * {lds} + ka) : zero;")
     L.append(f"    const uint4 hi = g + 8 < {m} ? *(const uint4*)(g_a + (g + 8) * {lds} + ka) : zero;")
