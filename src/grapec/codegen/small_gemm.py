@@ -266,15 +266,21 @@ def _weight_loads(k: SmallGemmKernel, p: int, indent: str) -> list:
     ok = f"wn < {n} && kk < {depth}"
     if k.packed is None:
         return [f"{indent}wv[s] = ({ok}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;"]
-    codes, scales = k.inputs[p][0][1], k.inputs[p + 1][0][1]   # bytes and blocks a row
-    block = k.packed.block
-    scale = f"(unsigned)in{p + 1}[wn * {scales}LL + kk / {block}]"
+    codes = k.inputs[p][0][1]   # bytes a row
+    return [f"{indent}wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
+            f"{indent}wsz[s] = ({ok}) ? ({_scale_and_zero(k, p, 'kk')}) : 0u;"]
+
+
+def _scale_and_zero(k: SmallGemmKernel, p: int, kk: str) -> str:
+    """The C expression of weight row wn's scale for the block of k = `kk`, its bits, with the block's zero point
+    code << 16 where the weight has zero points (the packed forms' wsz)."""
+    block, scales = k.packed.block, k.inputs[p + 1][0][1]   # blocks a row
+    scale = f"(unsigned)in{p + 1}[wn * {scales}LL + {kk} / {block}]"
     if k.packed.zero_points:
         zrow = k.inputs[p + 2][0][1]
-        scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + kk / {2 * block}] >> (4 * ((kk / {block}) & 1))) "
+        scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + {kk} / {2 * block}] >> (4 * (({kk} / {block}) & 1))) "
                   "& 15u) << 16")
-    return [f"{indent}wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
-            f"{indent}wsz[s] = ({ok}) ? ({scale}) : 0u;"]
+    return scale
 
 
 def _step_weights(k: SmallGemmKernel, indent: str) -> str:
@@ -426,11 +432,9 @@ def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     share = t.steps * 32                    # k of A a block stages
     lds = share + 16                        # its rows' stride: 32 bytes past a multiple of 128 (banks)
     smem = max(m * lds * 2, tile * 4)       # A's rows, then (reused) the partial tile
-    row_bytes, blocks = k.inputs[p][0][1], k.inputs[p + 1][0][1]
+    row_bytes = k.inputs[p][0][1]
     wide = row_bytes % 16 == 0              # the codes' rows keep 16-byte loads aligned
     per_quad = pw.block >= 32               # a lane's 32 codes share one block's scale and zero point
-    zero_point = (f"in{p + 2}[wn * {k.inputs[p + 2][0][1]}LL + kx / {2 * pw.block}] >> (4 * ((kx / {pw.block}) & 1))"
-                  if pw.zero_points else None)
     L = _split_opening(k, t, name, smem, f"[row][{lds}]: the block's share of A")
     L.append(f"  const int k0 = split * {share};   /* the block's share of K starts here */")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
@@ -456,10 +460,7 @@ def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     L.append(f"      const int kx = {'kq' if per_quad else 'kq + 8 * j'};   /* the k whose block's scale these codes take */")
     if per_quad:
         L.append("      if (j > 0) { wsz[4 * q + j] = (kq + 8 * j < " + str(depth) + ") ? wsz[4 * q] : 0u; continue; }")
-    sz = f"(unsigned)in{p + 1}[wn * {blocks}LL + kx / {pw.block}]"
-    if zero_point:
-        sz += f" | ((((unsigned){zero_point}) & 15u) << 16)"
-    L.append(f"      wsz[4 * q + j] = (wn < {n} && kq + 8 * j < {depth}) ? ({sz}) : 0u;")
+    L.append(f"      wsz[4 * q + j] = (wn < {n} && kq + 8 * j < {depth}) ? ({_scale_and_zero(k, p, 'kx')}) : 0u;")
     L.append("    }")
     L.append("  }")
     L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
