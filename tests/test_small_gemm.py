@@ -170,8 +170,28 @@ def test_more_rows_take_the_split_form_only_for_sm90(tmp_path):
     assert rel_err(got, ref) < 1e-2, rel_err(got, ref)
 
 
+@pytest.mark.parametrize("rows", [2, 16])
+def test_a_large_weight_with_a_read_as_it_lies_takes_the_staged_split_form(rows, tmp_path):
+    """2-16 rows for sm_90: a GEMM whose A comes from memory and whose weight is at least STAGED_SPLIT_MIN_BYTES
+    takes the staged split form (a block's 64 columns share A's rows in shared memory); the one with a
+    prologue (the LayerNorm) keeps the one-tile form, and so does every GEMM for sm_80. Same answers."""
+    needs_nvrtc()
+    m, feeds = block(rows, 768, 2304)   # the second weight: 2304 x 768 halves, 3.4 MiB
+    shapes = {"x": feeds["x"].shape}
+    hopper = grapec.compile(m, shapes=shapes, targets=["sm_90"], precision="fp16", device_profile=profile_file(tmp_path))
+    ampere = grapec.compile(m, shapes=shapes, targets=["sm_80"], precision="fp16", device_profile=profile_file(tmp_path))
+    assert [(k.prologue is not None, k.split) for k in small_gemms(hopper)] == [(True, False), (False, True)]
+    assert not any(k.split for k in small_gemms(ampere))
+    assert "__cluster_dims__(" in hopper.extra_sections["cuda.source"].decode()
+    got = grapec.load(hopper, backend="cpu").run(feeds)["y"].astype(np.float32)
+    ref = ort_run(m, feeds)["y"]
+    assert rel_err(got, ref) < 1e-2, rel_err(got, ref)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,depth,cols,precision", [(8, 768, 2304, "fp16"), (12, 40, 20, "fp16"),
+                                                       # the staged split form at 2-16 rows (A as it lies)
+                                                       (16, 2048, 1024, "fp16"), (3, 8192, 512, "bf16"),
                                                        (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16"),
                                                        # the split form: 8 row tiles, K over clusters of 8
                                                        (128, 768, 3072, "fp16"), (49, 512, 2048, "bf16"),
