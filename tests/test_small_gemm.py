@@ -328,3 +328,30 @@ def test_a_one_row_projection_after_a_norm_takes_it_as_prologue_up_to_a_weight_s
     for name in ref:
         assert rel_err(got[name], ref[name]) < 1e-2, (name, rel_err(got[name], ref[name]))
         assert np.allclose(got[name].astype(np.float32), ref[name], rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("depth", [200, 768, 1024, 2304, 5632, 8192, 10240])
+def test_the_staged_split_form_multiplies_every_k_once(packed, depth):
+    """codegen/small_gemm.py render_staged_split: lane t multiplies k = k0 + STAGED_K at step s (the same text for
+    A and the weights). Over a cluster's splits, steps and lanes that covers 0..K-1 once each, every k inside its
+    block's staged share of A, with whole quads of steps and the share in static shared memory. (A tiling with
+    18 steps a split, not whole quads, once left k unmultiplied and read past the share.)"""
+    from collections import Counter
+    from grapec.codegen.small_gemm import MAX_ROWS, STAGED_K, fits_staged_split, small_gemm_tiling
+    from grapec.ir.small_gemm import PackedWeight
+    if not fits_staged_split(16, depth, packed):
+        pytest.skip(f"K = {depth} is past the staged split form")
+    k = SmallGemmKernel((16, 512), "float16", (), 16, 512, depth, None, None,
+                        PackedWeight(4, 32, True) if packed else None, split=True)
+    t = small_gemm_tiling(k)
+    share = t.steps * 32
+    assert t.steps % 4 == 0 and MAX_ROWS * (share + 16) * 2 + 16 * 64 * 4 <= 48 * 1024, t
+    seen = Counter()
+    for s in range(t.steps):
+        for lane_t in range(4):
+            ka = eval(STAGED_K, {}, {"s": s, "t": lane_t})
+            assert 0 <= ka and ka + 8 <= share, (s, lane_t, ka)
+            for split in range(t.splits):
+                seen.update(range(split * share + ka, split * share + ka + 8))
+    assert all(seen[i] == 1 for i in range(depth)), [i for i in range(depth) if seen[i] != 1][:8]

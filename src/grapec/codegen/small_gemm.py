@@ -58,6 +58,9 @@ MAX_PACKED_SPLIT_STEPS = 40   # the staged split form's (render_staged_split) st
 #                               step (the word, its scale and zero point); a block stages its share of A whole:
 #                               16 rows of 40 steps are 41 KB
 MAX_STAGED_HALF_STEPS = 32    # ... of half weights: 4 registers a step
+# the k that lane t multiplies at step s of a block whose share of K starts at k0, in render_staged_split: in quad
+# s / 4 the lane holds 32 consecutive k, 8 a step (C and Python alike: tests evaluate it)
+STAGED_K = "(s >> 2) * 128 + 32 * t + 8 * (s & 3)"
 SPLIT_RING = 4         # the split form's stages of A in shared memory: 3 steps' copies in flight
 SMEM_BYTES = 40 * 1024  # a prologue's staged rows, under the 48 KB a block gets without opting in
 
@@ -100,8 +103,8 @@ def is_split(k: SmallGemmKernel) -> bool:
 
 def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
     n_tiles, k_steps = _ceil(k.cols, 8), _ceil(k.depth, 32)
-    if is_split(k) and k.packed is not None:   # whole quads of steps (render_staged_split)
-        t = split_tiling(n_tiles, k_steps, 1, lda_for(k.depth), MAX_PACKED_SPLIT_STEPS)
+    if is_split(k) and k.rows <= MAX_ROWS:   # whole quads of steps (render_staged_split)
+        t = split_tiling(n_tiles, k_steps, 1, lda_for(k.depth), _staged_steps(k.packed is not None))
         return replace(t, steps=_ceil(t.steps, 4) * 4)
     if is_split(k):
         return split_tiling(n_tiles, k_steps, _ceil(k.rows, 16), lda_for(k.depth))
@@ -454,7 +457,7 @@ def render_staged_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     L.append("  float c[4] = {0.f, 0.f, 0.f, 0.f};")
     L.append("  #pragma unroll")
     L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
-    L.append("    const int ka = (s >> 2) * 128 + 32 * t + 8 * (s & 3);   /* quad s / 4, this lane's word s % 4 */")
+    L.append(f"    const int ka = {STAGED_K};   /* quad s / 4, this lane's word s % 4 */")
     L.append(_step_weights(k, "    "))
     L.append(f"    const uint4 lo = g < {ROWS} ? *(const uint4*)(g_a + g * {lds} + ka) : zero;")
     L.append(f"    const uint4 hi = g + 8 < {ROWS} ? *(const uint4*)(g_a + (g + 8) * {lds} + ka) : zero;")
@@ -476,7 +479,7 @@ def _staged_weight_loads(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
             "  /* the weights wait for nothing: they fly while the kernel before ends */",
             "  #pragma unroll",
             f"  for (int s = 0; s < {t.steps}; ++s) {{",
-            "    const int kk = k0 + (s >> 2) * 128 + 32 * t + 8 * (s & 3);",
+            f"    const int kk = k0 + {STAGED_K};",
             f"    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;",
             "  }"]
 
