@@ -276,15 +276,21 @@ def _weight_loads(k: SmallGemmKernel, p: int, indent: str) -> list:
     ok = f"wn < {n} && kk < {depth}"
     if k.packed is None:
         return [f"{indent}wv[s] = ({ok}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;"]
-    codes, scales = k.inputs[p][0][1], k.inputs[p + 1][0][1]   # bytes and blocks a row
-    block = k.packed.block
-    scale = f"(unsigned)in{p + 1}[wn * {scales}LL + kk / {block}]"
+    codes = k.inputs[p][0][1]   # bytes a row
+    return [f"{indent}wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
+            f"{indent}wsz[s] = ({ok}) ? ({_scale_and_zero(k, p, 'kk')}) : 0u;"]
+
+
+def _scale_and_zero(k: SmallGemmKernel, p: int, kk: str) -> str:
+    """The C expression of weight row wn's scale for the block of k = `kk`, its bits, with the block's zero point
+    code << 16 where the weight has zero points (the packed forms' wsz)."""
+    block, scales = k.packed.block, k.inputs[p + 1][0][1]   # blocks a row
+    scale = f"(unsigned)in{p + 1}[wn * {scales}LL + {kk} / {block}]"
     if k.packed.zero_points:
         zrow = k.inputs[p + 2][0][1]
-        scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + kk / {2 * block}] >> (4 * ((kk / {block}) & 1))) "
+        scale += (f" | (((unsigned)in{p + 2}[wn * {zrow}LL + {kk} / {2 * block}] >> (4 * (({kk} / {block}) & 1))) "
                   "& 15u) << 16")
-    return [f"{indent}wq[s] = ({ok}) ? *(const unsigned*)(in{p} + wn * {codes}LL + kk / 2) : 0u;",
-            f"{indent}wsz[s] = ({ok}) ? ({scale}) : 0u;"]
+    return scale
 
 
 def _step_weights(k: SmallGemmKernel, indent: str) -> str:
@@ -488,11 +494,9 @@ def _packed_quad_loads(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
     """A lane's packed codes for render_staged_split: its 32 codes of a quad in one 16-byte load where the codes'
     rows keep it aligned, their block's scale and zero point once where a block holds all 32."""
     p, n, depth, pw = k.a_slots, k.cols, k.depth, k.packed
-    row_bytes, blocks = k.inputs[p][0][1], k.inputs[p + 1][0][1]
+    row_bytes = k.inputs[p][0][1]
     wide = row_bytes % 16 == 0
     per_quad = pw.block >= 32
-    zero_point = (f"in{p + 2}[wn * {k.inputs[p + 2][0][1]}LL + kx / {2 * pw.block}] >> (4 * ((kx / {pw.block}) & 1))"
-                  if pw.zero_points else None)
     L = []
     L.append(f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 (0: past N or K) */")
     L.append(f"  const unsigned char* codes = in{p} + wn * {row_bytes}LL;")
@@ -516,10 +520,7 @@ def _packed_quad_loads(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
     L.append(f"      const int kx = {'kq' if per_quad else 'kq + 8 * j'};   /* the k whose block's scale these codes take */")
     if per_quad:
         L.append("      if (j > 0) { wsz[4 * q + j] = (kq + 8 * j < " + str(depth) + ") ? wsz[4 * q] : 0u; continue; }")
-    sz = f"(unsigned)in{p + 1}[wn * {blocks}LL + kx / {pw.block}]"
-    if zero_point:
-        sz += f" | ((((unsigned){zero_point}) & 15u) << 16)"
-    L.append(f"      wsz[4 * q + j] = (wn < {n} && kq + 8 * j < {depth}) ? ({sz}) : 0u;")
+    L.append(f"      wsz[4 * q + j] = (wn < {n} && kq + 8 * j < {depth}) ? ({_scale_and_zero(k, p, 'kx')}) : 0u;")
     L.append("    }")
     L.append("  }")
     return L
