@@ -170,8 +170,28 @@ def test_more_rows_take_the_split_form_only_for_sm90(tmp_path):
     assert rel_err(got, ref) < 1e-2, rel_err(got, ref)
 
 
+@pytest.mark.parametrize("rows", [2, 16])
+def test_a_large_weight_with_a_read_as_it_lies_takes_the_staged_split_form(rows, tmp_path):
+    """2-16 rows for sm_90: a GEMM whose A comes from memory and whose weight is at least STAGED_SPLIT_MIN_BYTES
+    takes the staged split form (a block's 64 columns share A's rows in shared memory); the one with a
+    prologue (the LayerNorm) keeps the one-tile form, and so does every GEMM for sm_80. Same answers."""
+    needs_nvrtc()
+    m, feeds = block(rows, 768, 2304)   # the second weight: 2304 x 768 halves, 3.4 MiB
+    shapes = {"x": feeds["x"].shape}
+    hopper = grapec.compile(m, shapes=shapes, targets=["sm_90"], precision="fp16", device_profile=profile_file(tmp_path))
+    ampere = grapec.compile(m, shapes=shapes, targets=["sm_80"], precision="fp16", device_profile=profile_file(tmp_path))
+    assert [(k.prologue is not None, k.split) for k in small_gemms(hopper)] == [(True, False), (False, True)]
+    assert not any(k.split for k in small_gemms(ampere))
+    assert "__cluster_dims__(" in hopper.extra_sections["cuda.source"].decode()
+    got = grapec.load(hopper, backend="cpu").run(feeds)["y"].astype(np.float32)
+    ref = ort_run(m, feeds)["y"]
+    assert rel_err(got, ref) < 1e-2, rel_err(got, ref)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,depth,cols,precision", [(8, 768, 2304, "fp16"), (12, 40, 20, "fp16"),
+                                                       # the staged split form at 2-16 rows (A as it lies)
+                                                       (16, 2048, 1024, "fp16"), (3, 8192, 512, "bf16"),
                                                        (16, 256, 1000, "bf16"), (5, 3072, 768, "fp16"),
                                                        # the split form: 8 row tiles, K over clusters of 8
                                                        (128, 768, 3072, "fp16"), (49, 512, 2048, "bf16"),
@@ -308,3 +328,30 @@ def test_a_one_row_projection_after_a_norm_takes_it_as_prologue_up_to_a_weight_s
     for name in ref:
         assert rel_err(got[name], ref[name]) < 1e-2, (name, rel_err(got[name], ref[name]))
         assert np.allclose(got[name].astype(np.float32), ref[name], rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("depth", [200, 768, 1024, 2304, 5632, 8192, 10240])
+def test_the_staged_split_form_multiplies_every_k_once(packed, depth):
+    """codegen/small_gemm.py render_staged_split: lane t multiplies k = k0 + STAGED_K at step s (the same text for
+    A and the weights). Over a cluster's splits, steps and lanes that covers 0..K-1 once each, every k inside its
+    block's staged share of A, with whole quads of steps and the share in static shared memory. (A tiling with
+    18 steps a split, not whole quads, once left k unmultiplied and read past the share.)"""
+    from collections import Counter
+    from grapec.codegen.small_gemm import MAX_ROWS, STAGED_K, fits_staged_split, small_gemm_tiling
+    from grapec.ir.small_gemm import PackedWeight
+    if not fits_staged_split(16, depth, packed):
+        pytest.skip(f"K = {depth} is past the staged split form")
+    k = SmallGemmKernel((16, 512), "float16", (), 16, 512, depth, None, None,
+                        PackedWeight(4, 32, True) if packed else None, split=True)
+    t = small_gemm_tiling(k)
+    share = t.steps * 32
+    assert t.steps % 4 == 0 and MAX_ROWS * (share + 16) * 2 + 16 * 64 * 4 <= 48 * 1024, t
+    seen = Counter()
+    for s in range(t.steps):
+        for lane_t in range(4):
+            ka = eval(STAGED_K, {}, {"s": s, "t": lane_t})
+            assert 0 <= ka and ka + 8 <= share, (s, lane_t, ka)
+            for split in range(t.splits):
+                seen.update(range(split * share + ka, split * share + ka + 8))
+    assert all(seen[i] == 1 for i in range(depth)), [i for i in range(depth) if seen[i] != 1][:8]

@@ -26,8 +26,8 @@ cuBLASLt at M = 128 and N = 768 makes 12 tiles of 64x128 that walk K = 3072 seri
 slower one at every shape measured (11.2 us there; benchmarks/results/2026-11-26-h100-split-gemm), so
 passes/small_gemm.py takes it only where a cost model prices it cheaper, which the shipped one does not.
 
-A packed weight (MatMulNBits' 4-bit codes, unpacked as they load) with A read as it lies takes the packed
-split form (render_packed_split) at any row count up to 16: the one-tile form read A again for every 8
+A packed weight (MatMulNBits' 4-bit codes, unpacked as they load) with A read as it lies takes the staged
+split form (render_staged_split) at any row count up to 16, and so do half weights at 2-16 rows: the one-tile form read A again for every 8
 columns, 8 times the codes' bytes at 16 rows (an int4 Llama-1B down projection at 16 rows: 62.9 us for 8 MiB
 of codes, 12.2 us in the packed split form; H200, benchmarks/results/2026-11-29-h200-s61).
 
@@ -54,9 +54,11 @@ MAX_SPLIT_ROWS = 128   # the split form's row tiles (8 of them: 32 accumulators 
 MAX_SPLITS = 8         # blocks of a cluster (the portable cluster size)
 SPLIT_COL_TILES = 8    # a split block's warps, one column tile each
 MAX_SPLIT_STEPS = 24   # the split form's k steps a lane holds (no k slices share its block's registers)
-MAX_PACKED_SPLIT_STEPS = 40   # ... of packed codes: 2 registers a step (the word, its scale and zero point), not 4;
-#                               a block stages its share of A whole: 16 rows of 40 steps are 41 KB
-# the k that lane t multiplies at step s of a block whose share of K starts at k0, in render_packed_split: in quad
+MAX_PACKED_SPLIT_STEPS = 40   # the staged split form's (render_staged_split) steps of packed codes: 2 registers a
+#                               step (the word, its scale and zero point); a block stages its share of A whole:
+#                               16 rows of 40 steps are 41 KB
+MAX_STAGED_HALF_STEPS = 32    # ... of half weights: 4 registers a step
+# the k that lane t multiplies at step s of a block whose share of K starts at k0, in render_staged_split: in quad
 # s / 4 the lane holds 32 consecutive k, 8 a step (C and Python alike: tests evaluate it)
 STAGED_K = "(s >> 2) * 128 + 32 * t + 8 * (s & 3)"
 SPLIT_RING = 4         # the split form's stages of A in shared memory: 3 steps' copies in flight
@@ -101,8 +103,8 @@ def is_split(k: SmallGemmKernel) -> bool:
 
 def small_gemm_tiling(k: SmallGemmKernel) -> SmallGemmTiling:
     n_tiles, k_steps = _ceil(k.cols, 8), _ceil(k.depth, 32)
-    if is_split(k) and k.packed is not None:   # whole quads of steps (render_packed_split)
-        t = split_tiling(n_tiles, k_steps, 1, lda_for(k.depth), MAX_PACKED_SPLIT_STEPS)
+    if is_split(k) and k.rows <= MAX_ROWS:   # whole quads of steps (render_staged_split)
+        t = split_tiling(n_tiles, k_steps, 1, lda_for(k.depth), _staged_steps(k.packed is not None))
         return replace(t, steps=_ceil(t.steps, 4) * 4)
     if is_split(k):
         return split_tiling(n_tiles, k_steps, _ceil(k.rows, 16), lda_for(k.depth))
@@ -132,11 +134,19 @@ def split_tiling(n_tiles: int, k_steps: int, row_tiles: int, lda: int, max_steps
     return SmallGemmTiling(col_tiles, 1, _ceil(k_steps, splits), groups, groups * splits, lda, splits, row_tiles)
 
 
-def fits_split(rows: int, depth: int, packed: bool = False) -> bool:
-    """Can the split form take this GEMM: its rows in 8 tiles (packed: one), a warp's share of K in registers."""
-    if packed:
-        return rows <= MAX_ROWS and _ceil(_ceil(_ceil(depth, 32), MAX_SPLITS), 4) * 4 <= MAX_PACKED_SPLIT_STEPS
+def fits_split(rows: int, depth: int) -> bool:
+    """Can the split form take this GEMM: its rows in 8 tiles, a warp's share of K in registers."""
     return rows <= MAX_SPLIT_ROWS and _ceil(_ceil(depth, 32), MAX_SPLITS) <= MAX_SPLIT_STEPS
+
+
+def _staged_steps(packed: bool) -> int:
+    return MAX_PACKED_SPLIT_STEPS if packed else MAX_STAGED_HALF_STEPS
+
+
+def fits_staged_split(rows: int, depth: int, packed: bool) -> bool:
+    """Can the staged split form (render_staged_split) take this GEMM: one mma tile of rows, a warp's share of K
+    (whole quads of steps) in registers and the block's share of A in shared memory."""
+    return rows <= MAX_ROWS and _ceil(_ceil(_ceil(depth, 32), MAX_SPLITS), 4) * 4 <= _staged_steps(packed)
 
 
 def small_gemm_launch(k: SmallGemmKernel) -> Launch:
@@ -147,8 +157,8 @@ def small_gemm_launch(k: SmallGemmKernel) -> Launch:
 def render_small_gemm(k: SmallGemmKernel, name: str) -> str:
     """-> CUDA C for the kernel (its prologue and epilogue functions first), named `name`."""
     t = small_gemm_tiling(k)
-    if is_split(k) and k.packed is not None:
-        return render_packed_split(k, t, name)
+    if is_split(k) and k.rows <= MAX_ROWS:
+        return render_staged_split(k, t, name)
     if is_split(k):
         return render_split_gemm(k, t, name)
     ty = ctype(k.dtype)
@@ -240,8 +250,8 @@ def one_tile_group(text: str) -> str | None:
     so kernels merge only where the rows alone differ, and the merged function takes them as its one
     argument: the one-tile form's tiling and grid do not depend on the rows (small_gemm_tiling), so the
     sizes of a range whose GEMMs are short (Wav2Vec2 under 0.35 s, a transformer under 17 tokens) run one
-    function, as their other kernels do, and can be stored as formulas (bundle/families.py). None for the
-    split form (its row tiles are structural)."""
+    function, as their other kernels do, and can be stored as formulas (bundle/families.py). The staged split
+    form merges as well; None for the ring split form (its row tiles are structural)."""
     blanked, found = _ROWS_LINE.subn(r"\1#;", text)
     return blanked if found == 1 else None
 
@@ -388,10 +398,11 @@ def _split_opening(k: SmallGemmKernel, t: SmallGemmTiling, name: str, smem: int,
     return L
 
 
-def _cluster_sum(k: SmallGemmKernel, t: SmallGemmTiling, name: str, width: int, tile: int, store: str) -> list:
+def _cluster_sum(k: SmallGemmKernel, t: SmallGemmTiling, name: str, width: int, tile: int, store: str,
+                 rows: str | None = None) -> list:
     """The split forms' end: after a cluster barrier every block sums one share of the tile across the
-    cluster's shared memories, applies the epilogue and stores it."""
-    m, n, sp = k.rows, k.cols, t.splits
+    cluster's shared memories, applies the epilogue and stores it. rows: A's rows as the text names them."""
+    m, n, sp = rows or k.rows, k.cols, t.splits
     L = []
     L.append("  G_CLUSTER_SYNC();   /* every block's partial tile is written */")
     extras = _epilogue_args(k)
@@ -415,29 +426,78 @@ def _cluster_sum(k: SmallGemmKernel, t: SmallGemmTiling, name: str, width: int, 
     return L
 
 
-def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
-    """The split form of a packed weight (at most one mma tile of rows): a cluster of t.splits blocks per
-    group of 8 column tiles, as render_split_gemm, but a lane's codes come 32 at a time (one 16-byte load, and
-    one scale and zero point where a block holds them all) and the block stages its whole share of A's rows
-    once. The mma only needs lanes to agree on which k they multiply: in quad q (steps 4q..4q+3), lane t holds
-    k = 128q + 32t .. 128q + 32t + 31 of the block's share, and step 4q + j passes its 8 from 8j, for A and
-    the codes alike. With 8 consecutive k a step (the one-tile form's order), a lane made 4 loads of 4 bytes
-    and 4 of each scale and zero point for the same codes."""
-    p = k.a_slots
+def render_staged_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> str:
+    """The split form at most one mma tile of rows: a cluster of t.splits blocks per group of 8 column tiles, as
+    render_split_gemm, but the block stages its whole share of A's rows once (no ring, no barrier a step), and
+    the lanes take k by quads. The mma only needs lanes to agree on which k they multiply: in quad q (steps
+    4q..4q+3), lane t holds k = 128q + 32t .. 128q + 32t + 31 of the block's share, and step 4q + j passes its 8
+    from 8j, for A and W alike. A packed weight's lane then loads its 32 codes at once (one 16-byte load, and one
+    scale and zero point where a block holds them all); with 8 consecutive k a step (the one-tile form's order),
+    it made 4 loads of 4 bytes and 4 of each scale and zero point for the same codes."""
     mma = "f16" if k.dtype == "float16" else "bf16"
     store = "f2h" if k.dtype == "float16" else "f2b"
-    m, n, depth, pw = k.rows, k.cols, k.depth, k.packed
+    m, depth, pw = k.rows, k.depth, k.packed
     width = t.col_tiles * 8
     tile = 16 * width
     share = t.steps * 32                    # k of A a block stages
     lds = share + 16                        # its rows' stride: 32 bytes past a multiple of 128 (banks)
-    smem = max(m * lds * 2, tile * 4)       # A's rows, then (reused) the partial tile
-    row_bytes = k.inputs[p][0][1]
-    wide = row_bytes % 16 == 0              # the codes' rows keep 16-byte loads aligned
-    per_quad = pw.block >= 32               # a lane's 32 codes share one block's scale and zero point
+    # A's rows (room for a whole mma tile, so that the text is the same at every row count and kernels of a range
+    # merge: one_tile_group), then (reused) the partial tile
+    smem = max(MAX_ROWS * lds * 2, tile * 4)
     L = _split_opening(k, t, name, smem, f"[row][{lds}]: the block's share of A")
     L.append(f"  const int k0 = split * {share};   /* the block's share of K starts here */")
+    L.append(f"  const int {ROWS} = {m};   /* A's rows: the one number that differs between sizes (one_tile_group) */")
     L.append("  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);")
+    L += _staged_weight_loads(k, t) if pw is None else _packed_quad_loads(k, t)
+    L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
+    L.append("  /* the block's share of A's rows, 16 bytes a copy, zeros past K */")
+    L.append(f"  for (int c = threadIdx.x; c < {ROWS} * {share // 8}; c += {t.block}) {{")
+    L.append(f"    const int r = c / {share // 8}, kc = (c % {share // 8}) * 8, kk = k0 + kc;")
+    L.append(f"    const bool inside = kk < {depth};")
+    L.append(f"    G_CP_ASYNC16((unsigned)__cvta_generic_to_shared(g_a + r * {lds} + kc), "
+             f"in0 + (inside ? r * {depth}LL + kk : 0LL), inside ? 16 : 0);")
+    L.append("  }")
+    L.append("  G_CP_COMMIT();")
+    L.append("  G_CP_WAIT(0);")
+    L.append("  __syncthreads();")
+    L.append("  float c[4] = {0.f, 0.f, 0.f, 0.f};")
+    L.append("  #pragma unroll")
+    L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
+    L.append(f"    const int ka = {STAGED_K};   /* quad s / 4, this lane's word s % 4 */")
+    L.append(_step_weights(k, "    "))
+    L.append(f"    const uint4 lo = g < {ROWS} ? *(const uint4*)(g_a + g * {lds} + ka) : zero;")
+    L.append(f"    const uint4 hi = g + 8 < {ROWS} ? *(const uint4*)(g_a + (g + 8) * {lds} + ka) : zero;")
+    L.append(f'    G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
+    L.append(f'    G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
+    L.append("  }")
+    L.append("  __syncthreads();   /* A is read before the partial tile takes its place */")
+    L.append(f"  *(float2*)(g_tile + g * {width} + warp * 8 + 2 * t) = make_float2(c[0], c[1]);")
+    L.append(f"  *(float2*)(g_tile + (g + 8) * {width} + warp * 8 + 2 * t) = make_float2(c[2], c[3]);")
+    L += _cluster_sum(k, t, name, width, tile, store, ROWS)
+    L.append("}")
+    return "\n".join(L)
+
+
+def _staged_weight_loads(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
+    """A lane's half weights for render_staged_split: 8 halves a step, in quads of its 32 k."""
+    p, n, depth = k.a_slots, k.cols, k.depth
+    return [f"  uint4 wv[{t.steps}];",
+            "  /* the weights wait for nothing: they fly while the kernel before ends */",
+            "  #pragma unroll",
+            f"  for (int s = 0; s < {t.steps}; ++s) {{",
+            f"    const int kk = k0 + {STAGED_K};",
+            f"    wv[s] = (wn < {n} && kk < {depth}) ? *(const uint4*)(in{p} + wn * {depth}LL + kk) : zero;",
+            "  }"]
+
+
+def _packed_quad_loads(k: SmallGemmKernel, t: SmallGemmTiling) -> list:
+    """A lane's packed codes for render_staged_split: its 32 codes of a quad in one 16-byte load where the codes'
+    rows keep it aligned, their block's scale and zero point once where a block holds all 32."""
+    p, n, depth, pw = k.a_slots, k.cols, k.depth, k.packed
+    row_bytes = k.inputs[p][0][1]
+    wide = row_bytes % 16 == 0
+    per_quad = pw.block >= 32
+    L = []
     L.append(f"  unsigned wq[{t.steps}], wsz[{t.steps}];   /* codes; scale | zero point << 16 (0: past N or K) */")
     L.append(f"  const unsigned char* codes = in{p} + wn * {row_bytes}LL;")
     L.append("  /* the weights wait for nothing: they fly while the kernel before ends */")
@@ -463,30 +523,4 @@ def render_packed_split(k: SmallGemmKernel, t: SmallGemmTiling, name: str) -> st
     L.append(f"      wsz[4 * q + j] = (wn < {n} && kq + 8 * j < {depth}) ? ({_scale_and_zero(k, p, 'kx')}) : 0u;")
     L.append("    }")
     L.append("  }")
-    L.append("  G_AWAIT_PREDECESSOR();   /* A comes from the kernel before */")
-    L.append("  /* the block's share of A's rows, 16 bytes a copy, zeros past K */")
-    L.append(f"  for (int c = threadIdx.x; c < {m * share // 8}; c += {t.block}) {{")
-    L.append(f"    const int r = c / {share // 8}, kc = (c % {share // 8}) * 8, kk = k0 + kc;")
-    L.append(f"    const bool inside = kk < {depth};")
-    L.append(f"    G_CP_ASYNC16((unsigned)__cvta_generic_to_shared(g_a + r * {lds} + kc), "
-             f"in0 + (inside ? r * {depth}LL + kk : 0LL), inside ? 16 : 0);")
-    L.append("  }")
-    L.append("  G_CP_COMMIT();")
-    L.append("  G_CP_WAIT(0);")
-    L.append("  __syncthreads();")
-    L.append("  float c[4] = {0.f, 0.f, 0.f, 0.f};")
-    L.append("  #pragma unroll")
-    L.append(f"  for (int s = 0; s < {t.steps}; ++s) {{")
-    L.append(f"    const int ka = {STAGED_K};   /* quad s / 4, this lane's word s % 4 */")
-    L.append(_step_weights(k, "    "))
-    L.append(f"    const uint4 lo = g < {m} ? *(const uint4*)(g_a + g * {lds} + ka) : zero;")
-    L.append(f"    const uint4 hi = g + 8 < {m} ? *(const uint4*)(g_a + (g + 8) * {lds} + ka) : zero;")
-    L.append(f'    G_MMA("{mma}", c, lo.x, hi.x, lo.y, hi.y, ws.x, ws.y);')
-    L.append(f'    G_MMA("{mma}", c, lo.z, hi.z, lo.w, hi.w, ws.z, ws.w);')
-    L.append("  }")
-    L.append("  __syncthreads();   /* A is read before the partial tile takes its place */")
-    L.append(f"  *(float2*)(g_tile + g * {width} + warp * 8 + 2 * t) = make_float2(c[0], c[1]);")
-    L.append(f"  *(float2*)(g_tile + (g + 8) * {width} + warp * 8 + 2 * t) = make_float2(c[2], c[3]);")
-    L += _cluster_sum(k, t, name, width, tile, store)
-    L.append("}")
-    return "\n".join(L)
+    return L

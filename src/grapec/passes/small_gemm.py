@@ -27,7 +27,7 @@ from ..cost.device import DeviceProfile
 from ..cost.model import price_small_gemm
 from ..ir.small_gemm import KIND as SMALL_GEMM, PackedWeight, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
-from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, staged_bytes
+from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, fits_staged_split, staged_bytes
 
 DTYPES = ("float16", "bfloat16")
 # A SmallGemmKernel against passes/gemv.py's gemv kernel, measured on an H200, one MatMul alone, node gap
@@ -36,6 +36,9 @@ DTYPES = ("float16", "bfloat16")
 # head 116 vs 120 -- and slower at every weight up to 8 MiB (GPT-2's 3.4 MiB QKV 3.15 vs 1.77 us, 4.5 MiB FC
 # 4.09 vs 1.81) and at 2-4 rows (16384x2048 at 2 rows: 31.6 vs 17.2).
 GEMV_OVER_SMALL_GEMM_BYTES = 10 << 20
+# Half weights from this size take the staged split form at 2-16 rows where A is read as it lies (not measured yet:
+# below it, A read again for every 8 columns is a few KB, and a cluster kernel cannot join a grid stitch)
+STAGED_SPLIT_MIN_BYTES = 1 << 20
 
 
 def takes(dtype: str, depth: int) -> bool:
@@ -113,6 +116,11 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
         if plan == "kernel" and prologue is not None:
             kernel = replace(kernel.without_prologue(), inputs=(slot_of(names[0]),) + inputs[len(a_names):])
             a_names, dropped = [names[0]], []
+    if (kernel.prologue is None and rows >= 2 and clusters and w.const.nbytes >= STAGED_SPLIT_MIN_BYTES
+            and fits_staged_split(rows, depth, packed=False)):
+        # A read as it lies: the staged split form shares its rows among a block's 64 columns (the one-tile
+        # form reads them again for every 8 columns; int4 at 16 rows ran 5x faster so, session 61)
+        kernel = replace(kernel, split=True)
     w_name = w.name
     if transposed:   # only now that the kernel is taken: the copy of a large weight is not free
         weight = np.asarray(w.const).reshape(b.shape)
@@ -164,7 +172,7 @@ def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: in
         w_values.append(g.add_value("small_gemm_zero_points", "uint8", zp.shape, zp))
     slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
     inputs = tuple(map(slot_of, a_names)) + tuple((tuple(v.shape), v.dtype) for v in w_values) + tuple(map(slot_of, extras))
-    split = prologue is None and clusters and fits_split(rows, depth, packed=True)
+    split = prologue is None and clusters and fits_staged_split(rows, depth, packed=True)
     kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue, packed, split)
     slots = a_names + [v.name for v in w_values] + extras
     dropped = dropped + unpackers
