@@ -184,3 +184,23 @@ def test_the_packed_split_form_multiplies_every_k_once(depth):
             for split in range(t.splits):
                 seen.update(range(split * share + ka, split * share + ka + 8))
     assert all(seen[i] == 1 for i in range(depth)), [i for i in range(depth) if seen[i] != 1][:8]
+
+
+def test_a_prologue_is_left_out_where_the_one_tile_grid_would_walk_its_tiles():
+    """An LM head's shape (many columns) with A made by a kernel before it: the one-tile form would take that
+    kernel as its prologue and walk its column tiles in a grid loop, one tile's codes in flight at a time, so
+    for sm_90 it is the split form and the producer stays its own kernel. Fewer columns keep the prologue.
+    Both bundles compute the spec's result on the CPU backend."""
+    depth, rows = 1024, 4
+    wide = with_prologue(_hand_built("uint8", False, np.float16, rows=rows, k=depth, n=16384))
+    narrow = with_prologue(_hand_built("uint8", False, np.float16, rows=rows, k=depth, n=4096))
+    x = np.random.default_rng(11).standard_normal((rows, depth)).astype(np.float16)
+    for m, split in ((wide, True), (narrow, False)):
+        b = Bundle.from_bytes(grapec.compile(m, targets=["sm_90"]).to_bytes())
+        ks = [kernel_from_json(b.kernels[st.kernel]) for st in b.plans[0].steps if st.op == "kernel"]
+        [k] = [k for k in ks if getattr(k, "packed", None) is not None]
+        assert k.split == split and (k.prologue is None) == split, k
+        assert len(ks) == (2 if split else 1), ks
+        got = grapec.load(b, backend="cpu").run({"x": x})["y"].astype(np.float64)
+        xs = (x * numpy_helper.to_array(m.graph.initializer[-1])).astype(np.float16)
+        assert rel_err(got, numpy_matmul_nbits(m, xs)) < 1e-3

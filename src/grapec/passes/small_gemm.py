@@ -27,7 +27,7 @@ from ..cost.device import DeviceProfile
 from ..cost.model import price_small_gemm
 from ..ir.small_gemm import KIND as SMALL_GEMM, PackedWeight, SmallGemmKernel
 from ..codegen.launch import row_reductions, extent
-from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, fits_staged_split, staged_bytes
+from ..codegen.small_gemm import MAX_ROWS, SMEM_BYTES, fits_split, fits_staged_split, small_gemm_tiling, staged_bytes
 
 DTYPES = ("float16", "bfloat16")
 # A SmallGemmKernel against passes/gemv.py's gemv kernel, measured on an H200, one MatMul alone, node gap
@@ -164,7 +164,12 @@ def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: in
     if rows > MAX_ROWS:   # the split form takes no packed weight
         return None
     unpackers, packed, (codes, scales, zp) = unpack
-    prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
+    split = clusters and fits_staged_split(rows, depth, packed=True)
+    if split and _one_tile_walks(rows, cols, depth, y.dtype, packed):
+        # A's producer stays its own kernel, so that the split form reads A as it lies
+        prologue, a_names, dropped = None, [names[0]], []
+    else:
+        prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
     extras, epilogue = _epilogue(g, node.attrs, y, rows, cols, c, bias, names)
     w_values = [g.add_value("small_gemm_codes", "uint8", codes.shape, codes),
                 g.add_value("small_gemm_scales", y.dtype, scales.shape, scales)]
@@ -172,13 +177,22 @@ def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: in
         w_values.append(g.add_value("small_gemm_zero_points", "uint8", zp.shape, zp))
     slot_of = lambda n: (tuple(g.lookup(n).shape), g.lookup(n).dtype)  # noqa: E731
     inputs = tuple(map(slot_of, a_names)) + tuple((tuple(v.shape), v.dtype) for v in w_values) + tuple(map(slot_of, extras))
-    split = prologue is None and clusters and fits_staged_split(rows, depth, packed=True)
-    kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue, packed, split)
+    kernel = SmallGemmKernel(tuple(y.shape), y.dtype, inputs, rows, cols, depth, prologue, epilogue, packed,
+                             split and prologue is None)
     slots = a_names + [v.name for v in w_values] + extras
     dropped = dropped + unpackers
     origin = [o for d in dropped for o in d.origin] + list(node.origin)
     return Node("Kernel", slots, list(node.outputs), name=node.name, attrs={"kernel": kernel},
                 origin=list(dict.fromkeys(origin))), dropped
+
+
+def _one_tile_walks(rows: int, cols: int, depth: int, dtype: str, packed: PackedWeight) -> bool:
+    """Does the one-tile form (the only one that takes a prologue) walk its column tiles in a grid loop? Each
+    turn then waits on one tile's codes, too few bytes in flight: Llama-1B's int4 LM head (128256 columns)
+    took 113 us at 4 rows with the final norm as its prologue, 1.2 TB/s (H200, session 61). The split form
+    keeps every block's codes in flight at once, for one more kernel (the norm) before it."""
+    t = small_gemm_tiling(SmallGemmKernel((rows, cols), dtype, (), rows, cols, depth, None, None, packed))
+    return t.block_tiles > t.grid
 
 
 def _gemv_reads_faster(w, rows: int) -> bool:
