@@ -15,7 +15,7 @@ for d in benchmarks models tests; do ln -s $PWD/$d /tmp/root-main0/$d; done
 for precision in int4 fp16; do
     ONNX=/tmp/llm/llama1b_$precision/model.onnx
     [ -f $ONNX ] || timeout 150 python3 models/llm.py llama1b --out /tmp/llm --precision $precision \
-        --builder-dir /tmp/site/onnxruntime_genai/models > $OUT/build-$precision.log 2>&1
+        --builder-dir /tmp/site/onnxruntime_genai/models >> $OUT/build.log 2>&1
     for side in new main0; do
         root=$PWD; [ $side != new ] && root=/tmp/root-$side
         PYTHONPATH=/tmp/site:$root/src:tests:models:benchmarks timeout 110 python3 $root/benchmarks/llm.py --model $ONNX \
