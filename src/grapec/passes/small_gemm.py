@@ -101,13 +101,7 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
     if transposed and (len(consumers.get(w.name, ())) > 1 or w.name in g.outputs):
         return None   # another reader wants the stored layout: keep one copy of the weight
 
-    staged = (rows >= 2 and clusters and w.const.nbytes >= STAGED_SPLIT_MIN_BYTES
-              and fits_staged_split(rows, depth, packed=False))
-    if staged and _one_tile_walks(rows, cols, depth, y.dtype, None):
-        # as a packed weight's (_packed_small_gemm): A's producer stays its own kernel
-        prologue, a_names, dropped = None, [names[0]], []
-    else:
-        prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
+    prologue, a_names, dropped = _prologue(g, names[0], rows, depth, source, producers, consumers)
     if prologue is None and _gemv_reads_faster(w, rows):
         return None
     extras, epilogue = _epilogue(g, attrs, y, rows, cols, c, bias, names)
@@ -122,7 +116,8 @@ def _as_small_gemm(g: Graph, node: Node, source, producers, consumers, profile, 
         if plan == "kernel" and prologue is not None:
             kernel = replace(kernel.without_prologue(), inputs=(slot_of(names[0]),) + inputs[len(a_names):])
             a_names, dropped = [names[0]], []
-    if kernel.prologue is None and staged:
+    if (kernel.prologue is None and rows >= 2 and clusters and w.const.nbytes >= STAGED_SPLIT_MIN_BYTES
+            and fits_staged_split(rows, depth, packed=False)):
         # A read as it lies: the staged split form shares its rows among a block's 64 columns (the one-tile
         # form reads them again for every 8 columns; int4 at 16 rows ran 5x faster so, session 61)
         kernel = replace(kernel, split=True)
@@ -191,7 +186,7 @@ def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: in
                 origin=list(dict.fromkeys(origin))), dropped
 
 
-def _one_tile_walks(rows: int, cols: int, depth: int, dtype: str, packed: PackedWeight | None) -> bool:
+def _one_tile_walks(rows: int, cols: int, depth: int, dtype: str, packed: PackedWeight) -> bool:
     """Does the one-tile form (the only one that takes a prologue) walk its column tiles in a grid loop? Each
     turn then waits on one tile's codes, too few bytes in flight: Llama-1B's int4 LM head (128256 columns)
     took 113 us at 4 rows with the final norm as its prologue, 1.2 TB/s (H200, session 61). The split form
