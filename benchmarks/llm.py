@@ -327,6 +327,31 @@ def step_profiles(path: str, prefill: int, past: int, say, batch: int = 1) -> di
     return out
 
 
+def loop_profile(path: str, batch: int, prompt: int, new: int, say) -> dict:
+    """The generation loop's body (runtime/cuda/profile.py profile_loop_body) at `batch` rows: each step alone,
+    the body's steps as one launch, and the loop's measured time a token beside them; what the loop adds to
+    the decoder's step (--steps times that compiled alone). -> {name: [step..]}, slowest first."""
+    import grapec
+    from grapec.tools.bench import bench_grapec
+    bundle = grapec.compile(path, generate=new, dims={"batch": batch, "prompt": prompt}, progress=say)
+    vocab = int(bundle.manifest["metadata"].get("grapec.input_range.prompt_ids", "0:32000").split(":")[1]) + 1
+    feeds = {"prompt_ids": np.random.default_rng(0).integers(0, vocab, (batch, prompt)).astype(np.int64),
+             "prompt_lengths": np.full(batch, prompt, np.int64), "max_new_tokens": np.array(1, np.int64),
+             "eos_token_id": np.array(-1, np.int64)}
+    first = bench_grapec(bundle, feeds, 3, warmup=1)["replay"]["median_ms"]
+    # one token short of the cache: the body then re-runs at positions inside it (profile_loop_body)
+    full = bench_grapec(bundle, dict(feeds, max_new_tokens=np.array(new - 1, np.int64)), 3, warmup=1, loop_body=True)
+    per_token_us = (full["replay"]["median_ms"] - first) / (new - 2) * 1e3
+    body = full["loop_body"]
+    steps = sorted(body["steps"], key=lambda st: -st["us"])
+    name = f"generation loop body, batch {batch}"
+    say(f"{name}: {len(steps)} steps, {sum(st['us'] for st in steps):.0f} us alone, one launch of its steps "
+        f"{body['one_launch_us']:.0f} us, the loop {per_token_us:.0f} us a token; slowest:")
+    for st in steps[:16]:
+        say(f"  {st['us']:9.1f} us  {st['kind']:10s} {' '.join(st['origin'])[:110]}")
+    return {name: steps, f"{name}: one launch us": body["one_launch_us"], f"{name}: loop us a token": per_token_us}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the builder's model.onnx (genai_config.json beside it)")
@@ -341,13 +366,16 @@ def main():
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--steps", action="store_true", help="only profile each step of a prompt pass (--prefill long) "
                     "and of one decode step (past --prompt + --new long), alone")
-    ap.add_argument("--step-batch", type=int, default=1, help="with --steps: the decode step's rows")
+    ap.add_argument("--step-batch", type=int, default=1, help="with --steps or --loop-steps: the decode step's rows")
+    ap.add_argument("--loop-steps", action="store_true", help="only profile the generation loop's body (--prompt, "
+                    "--new): each step alone, the body as one launch, the loop's time a token")
     ap.add_argument("--bundle-per-batch", action="store_true",
                     help="also time each batch in a bundle of its own (one bucket), beside the bundle of all batches")
     a = ap.parse_args()
     say = lambda m: print(f"[llm] {m}", flush=True)  # noqa: E731
-    if a.steps:
-        prof = step_profiles(a.model, a.prefill, a.prompt + a.new, say, a.step_batch)
+    if a.steps or a.loop_steps:
+        prof = step_profiles(a.model, a.prefill, a.prompt + a.new, say, a.step_batch) if a.steps else \
+            loop_profile(a.model, a.step_batch, a.prompt, a.new, say)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(prof, f, indent=1)

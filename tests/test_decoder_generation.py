@@ -486,3 +486,33 @@ def test_gptj_in_fp16_keeps_its_float32_scores_exact_and_its_attention_fused():
     fused = [k for k in bundle.kernels if k.get("kind") == "attention"]
     assert len(fused) >= 2, "each layer's attention is a fused kernel (2 layers)"
     assert grapec.generate(grapec.load(bundle), prompts).tokens == want
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() == 0, reason="needs a CUDA GPU")
+def test_the_loop_bodys_profile_times_every_body_step_and_leaves_the_session_whole():
+    """runtime/cuda/profile.py profile_loop_body (`benchmarks/llm.py --loop-steps`): after a generation stopped
+    one token short of its cache, every step of the Loop's body timed alone and the body as one launch; the
+    session then generates the reference's tokens again. A plan without a Loop is refused by name."""
+    from grapec.errors import BackendError
+    from grapec.runtime.cuda.profile import profile_loop_body
+    path = os.path.join(REAL, "gptj_optimum_fp16.onnx")
+    prompts = prompts_of([6, 3, 8, 1], seed=8)
+    want = reference_greedy(path, prompts, 12)
+    bundle = grapec.compile(path, generate=12, bucket_dims=[{"batch": 4, "prompt": 8}])
+    sess = grapec.load(bundle, backend="cuda")
+    assert grapec.generate(sess, prompts, max_new_tokens=11).tokens == [w[:11] for w in want]
+    [loop] = [st for st in bundle.plans[0].steps if st.op == "loop"]
+    body = profile_loop_body(sess._runner, 0, repeat=2, iterations=2)
+    assert [t.index for t in body.steps] == list(range(len(loop.body.steps)))
+    assert body.one_launch_us > 0 and all(t.us > 0 for t in body.steps), body
+    assert grapec.generate(sess, prompts).tokens == want
+    plain = grapec.load(_no_loop_bundle(), backend="cuda")
+    with pytest.raises(BackendError, match="no Loop"):
+        profile_loop_body(plain._runner, 0)
+
+
+def _no_loop_bundle():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    return grapec.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))

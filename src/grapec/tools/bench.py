@@ -46,9 +46,10 @@ COUNT_OUTPUT_KEY = "grapec.generated_count_output"
 
 
 def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device: int = 0,
-                 per_step: bool = False, timeline: bool = False) -> dict:
+                 per_step: bool = False, timeline: bool = False, loop_body: bool = False) -> dict:
     """per_step: also time every top-level step alone (runtime/cuda/profile.py) into res["steps"];
-    timeline: also measure when each step runs in a replay (runtime/cuda/timeline.py) into res["timeline"]."""
+    timeline: also measure when each step runs in a replay (runtime/cuda/timeline.py) into res["timeline"];
+    loop_body: also time the last Loop's body (profile_loop_body) into res["loop_body"]."""
     import grapec
     from ..runtime.cuda.driver import Device
     probe = Device(device)
@@ -112,6 +113,10 @@ def bench_grapec(bundle, feeds: dict, iters: int = 200, warmup: int = 20, device
     elif per_step:
         from ..runtime.cuda.profile import profile_steps
         res["steps"] = [t.to_json() for t in profile_steps(r, bucket)]
+    if loop_body:
+        from ..runtime.cuda.profile import profile_loop_body
+        body = profile_loop_body(r, bucket)
+        res["loop_body"] = {"one_launch_us": body.one_launch_us, "steps": [t.to_json() for t in body.steps]}
     if timeline:
         from ..runtime.cuda.timeline import measure_timeline
         res["timeline"] = [dataclasses.asdict(s) for s in measure_timeline(r, bucket)]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import KernelStep, LibraryStep, chain_deps
+from ...errors import BackendError
+from ...plan import KernelStep, LibraryStep, LoopStep, chain_deps
 from .driver import CudaError, call, exec_ms, graph_ms
 from .graph import GraphBuilder
 
@@ -47,6 +48,36 @@ def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = I
         ms = graph_ms(graph, runner.stream, iterations)
         out.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
     return out
+
+
+@dataclass
+class LoopBodyTime:
+    one_launch_us: float   # the body's steps built as one plain graph (no loop node, no grapec_loop_next), one launch
+    steps: list            # [StepTime], each body step alone as profile_steps times a top-level one
+
+
+def profile_loop_body(runner, bucket: int, repeat: int = REPEAT, iterations: int = ITERATIONS) -> LoopBodyTime:
+    """The steps of the bucket's last graphed Loop (a generation's decode step), on the buffers as the last run
+    left them: run the plan first, and stop it short of its last iteration (a generation's max_new_tokens one
+    under what it was compiled for), so that the ids and positions the body reads are ones it wrote and the
+    positions it writes stay inside the cache. What a
+    step of the loop costs beside the decoder compiled alone (`benchmarks/llm.py --steps`): the loop's own steps
+    (the window's copies, the token's choice, the stop test) and the body's schedule. The body's one launch
+    against the loop's time per token is what the WHILE node adds per iteration."""
+    loops = [st for st in runner.plan(bucket).steps if isinstance(st, LoopStep) and st.graphed]
+    if not loops:
+        raise BackendError(f"bucket {bucket}'s plan has no Loop in its CUDA graph: nothing to profile")
+    body = loops[-1].body.steps
+    graph = call("cuGraphCreate", 0)
+    GraphBuilder(runner, bucket).add_steps(graph, body, [])
+    one_launch = graph_ms(graph, runner.stream, iterations) * 1e3
+    steps = []
+    for i, st in enumerate(body):
+        graph = call("cuGraphCreate", 0)
+        GraphBuilder(runner, bucket).add_steps(graph, [st] * repeat, [], order=chain_deps(repeat))
+        ms = graph_ms(graph, runner.stream, iterations)
+        steps.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
+    return LoopBodyTime(one_launch, steps)
 
 
 @dataclass
