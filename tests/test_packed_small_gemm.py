@@ -161,31 +161,6 @@ def test_the_cuda_small_gemm_unpacks_4bit_codes_as_the_spec_says(block, zero_poi
         np.testing.assert_allclose(got, want, atol=4e-3 * np.abs(want).max(), rtol=1e-2, err_msg=f"{rows} x {k}")
 
 
-@pytest.mark.parametrize("depth", [200, 768, 1024, 2304, 5632, 8192, 10240])
-def test_the_packed_split_form_multiplies_every_k_once(depth):
-    """codegen/small_gemm.py render_staged_split: lane t multiplies k = k0 + STAGED_K at step s (the same text for
-    A's staged rows and the codes, whose quad loads start at k0 + 128 q + 32 t). Over a cluster's splits, steps
-    and lanes that covers 0..K-1 once each, every k inside its block's staged share of A, with whole quads of
-    steps and the share in static shared memory."""
-    from collections import Counter
-    from grapec.codegen.small_gemm import MAX_ROWS, STAGED_K, fits_staged_split, small_gemm_tiling
-    from grapec.ir.small_gemm import PackedWeight, SmallGemmKernel
-    if not fits_staged_split(16, depth, packed=True):
-        pytest.skip(f"K = {depth} is past the packed split form")
-    k = SmallGemmKernel((16, 512), "float16", (), 16, 512, depth, None, None, PackedWeight(4, 32, True), split=True)
-    t = small_gemm_tiling(k)
-    share = t.steps * 32
-    assert t.steps % 4 == 0 and MAX_ROWS * (share + 16) * 2 + 16 * 64 * 4 <= 48 * 1024, t
-    seen = Counter()
-    for s in range(t.steps):
-        for lane_t in range(4):
-            ka = eval(STAGED_K, {}, {"s": s, "t": lane_t})
-            assert 0 <= ka and ka + 8 <= share and ka == (s // 4) * 128 + 32 * lane_t + 8 * (s % 4), (s, lane_t, ka)
-            for split in range(t.splits):
-                seen.update(range(split * share + ka, split * share + ka + 8))
-    assert all(seen[i] == 1 for i in range(depth)), [i for i in range(depth) if seen[i] != 1][:8]
-
-
 def test_a_prologue_is_left_out_where_the_one_tile_grid_would_walk_its_tiles():
     """An LM head's shape (many columns) with A made by a kernel before it: the one-tile form would take that
     kernel as its prologue and walk its column tiles in a grid loop, one tile's codes in flight at a time, so

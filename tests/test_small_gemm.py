@@ -335,8 +335,9 @@ def test_a_one_row_projection_after_a_norm_takes_it_as_prologue_up_to_a_weight_s
 def test_the_staged_split_form_multiplies_every_k_once(packed, depth):
     """codegen/small_gemm.py render_staged_split: lane t multiplies k = k0 + STAGED_K at step s (the same text for
     A and the weights). Over a cluster's splits, steps and lanes that covers 0..K-1 once each, every k inside its
-    block's staged share of A, with whole quads of steps and the share in static shared memory. (A tiling with
-    18 steps a split, not whole quads, once left k unmultiplied and read past the share.)"""
+    block's staged share of A, with whole quads of steps and the share in static shared memory: in quad s / 4
+    lane t holds 32 consecutive k (a packed weight's 16-byte load of codes starts at k0 + 128 q + 32 t). (A
+    tiling with 18 steps a split, not whole quads, once left k unmultiplied and read past the share.)"""
     from collections import Counter
     from grapec.codegen.small_gemm import MAX_ROWS, STAGED_K, fits_staged_split, small_gemm_tiling
     from grapec.ir.small_gemm import PackedWeight
@@ -351,7 +352,7 @@ def test_the_staged_split_form_multiplies_every_k_once(packed, depth):
     for s in range(t.steps):
         for lane_t in range(4):
             ka = eval(STAGED_K, {}, {"s": s, "t": lane_t})
-            assert 0 <= ka and ka + 8 <= share, (s, lane_t, ka)
+            assert 0 <= ka and ka + 8 <= share and ka == (s // 4) * 128 + 32 * lane_t + 8 * (s % 4), (s, lane_t, ka)
             for split in range(t.splits):
                 seen.update(range(split * share + ka, split * share + ka + 8))
     assert all(seen[i] == 1 for i in range(depth)), [i for i in range(depth) if seen[i] != 1][:8]

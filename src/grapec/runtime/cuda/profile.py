@@ -40,7 +40,11 @@ def step_kind(bundle, st) -> str:
 
 def profile_steps(runner, bucket: int, repeat: int = REPEAT, iterations: int = ITERATIONS) -> list:
     """-> [StepTime] for every top-level step of the bucket's plan (its inputs as they are now)."""
-    steps = runner.plan(bucket).steps
+    return _each_alone(runner, bucket, runner.plan(bucket).steps, repeat, iterations)
+
+
+def _each_alone(runner, bucket: int, steps: list, repeat: int, iterations: int) -> list:
+    """[StepTime] for each of `steps`, built alone into a graph as a chain of `repeat` copies of its node."""
     out = []
     for i, st in enumerate(steps):
         graph = call("cuGraphCreate", 0)
@@ -58,12 +62,12 @@ class LoopBodyTime:
 
 def profile_loop_body(runner, bucket: int, repeat: int = REPEAT, iterations: int = ITERATIONS) -> LoopBodyTime:
     """The steps of the bucket's last graphed Loop (a generation's decode step), on the buffers as the last run
-    left them: run the plan first, and stop it short of its last iteration (a generation's max_new_tokens one
-    under what it was compiled for), so that the ids and positions the body reads are ones it wrote and the
-    positions it writes stay inside the cache. What a
-    step of the loop costs beside the decoder compiled alone (`benchmarks/llm.py --steps`): the loop's own steps
-    (the window's copies, the token's choice, the stop test) and the body's schedule. The body's one launch
-    against the loop's time per token is what the WHILE node adds per iteration."""
+    left them. Run the plan first, and stop it short of its last iteration (a generation's max_new_tokens one
+    under what it was compiled for): the ids and positions the body reads are then ones it wrote, and the
+    positions it writes stay inside the cache. What a step of the loop costs beside the decoder compiled alone
+    (`benchmarks/llm.py --steps`): the loop's own steps (the window's copies, the token's choice, the stop test)
+    and the body's schedule. The body's one launch against the loop's time a token is what the WHILE node adds
+    an iteration."""
     loops = [st for st in runner.plan(bucket).steps if isinstance(st, LoopStep) and st.graphed]
     if not loops:
         raise BackendError(f"bucket {bucket}'s plan has no Loop in its CUDA graph: nothing to profile")
@@ -71,13 +75,7 @@ def profile_loop_body(runner, bucket: int, repeat: int = REPEAT, iterations: int
     graph = call("cuGraphCreate", 0)
     GraphBuilder(runner, bucket).add_steps(graph, body, [])
     one_launch = graph_ms(graph, runner.stream, iterations) * 1e3
-    steps = []
-    for i, st in enumerate(body):
-        graph = call("cuGraphCreate", 0)
-        GraphBuilder(runner, bucket).add_steps(graph, [st] * repeat, [], order=chain_deps(repeat))
-        ms = graph_ms(graph, runner.stream, iterations)
-        steps.append(StepTime(i, step_kind(runner.bundle, st), list(st.origin), ms * 1e3 / repeat))
-    return LoopBodyTime(one_launch, steps)
+    return LoopBodyTime(one_launch, _each_alone(runner, bucket, body, repeat, iterations))
 
 
 @dataclass
