@@ -1,7 +1,9 @@
 # Written in session 62, not yet run: the two branches of session 62 against main, each side in its own root.
 # Before the calls, on main:
-#   rm -rf .ab && for s in main:main loop:wip/loop-body-branches prefetch:wip/gemv-weights-before-wait; do
+#   rm -rf .ab && mkdir -p .ab/main && git archive main src | tar -x -C .ab/main
+#   for s in loop:wip/loop-body-branches prefetch:wip/gemv-weights-before-wait; do
 #     mkdir -p .ab/${s%%:*} && git archive ${s#*:} src tests | tar -x -C .ab/${s%%:*}; done
+# (.ab is about 7 MB: with the tree and the llama mode's wheels, just under the 64 MiB a call carries)
 # Then, back to back while the machine is warm (carry .ab and the wheels each mode names):
 #   bash next-s63.sh tests     nvmath, cudnn frontend: each branch's GPU tests for what it touched (loop: the Loop
 #                              body's schedule, the workspaces by branch, the loop profile; prefetch: the GEMVs)
@@ -17,7 +19,7 @@ START=$(date +%s); left() { echo $(( 585 - ($(date +%s) - START) )); }
 . benchmarks/results/2026-11-27-h200-bert-traffic/setup.sh
 for side in main loop prefetch; do
     rm -rf /tmp/root-$side && mkdir /tmp/root-$side && ln -s $PWD/.ab/$side/src /tmp/root-$side/src
-    ln -s $PWD/.ab/$side/tests /tmp/root-$side/tests
+    if [ -d .ab/$side/tests ]; then ln -s $PWD/.ab/$side/tests /tmp/root-$side/tests; else ln -s $PWD/tests /tmp/root-$side/tests; fi
     for d in benchmarks models pyproject.toml; do ln -s $PWD/$d /tmp/root-$side/$d; done
 done
 on_side() {   # side, log, command...: the command in the side's root, its src first on the path
