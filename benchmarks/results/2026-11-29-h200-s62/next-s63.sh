@@ -1,6 +1,7 @@
 # Written in session 62, not yet run: the two branches of session 62 against main, each side in its own root.
 # Before the calls, on main:
-#   rm -rf .ab && mkdir -p .ab/main && git archive main src | tar -x -C .ab/main
+#   rm -rf .ab && mkdir -p .ab/main .ab/onetile16 && git archive main src | tar -x -C .ab/main
+#   git archive wip/one-tile-at-16 src | tar -x -C .ab/onetile16
 #   for s in loop:wip/loop-body-branches prefetch:wip/gemv-weights-before-wait; do
 #     mkdir -p .ab/${s%%:*} && git archive ${s#*:} src tests | tar -x -C .ab/${s%%:*}; done
 # (.ab is about 7 MB: with the tree and the llama mode's wheels, just under the 64 MiB a call carries)
@@ -10,6 +11,9 @@
 #   bash next-s63.sh llama     + onnx_ir, onnxscript, ml_dtypes, onnxruntime_genai: the Llama-1B-shaped builder
 #                              export, fp16 and int4, batch 1, 4 and 16, on the three sides; then the loop body
 #                              profiled on main at batch 1, fp16 (--loop-steps)
+#   bash next-s63.sh rows16    (after llama, which builds the fp16 model) nvmath, cudnn: fp16 at batch 1, 4 and 16 on
+#                              main and wip/one-tile-at-16 (half weights at 9-16 rows in the one-tile form), each
+#                              batch also in a bundle of its own (--bundle-per-batch)
 #   bash next-s63.sh build     .whl/optimum + nvmath, cudnn: GPT-J-6B's checkpoint and optimum export (about 290 s)
 #   bash next-s63.sh gptj      nvmath, cudnn: GPT-J-6B's generation on main and loop, batch 1; the loop body
 #                              profiled on each
@@ -17,7 +21,7 @@
 START=$(date +%s); left() { echo $(( 585 - ($(date +%s) - START) )); }
 [ "$1" = build ] && exec bash benchmarks/results/2026-11-29-h200-s59/next-gptj.sh build
 . benchmarks/results/2026-11-27-h200-bert-traffic/setup.sh
-for side in main loop prefetch; do
+for side in main loop prefetch onetile16; do
     rm -rf /tmp/root-$side && mkdir /tmp/root-$side && ln -s $PWD/.ab/$side/src /tmp/root-$side/src
     if [ -d .ab/$side/tests ]; then ln -s $PWD/.ab/$side/tests /tmp/root-$side/tests; else ln -s $PWD/tests /tmp/root-$side/tests; fi
     for d in benchmarks models pyproject.toml; do ln -s $PWD/$d /tmp/root-$side/$d; done
@@ -50,6 +54,13 @@ if [ "$1" = llama ]; then
     [ $(left) -gt 60 ] && on_side main loop-steps.log python3 benchmarks/llm.py --model /tmp/llm/llama1b_fp16/model.onnx \
         --loop-steps --prompt 128 --new 256
     grep -A8 "loop body" $OUT/loop-steps.log | cut -c1-150
+fi
+if [ "$1" = rows16 ]; then
+    for side in onetile16 main; do
+        on_side $side rows16-$side.log python3 benchmarks/llm.py --model /tmp/llm/llama1b_fp16/model.onnx --batch 1 4 16 \
+            --prompt 128 --new 256 --prefill 0 --peers none --iterations 3 --bundle-per-batch
+        grep -E "^\| (1|4|16) |own" $OUT/rows16-$side.log | cut -c1-100
+    done
 fi
 if [ "$1" = gptj ]; then
     ONNX=/tmp/llm/gptj6b_optimum_fp16/model.onnx
