@@ -4,7 +4,7 @@
 #   git archive wip/one-tile-at-16 src | tar -x -C .ab/onetile16
 #   for s in loop:wip/loop-body-branches prefetch:wip/gemv-weights-before-wait; do
 #     mkdir -p .ab/${s%%:*} && git archive ${s#*:} src tests | tar -x -C .ab/${s%%:*}; done
-# (.ab is about 7 MB: with the tree and the llama mode's wheels, just under the 64 MiB a call carries)
+# (.ab is about 9 MB: with the tree and the llama mode's wheels, just under the 64 MiB a call carries)
 # Then, back to back while the machine is warm (carry .ab and the wheels each mode names):
 #   bash next-s63.sh tests     nvmath, cudnn frontend: each branch's GPU tests for what it touched (loop: the Loop
 #                              body's schedule, the workspaces by branch, the loop profile; prefetch: the GEMVs)
