@@ -36,8 +36,9 @@ DTYPES = ("float16", "bfloat16")
 # head 116 vs 120 -- and slower at every weight up to 8 MiB (GPT-2's 3.4 MiB QKV 3.15 vs 1.77 us, 4.5 MiB FC
 # 4.09 vs 1.81) and at 2-4 rows (16384x2048 at 2 rows: 31.6 vs 17.2).
 GEMV_OVER_SMALL_GEMM_BYTES = 10 << 20
-# Half weights from this size take the staged split form at 2-16 rows where A is read as it lies (not measured yet:
-# below it, A read again for every 8 columns is a few KB, and a cluster kernel cannot join a grid stitch)
+# Half weights from this size take the staged split form at 2-16 rows where A is read as it lies. Llama-1B fp16
+# (H200, benchmarks/results/2026-11-29-h200-s62 call 2): batch 4 1.629 -> 1.344 ms/token, batch 16 2.228 -> 1.782.
+# Below it, A read again for every 8 columns is a few KB, and a cluster kernel cannot join a grid stitch.
 STAGED_SPLIT_MIN_BYTES = 1 << 20
 
 
@@ -189,8 +190,10 @@ def _packed_small_gemm(g: Graph, node: Node, names: list, y, rows: int, cols: in
 def _one_tile_walks(rows: int, cols: int, depth: int, dtype: str, packed: PackedWeight) -> bool:
     """Does the one-tile form (the only one that takes a prologue) walk its column tiles in a grid loop? Each
     turn then waits on one tile's codes, too few bytes in flight: Llama-1B's int4 LM head (128256 columns)
-    took 113 us at 4 rows with the final norm as its prologue, 1.2 TB/s (H200, session 61). The split form
-    keeps every block's codes in flight at once, for one more kernel (the norm) before it."""
+    took 113 us at 4 rows with the final norm as its prologue, 1.2 TB/s (H200, session 61), and 67.4 us in the
+    split form with the norm as a kernel before it (session 62, call 3: batch 4 1.166 -> 1.133 ms/token). Half
+    weights keep their prologue: the same rule made Llama fp16 batch 4 slower (1.342 -> 1.483), its gate/up GEMM
+    at 4 rows taking 26.7 us in the split form."""
     t = small_gemm_tiling(SmallGemmKernel((rows, cols), dtype, (), rows, cols, depth, None, None, packed))
     return t.block_tiles > t.grid
 
