@@ -7,7 +7,8 @@
 # (.ab is about 9 MB: with the tree and the llama mode's wheels, just under the 64 MiB a call carries)
 # Then, back to back while the machine is warm (carry .ab and the wheels each mode names):
 #   bash next-s63.sh tests     nvmath, cudnn frontend: each branch's GPU tests for what it touched (loop: the Loop
-#                              body's schedule, the workspaces by branch, the loop profile; prefetch: the GEMVs)
+#                              body's schedule, the workspaces by branch, the loop profile; prefetch: the GEMVs;
+#                              onetile16: the small GEMMs)
 #   bash next-s63.sh llama     + onnx_ir, onnxscript, ml_dtypes, onnxruntime_genai: the Llama-1B-shaped builder
 #                              export, fp16 and int4, batch 1, 4 and 16, on the three sides; then the loop body
 #                              profiled on main at batch 1, fp16 (--loop-steps)
@@ -36,6 +37,7 @@ if [ "$1" = tests ]; then
         tests/test_gpu_streams.py tests/test_threads.py tests/test_genai_models.py
     on_side prefetch tests-prefetch.log python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_gemv.py \
         tests/test_gpu.py tests/test_matmul_nbits.py
+    on_side onetile16 tests-onetile16.log python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/test_small_gemm.py
     for f in $OUT/tests-*.log; do echo "== $(basename $f)"; tail -n 1 $f; grep -E "^FAILED" $f | cut -c1-200; done
 fi
 if [ "$1" = llama ]; then
